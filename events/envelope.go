@@ -1,0 +1,317 @@
+package events
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+)
+
+// Bounds on what one event may hold. They keep a single malformed or
+// hostile event from costing unbounded memory anywhere downstream (ledger
+// batch, NATS message, projector).
+const (
+	// MaxDataBytes bounds the canonical JSON of one event's payload.
+	MaxDataBytes = 32 << 10
+	// MaxEventBytes bounds the canonical JSON of one whole envelope; it is
+	// MaxDataBytes plus generous room for the fixed envelope fields.
+	MaxEventBytes = MaxDataBytes + 1024
+	// MaxIDLen bounds activation, session and server identifiers.
+	MaxIDLen = 128
+	// Version is the envelope version written in the "v" field.
+	Version = 1
+)
+
+// NoActivation is the NATS subject token used for events that carry no
+// activation. It is therefore refused as an activation identifier.
+const NoActivation = "_"
+
+// Hash is a SHA-256 digest in the hash chain. Its JSON form is lowercase hex.
+type Hash [sha256.Size]byte
+
+// String returns the lowercase hex form of h.
+func (h Hash) String() string { return hex.EncodeToString(h[:]) }
+
+// MarshalText implements encoding.TextMarshaler (lowercase hex).
+func (h Hash) MarshalText() ([]byte, error) { return []byte(h.String()), nil }
+
+// UnmarshalText implements encoding.TextUnmarshaler; it accepts exactly 64
+// lowercase hex digits.
+func (h *Hash) UnmarshalText(b []byte) error {
+	if !isHex64(string(b)) {
+		return invalid("hash", "want 64 lowercase hex digits")
+	}
+	_, err := hex.Decode(h[:], b)
+	return err
+}
+
+// Draft is an event as a producer states it: the kind (implied by the
+// payload), the identities it concerns, and the payload facts. The ledger
+// assigns everything else.
+type Draft struct {
+	Activation string
+	Session    string
+	Server     string
+	Payload    Payload
+}
+
+// Prepared is a validated Draft with its payload already in canonical JSON.
+// Preparing is the expensive, parallel half of an append; the ledger's
+// committer only seals Prepared values.
+type Prepared struct {
+	Kind       Kind
+	Activation string
+	Session    string
+	Server     string
+	Data       []byte // canonical JSON of the payload
+}
+
+// Envelope is one sealed ledger record.
+type Envelope struct {
+	Seq        uint64
+	ID         ulid.ULID
+	Time       time.Time
+	Kind       Kind
+	V          int
+	Activation string
+	Session    string
+	Server     string
+	Data       json.RawMessage // canonical JSON of the payload
+	Prev       Hash
+	Hash       Hash
+}
+
+// Prepare validates d and returns it with canonical payload bytes. Every
+// failure wraps [ErrInvalid].
+func Prepare(d Draft) (Prepared, error) {
+	if d.Payload == nil {
+		return Prepared{}, invalid("data", "missing payload")
+	}
+	kind := d.Payload.Kind()
+	if _, ok := registry[kind]; !ok {
+		return Prepared{}, fmt.Errorf("%w: %q", ErrUnknownKind, kind)
+	}
+	if err := validateIDs(d.Activation, d.Session, d.Server); err != nil {
+		return Prepared{}, err
+	}
+	if err := d.Payload.Validate(); err != nil {
+		return Prepared{}, fmt.Errorf("%s: %w", kind, err)
+	}
+	data, err := json.Marshal(d.Payload)
+	if err != nil {
+		return Prepared{}, fmt.Errorf("%w: %s: encode payload: %v", ErrInvalid, kind, err)
+	}
+	if len(data) > MaxDataBytes {
+		return Prepared{}, fmt.Errorf("%w: %s payload is %d bytes, limit MaxDataBytes=%d", ErrTooLarge, kind, len(data), MaxDataBytes)
+	}
+	return Prepared{Kind: kind, Activation: d.Activation, Session: d.Session, Server: d.Server, Data: data}, nil
+}
+
+// Seal turns p into the envelope at seq, chained after prev. It is what the
+// ledger's committer calls, in seq order.
+func Seal(p Prepared, seq uint64, id ulid.ULID, t time.Time, prev Hash) (Envelope, []byte) {
+	e := Envelope{
+		Seq: seq, ID: id, Time: t.UTC(), Kind: p.Kind, V: Version,
+		Activation: p.Activation, Session: p.Session, Server: p.Server,
+		Data: p.Data, Prev: prev,
+	}
+	body := e.AppendCanonical(make([]byte, 0, len(p.Data)+420), false)
+	e.Hash = ChainHash(prev, body)
+	return e, e.AppendCanonical(body[:0], true)
+}
+
+// ChainHash is the chain rule: SHA-256(prev ‖ canonical bytes without hash).
+func ChainHash(prev Hash, canonicalWithoutHash []byte) Hash {
+	h := sha256.New()
+	h.Write(prev[:])
+	h.Write(canonicalWithoutHash)
+	var out Hash
+	h.Sum(out[:0])
+	return out
+}
+
+// TimeLayout is the canonical time format: RFC 3339, UTC, always nine
+// fractional digits, so that equal instants encode to equal bytes.
+const TimeLayout = "2006-01-02T15:04:05.000000000Z"
+
+// AppendCanonical appends the canonical JSON of e to b. Fields appear in a
+// fixed order; empty identifiers are omitted; withHash selects whether the
+// trailing "hash" field is written (it is not, when computing the hash).
+func (e *Envelope) AppendCanonical(b []byte, withHash bool) []byte {
+	b = append(b, `{"seq":`...)
+	b = strconv.AppendUint(b, e.Seq, 10)
+	b = append(b, `,"id":"`...)
+	b = append(b, e.ID.String()...)
+	b = append(b, `","time":"`...)
+	b = e.Time.UTC().AppendFormat(b, TimeLayout)
+	b = append(b, `","kind":"`...)
+	b = append(b, e.Kind...)
+	b = append(b, `","v":`...)
+	b = strconv.AppendInt(b, int64(e.V), 10)
+	b = appendID(b, "activation", e.Activation)
+	b = appendID(b, "session", e.Session)
+	b = appendID(b, "server", e.Server)
+	b = append(b, `,"data":`...)
+	b = append(b, e.Data...)
+	b = append(b, `,"prev":"`...)
+	b = hex.AppendEncode(b, e.Prev[:])
+	if withHash {
+		b = append(b, `","hash":"`...)
+		b = hex.AppendEncode(b, e.Hash[:])
+	}
+	return append(b, `"}`...)
+}
+
+func appendID(b []byte, name, v string) []byte {
+	if v == "" {
+		return b
+	}
+	b = append(b, `,"`...)
+	b = append(b, name...)
+	b = append(b, `":"`...)
+	b = append(b, v...)
+	return append(b, '"')
+}
+
+// wireEnvelope is the decoding shape of a sealed envelope.
+type wireEnvelope struct {
+	Seq        *uint64         `json:"seq"`
+	ID         string          `json:"id"`
+	Time       string          `json:"time"`
+	Kind       Kind            `json:"kind"`
+	V          int             `json:"v"`
+	Activation string          `json:"activation"`
+	Session    string          `json:"session"`
+	Server     string          `json:"server"`
+	Data       json.RawMessage `json:"data"`
+	Prev       string          `json:"prev"`
+	Hash       string          `json:"hash"`
+}
+
+// Decode parses a sealed envelope and checks that b is exactly its
+// canonical encoding, that the kind is known and the payload valid for it.
+// It does not check the chain (see [Envelope.CheckHash]). Every failure
+// wraps [ErrInvalid].
+func Decode(b []byte) (Envelope, error) {
+	if len(b) > MaxEventBytes {
+		return Envelope{}, fmt.Errorf("%w: event is %d bytes, limit MaxEventBytes=%d", ErrTooLarge, len(b), MaxEventBytes)
+	}
+	var w wireEnvelope
+	if err := strictUnmarshal(b, &w); err != nil {
+		return Envelope{}, fmt.Errorf("%w: envelope: %v", ErrInvalid, err)
+	}
+	if w.Seq == nil || *w.Seq == 0 {
+		return Envelope{}, invalid("seq", "missing or zero")
+	}
+	e := Envelope{Seq: *w.Seq, Kind: w.Kind, V: w.V, Activation: w.Activation, Session: w.Session, Server: w.Server}
+	var err error
+	if e.ID, err = ulid.ParseStrict(w.ID); err != nil {
+		return Envelope{}, invalid("id", "not a ULID")
+	}
+	if e.Time, err = time.Parse(TimeLayout, w.Time); err != nil {
+		return Envelope{}, invalid("time", "want "+TimeLayout)
+	}
+	if e.V != Version {
+		return Envelope{}, invalid("v", "unsupported envelope version "+strconv.Itoa(e.V))
+	}
+	if err := e.Prev.UnmarshalText([]byte(w.Prev)); err != nil {
+		return Envelope{}, invalid("prev", "want 64 lowercase hex digits")
+	}
+	if err := e.Hash.UnmarshalText([]byte(w.Hash)); err != nil {
+		return Envelope{}, invalid("hash", "want 64 lowercase hex digits")
+	}
+	if err := validateIDs(e.Activation, e.Session, e.Server); err != nil {
+		return Envelope{}, err
+	}
+	p, err := DecodePayload(e.Kind, w.Data)
+	if err != nil {
+		return Envelope{}, err
+	}
+	// Re-encode the payload so that Data is canonical even if the stored
+	// bytes were not; the byte comparison below then catches non-canonical
+	// input anywhere in the envelope.
+	if e.Data, err = json.Marshal(p); err != nil {
+		return Envelope{}, fmt.Errorf("%w: %s: re-encode payload: %v", ErrInvalid, e.Kind, err)
+	}
+	if !bytes.Equal(e.AppendCanonical(nil, true), b) {
+		return Envelope{}, fmt.Errorf("%w: envelope bytes are not canonical", ErrInvalid)
+	}
+	return e, nil
+}
+
+// CheckHash reports whether e.Hash is the chain hash of e after e.Prev.
+func (e *Envelope) CheckHash() bool {
+	return ChainHash(e.Prev, e.AppendCanonical(nil, false)) == e.Hash
+}
+
+// Payload decodes e's data into its kind's Go type.
+func (e *Envelope) Payload() (Payload, error) { return DecodePayload(e.Kind, e.Data) }
+
+// Subject is the NATS subject an envelope is published on:
+// leaseledger.events.<family>.<action>.<activation or _>.
+func (e *Envelope) Subject() string {
+	a := e.Activation
+	if a == "" {
+		a = NoActivation
+	}
+	return SubjectPrefix + string(e.Kind) + "." + a
+}
+
+// SubjectPrefix begins every event subject.
+const SubjectPrefix = "leaseledger.events."
+
+// Input is the JSON Lines input form that `leaseledger append` reads and
+// examples/events.jsonl holds: the kind, the identities and the payload.
+type Input struct {
+	Kind       Kind            `json:"kind"`
+	Activation string          `json:"activation,omitempty"`
+	Session    string          `json:"session,omitempty"`
+	Server     string          `json:"server,omitempty"`
+	Data       json.RawMessage `json:"data"`
+}
+
+// ParseInput decodes one input line into a Draft. Unknown fields, unknown
+// kinds and invalid payloads are refused with errors wrapping [ErrInvalid].
+func ParseInput(line []byte) (Draft, error) {
+	if len(line) > MaxEventBytes {
+		return Draft{}, fmt.Errorf("%w: input line is %d bytes, limit MaxEventBytes=%d", ErrTooLarge, len(line), MaxEventBytes)
+	}
+	var in Input
+	if err := strictUnmarshal(line, &in); err != nil {
+		return Draft{}, fmt.Errorf("%w: input: %v", ErrInvalid, err)
+	}
+	p, err := DecodePayload(in.Kind, in.Data)
+	if err != nil {
+		return Draft{}, err
+	}
+	d := Draft{Activation: in.Activation, Session: in.Session, Server: in.Server, Payload: p}
+	if err := validateIDs(d.Activation, d.Session, d.Server); err != nil {
+		return Draft{}, err
+	}
+	return d, nil
+}
+
+// MarshalJSON encodes the envelope canonically.
+func (e Envelope) MarshalJSON() ([]byte, error) { return e.AppendCanonical(nil, true), nil }
+
+func strictUnmarshal(b []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if dec.More() {
+		return fmt.Errorf("trailing data after JSON value")
+	}
+	// Decoder.More is false at EOF and before a closing delimiter; make sure
+	// nothing but whitespace follows.
+	if rest := bytes.TrimSpace(b[dec.InputOffset():]); len(rest) != 0 {
+		return fmt.Errorf("trailing data after JSON value")
+	}
+	return nil
+}

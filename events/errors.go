@@ -1,0 +1,189 @@
+package events
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+)
+
+// Errors callers branch on. Every validation failure wraps ErrInvalid;
+// the more specific sentinels wrap it too, so errors.Is(err, ErrInvalid)
+// holds for all of them.
+var (
+	// ErrInvalid marks an event (or input line) that violates the vocabulary.
+	ErrInvalid = errors.New("invalid event")
+	// ErrUnknownKind marks a kind that is not in the registry.
+	ErrUnknownKind = fmt.Errorf("%w: unknown kind", ErrInvalid)
+	// ErrTooLarge marks an event or payload over its named size bound.
+	ErrTooLarge = fmt.Errorf("%w: too large", ErrInvalid)
+)
+
+// FieldError says which field of an event is invalid and why. It wraps
+// ErrInvalid. The reason is static text; the offending value is never
+// echoed, because it may be provider-controlled.
+type FieldError struct {
+	Field  string
+	Reason string
+}
+
+func (e *FieldError) Error() string {
+	return fmt.Sprintf("invalid event: field %s: %s", e.Field, e.Reason)
+}
+
+// Unwrap makes errors.Is(err, ErrInvalid) true.
+func (e *FieldError) Unwrap() error { return ErrInvalid }
+
+func invalid(field, reason string) error { return &FieldError{Field: field, Reason: reason} }
+
+var idPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
+
+// ValidID reports whether s is a valid activation, session or server
+// identifier: [A-Za-z0-9_-]{1,128}. Such identifiers become NATS subject
+// tokens, so nothing else is accepted.
+func ValidID(s string) bool { return len(s) <= MaxIDLen && idPattern.MatchString(s) }
+
+func validateIDs(activation, session, server string) error {
+	for _, f := range [...]struct{ name, v string }{{"activation", activation}, {"session", session}, {"server", server}} {
+		if f.v != "" && !ValidID(f.v) {
+			return invalid(f.name, "want [A-Za-z0-9_-]{1,128}")
+		}
+	}
+	if activation == NoActivation {
+		return invalid("activation", `"_" is reserved for events without activation`)
+	}
+	return nil
+}
+
+func isHex64(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// checks runs field validations in order and returns the first failure.
+type checks []error
+
+func (c checks) first() error {
+	for _, err := range c {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Field validators. Each returns nil or a *FieldError naming the field.
+
+func digest(field, v string) error {
+	if !isHex64(v) {
+		return invalid(field, "want 64 lowercase hex digits (SHA-256)")
+	}
+	return nil
+}
+
+func optDigest(field, v string) error {
+	if v == "" {
+		return nil
+	}
+	return digest(field, v)
+}
+
+var codePattern = regexp.MustCompile(`^[a-z0-9_]{1,64}$`)
+
+// code is a machine-readable reason or label: [a-z0-9_]{1,64}.
+func code(field, v string) error {
+	if !codePattern.MatchString(v) {
+		return invalid(field, "want [a-z0-9_]{1,64}")
+	}
+	return nil
+}
+
+func optCode(field, v string) error {
+	if v == "" {
+		return nil
+	}
+	return code(field, v)
+}
+
+func oneOf(field, v string, allowed ...string) error {
+	for _, a := range allowed {
+		if v == a {
+			return nil
+		}
+	}
+	return invalid(field, fmt.Sprintf("want one of %q", allowed))
+}
+
+func id(field, v string) error {
+	if !ValidID(v) {
+		return invalid(field, "want [A-Za-z0-9_-]{1,128}")
+	}
+	return nil
+}
+
+var toolPattern = regexp.MustCompile(`^[A-Za-z0-9_./-]{1,128}$`)
+
+// toolName validates an MCP tool name as the host names it.
+func toolName(field, v string) error {
+	if !toolPattern.MatchString(v) {
+		return invalid(field, "want [A-Za-z0-9_./-]{1,128}")
+	}
+	return nil
+}
+
+// MaxTextLen bounds free-text payload fields (origins, methods, URIs'
+// digests are used instead of URIs).
+const MaxTextLen = 512
+
+func text(field, v string, required bool) error {
+	if required && v == "" {
+		return invalid(field, "required")
+	}
+	if len(v) > MaxTextLen {
+		return invalid(field, fmt.Sprintf("longer than MaxTextLen=%d", MaxTextLen))
+	}
+	return nil
+}
+
+func positive(field string, v int64) error {
+	if v <= 0 {
+		return invalid(field, "must be positive")
+	}
+	return nil
+}
+
+func nonNegative(field string, v int64) error {
+	if v < 0 {
+		return invalid(field, "must not be negative")
+	}
+	return nil
+}
+
+func between(field string, v, lo, hi int64) error {
+	if v < lo || v > hi {
+		return invalid(field, fmt.Sprintf("must be in [%d, %d]", lo, hi))
+	}
+	return nil
+}
+
+// MaxPIDList bounds lists of process IDs in guardian facts.
+const MaxPIDList = 256
+
+func pids(field string, v []int) error {
+	if len(v) > MaxPIDList {
+		return invalid(field, fmt.Sprintf("more than MaxPIDList=%d entries", MaxPIDList))
+	}
+	for _, p := range v {
+		if p <= 0 {
+			return invalid(field, "pids must be positive")
+		}
+	}
+	return nil
+}

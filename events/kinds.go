@@ -1,0 +1,109 @@
+package events
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Kind names an event kind: "<family>.<action>", both lowercase snake case.
+// Family and action become the two NATS subject tokens after
+// "leaseledger.events.".
+type Kind string
+
+// Family returns the part of k before the dot ("lease" for "lease.acquired").
+func (k Kind) Family() string { f, _, _ := strings.Cut(string(k), "."); return f }
+
+// Action returns the part of k after the dot ("acquired" for "lease.acquired").
+func (k Kind) Action() string { _, a, _ := strings.Cut(string(k), "."); return a }
+
+// Payload is the kind-specific data of an event. Every kind has exactly one
+// Go type implementing Payload; its JSON encoding (encoding/json of the
+// struct, so fields in declaration order) is the canonical payload form.
+type Payload interface {
+	// Kind returns the kind this payload type belongs to.
+	Kind() Kind
+	// Validate reports the first violated rule as an error wrapping ErrInvalid.
+	Validate() error
+}
+
+// registry maps each kind to a constructor of its zero payload. It is built
+// once from kindList and never written afterwards.
+var registry = func() map[Kind]func() Payload {
+	m := make(map[Kind]func() Payload, len(kindList))
+	for _, mk := range kindList {
+		k := mk().Kind()
+		if _, dup := m[k]; dup {
+			panic("events: duplicate kind " + string(k)) // programming error at init
+		}
+		m[k] = mk
+	}
+	return m
+}()
+
+// Kinds returns every registered kind in sorted order.
+func Kinds() []Kind {
+	out := make([]Kind, 0, len(registry))
+	for k := range registry {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Known reports whether k is a registered kind.
+func Known(k Kind) bool { _, ok := registry[k]; return ok }
+
+// New returns a new zero payload of kind k.
+func New(k Kind) (Payload, error) {
+	mk, ok := registry[k]
+	if !ok {
+		return nil, fmt.Errorf("%w: %q", ErrUnknownKind, k)
+	}
+	return mk(), nil
+}
+
+// DecodePayload decodes data strictly (no unknown fields, no trailing
+// bytes) into kind's payload type and validates it.
+func DecodePayload(kind Kind, data []byte) (Payload, error) {
+	p, err := New(kind)
+	if err != nil {
+		return nil, err
+	}
+	if len(data) == 0 {
+		return nil, invalid("data", "missing")
+	}
+	if len(data) > MaxDataBytes {
+		return nil, fmt.Errorf("%w: %s payload is %d bytes, limit MaxDataBytes=%d", ErrTooLarge, kind, len(data), MaxDataBytes)
+	}
+	if err := strictUnmarshal(data, p); err != nil {
+		return nil, fmt.Errorf("%w: %s data: %v", ErrInvalid, kind, err)
+	}
+	if err := p.Validate(); err != nil {
+		return nil, fmt.Errorf("%s: %w", kind, err)
+	}
+	return p, nil
+}
+
+// Instant is a point in time observed as a fact (a signal sent, a pipe
+// closed). It encodes like the envelope time: RFC 3339 UTC, nine digits.
+type Instant struct{ time.Time }
+
+// At returns t as an Instant pointer, for optional fact fields.
+func At(t time.Time) *Instant { return &Instant{t} }
+
+// MarshalText implements encoding.TextMarshaler.
+func (i Instant) MarshalText() ([]byte, error) {
+	return i.UTC().AppendFormat(nil, TimeLayout), nil
+}
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (i *Instant) UnmarshalText(b []byte) error {
+	t, err := time.Parse(TimeLayout, string(b))
+	if err != nil {
+		return invalid("time", "want "+TimeLayout)
+	}
+	i.Time = t
+	return nil
+}
