@@ -93,14 +93,21 @@ type Instant struct{ time.Time }
 // At returns t as an Instant pointer, for optional fact fields.
 func At(t time.Time) *Instant { return &Instant{t} }
 
-// MarshalText implements encoding.TextMarshaler.
-func (i Instant) MarshalText() ([]byte, error) {
-	return i.UTC().AppendFormat(nil, TimeLayout), nil
+// MarshalJSON implements json.Marshaler. It must be declared here: the
+// embedded time.Time's own MarshalJSON would otherwise be promoted and
+// write local offsets and variable precision.
+func (i Instant) MarshalJSON() ([]byte, error) {
+	b := append(make([]byte, 0, len(TimeLayout)+2), '"')
+	b = i.UTC().AppendFormat(b, TimeLayout)
+	return append(b, '"'), nil
 }
 
-// UnmarshalText implements encoding.TextUnmarshaler.
-func (i *Instant) UnmarshalText(b []byte) error {
-	t, err := time.Parse(TimeLayout, string(b))
+// UnmarshalJSON implements json.Unmarshaler; it accepts only TimeLayout.
+func (i *Instant) UnmarshalJSON(b []byte) error {
+	if len(b) < 2 || b[0] != '"' || b[len(b)-1] != '"' {
+		return invalid("time", "want a string in "+TimeLayout)
+	}
+	t, err := time.Parse(TimeLayout, string(b[1:len(b)-1]))
 	if err != nil {
 		return invalid("time", "want "+TimeLayout)
 	}
