@@ -1,0 +1,227 @@
+package guardian
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+)
+
+// Frame layout on the host ⇄ helper pipes ("packet-4"):
+//
+//	+----------------------+-----------+-----------------------+
+//	| length: uint32 BE    | type byte | payload (length-1 B)  |
+//	+----------------------+-----------+-----------------------+
+//
+// length counts the type byte plus the payload, so it is at least 1 and at
+// most MaxFrameLen. A reader never allocates more than MaxFrameLen bytes for
+// a frame, whatever the header claims.
+
+// MaxFrameLen bounds one frame (type byte plus payload). A header announcing
+// more ends the session: it is a protocol fault, not a reason to allocate.
+// 1 MiB leaves room for JSON control messages and a receipt with many
+// descendant pids while keeping the worst-case allocation small.
+const MaxFrameLen = 1 << 20
+
+// MaxDataChunk bounds the payload of one data frame. Relays split larger
+// writes into several frames, so a target that writes one giant "message"
+// never produces a giant frame. 64 KiB matches the Linux pipe buffer.
+const MaxDataChunk = 64 << 10
+
+// frameHeaderLen is the length prefix plus the type byte.
+const frameHeaderLen = 5
+
+// FrameType is the type byte of a frame.
+type FrameType byte
+
+// Frame types. Direction is noted as host→helper or helper→host; a frame in
+// the wrong direction is a protocol fault.
+const (
+	// FrameHello (helper→host) opens the session: JSON Hello with the
+	// protocol number and the helper's version.
+	FrameHello FrameType = 0x01
+	// FrameLaunch (host→helper) asks the helper to start the target:
+	// JSON LaunchRequest. The helper starts nothing before it.
+	FrameLaunch FrameType = 0x02
+	// FrameStarted (helper→host) answers FrameLaunch: JSON Started with the
+	// target pid, or the reason the target could not be started.
+	FrameStarted FrameType = 0x03
+	// FrameStdin (host→helper) carries bytes for the target's stdin.
+	FrameStdin FrameType = 0x04
+	// FrameStdout (helper→host) carries bytes the target wrote to stdout. An
+	// empty payload says the stdout pipe has closed (EOF or forced close).
+	FrameStdout FrameType = 0x05
+	// FrameStderr (helper→host) carries bytes the target wrote to stderr. An
+	// empty payload says the stderr pipe has closed.
+	FrameStderr FrameType = 0x06
+	// FrameControl (host→helper) carries one control byte (ControlClose,
+	// ControlKillDescendants).
+	FrameControl FrameType = 0x07
+	// FrameReceipt (helper→host) carries the JSON Receipt; it is the last
+	// frame the helper sends.
+	FrameReceipt FrameType = 0x08
+)
+
+// String names the frame type for facts and errors.
+func (t FrameType) String() string {
+	switch t {
+	case FrameHello:
+		return "hello"
+	case FrameLaunch:
+		return "launch"
+	case FrameStarted:
+		return "started"
+	case FrameStdin:
+		return "stdin"
+	case FrameStdout:
+		return "stdout"
+	case FrameStderr:
+		return "stderr"
+	case FrameControl:
+		return "control"
+	case FrameReceipt:
+		return "receipt"
+	}
+	return fmt.Sprintf("unknown(0x%02x)", byte(t))
+}
+
+func (t FrameType) known() bool { return t >= FrameHello && t <= FrameReceipt }
+
+// Control codes, the single payload byte of a FrameControl.
+const (
+	// ControlClose starts the cleanup sequence: close target stdin, EOF
+	// grace, TERM, grace, KILL, bounded pipe close, receipt.
+	ControlClose byte = 0x01
+	// ControlKillDescendants SIGKILLs the orphaned descendants that have
+	// reparented to the helper (it is their subreaper) and reaps them.
+	ControlKillDescendants byte = 0x02
+)
+
+// ErrFrameTooLarge is returned (wrapped in a *FrameError) when a header
+// announces more than the reader's bound.
+var ErrFrameTooLarge = errors.New("guardian: frame exceeds bound")
+
+// ErrFrameMalformed is returned (wrapped in a *FrameError) for an empty
+// frame, an unknown type byte, or a payload that does not decode.
+var ErrFrameMalformed = errors.New("guardian: malformed frame")
+
+// FrameError describes a protocol fault in the frame stream. It wraps
+// ErrFrameTooLarge or ErrFrameMalformed.
+type FrameError struct {
+	Len    uint32    // the announced length (type byte + payload)
+	Type   FrameType // the type byte, when it was read
+	Detail string    // what was wrong, in our words (never peer content)
+	Err    error
+}
+
+func (e *FrameError) Error() string {
+	return fmt.Sprintf("guardian: frame fault (len %d, type %s): %s", e.Len, e.Type, e.Detail)
+}
+
+func (e *FrameError) Unwrap() error { return e.Err }
+
+// Frame is one decoded frame. Payload aliases the reader's buffer and is
+// valid only until the next call to Next.
+type Frame struct {
+	Type    FrameType
+	Payload []byte
+}
+
+// FrameReader decodes frames from a byte stream with a hard size bound.
+// It is not safe for concurrent use.
+type FrameReader struct {
+	r   io.Reader
+	max int
+	hdr [frameHeaderLen]byte
+	buf []byte
+}
+
+// NewFrameReader returns a reader that refuses frames longer than max
+// (type byte plus payload). max is clamped to [1, MaxFrameLen].
+func NewFrameReader(r io.Reader, max int) *FrameReader {
+	if max <= 0 || max > MaxFrameLen {
+		max = MaxFrameLen
+	}
+	return &FrameReader{r: r, max: max}
+}
+
+// Next reads one frame. It returns io.EOF only at a clean frame boundary;
+// a stream that ends inside a frame gives io.ErrUnexpectedEOF. Oversized,
+// empty or unknown-type frames give a *FrameError; the stream is then out
+// of sync and must not be read further.
+func (fr *FrameReader) Next() (Frame, error) {
+	if _, err := io.ReadFull(fr.r, fr.hdr[:4]); err != nil {
+		return Frame{}, err // io.EOF at a boundary, ErrUnexpectedEOF inside a header
+	}
+	n := binary.BigEndian.Uint32(fr.hdr[:4])
+	if n == 0 {
+		return Frame{}, &FrameError{Len: n, Detail: "empty frame", Err: ErrFrameMalformed}
+	}
+	if uint64(n) > uint64(fr.max) {
+		// Refuse before allocating: the header is peer-controlled.
+		return Frame{}, &FrameError{Len: n, Detail: fmt.Sprintf("length above bound %d", fr.max), Err: ErrFrameTooLarge}
+	}
+	if _, err := io.ReadFull(fr.r, fr.hdr[4:5]); err != nil {
+		return Frame{}, unexpected(err)
+	}
+	t := FrameType(fr.hdr[4])
+	if !t.known() {
+		return Frame{}, &FrameError{Len: n, Type: t, Detail: "unknown type", Err: ErrFrameMalformed}
+	}
+	plen := int(n) - 1
+	if cap(fr.buf) < plen {
+		fr.buf = make([]byte, plen)
+	}
+	p := fr.buf[:plen]
+	if _, err := io.ReadFull(fr.r, p); err != nil {
+		return Frame{}, unexpected(err)
+	}
+	return Frame{Type: t, Payload: p}, nil
+}
+
+func unexpected(err error) error {
+	if err == io.EOF {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+// AppendFrame appends the encoding of one frame to dst. It returns an error
+// when the frame would exceed MaxFrameLen.
+func AppendFrame(dst []byte, t FrameType, payload []byte) ([]byte, error) {
+	if len(payload)+1 > MaxFrameLen {
+		return dst, &FrameError{Len: uint32(min(len(payload)+1, 1<<31)), Type: t, Detail: "payload above bound", Err: ErrFrameTooLarge}
+	}
+	dst = binary.BigEndian.AppendUint32(dst, uint32(len(payload)+1))
+	dst = append(dst, byte(t))
+	return append(dst, payload...), nil
+}
+
+// FrameWriter encodes frames onto a stream. Each frame goes out in one
+// Write call, and concurrent callers are serialized, so frames from
+// different goroutines never interleave.
+type FrameWriter struct {
+	mu  sync.Mutex
+	w   io.Writer
+	buf []byte
+}
+
+// NewFrameWriter returns a FrameWriter on w.
+func NewFrameWriter(w io.Writer) *FrameWriter { return &FrameWriter{w: w} }
+
+// WriteFrame writes one frame.
+func (fw *FrameWriter) WriteFrame(t FrameType, payload []byte) error {
+	fw.mu.Lock()
+	defer fw.mu.Unlock()
+	b, err := AppendFrame(fw.buf[:0], t, payload)
+	if err != nil {
+		return err
+	}
+	fw.buf = b
+	_, err = fw.w.Write(b)
+	if cap(fw.buf) > 2*(MaxDataChunk+frameHeaderLen) {
+		fw.buf = nil // do not pin a large receipt buffer for the session's life
+	}
+	return err
+}
