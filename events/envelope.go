@@ -228,7 +228,7 @@ func Decode(b []byte) (Envelope, error) {
 	if err := validateIDs(e.Activation, e.Session, e.Server); err != nil {
 		return Envelope{}, err
 	}
-	p, err := DecodePayload(e.Kind, w.Data)
+	p, err := decodePayload(e.Kind, w.Data)
 	if err != nil {
 		return Envelope{}, err
 	}

@@ -134,6 +134,11 @@ func TestParseInput(t *testing.T) {
 		`{"kind":"call.refused","data":{"call_id":"c1","tool":"echo"}}`,
 		`{"kind":"nope.nope","data":{}}`,
 		`{"kind":"call.refused"}`,
+		`{"kind":"call.refused","data":{"CALL_ID":"c1","tool":"echo","reason":"cancelled"}}`,
+		`{"kind":"call.refused","data":{"call_id":"c1","tool":"echo","reason":null}}`,
+		`{"kind":"connection.closed","data":{}}`,
+		`{"kind":"connection.closed","data":null}`,
+		`{"kind":"lease.acquire_failed","data":{"fingerprint":"","reason":"x","duration_ns":1}}`,
 		`{"kind":"call.refused","data":{"call_id":"c1","tool":"echo","reason":"cancelled"}} trailing`,
 	} {
 		if _, err := events.ParseInput([]byte(bad)); !errors.Is(err, events.ErrInvalid) {

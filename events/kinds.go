@@ -1,7 +1,10 @@
 package events
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -64,9 +67,39 @@ func New(k Kind) (Payload, error) {
 	return mk(), nil
 }
 
-// DecodePayload decodes data strictly (no unknown fields, no trailing
-// bytes) into kind's payload type and validates it.
+// DecodePayload decodes data strictly into kind's payload type and
+// validates it. Beyond encoding/json's rules it refuses unknown fields,
+// trailing bytes, keys that match a field only case-insensitively, nulls,
+// missing required fields and explicit empty values in optional fields:
+// whatever it accepts means the same as its canonical re-encoding.
 func DecodePayload(kind Kind, data []byte) (Payload, error) {
+	p, err := decodePayload(kind, data)
+	if err != nil {
+		return nil, err
+	}
+	canonical, err := json.Marshal(p)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: re-encode payload: %v", ErrInvalid, kind, err)
+	}
+	if !bytes.Equal(canonical, data) && !sameJSON(canonical, data) {
+		return nil, fmt.Errorf("%w: %s data: missing required field, null, empty optional field or misspelt key", ErrInvalid, kind)
+	}
+	return p, nil
+}
+
+// sameJSON reports whether a and b decode to equal generic JSON values
+// (field order and spacing aside).
+func sameJSON(a, b []byte) bool {
+	var va, vb any
+	if json.Unmarshal(a, &va) != nil || json.Unmarshal(b, &vb) != nil {
+		return false
+	}
+	return reflect.DeepEqual(va, vb)
+}
+
+// decodePayload is DecodePayload without the canonical-meaning check; Decode
+// uses it and then compares the whole envelope's bytes instead.
+func decodePayload(kind Kind, data []byte) (Payload, error) {
 	p, err := New(kind)
 	if err != nil {
 		return nil, err

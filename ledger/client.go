@@ -1,0 +1,189 @@
+package ledger
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/leaseledger/leaseledger/events"
+	"github.com/nats-io/nats.go"
+)
+
+// ErrRemote is wrapped by errors the bus reports in HeaderError.
+var ErrRemote = errors.New("ledger: bus request failed")
+
+// Client reads a ledger over its NATS bus: replay, head, and tail (catch up
+// by replay, then go live, without gap or duplicate). It needs only the
+// read-only permissions.
+type Client struct {
+	nc *nats.Conn
+}
+
+// NewClient wraps a NATS connection to a ledger bus.
+func NewClient(nc *nats.Conn) *Client { return &Client{nc: nc} }
+
+// Head asks the bus for the durable head.
+func (c *Client) Head(ctx context.Context) (HeadReply, error) {
+	m, err := c.nc.RequestWithContext(ctx, HeadSubject, nil)
+	if err != nil {
+		return HeadReply{}, fmt.Errorf("ledger: head: %w", err)
+	}
+	var h HeadReply
+	if err := json.Unmarshal(m.Data, &h); err != nil {
+		return HeadReply{}, fmt.Errorf("ledger: head: malformed reply: %w", err)
+	}
+	return h, nil
+}
+
+// TailFilter selects events by kind and activation; both map onto the
+// event subject, so the filter applies on the server.
+type TailFilter struct {
+	Kind       events.Kind
+	Activation string
+}
+
+// Subject is the NATS subject matching f.
+func (f TailFilter) Subject() string {
+	fam, act := "*", "*"
+	if f.Kind != "" {
+		fam, act = f.Kind.Family(), f.Kind.Action()
+	}
+	a := "*"
+	if f.Activation != "" {
+		a = f.Activation
+	}
+	if f.Kind == "" && f.Activation == "" {
+		return EventSubjects
+	}
+	return events.SubjectPrefix + fam + "." + act + "." + a
+}
+
+func (f TailFilter) validate() error {
+	return Query{Kind: f.Kind, Activation: f.Activation}.Validate()
+}
+
+// Replay calls fn with every stored event in [from, to] (to 0: the head at
+// the time of each request) that f selects, chunk by chunk, and returns the
+// next seq to ask for: one past the range it covered.
+func (c *Client) Replay(ctx context.Context, from, to Seq, f TailFilter, fn func(seq Seq, raw []byte) error) (Seq, error) {
+	if err := f.validate(); err != nil {
+		return from, err
+	}
+	from = max(from, 1)
+	for {
+		req, _ := json.Marshal(ReplayRequest{From: uint64(from), To: uint64(to), Kind: f.Kind, Activation: f.Activation})
+		m, err := c.nc.RequestWithContext(ctx, ReplaySubject, req)
+		if err != nil {
+			return from, fmt.Errorf("ledger: replay from %d: %w", from, err)
+		}
+		if e := m.Header.Get(HeaderError); e != "" {
+			return from, fmt.Errorf("%w: %s", ErrRemote, e)
+		}
+		next, err := strconv.ParseUint(m.Header.Get(HeaderNext), 10, 64)
+		if err != nil {
+			return from, fmt.Errorf("ledger: replay: malformed %s header", HeaderNext)
+		}
+		for line := range bytes.SplitSeq(m.Data, []byte{'\n'}) {
+			if len(line) == 0 {
+				continue
+			}
+			seq, err := rawSeq(line)
+			if err != nil {
+				return from, err
+			}
+			if err := fn(seq, line); err != nil {
+				return from, err
+			}
+		}
+		if Seq(next) > from {
+			from = Seq(next)
+		}
+		if m.Header.Get(HeaderEnd) == "true" {
+			return from, nil
+		}
+	}
+}
+
+// rawSeq reads the seq of a canonical envelope without decoding it whole.
+func rawSeq(raw []byte) (Seq, error) {
+	const p = `{"seq":`
+	if !bytes.HasPrefix(raw, []byte(p)) {
+		return 0, fmt.Errorf("ledger: malformed event: no leading seq")
+	}
+	rest := raw[len(p):]
+	end := bytes.IndexByte(rest, ',')
+	if end < 0 {
+		return 0, fmt.Errorf("ledger: malformed event: no leading seq")
+	}
+	n, err := strconv.ParseUint(string(rest[:end]), 10, 64)
+	if err != nil || n == 0 {
+		return 0, fmt.Errorf("ledger: malformed event: bad seq")
+	}
+	return Seq(n), nil
+}
+
+// Tail calls fn with every event f selects from seq from onwards: first the
+// stored ones through replay, then live ones as they are published, with no
+// gap and no duplicate, until ctx ends or fn returns an error. The live
+// subscription is made before the replay, so nothing committed meanwhile is
+// missed; events already replayed are skipped by seq. If the subscription
+// drops messages (a slow consumer), the hole is filled by replay.
+func (c *Client) Tail(ctx context.Context, from Seq, f TailFilter, fn func(seq Seq, raw []byte) error) error {
+	if err := f.validate(); err != nil {
+		return err
+	}
+	sub, err := c.nc.SubscribeSync(f.Subject())
+	if err != nil {
+		return fmt.Errorf("ledger: tail: subscribe: %w", err)
+	}
+	defer sub.Unsubscribe()
+	if err := c.nc.FlushWithContext(ctx); err != nil {
+		return fmt.Errorf("ledger: tail: flush: %w", err)
+	}
+	next := max(from, 1)
+	deliver := func(seq Seq, raw []byte) error {
+		if seq < next {
+			return nil // already delivered
+		}
+		next = seq + 1
+		return fn(seq, raw)
+	}
+	if next, err = c.Replay(ctx, next, 0, f, deliver); err != nil {
+		return err
+	}
+	var dropped int
+	for {
+		m, err := sub.NextMsgWithContext(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if errors.Is(err, nats.ErrSlowConsumer) {
+				continue // the hole is filled below, on the next message
+			}
+			return fmt.Errorf("ledger: tail: %w", err)
+		}
+		seq64, err := strconv.ParseUint(m.Header.Get(HeaderSeq), 10, 64)
+		if err != nil {
+			return fmt.Errorf("ledger: tail: malformed %s header", HeaderSeq)
+		}
+		seq := Seq(seq64)
+		if seq < next {
+			continue
+		}
+		d, _ := sub.Dropped()
+		unfiltered := f.Kind == "" && f.Activation == ""
+		if seq > next && (unfiltered || d != dropped) {
+			dropped = d
+			if _, err := c.Replay(ctx, next, seq-1, f, deliver); err != nil {
+				return err
+			}
+		}
+		if err := deliver(seq, m.Data); err != nil {
+			return err
+		}
+	}
+}

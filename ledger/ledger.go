@@ -1,0 +1,629 @@
+// Package ledger owns the durable event log: a Pebble database in which
+// every event is stored under e/<seq> with gapless sequence numbers and a
+// SHA-256 hash chain, appended by one committer goroutine that group-commits
+// everything queued with a single fsync and acknowledges nothing before that
+// fsync. It also owns the read side (ranges and secondary indexes by
+// activation, session and kind), verification of the whole chain, and the
+// embedded NATS bus on which committed events are published (see Bus).
+package ledger
+
+import (
+	"context"
+	crand "crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/leaseledger/leaseledger/events"
+	"github.com/oklog/ulid/v2"
+)
+
+// Seq is an event's position in the log. The first event is 1; seqs are
+// gapless.
+type Seq uint64
+
+// Head is the last durable event: its seq and chain hash. The empty log has
+// Seq 0 and the zero hash, which is the genesis prev of seq 1.
+type Head struct {
+	Seq  Seq
+	Hash events.Hash
+}
+
+// Ack is what an acknowledged (fsynced) event was assigned.
+type Ack struct {
+	Seq  Seq
+	ID   ulid.ULID
+	Hash events.Hash
+}
+
+// Record is a committed event as handed to observers: decoded envelope and
+// the exact stored bytes.
+type Record struct {
+	Env events.Envelope
+	Raw []byte
+}
+
+// Observer receives every committed batch, after its fsync, in seq order,
+// on the committer's side of the pipeline. Implementations must not block
+// for long (they delay later acknowledgements) and must not call Append.
+type Observer interface {
+	Committed(batch []Record)
+}
+
+// Bounds and defaults.
+const (
+	// DefaultQueueLen bounds the number of Append calls waiting for the
+	// committer. A full queue blocks appenders (backpressure) until their
+	// context ends; it never grows memory.
+	DefaultQueueLen = 1024
+	// DefaultMaxBatchEvents bounds the events sealed into one Pebble batch.
+	DefaultMaxBatchEvents = 8192
+	// MaxAppendEvents bounds the events in one Append call, so that a single
+	// call always fits one batch and is committed atomically.
+	MaxAppendEvents = DefaultMaxBatchEvents
+	// inflightBatches bounds batches applied to Pebble but not yet known to
+	// be synced: the committer seals batch N+1 while batch N's fsync runs.
+	inflightBatches = 4
+)
+
+// Errors callers branch on.
+var (
+	// ErrClosed is returned by calls on a closed ledger.
+	ErrClosed = errors.New("ledger: closed")
+	// ErrLocked is returned by Open when another process holds the data
+	// directory.
+	ErrLocked = errors.New("ledger: data directory is in use by another process")
+	// ErrTooManyEvents is returned when one Append exceeds MaxAppendEvents.
+	ErrTooManyEvents = errors.New("ledger: too many events in one append")
+	// ErrUnacknowledged is returned when the caller's context ended after its
+	// events were queued: they may or may not be committed.
+	ErrUnacknowledged = errors.New("ledger: append not acknowledged")
+	// ErrFailed is returned after a storage failure; the ledger refuses all
+	// further appends because its in-memory chain state can no longer be
+	// trusted. Reopen to recover from what is durable.
+	ErrFailed = errors.New("ledger: failed")
+	// ErrCorrupt is returned by Open when the stored head is inconsistent.
+	ErrCorrupt = errors.New("ledger: corrupt")
+)
+
+// Options configures Open.
+type Options struct {
+	// Dir is the data directory. Required.
+	Dir string
+	// QueueLen bounds waiting Append calls; DefaultQueueLen when zero.
+	QueueLen int
+	// MaxBatchEvents bounds events per Pebble batch; DefaultMaxBatchEvents
+	// when zero.
+	MaxBatchEvents int
+	// BeforeAck, when set, sees every committed batch after its fsync and
+	// before any of its appenders is acknowledged (the projector uses it, so
+	// that a caller's own events are reflected in reports once Append
+	// returns).
+	BeforeAck Observer
+	// Now is the clock; time.Now when nil. Event times never go backwards.
+	Now func() time.Time
+	// Logger receives operational messages; slog.Default when nil.
+	Logger *slog.Logger
+	// PebbleOptions, when set, is used as the base Pebble configuration.
+	PebbleOptions *pebble.Options
+}
+
+// Ledger is an open log. It is safe for concurrent use.
+type Ledger struct {
+	db     *pebble.DB
+	lock   *os.File // flocked LOCK file of the data directory
+	opts   Options
+	logger *slog.Logger
+
+	// mu guards closed against concurrent enqueues: appenders hold it for
+	// reading while they enqueue, Close takes it for writing, so after Close
+	// sets closed no enqueue can be in progress and the queue content is final.
+	mu     sync.RWMutex
+	closed bool
+
+	closeOnce sync.Once
+	closeErr  error
+
+	queue    chan *appendReq
+	inflight chan *pending
+	stop     chan struct{}
+	done     chan struct{}
+
+	head      atomic.Pointer[Head] // last durable event
+	failure   atomic.Pointer[error]
+	observers atomic.Pointer[[]Observer]
+	obsMu     sync.Mutex
+
+	// committer-only state
+	tail    Head // last sealed (maybe not yet durable) event
+	lastT   time.Time
+	entropy *ulid.MonotonicEntropy
+}
+
+type appendReq struct {
+	prepared []events.Prepared
+	acks     []Ack
+	err      error
+	done     chan struct{}
+}
+
+// pending is a batch applied to Pebble whose fsync has not been observed.
+type pending struct {
+	batch   *pebble.Batch
+	reqs    []*appendReq
+	records []Record
+	head    Head
+}
+
+// Open opens (creating if needed) the ledger in opts.Dir and starts its
+// committer. A directory held by another process yields ErrLocked.
+func Open(opts Options) (*Ledger, error) {
+	if opts.Dir == "" {
+		return nil, errors.New("ledger: Options.Dir is required")
+	}
+	if opts.QueueLen <= 0 {
+		opts.QueueLen = DefaultQueueLen
+	}
+	if opts.MaxBatchEvents <= 0 {
+		opts.MaxBatchEvents = DefaultMaxBatchEvents
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	lock, err := lockDir(opts.Dir)
+	if err != nil {
+		return nil, err
+	}
+	db, err := openPebble(opts)
+	if err != nil {
+		lock.Close()
+		return nil, err
+	}
+	l := &Ledger{
+		db: db, lock: lock, opts: opts, logger: opts.Logger,
+		queue:    make(chan *appendReq, opts.QueueLen),
+		inflight: make(chan *pending, inflightBatches),
+		stop:     make(chan struct{}),
+		done:     make(chan struct{}),
+	}
+	head, err := l.loadHead()
+	if err != nil {
+		db.Close()
+		lock.Close()
+		return nil, err
+	}
+	l.head.Store(&head)
+	l.tail = head
+	if head.Seq > 0 {
+		if env, err := l.Get(head.Seq); err == nil {
+			l.lastT = env.Time
+		}
+	}
+	var seed [32]byte
+	if _, err := crand.Read(seed[:]); err != nil {
+		db.Close()
+		lock.Close()
+		return nil, fmt.Errorf("ledger: seed ULID entropy: %w", err)
+	}
+	l.entropy = ulid.Monotonic(rand.NewChaCha8(seed), 0)
+	empty := []Observer{}
+	l.observers.Store(&empty)
+	syncerDone := make(chan struct{})
+	go l.syncer(syncerDone)
+	go l.committer(syncerDone)
+	return l, nil
+}
+
+// lockFile is taken with flock before Pebble opens the directory. Pebble
+// has its own lock, but its error differs within and across processes; an
+// flock on a fresh open file description conflicts in both cases, so callers
+// get ErrLocked either way and Pebble never sees a second opener.
+const lockFile = "LEASELEDGER.LOCK"
+
+func lockDir(dir string) (*os.File, error) {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, fmt.Errorf("ledger: create %s: %w", dir, err)
+	}
+	f, err := os.OpenFile(filepath.Join(dir, lockFile), os.O_RDWR|os.O_CREATE, 0o640)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: open lock file: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%w: %s", ErrLocked, dir)
+		}
+		return nil, fmt.Errorf("ledger: lock %s: %w", dir, err)
+	}
+	return f, nil
+}
+
+func openPebble(opts Options) (*pebble.DB, error) {
+	po := &pebble.Options{}
+	if opts.PebbleOptions != nil {
+		po = opts.PebbleOptions.Clone()
+	}
+	po.FormatMajorVersion = pebble.FormatNewest
+	if po.Logger == nil {
+		po.Logger = quietLogger{opts.Logger}
+	}
+	db, err := pebble.Open(opts.Dir, po)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: open %s: %w", opts.Dir, err)
+	}
+	if v, closer, err := db.Get([]byte(keyFormat)); err == nil {
+		format := string(v)
+		closer.Close()
+		if format != keyspaceFormat {
+			db.Close()
+			return nil, fmt.Errorf("%w: keyspace format %q, this build reads %q", ErrCorrupt, format, keyspaceFormat)
+		}
+	} else if errors.Is(err, pebble.ErrNotFound) {
+		if err := db.Set([]byte(keyFormat), []byte(keyspaceFormat), pebble.Sync); err != nil {
+			db.Close()
+			return nil, fmt.Errorf("ledger: write format: %w", err)
+		}
+	} else {
+		db.Close()
+		return nil, fmt.Errorf("ledger: read format: %w", err)
+	}
+	return db, nil
+}
+
+// loadHead reads m/head and checks it against the last e/ key, so that a
+// head pointing past the log (or a log past its head) is caught at open.
+func (l *Ledger) loadHead() (Head, error) {
+	var head Head
+	v, closer, err := l.db.Get([]byte(keyHead))
+	switch {
+	case errors.Is(err, pebble.ErrNotFound):
+	case err != nil:
+		return Head{}, fmt.Errorf("ledger: read head: %w", err)
+	default:
+		h, ok := decodeHead(v)
+		closer.Close()
+		if !ok {
+			return Head{}, fmt.Errorf("%w: malformed m/head", ErrCorrupt)
+		}
+		head = h
+	}
+	last, err := l.lastEventSeq()
+	if err != nil {
+		return Head{}, err
+	}
+	if last != head.Seq {
+		return Head{}, fmt.Errorf("%w: m/head says seq %d but the last stored event is seq %d", ErrCorrupt, head.Seq, last)
+	}
+	return head, nil
+}
+
+func (l *Ledger) lastEventSeq() (Seq, error) {
+	it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: []byte(prefixEvent), UpperBound: upperBound([]byte(prefixEvent))})
+	if err != nil {
+		return 0, fmt.Errorf("ledger: iterate: %w", err)
+	}
+	defer it.Close()
+	if !it.Last() {
+		return 0, it.Error()
+	}
+	seq, _ := seqFromKey(it.Key())
+	return seq, nil
+}
+
+// Head returns the last durable event. Events after it may be visible to a
+// raw Pebble reader but are not acknowledged; every read of this package is
+// bounded by Head.
+func (l *Ledger) Head() Head { return *l.head.Load() }
+
+// Watch registers o to receive every batch committed from now on, after its
+// appenders were acknowledged, in seq order. The returned function
+// unregisters it.
+func (l *Ledger) Watch(o Observer) (unwatch func()) {
+	l.obsMu.Lock()
+	defer l.obsMu.Unlock()
+	cur := *l.observers.Load()
+	next := append(append([]Observer{}, cur...), o)
+	l.observers.Store(&next)
+	return func() {
+		l.obsMu.Lock()
+		defer l.obsMu.Unlock()
+		cur := *l.observers.Load()
+		next := make([]Observer, 0, len(cur))
+		for _, x := range cur {
+			if x != o {
+				next = append(next, x)
+			}
+		}
+		l.observers.Store(&next)
+	}
+}
+
+// Append validates drafts, appends them as consecutive events and returns
+// their seqs once they are durable. Invalid drafts are refused with an error
+// wrapping events.ErrInvalid and nothing of the call is written.
+func (l *Ledger) Append(ctx context.Context, drafts ...events.Draft) ([]Seq, error) {
+	acks, err := l.AppendAcks(ctx, drafts...)
+	if err != nil {
+		return nil, err
+	}
+	seqs := make([]Seq, len(acks))
+	for i, a := range acks {
+		seqs[i] = a.Seq
+	}
+	return seqs, nil
+}
+
+// AppendAcks is Append returning each event's seq, ULID and hash.
+func (l *Ledger) AppendAcks(ctx context.Context, drafts ...events.Draft) ([]Ack, error) {
+	if len(drafts) == 0 {
+		return nil, nil
+	}
+	if len(drafts) > MaxAppendEvents {
+		return nil, fmt.Errorf("%w: %d, limit MaxAppendEvents=%d", ErrTooManyEvents, len(drafts), MaxAppendEvents)
+	}
+	prepared := make([]events.Prepared, len(drafts))
+	for i, d := range drafts {
+		p, err := events.Prepare(d)
+		if err != nil {
+			return nil, fmt.Errorf("ledger: event %d of %d: %w", i, len(drafts), err)
+		}
+		prepared[i] = p
+	}
+	return l.appendPrepared(ctx, prepared)
+}
+
+func (l *Ledger) appendPrepared(ctx context.Context, prepared []events.Prepared) ([]Ack, error) {
+	req := &appendReq{prepared: prepared, done: make(chan struct{})}
+	if err := l.enqueue(ctx, req); err != nil {
+		return nil, err
+	}
+	select {
+	case <-req.done:
+		return req.acks, req.err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%w: %w", ErrUnacknowledged, ctx.Err())
+	}
+}
+
+func (l *Ledger) enqueue(ctx context.Context, req *appendReq) error {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.closed {
+		return ErrClosed
+	}
+	if err := l.failed(); err != nil {
+		return err
+	}
+	select {
+	case l.queue <- req:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (l *Ledger) failed() error {
+	if p := l.failure.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+func (l *Ledger) fail(err error) error {
+	err = fmt.Errorf("%w: %w", ErrFailed, err)
+	l.failure.CompareAndSwap(nil, &err)
+	return *l.failure.Load()
+}
+
+// committer takes everything queued, seals it into one Pebble batch and
+// applies it with a Sync commit whose fsync it does not wait for; the syncer
+// waits, in order. So the fsync of batch N overlaps the sealing of N+1,
+// which is how raw concurrent Pebble commits behave too.
+func (l *Ledger) committer(syncerDone <-chan struct{}) {
+	defer close(l.done)
+	defer func() { <-syncerDone }()
+	defer close(l.inflight)
+	var reqs []*appendReq
+	for {
+		reqs = reqs[:0]
+		select {
+		case r := <-l.queue:
+			reqs = append(reqs, r)
+		case <-l.stop:
+			// Close set closed under the write lock, so nothing is being
+			// enqueued any more: drain what is left, then exit.
+			l.drainOnStop()
+			return
+		}
+		n := len(reqs[0].prepared)
+	drain:
+		for n < l.opts.MaxBatchEvents {
+			select {
+			case r := <-l.queue:
+				if n+len(r.prepared) > l.opts.MaxBatchEvents {
+					l.commit(reqs)
+					reqs = append(reqs[:0], r)
+					n = len(r.prepared)
+					continue
+				}
+				reqs = append(reqs, r)
+				n += len(r.prepared)
+			default:
+				break drain
+			}
+		}
+		l.commit(reqs)
+	}
+}
+
+func (l *Ledger) drainOnStop() {
+	var reqs []*appendReq
+	n := 0
+	for {
+		select {
+		case r := <-l.queue:
+			if n+len(r.prepared) > l.opts.MaxBatchEvents {
+				l.commit(reqs)
+				reqs, n = nil, 0
+			}
+			reqs = append(reqs, r)
+			n += len(r.prepared)
+		default:
+			if len(reqs) > 0 {
+				l.commit(reqs)
+			}
+			return
+		}
+	}
+}
+
+func (l *Ledger) commit(reqs []*appendReq) {
+	if err := l.failed(); err != nil {
+		for _, r := range reqs {
+			r.err = err
+			close(r.done)
+		}
+		return
+	}
+	n := 0
+	for _, r := range reqs {
+		n += len(r.prepared)
+	}
+	p := &pending{batch: l.db.NewBatch(), reqs: append([]*appendReq(nil), reqs...), records: make([]Record, 0, n)}
+	prevTail, prevT := l.tail, l.lastT
+	for _, r := range reqs {
+		r.acks = make([]Ack, len(r.prepared))
+		for i, ev := range r.prepared {
+			env, raw := l.seal(ev)
+			r.acks[i] = Ack{Seq: Seq(env.Seq), ID: env.ID, Hash: env.Hash}
+			p.records = append(p.records, Record{Env: env, Raw: raw})
+			seq := Seq(env.Seq)
+			b := p.batch
+			_ = b.Set(eventKey(seq), raw, nil)
+			if env.Activation != "" {
+				_ = b.Set(indexKey(prefixActivation, env.Activation, seq), nil, nil)
+			}
+			if env.Session != "" {
+				_ = b.Set(indexKey(prefixSession, env.Session, seq), nil, nil)
+			}
+			_ = b.Set(indexKey(prefixKind, string(env.Kind), seq), nil, nil)
+		}
+	}
+	p.head = l.tail
+	_ = p.batch.Set([]byte(keyHead), encodeHead(p.head), nil)
+	if err := l.db.ApplyNoSyncWait(p.batch, pebble.Sync); err != nil {
+		l.tail, l.lastT = prevTail, prevT
+		err = l.fail(fmt.Errorf("commit: %w", err))
+		p.batch.Close()
+		for _, r := range reqs {
+			r.acks, r.err = nil, err
+			close(r.done)
+		}
+		return
+	}
+	l.inflight <- p
+}
+
+func (l *Ledger) seal(p events.Prepared) (events.Envelope, []byte) {
+	t := l.opts.Now().UTC()
+	if t.Before(l.lastT) {
+		t = l.lastT // event times never go backwards
+	}
+	l.lastT = t
+	id, err := ulid.New(ulid.Timestamp(t), l.entropy)
+	if err != nil {
+		// Monotonic entropy overflows only after 2^80 IDs in one
+		// millisecond; fall back to fresh entropy rather than fail.
+		id = ulid.MustNew(ulid.Timestamp(t), crand.Reader)
+	}
+	seq := l.tail.Seq + 1
+	env, raw := events.Seal(p, uint64(seq), id, t, l.tail.Hash)
+	l.tail = Head{Seq: seq, Hash: env.Hash}
+	return env, raw
+}
+
+// syncer waits for each applied batch's fsync in order, publishes the new
+// durable head, and wakes the batch's appenders.
+func (l *Ledger) syncer(done chan<- struct{}) {
+	defer close(done)
+	for p := range l.inflight {
+		err := p.batch.SyncWait()
+		p.batch.Close()
+		if err == nil {
+			err = l.failed() // an earlier batch failed: this one is suspect too
+		}
+		if err != nil {
+			err = l.fail(fmt.Errorf("sync: %w", err))
+			for _, r := range p.reqs {
+				r.acks, r.err = nil, err
+				close(r.done)
+			}
+			continue
+		}
+		head := p.head
+		l.head.Store(&head)
+		if l.opts.BeforeAck != nil {
+			l.opts.BeforeAck.Committed(p.records)
+		}
+		for _, r := range p.reqs {
+			close(r.done)
+		}
+		for _, o := range *l.observers.Load() {
+			o.Committed(p.records)
+		}
+	}
+}
+
+// Close stops accepting appends, commits everything already queued, waits
+// for the committer to finish and closes the database. It is idempotent and
+// safe to call concurrently with Append.
+func (l *Ledger) Close() error {
+	l.closeOnce.Do(func() {
+		l.mu.Lock()
+		l.closed = true
+		l.mu.Unlock()
+		close(l.stop)
+		<-l.done
+		if err := l.db.Close(); err != nil {
+			l.closeErr = fmt.Errorf("ledger: close: %w", err)
+		}
+		l.lock.Close() // releases the flock
+	})
+	return l.closeErr
+}
+
+// Dir is the data directory the ledger was opened in.
+func (l *Ledger) Dir() string { return l.opts.Dir }
+
+// DB exposes the underlying Pebble database for tooling that must work
+// below the ledger (benchmarks, tamper tests). Writing to it bypasses the
+// chain.
+func (l *Ledger) DB() *pebble.DB { return l.db }
+
+// quietLogger routes Pebble's informational logs to slog at debug level.
+type quietLogger struct{ l *slog.Logger }
+
+func (q quietLogger) Infof(format string, args ...any) {
+	q.l.Debug(fmt.Sprintf(format, args...), "component", "pebble")
+}
+func (q quietLogger) Errorf(format string, args ...any) {
+	q.l.Error(fmt.Sprintf(format, args...), "component", "pebble")
+}
+func (q quietLogger) Fatalf(format string, args ...any) {
+	q.l.Error(fmt.Sprintf(format, args...), "component", "pebble")
+	panic(fmt.Sprintf(format, args...)) // Pebble's contract: Fatalf does not return
+}
+
+var _ io.Closer = (*Ledger)(nil)

@@ -1,0 +1,198 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/leaseledger/leaseledger/events"
+)
+
+// ErrNotFound is returned by Get for a seq beyond the durable head.
+var ErrNotFound = errors.New("ledger: no such event")
+
+// Query selects events. From and To are inclusive; zero To means the
+// durable head. At most one index is used, the most selective set field in
+// the order Activation, Session, Kind; the other set fields filter.
+type Query struct {
+	From, To   Seq
+	Kind       events.Kind
+	Activation string
+	Session    string
+}
+
+// Validate checks identifiers so that a query cannot address keys outside
+// its index.
+func (q Query) Validate() error {
+	if q.Activation != "" && !events.ValidID(q.Activation) {
+		return fmt.Errorf("ledger: query: %w", &events.FieldError{Field: "activation", Reason: "want [A-Za-z0-9_-]{1,128}"})
+	}
+	if q.Session != "" && !events.ValidID(q.Session) {
+		return fmt.Errorf("ledger: query: %w", &events.FieldError{Field: "session", Reason: "want [A-Za-z0-9_-]{1,128}"})
+	}
+	if q.Kind != "" && !events.Known(q.Kind) {
+		return fmt.Errorf("ledger: query: %w: %q", events.ErrUnknownKind, q.Kind)
+	}
+	return nil
+}
+
+// Get returns the durable event at seq.
+func (l *Ledger) Get(seq Seq) (events.Envelope, error) {
+	raw, err := l.GetRaw(seq)
+	if err != nil {
+		return events.Envelope{}, err
+	}
+	env, err := events.Decode(raw)
+	if err != nil {
+		return events.Envelope{}, fmt.Errorf("ledger: seq %d: %w", seq, err)
+	}
+	return env, nil
+}
+
+// GetRaw returns the stored bytes of the durable event at seq.
+func (l *Ledger) GetRaw(seq Seq) ([]byte, error) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.closed {
+		return nil, ErrClosed
+	}
+	if seq == 0 || seq > l.Head().Seq {
+		return nil, fmt.Errorf("%w: seq %d (head %d)", ErrNotFound, seq, l.Head().Seq)
+	}
+	v, closer, err := l.db.Get(eventKey(seq))
+	if err != nil {
+		if errors.Is(err, pebble.ErrNotFound) {
+			return nil, fmt.Errorf("%w: seq %d is missing below the head", ErrCorrupt, seq)
+		}
+		return nil, fmt.Errorf("ledger: get seq %d: %w", seq, err)
+	}
+	defer closer.Close()
+	return append([]byte(nil), v...), nil
+}
+
+// Scan calls fn with the seq and stored bytes of every durable event the
+// query selects, in seq order. The bytes are only valid during the call.
+// Scan stops at the first error fn returns and returns it.
+func (l *Ledger) Scan(ctx context.Context, q Query, fn func(seq Seq, raw []byte) error) error {
+	if err := q.Validate(); err != nil {
+		return err
+	}
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.closed {
+		return ErrClosed
+	}
+	head := l.Head().Seq
+	from, to := max(q.From, 1), q.To
+	if to == 0 || to > head {
+		to = head
+	}
+	if from > to {
+		return nil
+	}
+	var (
+		prefix  []byte
+		filters int
+	)
+	switch {
+	case q.Activation != "":
+		prefix = indexPrefix(prefixActivation, q.Activation)
+		filters = boolInt(q.Session != "") + boolInt(q.Kind != "")
+	case q.Session != "":
+		prefix = indexPrefix(prefixSession, q.Session)
+		filters = boolInt(q.Kind != "")
+	case q.Kind != "":
+		prefix = indexPrefix(prefixKind, string(q.Kind))
+	}
+	match := func(raw []byte) (bool, error) {
+		if filters == 0 {
+			return true, nil
+		}
+		env, err := events.Decode(raw)
+		if err != nil {
+			return false, err
+		}
+		return (q.Session == "" || env.Session == q.Session) && (q.Kind == "" || env.Kind == q.Kind), nil
+	}
+
+	if prefix == nil {
+		it, err := l.db.NewIterWithContext(ctx, &pebble.IterOptions{LowerBound: eventKey(from), UpperBound: eventKey(to + 1)})
+		if err != nil {
+			return fmt.Errorf("ledger: iterate: %w", err)
+		}
+		defer it.Close()
+		for ok := it.First(); ok; ok = it.Next() {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			seq, _ := seqFromKey(it.Key())
+			v, err := it.ValueAndErr()
+			if err != nil {
+				return fmt.Errorf("ledger: read seq %d: %w", seq, err)
+			}
+			if err := fn(seq, v); err != nil {
+				return err
+			}
+		}
+		return it.Error()
+	}
+
+	idx, err := l.db.NewIterWithContext(ctx, &pebble.IterOptions{
+		LowerBound: append(append([]byte(nil), prefix...), eventKey(from)[len(prefixEvent):]...),
+		UpperBound: append(append([]byte(nil), prefix...), eventKey(to + 1)[len(prefixEvent):]...),
+	})
+	if err != nil {
+		return fmt.Errorf("ledger: iterate index: %w", err)
+	}
+	defer idx.Close()
+	for ok := idx.First(); ok; ok = idx.Next() {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		seq, _ := seqFromKey(idx.Key())
+		v, closer, err := l.db.Get(eventKey(seq))
+		if err != nil {
+			return fmt.Errorf("ledger: index points to seq %d: %w", seq, err)
+		}
+		ok, err := match(v)
+		if err == nil && ok {
+			err = fn(seq, v)
+		}
+		closer.Close()
+		if err != nil {
+			return err
+		}
+	}
+	return idx.Error()
+}
+
+// Events yields the decoded durable events the query selects, in seq order.
+// An undecodable event ends the iteration with its error.
+func (l *Ledger) Events(ctx context.Context, q Query) iter.Seq2[events.Envelope, error] {
+	return func(yield func(events.Envelope, error) bool) {
+		stopped := errors.New("stopped")
+		err := l.Scan(ctx, q, func(seq Seq, raw []byte) error {
+			env, err := events.Decode(raw)
+			if err != nil {
+				yield(events.Envelope{}, fmt.Errorf("ledger: seq %d: %w", seq, err))
+				return stopped
+			}
+			if !yield(env, nil) {
+				return stopped
+			}
+			return nil
+		})
+		if err != nil && !errors.Is(err, stopped) {
+			yield(events.Envelope{}, err)
+		}
+	}
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
