@@ -22,6 +22,10 @@ const DefaultHelloTimeout = 5 * time.Second
 // not reading its stdin), the host asks out of band with SIGTERM.
 const controlWriteBound = 250 * time.Millisecond
 
+// exitSettle is how long the reader waits, after the helper's stream ends,
+// for the helper's exit before it records the stream as closed prematurely.
+const exitSettle = 200 * time.Millisecond
+
 // stdoutQueue bounds the stdout chunks held between the frame reader and
 // Read; when full, the reader blocks and backpressure reaches the target.
 const stdoutQueue = 64
@@ -321,8 +325,12 @@ func (s *Session) handshake(ctx context.Context, req LaunchRequest) error {
 	})
 	defer stop()
 	unsupported := func(cause error) error {
-		if ctx.Err() != nil {
-			cause = fmt.Errorf("%w (%w)", cause, ctx.Err())
+		cerr := ctx.Err()
+		if d, ok := ctx.Deadline(); cerr == nil && ok && !time.Now().Before(d) {
+			cerr = context.DeadlineExceeded // the read deadline was the context's
+		}
+		if cerr != nil {
+			cause = fmt.Errorf("%w (%w)", cause, cerr)
 		}
 		return &HelperError{Path: s.helperPath, Kind: ErrHelperUnsupported, Cause: cause}
 	}
@@ -465,12 +473,17 @@ func (s *Session) fault(r Reason, text string) {
 }
 
 func (s *Session) endStream(err error) {
+	// A helper's exit closes its stdout a moment before its wait status is
+	// observable, so give the exit a short window before calling the end of
+	// the stream premature.
 	exited := false
+	t := time.NewTimer(exitSettle)
 	select {
 	case <-s.waitDone:
 		exited = true
-	default:
+	case <-t.C:
 	}
+	t.Stop()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.streamEnded = true

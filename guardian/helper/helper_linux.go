@@ -309,8 +309,11 @@ func (h *helper) writeStdin() {
 				}
 				break
 			}
+			// Stamp before closing: the child may see EOF, exit and be
+			// reaped before a stamp taken after Close returned.
+			at := time.Now().UTC()
 			_ = h.stdinW.Close()
-			h.stdinClosed <- time.Now().UTC()
+			h.stdinClosed <- at
 			return
 		}
 	}
