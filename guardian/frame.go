@@ -1,6 +1,7 @@
 package guardian
 
 import (
+	"bufio"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -28,6 +29,30 @@ const MaxFrameLen = 1 << 20
 // writes into several frames, so a target that writes one giant "message"
 // never produces a giant frame. 64 KiB matches the Linux pipe buffer.
 const MaxDataChunk = 64 << 10
+
+// chunkPool recycles data-chunk buffers (cap MaxDataChunk) between a frame
+// reader and the consumer of its data, so a busy relay does not allocate,
+// and collect, 64 KiB per frame.
+var chunkPool = sync.Pool{New: func() any { b := make([]byte, 0, MaxDataChunk); return &b }}
+
+// GetChunk returns a copy of p in a pooled buffer when p fits in one, else
+// a fresh copy. Release it with PutChunk when done.
+func GetChunk(p []byte) *[]byte {
+	if len(p) > MaxDataChunk {
+		b := append([]byte(nil), p...)
+		return &b
+	}
+	b := chunkPool.Get().(*[]byte)
+	*b = append((*b)[:0], p...)
+	return b
+}
+
+// PutChunk recycles a buffer from GetChunk.
+func PutChunk(b *[]byte) {
+	if cap(*b) == MaxDataChunk {
+		chunkPool.Put(b)
+	}
+}
 
 // frameHeaderLen is the length prefix plus the type byte.
 const frameHeaderLen = 5
@@ -143,7 +168,9 @@ func NewFrameReader(r io.Reader, max int) *FrameReader {
 	if max <= 0 || max > MaxFrameLen {
 		max = MaxFrameLen
 	}
-	return &FrameReader{r: r, max: max}
+	// Buffered, so a header and a small payload cost one read, not three;
+	// sized so a full data frame fits.
+	return &FrameReader{r: bufio.NewReaderSize(r, MaxDataChunk+2*frameHeaderLen), max: max}
 }
 
 // Next reads one frame. It returns io.EOF only at a clean frame boundary;

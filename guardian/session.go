@@ -169,7 +169,7 @@ type Session struct {
 	hello      Hello
 	started    Started
 
-	out        chan []byte   // stdout chunks for Read; closed at stdout EOF or stream end
+	out        chan *[]byte  // pooled stdout chunks for Read; closed at stdout EOF or stream end
 	closing    chan struct{} // closed by Close or Stream().Close
 	closingOne sync.Once
 	outOne     sync.Once
@@ -177,7 +177,8 @@ type Session struct {
 	waitDone   chan struct{}
 
 	readMu  sync.Mutex
-	pending []byte
+	pending []byte   // unread part of pendBuf
+	pendBuf *[]byte  // pooled chunk being read
 
 	writeMu       sync.Mutex
 	streamCorrupt bool // a write to the helper failed, perhaps mid-frame
@@ -250,7 +251,7 @@ func Launch(ctx context.Context, spec Spec) (*Session, error) {
 	}
 	s := &Session{
 		spec: spec, helperPath: path,
-		out: make(chan []byte, stdoutQueue), closing: make(chan struct{}),
+		out: make(chan *[]byte, stdoutQueue), closing: make(chan struct{}),
 		readerDone: make(chan struct{}), waitDone: make(chan struct{}), closeDone: make(chan struct{}),
 	}
 	if err := s.startHelper(); err != nil {
@@ -296,6 +297,8 @@ func (s *Session) startHelper() error {
 		closeFiles(toW, fromR)
 		return &HelperError{Path: s.helperPath, Kind: ErrHelperUnsupported, Cause: fmt.Errorf("start helper: %w", err)}
 	}
+	growPipe(toW)
+	growPipe(fromR)
 	s.proc, s.toHelper, s.fromHelper = proc, toW, fromR
 	s.fw = NewFrameWriter(toW)
 	s.fr = NewFrameReader(fromR, MaxFrameLen)
@@ -415,7 +418,7 @@ func (s *Session) readLoop() {
 				s.closeOut()
 				continue
 			}
-			s.deliver(append([]byte(nil), f.Payload...))
+			s.deliver(GetChunk(f.Payload))
 		case FrameStderr:
 			s.mu.Lock()
 			s.stderrBytes += int64(len(f.Payload))
@@ -447,16 +450,18 @@ func (s *Session) readLoop() {
 	}
 }
 
-func (s *Session) deliver(b []byte) {
+func (s *Session) deliver(b *[]byte) {
+	n := int64(len(*b))
 	s.mu.Lock()
-	s.stdoutBytes += int64(len(b))
+	s.stdoutBytes += n
 	s.mu.Unlock()
 	select {
 	case s.out <- b:
 	case <-s.closing:
 		// Nobody reads any more; keep the helper flowing.
+		PutChunk(b)
 		s.mu.Lock()
-		s.stdoutDropped += int64(len(b))
+		s.stdoutDropped += n
 		s.mu.Unlock()
 	}
 }
@@ -513,13 +518,17 @@ func (s *Session) Read(p []byte) (int, error) {
 			if !ok {
 				return 0, s.readEndErr()
 			}
-			s.pending = b
+			s.pendBuf, s.pending = b, *b
 		case <-s.closing:
 			return 0, ErrClosed
 		}
 	}
 	n := copy(p, s.pending)
 	s.pending = s.pending[n:]
+	if len(s.pending) == 0 {
+		PutChunk(s.pendBuf)
+		s.pendBuf, s.pending = nil, nil
+	}
 	return n, nil
 }
 

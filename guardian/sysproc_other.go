@@ -2,7 +2,12 @@
 
 package guardian
 
-import "syscall"
+import (
+	"os"
+	"syscall"
+)
+
+func growPipe(*os.File) {}
 
 // On other platforms the helper itself reports itself unsupported (it exits
 // before its hello), so Launch fails with ErrHelperUnsupported.

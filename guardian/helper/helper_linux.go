@@ -77,7 +77,7 @@ type helper struct {
 	rc   guardian.Receipt
 
 	stdinW, stdoutR, stderrR *os.File
-	stdinQ                   chan []byte
+	stdinQ                   chan *[]byte
 	stdinClosed              chan time.Time
 	stdoutDone, stderrDone   chan pipeResult
 
@@ -201,6 +201,9 @@ func (h *helper) start() error {
 		closeAll(inR, inW, outR, outW)
 		return fmt.Errorf("stderr pipe: %w", err)
 	}
+	growPipe(inW)
+	growPipe(outR)
+	growPipe(errR)
 	argv := append([]string{h.req.Command}, h.req.Args...)
 	proc, err := os.StartProcess(path, argv, &os.ProcAttr{
 		Dir:   h.req.Dir,
@@ -225,7 +228,7 @@ func (h *helper) start() error {
 	h.exited = make(chan exitInfo, 1)
 	h.hostEv = make(chan hostEvent, 4)
 	h.cleanup = make(chan struct{})
-	h.stdinQ = make(chan []byte, stdinQueue)
+	h.stdinQ = make(chan *[]byte, stdinQueue)
 	h.stdinClosed = make(chan time.Time, 1)
 	h.stdoutDone = make(chan pipeResult, 1)
 	h.stderrDone = make(chan pipeResult, 1)
@@ -240,6 +243,17 @@ func (h *helper) start() error {
 	go h.pump(outR, guardian.FrameStdout, h.stdoutDone)
 	go h.pump(errR, guardian.FrameStderr, h.stderrDone)
 	return nil
+}
+
+// pipeSize is the capacity asked for the target's pipes: fewer, larger
+// transfers per context switch. 1 MiB is the default unprivileged maximum;
+// failure keeps the 64 KiB default.
+const pipeSize = 1 << 20
+
+func growPipe(f *os.File) {
+	if rc, err := f.SyscallConn(); err == nil {
+		_ = rc.Control(func(fd uintptr) { _, _ = unix.FcntlInt(fd, unix.F_SETPIPE_SZ, pipeSize) })
+	}
 }
 
 func closeAll(fs ...*os.File) {
@@ -264,11 +278,12 @@ func (h *helper) readHost(fr *guardian.FrameReader) {
 		}
 		switch f.Type {
 		case guardian.FrameStdin:
-			b := append([]byte(nil), f.Payload...)
+			b := guardian.GetChunk(f.Payload)
 			select {
 			case h.stdinQ <- b:
 			case <-h.cleanup:
 				// stdin is being closed; late bytes have nowhere to go.
+				guardian.PutChunk(b)
 			}
 		case guardian.FrameControl:
 			if len(f.Payload) != 1 || (f.Payload[0] != guardian.ControlClose && f.Payload[0] != guardian.ControlKillDescendants) {
@@ -286,11 +301,12 @@ func (h *helper) readHost(fr *guardian.FrameReader) {
 // writeStdin owns the target's stdin write end, and closes it.
 func (h *helper) writeStdin() {
 	broken := false
-	write := func(b []byte) {
+	write := func(b *[]byte) {
+		defer guardian.PutChunk(b)
 		if broken {
 			return
 		}
-		if _, err := h.stdinW.Write(b); err != nil {
+		if _, err := h.stdinW.Write(*b); err != nil {
 			broken = true // EPIPE (target closed stdin), deadline, or closed
 		}
 	}
