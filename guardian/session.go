@@ -177,8 +177,8 @@ type Session struct {
 	waitDone   chan struct{}
 
 	readMu  sync.Mutex
-	pending []byte   // unread part of pendBuf
-	pendBuf *[]byte  // pooled chunk being read
+	pending []byte  // unread part of pendBuf
+	pendBuf *[]byte // pooled chunk being read
 
 	writeMu       sync.Mutex
 	streamCorrupt bool // a write to the helper failed, perhaps mid-frame
