@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/leaseledger/leaseledger/events"
 	"github.com/nats-io/nats.go"
@@ -22,12 +23,22 @@ type Client struct {
 	nc *nats.Conn
 }
 
+// DefaultRequestTimeout bounds one bus request when the caller's context
+// has no earlier deadline, so a vanished responder cannot hang a client.
+const DefaultRequestTimeout = 10 * time.Second
+
+func (c *Client) request(ctx context.Context, subject string, data []byte) (*nats.Msg, error) {
+	ctx, cancel := context.WithTimeout(ctx, DefaultRequestTimeout)
+	defer cancel()
+	return c.nc.RequestWithContext(ctx, subject, data)
+}
+
 // NewClient wraps a NATS connection to a ledger bus.
 func NewClient(nc *nats.Conn) *Client { return &Client{nc: nc} }
 
 // Head asks the bus for the durable head.
 func (c *Client) Head(ctx context.Context) (HeadReply, error) {
-	m, err := c.nc.RequestWithContext(ctx, HeadSubject, nil)
+	m, err := c.request(ctx, HeadSubject, nil)
 	if err != nil {
 		return HeadReply{}, fmt.Errorf("ledger: head: %w", err)
 	}
@@ -75,7 +86,7 @@ func (c *Client) Replay(ctx context.Context, from, to Seq, f TailFilter, fn func
 	from = max(from, 1)
 	for {
 		req, _ := json.Marshal(ReplayRequest{From: uint64(from), To: uint64(to), Kind: f.Kind, Activation: f.Activation})
-		m, err := c.nc.RequestWithContext(ctx, ReplaySubject, req)
+		m, err := c.request(ctx, ReplaySubject, req)
 		if err != nil {
 			return from, fmt.Errorf("ledger: replay from %d: %w", from, err)
 		}
@@ -140,7 +151,7 @@ func (c *Client) Tail(ctx context.Context, from Seq, f TailFilter, fn func(seq S
 		return fmt.Errorf("ledger: tail: subscribe: %w", err)
 	}
 	defer sub.Unsubscribe()
-	if err := c.nc.FlushWithContext(ctx); err != nil {
+	if err := c.nc.FlushTimeout(DefaultRequestTimeout); err != nil {
 		return fmt.Errorf("ledger: tail: flush: %w", err)
 	}
 	next := max(from, 1)

@@ -613,16 +613,24 @@ func (l *Ledger) Dir() string { return l.opts.Dir }
 func (l *Ledger) DB() *pebble.DB { return l.db }
 
 // quietLogger routes Pebble's informational logs to slog at debug level.
+// A nil logger means slog.Default.
 type quietLogger struct{ l *slog.Logger }
 
+func (q quietLogger) logger() *slog.Logger {
+	if q.l == nil {
+		return slog.Default()
+	}
+	return q.l
+}
+
 func (q quietLogger) Infof(format string, args ...any) {
-	q.l.Debug(fmt.Sprintf(format, args...), "component", "pebble")
+	q.logger().Debug(fmt.Sprintf(format, args...), "component", "pebble")
 }
 func (q quietLogger) Errorf(format string, args ...any) {
-	q.l.Error(fmt.Sprintf(format, args...), "component", "pebble")
+	q.logger().Error(fmt.Sprintf(format, args...), "component", "pebble")
 }
 func (q quietLogger) Fatalf(format string, args ...any) {
-	q.l.Error(fmt.Sprintf(format, args...), "component", "pebble")
+	q.logger().Error(fmt.Sprintf(format, args...), "component", "pebble")
 	panic(fmt.Sprintf(format, args...)) // Pebble's contract: Fatalf does not return
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"log/slog"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/leaseledger/leaseledger/events"
@@ -84,7 +85,7 @@ func (l *Ledger) Verify(ctx context.Context, progress Progress) (VerifyReport, e
 }
 
 func verifyDB(ctx context.Context, db *pebble.DB, progress Progress) (VerifyReport, error) {
-	validator, err := schemas.NewValidator()
+	validator, err := schemas.Default()
 	if err != nil {
 		return VerifyReport{}, fmt.Errorf("ledger: load schemas: %w", err)
 	}
@@ -237,4 +238,22 @@ func verifyIndexes(ctx context.Context, snap *pebble.Snapshot, fps indexFingerpr
 		}
 	}
 	return n, nil
+}
+
+// VerifyDir verifies the ledger in dir without opening it for appends: it
+// takes the directory lock, opens Pebble read-only and runs the same checks
+// as Verify. Unlike Open it does not refuse a log whose head is
+// inconsistent; finding and naming that is its job.
+func VerifyDir(ctx context.Context, dir string, progress Progress) (VerifyReport, error) {
+	lock, err := lockDir(dir)
+	if err != nil {
+		return VerifyReport{}, err
+	}
+	defer lock.Close()
+	db, err := pebble.Open(dir, &pebble.Options{ReadOnly: true, Logger: quietLogger{slog.Default()}})
+	if err != nil {
+		return VerifyReport{}, fmt.Errorf("ledger: open %s read-only: %w", dir, err)
+	}
+	defer db.Close()
+	return verifyDB(ctx, db, progress)
 }

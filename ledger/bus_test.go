@@ -1,0 +1,246 @@
+package ledger_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leaseledger/leaseledger/events"
+	"github.com/leaseledger/leaseledger/ledger"
+	"github.com/nats-io/nats.go"
+)
+
+func startBus(t *testing.T, opts ledger.BusOptions) (*ledger.Ledger, *ledger.Bus) {
+	t.Helper()
+	l := open(t, t.TempDir())
+	opts.Port = ledger.RandomPort
+	b, err := ledger.StartBus(l, opts)
+	if err != nil {
+		l.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		b.Close()
+		l.Close()
+	})
+	return l, b
+}
+
+func connect(t *testing.T, url string, opts ...nats.Option) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		t.Fatalf("connect %s: %v", url, err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+func TestBusPublishesAfterCommit(t *testing.T) {
+	l, b := startBus(t, ledger.BusOptions{})
+	if !strings.HasPrefix(b.ClientURL(), "nats://127.0.0.1:") {
+		t.Fatalf("bus not on loopback: %s", b.ClientURL())
+	}
+	nc := connect(t, b.ClientURL())
+	sub, err := nc.SubscribeSync(ledger.EventSubjects)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	acks, err := l.AppendAcks(context.Background(), draft("act-1", "s", 1), events.Draft{Payload: &events.LeaseTerminated{Reason: "x"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []string{"leaseledger.events.call.admitted.act-1", "leaseledger.events.lease.terminated._"} {
+		m, err := sub.NextMsg(5 * time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Subject != want {
+			t.Errorf("subject %q, want %q", m.Subject, want)
+		}
+		if m.Header.Get(ledger.HeaderMsgID) != acks[i].ID.String() || m.Header.Get(ledger.HeaderSeq) != strconv.Itoa(int(acks[i].Seq)) {
+			t.Errorf("headers %v, ack %+v", m.Header, acks[i])
+		}
+		seq, _ := strconv.Atoi(m.Header.Get(ledger.HeaderSeq))
+		if raw, err := l.GetRaw(ledger.Seq(seq)); err != nil || string(raw) != string(m.Data) {
+			t.Errorf("published bytes differ from the durable event: %v", err)
+		}
+	}
+}
+
+func appendN(t *testing.T, l *ledger.Ledger, n int) {
+	t.Helper()
+	const per = 100
+	for i := 0; i < n; i += per {
+		ds := make([]events.Draft, min(per, n-i))
+		for j := range ds {
+			ds[j] = draft(fmt.Sprintf("a%d", (i+j)%5), "s", i+j)
+		}
+		if _, err := l.Append(context.Background(), ds...); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestReplayChunks(t *testing.T) {
+	l, b := startBus(t, ledger.BusOptions{ReplayChunkEvents: 64})
+	appendN(t, l, 1000)
+	c := ledger.NewClient(connect(t, b.ClientURL()))
+	ctx := context.Background()
+	var got []ledger.Seq
+	next, err := c.Replay(ctx, 1, 0, ledger.TailFilter{}, func(seq ledger.Seq, raw []byte) error {
+		got = append(got, seq)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1000 || got[0] != 1 || got[999] != 1000 || next != 1001 {
+		t.Fatalf("replayed %d events, next %d", len(got), next)
+	}
+	for i := range got {
+		if got[i] != ledger.Seq(i+1) {
+			t.Fatalf("replay out of order at %d: %d", i, got[i])
+		}
+	}
+	got = got[:0]
+	if _, err := c.Replay(ctx, 100, 300, ledger.TailFilter{Activation: "a2"}, func(seq ledger.Seq, raw []byte) error {
+		if !strings.Contains(string(raw), `"activation":"a2"`) {
+			t.Errorf("filtered replay returned %s", raw)
+		}
+		got = append(got, seq)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 40 || got[0] != 103 || got[39] != 298 {
+		t.Fatalf("activation replay: %d events %v…", len(got), got[:min(3, len(got))])
+	}
+	if _, err := c.Replay(ctx, 1, 0, ledger.TailFilter{Kind: "no.such"}, func(ledger.Seq, []byte) error { return nil }); !errors.Is(err, events.ErrInvalid) {
+		t.Fatalf("unknown kind: %v", err)
+	}
+	h, err := c.Head(ctx)
+	if err != nil || h.Seq != 1000 || h.Hash != l.Head().Hash.String() {
+		t.Fatalf("head %+v %v", h, err)
+	}
+}
+
+// TestTailNoGapNoDuplicate tails from seq 1 while writers keep appending:
+// the subscriber sees 1..N exactly once each, in order.
+func TestTailNoGapNoDuplicate(t *testing.T) {
+	l, b := startBus(t, ledger.BusOptions{ReplayChunkEvents: 50})
+	appendN(t, l, 500)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wg sync.WaitGroup
+	const writers, per = 8, 200
+	for w := range writers {
+		wg.Go(func() {
+			for i := range per {
+				if _, err := l.Append(ctx, draft(fmt.Sprintf("w%d", w), "s", i)); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	total := ledger.Seq(500 + writers*per)
+	c := ledger.NewClient(connect(t, b.ClientURL()))
+	var got []ledger.Seq
+	done := errors.New("done")
+	err := c.Tail(ctx, 1, ledger.TailFilter{}, func(seq ledger.Seq, raw []byte) error {
+		got = append(got, seq)
+		if seq == total {
+			return done
+		}
+		return nil
+	})
+	wg.Wait()
+	if !errors.Is(err, done) {
+		t.Fatalf("tail: %v (got %d events)", err, len(got))
+	}
+	for i, s := range got {
+		if s != ledger.Seq(i+1) {
+			t.Fatalf("event %d has seq %d: gap or duplicate", i, s)
+		}
+	}
+
+	// A filtered tail from the middle sees only its activation, in order.
+	fctx, fcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer fcancel()
+	var fgot []ledger.Seq
+	go func() {
+		_, _ = l.Append(context.Background(), draft("w3", "s", 9999))
+	}()
+	err = c.Tail(fctx, 600, ledger.TailFilter{Activation: "w3", Kind: "call.admitted"}, func(seq ledger.Seq, raw []byte) error {
+		if !strings.Contains(string(raw), `"activation":"w3"`) {
+			t.Errorf("filtered tail returned %s", raw)
+		}
+		if len(fgot) > 0 && seq <= fgot[len(fgot)-1] {
+			t.Errorf("filtered tail out of order: %d after %d", seq, fgot[len(fgot)-1])
+		}
+		fgot = append(fgot, seq)
+		if len(fgot) == per+1-countBelow(l, "w3", 600) {
+			return done
+		}
+		return nil
+	})
+	if !errors.Is(err, done) {
+		t.Fatalf("filtered tail: %v after %d events", err, len(fgot))
+	}
+}
+
+func countBelow(l *ledger.Ledger, activation string, below ledger.Seq) int {
+	n := 0
+	_ = l.Scan(context.Background(), ledger.Query{Activation: activation, To: below - 1}, func(ledger.Seq, []byte) error { n++; return nil })
+	return n
+}
+
+func TestReadOnlyUsers(t *testing.T) {
+	l, b := startBus(t, ledger.BusOptions{ReadOnlyUser: "dash", ReadOnlyPassword: "pw"})
+	appendN(t, l, 10)
+	for name, opts := range map[string][]nats.Option{
+		"named":     {nats.UserInfo("dash", "pw")},
+		"anonymous": nil,
+	} {
+		perm := make(chan error, 4)
+		opts = append(opts, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { perm <- err }))
+		nc := connect(t, b.ClientURL(), opts...)
+		if err := nc.Publish("leaseledger.events.lease.terminated._", []byte("{}")); err != nil {
+			t.Fatal(err)
+		}
+		_ = nc.Flush()
+		select {
+		case err := <-perm:
+			if !strings.Contains(err.Error(), "Permissions Violation") {
+				t.Fatalf("%s: %v", name, err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: publishing on an event subject was not refused", name)
+		}
+		n := 0
+		if _, err := ledger.NewClient(nc).Replay(context.Background(), 1, 0, ledger.TailFilter{}, func(ledger.Seq, []byte) error { n++; return nil }); err != nil || n != 10 {
+			t.Fatalf("%s: replay %d events: %v", name, n, err)
+		}
+	}
+	if _, err := nats.Connect(b.ClientURL(), nats.UserInfo("dash", "wrong")); err == nil {
+		t.Fatal("wrong password accepted")
+	}
+}
+
+func TestDenyAnonymous(t *testing.T) {
+	_, b := startBus(t, ledger.BusOptions{ReadOnlyUser: "dash", ReadOnlyPassword: "pw", DenyAnonymous: true})
+	if nc, err := nats.Connect(b.ClientURL()); err == nil {
+		nc.Close()
+		t.Fatal("anonymous client admitted")
+	}
+	connect(t, b.ClientURL(), nats.UserInfo("dash", "pw"))
+}
