@@ -82,6 +82,11 @@ func procStat(pid int) (ppid int, state byte, ok bool) {
 	if err != nil {
 		return 0, 0, false
 	}
+	return parseStat(b)
+}
+
+// parseStat extracts ppid and state from the contents of /proc/<pid>/stat.
+func parseStat(b []byte) (ppid int, state byte, ok bool) {
 	// "pid (comm) S ppid ..."; comm may contain spaces and ')', so cut at
 	// the last ')'.
 	i := bytes.LastIndexByte(b, ')')
