@@ -52,6 +52,7 @@ type HelperError struct {
 	Cause error
 }
 
+// Error implements error.
 func (e *HelperError) Error() string {
 	if e.Cause == nil {
 		return fmt.Sprintf("%v (%s)", e.Kind, e.Path)
@@ -77,6 +78,7 @@ type VersionError struct {
 	WantVersion  string
 }
 
+// Error implements error.
 func (e *VersionError) Error() string {
 	// GotVersion comes from the helper binary; quote it so it cannot shape
 	// the message.

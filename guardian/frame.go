@@ -140,10 +140,12 @@ type FrameError struct {
 	Err    error
 }
 
+// Error implements error.
 func (e *FrameError) Error() string {
 	return fmt.Sprintf("guardian: frame fault (len %d, type %s): %s", e.Len, e.Type, e.Detail)
 }
 
+// Unwrap returns ErrFrameTooLarge or ErrFrameMalformed.
 func (e *FrameError) Unwrap() error { return e.Err }
 
 // Frame is one decoded frame. Payload aliases the reader's buffer and is
