@@ -69,6 +69,8 @@ type Prepared struct {
 	Session    string
 	Server     string
 	Data       []byte // canonical JSON of the payload
+
+	middle []byte // precomputed canonical bytes from kind to prev (see appendMiddle)
 }
 
 // Envelope is one sealed ledger record.
@@ -109,7 +111,8 @@ func Prepare(d Draft) (Prepared, error) {
 	if len(data) > MaxDataBytes {
 		return Prepared{}, fmt.Errorf("%w: %s payload is %d bytes, limit MaxDataBytes=%d", ErrTooLarge, kind, len(data), MaxDataBytes)
 	}
-	return Prepared{Kind: kind, Activation: d.Activation, Session: d.Session, Server: d.Server, Data: data}, nil
+	return Prepared{Kind: kind, Activation: d.Activation, Session: d.Session, Server: d.Server, Data: data,
+		middle: appendMiddle(make([]byte, 0, len(data)+200), kind, d.Activation, d.Session, d.Server, data)}, nil
 }
 
 // Seal turns p into the envelope at seq, chained after prev. It is what the
@@ -120,9 +123,20 @@ func Seal(p Prepared, seq uint64, id ulid.ULID, t time.Time, prev Hash) (Envelop
 		Activation: p.Activation, Session: p.Session, Server: p.Server,
 		Data: p.Data, Prev: prev,
 	}
-	body := e.AppendCanonical(make([]byte, 0, len(p.Data)+420), false)
+	middle := p.middle
+	if middle == nil { // a Prepared built by hand, not by Prepare
+		middle = appendMiddle(nil, p.Kind, p.Activation, p.Session, p.Server, p.Data)
+	}
+	body := appendLeading(make([]byte, 0, len(middle)+200), seq, id, e.Time)
+	body = append(body, middle...)
+	body = hex.AppendEncode(body, prev[:])
+	body = append(body, `"}`...)
 	e.Hash = ChainHash(prev, body)
-	return e, e.AppendCanonical(body[:0], true)
+	// The sealed form is the body with `,"hash":"…"` before the final brace;
+	// splice it in rather than encode everything twice.
+	raw := append(body[:len(body)-1], `,"hash":"`...)
+	raw = hex.AppendEncode(raw, e.Hash[:])
+	return e, append(raw, `"}`...)
 }
 
 // ChainHash is the chain rule: SHA-256(prev ‖ canonical bytes without hash).
@@ -143,28 +157,42 @@ const TimeLayout = "2006-01-02T15:04:05.000000000Z"
 // fixed order; empty identifiers are omitted; withHash selects whether the
 // trailing "hash" field is written (it is not, when computing the hash).
 func (e *Envelope) AppendCanonical(b []byte, withHash bool) []byte {
-	b = append(b, `{"seq":`...)
-	b = strconv.AppendUint(b, e.Seq, 10)
-	b = append(b, `,"id":"`...)
-	b = append(b, e.ID.String()...)
-	b = append(b, `","time":"`...)
-	b = e.Time.UTC().AppendFormat(b, TimeLayout)
-	b = append(b, `","kind":"`...)
-	b = append(b, e.Kind...)
-	b = append(b, `","v":`...)
-	b = strconv.AppendInt(b, int64(e.V), 10)
-	b = appendID(b, "activation", e.Activation)
-	b = appendID(b, "session", e.Session)
-	b = appendID(b, "server", e.Server)
-	b = append(b, `,"data":`...)
-	b = append(b, e.Data...)
-	b = append(b, `,"prev":"`...)
+	b = appendLeading(b, e.Seq, e.ID, e.Time)
+	b = appendMiddle(b, e.Kind, e.Activation, e.Session, e.Server, e.Data)
 	b = hex.AppendEncode(b, e.Prev[:])
 	if withHash {
 		b = append(b, `","hash":"`...)
 		b = hex.AppendEncode(b, e.Hash[:])
 	}
 	return append(b, `"}`...)
+}
+
+// appendLeading writes the fields the ledger assigns: seq, id and time.
+func appendLeading(b []byte, seq uint64, id ulid.ULID, t time.Time) []byte {
+	b = append(b, `{"seq":`...)
+	b = strconv.AppendUint(b, seq, 10)
+	b = append(b, `,"id":"`...)
+	var ids [ulid.EncodedSize]byte
+	_ = id.MarshalTextTo(ids[:])
+	b = append(b, ids[:]...)
+	b = append(b, `","time":"`...)
+	return t.UTC().AppendFormat(b, TimeLayout)
+}
+
+// appendMiddle writes everything from the kind up to the opening quote of
+// prev. It depends only on what the producer stated, so Prepare computes it
+// in the caller's goroutine and the committer only copies it.
+func appendMiddle(b []byte, kind Kind, activation, session, server string, data []byte) []byte {
+	b = append(b, `","kind":"`...)
+	b = append(b, kind...)
+	b = append(b, `","v":`...)
+	b = strconv.AppendInt(b, Version, 10)
+	b = appendID(b, "activation", activation)
+	b = appendID(b, "session", session)
+	b = appendID(b, "server", server)
+	b = append(b, `,"data":`...)
+	b = append(b, data...)
+	return append(b, `,"prev":"`...)
 }
 
 func appendID(b []byte, name, v string) []byte {

@@ -3,7 +3,6 @@ package events
 import (
 	"errors"
 	"fmt"
-	"regexp"
 )
 
 // Errors callers branch on. Every validation failure wraps ErrInvalid;
@@ -35,12 +34,33 @@ func (e *FieldError) Unwrap() error { return ErrInvalid }
 
 func invalid(field, reason string) error { return &FieldError{Field: field, Reason: reason} }
 
-var idPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
-
 // ValidID reports whether s is a valid activation, session or server
 // identifier: [A-Za-z0-9_-]{1,128}. Such identifiers become NATS subject
 // tokens, so nothing else is accepted.
-func ValidID(s string) bool { return len(s) <= MaxIDLen && idPattern.MatchString(s) }
+func ValidID(s string) bool { return matchClass(s, 1, MaxIDLen, isIDByte) }
+
+// matchClass reports whether s has between lo and hi bytes, all in class.
+// The checks below are hand-written loops instead of regexps because every
+// appended event runs several of them on the hot path.
+func matchClass(s string, lo, hi int, class func(byte) bool) bool {
+	if len(s) < lo || len(s) > hi {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if !class(s[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func isIDByte(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-'
+}
+
+func isCodeByte(c byte) bool { return 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '_' }
+
+func isToolByte(c byte) bool { return isIDByte(c) || c == '.' || c == '/' }
 
 func validateIDs(activation, session, server string) error {
 	for _, f := range [...]struct{ name, v string }{{"activation", activation}, {"session", session}, {"server", server}} {
@@ -95,11 +115,9 @@ func optDigest(field, v string) error {
 	return digest(field, v)
 }
 
-var codePattern = regexp.MustCompile(`^[a-z0-9_]{1,64}$`)
-
 // code is a machine-readable reason or label: [a-z0-9_]{1,64}.
 func code(field, v string) error {
-	if !codePattern.MatchString(v) {
+	if !matchClass(v, 1, 64, isCodeByte) {
 		return invalid(field, "want [a-z0-9_]{1,64}")
 	}
 	return nil
@@ -128,11 +146,9 @@ func id(field, v string) error {
 	return nil
 }
 
-var toolPattern = regexp.MustCompile(`^[A-Za-z0-9_./-]{1,128}$`)
-
 // toolName validates an MCP tool name as the host names it.
 func toolName(field, v string) error {
-	if !toolPattern.MatchString(v) {
+	if !matchClass(v, 1, 128, isToolByte) {
 		return invalid(field, "want [A-Za-z0-9_./-]{1,128}")
 	}
 	return nil

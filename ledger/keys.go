@@ -79,3 +79,18 @@ func upperBound(p []byte) []byte {
 	}
 	return nil
 }
+
+// KeysFor returns the keys the ledger writes for env: its e/ record key
+// first, then its index entries. Tools that must reproduce the ledger's
+// writes exactly (the append benchmark's raw baseline) use it.
+func KeysFor(env *events.Envelope) [][]byte {
+	seq := Seq(env.Seq)
+	keys := [][]byte{eventKey(seq)}
+	if env.Activation != "" {
+		keys = append(keys, indexKey(prefixActivation, env.Activation, seq))
+	}
+	if env.Session != "" {
+		keys = append(keys, indexKey(prefixSession, env.Session, seq))
+	}
+	return append(keys, indexKey(prefixKind, string(env.Kind), seq))
+}

@@ -257,10 +257,11 @@ func TestQueueBackpressure(t *testing.T) {
 			t.Errorf("unexpected result %v", err)
 		}
 	}
-	// Capacity: one batch in the syncer, four in flight, one in the
-	// committer's hand, two in the queue.
-	if queuedTimeout > 8 || notQueued != 64-queuedTimeout {
-		t.Fatalf("%d appends queued, %d refused by the full queue; want at most 8 queued", queuedTimeout, notQueued)
+	// Capacity with one event per batch: one batch in the syncer, four
+	// applied, one in the applier's hand, four sealed, one in the committer's
+	// hand, two in the queue.
+	if queuedTimeout > 13 || notQueued != 64-queuedTimeout {
+		t.Fatalf("%d appends queued, %d refused by the full queue; want at most 13 queued", queuedTimeout, notQueued)
 	}
 }
 
@@ -304,5 +305,33 @@ func TestCloseDrainsQueue(t *testing.T) {
 		if _, err := l2.Get(s); err != nil {
 			t.Fatalf("acked seq %d lost: %v", s, err)
 		}
+	}
+}
+
+func TestSnapshots(t *testing.T) {
+	dir := t.TempDir()
+	l := open(t, dir)
+	if _, _, err := l.LoadSnapshot("proj"); !errors.Is(err, ledger.ErrNoSnapshot) {
+		t.Fatalf("empty: %v", err)
+	}
+	appendN(t, l, 10)
+	if err := l.SaveSnapshot("proj", 11, []byte("x")); err == nil {
+		t.Fatal("snapshot beyond the head accepted")
+	}
+	if err := l.SaveSnapshot("bad/name", 1, nil); !errors.Is(err, events.ErrInvalid) {
+		t.Fatalf("bad name: %v", err)
+	}
+	if err := l.SaveSnapshot("proj", 7, []byte("state")); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	l = open(t, dir)
+	defer l.Close()
+	covers, data, err := l.LoadSnapshot("proj")
+	if err != nil || covers != 7 || string(data) != "state" {
+		t.Fatalf("LoadSnapshot = %d %q %v", covers, data, err)
+	}
+	if _, err := l.Verify(context.Background(), nil); err != nil {
+		t.Fatalf("snapshots disturb verification: %v", err)
 	}
 }

@@ -1,0 +1,254 @@
+// Package ledgerbench owns the append benchmark shared by `leaseledger bench
+// append` and the Go benchmarks: durable ledger appends against raw Pebble
+// Sync commits from the same number of goroutines, measured in one run,
+// interleaved round by round, reported as ratios. Absolute rates on a shared
+// machine are noise; the ratios are the figures.
+//
+// There are two raw baselines, both with the ledger's Pebble options:
+//
+//   - raw same keys: each commit writes exactly the keys and values the
+//     ledger writes for the same events (the e/ record, its a/, s/, k/ index
+//     entries and m/head). The ratio against it is the cost of the ledger's
+//     own machinery: validation, sealing, hashing, the commit pipeline.
+//   - raw events only: each commit writes only the e/ records. The ratio
+//     against it also charges the ledger for its secondary indexes.
+package ledgerbench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/leaseledger/leaseledger/events"
+	"github.com/leaseledger/leaseledger/ledger"
+)
+
+// Config describes one benchmark run.
+type Config struct {
+	// Dir is a scratch directory; each side gets fresh subdirectories.
+	Dir string
+	// Concurrency is the number of appending goroutines on each side.
+	Concurrency int
+	// Batch is the number of events per Append call and per raw Pebble
+	// batch (1: one event per commit).
+	Batch int
+	// Events is the number of events each side writes per round.
+	Events int
+	// Rounds alternates the two sides this many times; rates are totals.
+	Rounds int
+}
+
+// Side is the measurement of one side.
+type Side struct {
+	Events  int
+	Elapsed time.Duration
+	// Commits is the number of Pebble commits (ledger side only).
+	Commits int
+}
+
+// Rate is events per second.
+func (s Side) Rate() float64 {
+	if s.Elapsed <= 0 {
+		return 0
+	}
+	return float64(s.Events) / s.Elapsed.Seconds()
+}
+
+// Result is a finished run.
+type Result struct {
+	Config     Config
+	Ledger     Side // durable ledger.Append
+	RawSame    Side // raw Pebble Sync commits of the same keys and values
+	RawRecords Side // raw Pebble Sync commits of the e/ records only
+	// EventBytes is the size of one stored event.
+	EventBytes int
+}
+
+// Ratio is ledger throughput over raw Pebble throughput writing the same
+// keys and values.
+func (r Result) Ratio() float64 { return ratio(r.Ledger, r.RawSame) }
+
+// RecordsRatio is ledger throughput over raw Pebble throughput writing the
+// e/ records only.
+func (r Result) RecordsRatio() float64 { return ratio(r.Ledger, r.RawRecords) }
+
+func ratio(a, b Side) float64 {
+	if b.Rate() == 0 {
+		return 0
+	}
+	return a.Rate() / b.Rate()
+}
+
+func (r Result) String() string {
+	return fmt.Sprintf("concurrency=%d batch=%d events/round=%d rounds=%d event_bytes=%d\n"+
+		"ledger.Append (durable, acked after fsync): %10.0f events/s\n"+
+		"raw pebble Sync, same keys and values:      %10.0f events/s\n"+
+		"raw pebble Sync, e/ records only:           %10.0f events/s\n"+
+		"ratio ledger / raw same keys:               %10.3f\n"+
+		"ratio ledger / raw records only:            %10.3f\n"+
+		"ledger events per Pebble commit:            %10.1f",
+		r.Config.Concurrency, r.Config.Batch, r.Config.Events, r.Config.Rounds, r.EventBytes,
+		r.Ledger.Rate(), r.RawSame.Rate(), r.RawRecords.Rate(), r.Ratio(), r.RecordsRatio(), float64(r.Ledger.Events)/float64(max(1, r.Ledger.Commits)))
+}
+
+// sampleDraft is the event both sides write: a call.finished with digests,
+// typical of the runtime's traffic.
+func sampleDraft(i int) events.Draft {
+	return events.Draft{Activation: fmt.Sprintf("act-%d", i%64), Session: "session-1", Server: "everything",
+		Payload: &events.CallFinished{CallID: fmt.Sprintf("call-%d", i), Tool: "echo", Outcome: "ok", DurationNS: 123456,
+			ArgsBytes: 42, ArgsSHA256: strings.Repeat("ab", 32), ResultBytes: 99, ResultSHA256: strings.Repeat("cd", 32)}}
+}
+
+// Run executes the benchmark.
+func Run(ctx context.Context, cfg Config) (Result, error) {
+	if cfg.Concurrency <= 0 || cfg.Batch <= 0 || cfg.Events <= 0 || cfg.Rounds <= 0 || cfg.Dir == "" {
+		return Result{}, errors.New("ledgerbench: Dir, Concurrency, Batch, Events and Rounds must be set")
+	}
+	if cfg.Batch > ledger.MaxAppendEvents {
+		return Result{}, fmt.Errorf("ledgerbench: batch %d over MaxAppendEvents=%d", cfg.Batch, ledger.MaxAppendEvents)
+	}
+	res := Result{Config: cfg}
+	// The raw sides write exactly the bytes the ledger stores for the same
+	// drafts; seal them up front so that sealing is not charged to them.
+	same := make([][]kv, cfg.Events)
+	records := make([][]kv, cfg.Events)
+	var prev events.Hash
+	for i := range cfg.Events {
+		p, err := events.Prepare(sampleDraft(i))
+		if err != nil {
+			return res, err
+		}
+		env, raw := events.Seal(p, uint64(i+1), [16]byte{}, time.Now(), prev)
+		prev = env.Hash
+		res.EventBytes = len(raw)
+		keys := ledger.KeysFor(&env)
+		for j, k := range keys {
+			v := []byte(nil)
+			if j == 0 {
+				v = raw
+			}
+			same[i] = append(same[i], kv{k, v})
+		}
+		records[i] = same[i][:1]
+	}
+	head := kv{[]byte("m/head"), make([]byte, 40)}
+
+	for round := range cfg.Rounds {
+		l, err := runLedger(ctx, filepath.Join(cfg.Dir, fmt.Sprintf("ledger-%d", round)), cfg)
+		if err != nil {
+			return res, err
+		}
+		r, err := runRaw(ctx, filepath.Join(cfg.Dir, fmt.Sprintf("raw-same-%d", round)), cfg, same, &head)
+		if err != nil {
+			return res, err
+		}
+		rr, err := runRaw(ctx, filepath.Join(cfg.Dir, fmt.Sprintf("raw-records-%d", round)), cfg, records, nil)
+		if err != nil {
+			return res, err
+		}
+		res.Ledger.add(l)
+		res.RawSame.add(r)
+		res.RawRecords.add(rr)
+	}
+	return res, nil
+}
+
+type kv struct{ k, v []byte }
+
+func (s *Side) add(o Side) {
+	s.Events += o.Events
+	s.Elapsed += o.Elapsed
+	s.Commits += o.Commits
+}
+
+// work hands out batches until cfg.Events are written.
+func work(ctx context.Context, cfg Config, fn func(first, n int) error) (Side, error) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, cfg.Concurrency)
+	start := time.Now()
+	for range cfg.Concurrency {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				first := int(next.Add(int64(cfg.Batch))) - cfg.Batch
+				if first >= cfg.Events {
+					return
+				}
+				if err := fn(first, min(cfg.Batch, cfg.Events-first)); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	close(errs)
+	if err := <-errs; err != nil {
+		return Side{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return Side{}, err
+	}
+	return Side{Events: cfg.Events, Elapsed: elapsed}, nil
+}
+
+func runLedger(ctx context.Context, dir string, cfg Config) (Side, error) {
+	l, err := ledger.Open(ledger.Options{Dir: dir})
+	if err != nil {
+		return Side{}, err
+	}
+	defer os.RemoveAll(dir)
+	defer l.Close()
+	drafts := make([]events.Draft, cfg.Events)
+	for i := range drafts {
+		drafts[i] = sampleDraft(i)
+	}
+	side, err := work(ctx, cfg, func(first, n int) error {
+		_, err := l.Append(ctx, drafts[first:first+n]...)
+		return err
+	})
+	side.Commits = int(l.Stats().Commits)
+	return side, err
+}
+
+func runRaw(ctx context.Context, dir string, cfg Config, writes [][]kv, head *kv) (Side, error) {
+	po := ledger.DefaultPebbleOptions()
+	po.Logger = silent{}
+	db, err := pebble.Open(dir, po)
+	if err != nil {
+		return Side{}, err
+	}
+	defer os.RemoveAll(dir)
+	defer db.Close()
+	return work(ctx, cfg, func(first, n int) error {
+		b := db.NewBatch()
+		defer b.Close()
+		for _, w := range writes[first : first+n] {
+			for _, x := range w {
+				if err := b.Set(x.k, x.v, nil); err != nil {
+					return err
+				}
+			}
+		}
+		if head != nil {
+			if err := b.Set(head.k, head.v, nil); err != nil {
+				return err
+			}
+		}
+		return b.Commit(pebble.Sync)
+	})
+}
+
+type silent struct{}
+
+func (silent) Infof(string, ...any)           {}
+func (silent) Errorf(string, ...any)          {}
+func (silent) Fatalf(format string, a ...any) { panic(fmt.Sprintf(format, a...)) }
