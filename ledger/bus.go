@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/leaseledger/leaseledger/events"
@@ -23,6 +24,10 @@ const (
 	ReplaySubject = "leaseledger.api.replay"
 	// HeadSubject answers with the durable head as JSON {"seq":N,"hash":"…"}.
 	HeadSubject = "leaseledger.api.head"
+	// AppendSubject accepts JSON Lines of events in the input form (see
+	// events.Input) and appends them in one Append call; the reply holds
+	// "<seq> <ulid>" per event once they are durable. Writers only.
+	AppendSubject = "leaseledger.api.append"
 	// APISubjects matches every request subject.
 	APISubjects = "leaseledger.api.>"
 	// EventSubjects matches every event subject.
@@ -69,6 +74,12 @@ type BusOptions struct {
 	// subscribe to events and call the replay/head API but publish nothing
 	// else.
 	ReadOnlyUser, ReadOnlyPassword string
+	// WriterUser and WriterPassword, when set, add a named user that may
+	// also append through AppendSubject. Nobody else may append over NATS.
+	WriterUser, WriterPassword string
+	// MaxConcurrentAppends bounds append requests served at once;
+	// DefaultMaxConcurrentAppends when zero. More wait (NATS buffers them).
+	MaxConcurrentAppends int
 	// DenyAnonymous refuses unauthenticated clients. By default they are
 	// admitted with the same read-only permissions: only the ledger itself
 	// ever publishes on event subjects.
@@ -88,7 +99,16 @@ type Bus struct {
 	opts    BusOptions
 	unwatch func()
 	subs    []*nats.Subscription
+
+	ctx         context.Context // ends when the bus closes
+	cancel      context.CancelFunc
+	appendSlots chan struct{} // semaphore: appends being served
+	appends     sync.WaitGroup
 }
+
+// DefaultMaxConcurrentAppends bounds append requests served at once. Each
+// waits for its own fsync, so concurrency is what lets them share one.
+const DefaultMaxConcurrentAppends = 256
 
 // StartBus starts an embedded NATS server, connects the ledger to it and
 // starts publishing every event committed from now on. Close it before the
@@ -117,12 +137,24 @@ func StartBus(l *Ledger, opts BusOptions) (*Bus, error) {
 		return nil, err
 	}
 	readOnly := &server.Permissions{
-		Publish:   &server.SubjectPermission{Allow: []string{APISubjects}},
+		Publish:   &server.SubjectPermission{Allow: []string{ReplaySubject, HeadSubject}},
 		Subscribe: &server.SubjectPermission{Allow: []string{EventSubjects, "_INBOX.>"}},
 	}
 	users := []*server.User{{Username: "leaseledger", Password: internalPass}}
 	if opts.ReadOnlyUser != "" {
 		users = append(users, &server.User{Username: opts.ReadOnlyUser, Password: opts.ReadOnlyPassword, Permissions: readOnly})
+	}
+	if opts.WriterUser != "" {
+		if opts.WriterUser == opts.ReadOnlyUser {
+			return nil, errors.New("ledger: bus: the writer and read-only users must differ")
+		}
+		users = append(users, &server.User{Username: opts.WriterUser, Password: opts.WriterPassword, Permissions: &server.Permissions{
+			Publish:   &server.SubjectPermission{Allow: []string{APISubjects}},
+			Subscribe: &server.SubjectPermission{Allow: []string{EventSubjects, "_INBOX.>"}},
+		}})
+	}
+	if opts.MaxConcurrentAppends <= 0 {
+		opts.MaxConcurrentAppends = DefaultMaxConcurrentAppends
 	}
 	sopts := &server.Options{
 		Host: opts.Host, Port: opts.Port, NoSigs: true, NoLog: true,
@@ -159,8 +191,9 @@ func StartBus(l *Ledger, opts BusOptions) (*Bus, error) {
 		srv.WaitForShutdown()
 		return nil, fmt.Errorf("ledger: bus: connect: %w", err)
 	}
-	b := &Bus{srv: srv, nc: nc, l: l, opts: opts}
-	for subj, h := range map[string]nats.MsgHandler{ReplaySubject: b.serveReplay, HeadSubject: b.serveHead} {
+	ctx, cancel := context.WithCancel(context.Background())
+	b := &Bus{srv: srv, nc: nc, l: l, opts: opts, ctx: ctx, cancel: cancel, appendSlots: make(chan struct{}, opts.MaxConcurrentAppends)}
+	for subj, h := range map[string]nats.MsgHandler{ReplaySubject: b.serveReplay, HeadSubject: b.serveHead, AppendSubject: b.serveAppend} {
 		sub, err := nc.Subscribe(subj, h)
 		if err != nil {
 			b.Close()
@@ -217,6 +250,14 @@ func (b *Bus) Committed(batch []Record) {
 
 // Close stops publication and the server. It is idempotent.
 func (b *Bus) Close() error {
+	if b.cancel != nil {
+		b.cancel()
+		for _, sub := range b.subs {
+			_ = sub.Unsubscribe()
+		}
+		b.appends.Wait() // no append may outlive the bus (the ledger closes next)
+		b.cancel = nil
+	}
 	if b.unwatch != nil {
 		b.unwatch()
 		b.unwatch = nil
@@ -319,4 +360,51 @@ func strictJSON(b []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	return dec.Decode(v)
+}
+
+func (b *Bus) serveAppend(m *nats.Msg) {
+	select {
+	case b.appendSlots <- struct{}{}:
+	case <-b.ctx.Done():
+		return
+	}
+	b.appends.Add(1)
+	go func() {
+		defer b.appends.Done()
+		defer func() { <-b.appendSlots }()
+		reply := nats.NewMsg(m.Reply)
+		acks, err := b.appendLines(m.Data)
+		if err != nil {
+			reply.Header.Set(HeaderError, err.Error())
+		}
+		var body bytes.Buffer
+		for _, a := range acks {
+			fmt.Fprintf(&body, "%d %s\n", a.Seq, a.ID)
+		}
+		reply.Data = body.Bytes()
+		_ = m.RespondMsg(reply)
+	}()
+}
+
+// appendLines parses JSON Lines of input-form events and appends them in one
+// call: all or nothing. Error texts name the line and the field, never the
+// offending value.
+func (b *Bus) appendLines(data []byte) ([]Ack, error) {
+	var drafts []events.Draft
+	n := 0
+	for line := range bytes.SplitSeq(data, []byte{'\n'}) {
+		n++
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		if len(drafts) == MaxAppendEvents {
+			return nil, fmt.Errorf("%w: limit MaxAppendEvents=%d", ErrTooManyEvents, MaxAppendEvents)
+		}
+		d, err := events.ParseInput(line)
+		if err != nil {
+			return nil, fmt.Errorf("line %d: %w", n, err)
+		}
+		drafts = append(drafts, d)
+	}
+	return b.l.AppendAcks(b.ctx, drafts...)
 }

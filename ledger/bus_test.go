@@ -244,3 +244,40 @@ func TestDenyAnonymous(t *testing.T) {
 	}
 	connect(t, b.ClientURL(), nats.UserInfo("dash", "pw"))
 }
+
+func TestAppendOverBus(t *testing.T) {
+	l, b := startBus(t, ledger.BusOptions{ReadOnlyUser: "dash", ReadOnlyPassword: "pw", WriterUser: "host", WriterPassword: "pw2"})
+	ctx := context.Background()
+	lines := []byte(`{"kind":"lease.terminated","activation":"a1","data":{"reason":"revoked"}}
+{"kind":"session.ended","session":"s1","data":{"leases_terminated":2,"shared_spared":1}}
+`)
+	w := ledger.NewClient(connect(t, b.ClientURL(), nats.UserInfo("host", "pw2")))
+	acks, err := w.Append(ctx, lines)
+	if err != nil || len(acks) != 2 || acks[0].Seq != 1 || acks[1].Seq != 2 {
+		t.Fatalf("append: %v %v", acks, err)
+	}
+	if env, err := l.Get(2); err != nil || env.ID != acks[1].ID || env.Session != "s1" {
+		t.Fatalf("stored %+v %v", env, err)
+	}
+	// All or nothing: one bad line refuses the request and names the line.
+	bad := append(append([]byte{}, lines...), []byte(`{"kind":"lease.terminated","data":{"reason":"NOT OK"}}`)...)
+	if _, err := w.Append(ctx, bad); err == nil || !strings.Contains(err.Error(), "line 3") {
+		t.Fatalf("bad line: %v", err)
+	}
+	if l.Head().Seq != 2 {
+		t.Fatalf("a refused request wrote events: head %d", l.Head().Seq)
+	}
+	// Read-only and anonymous users cannot append.
+	for _, opts := range [][]nats.Option{{nats.UserInfo("dash", "pw")}, nil} {
+		ro := ledger.NewClient(connect(t, b.ClientURL(), opts...))
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err := ro.Append(rctx, lines)
+		cancel()
+		if err == nil {
+			t.Fatal("read-only user appended")
+		}
+	}
+	if l.Head().Seq != 2 {
+		t.Fatalf("read-only append wrote events: head %d", l.Head().Seq)
+	}
+}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/leaseledger/leaseledger/events"
 	"github.com/nats-io/nats.go"
+	"github.com/oklog/ulid/v2"
 )
 
 // ErrRemote is wrapped by errors the bus reports in HeaderError.
@@ -197,4 +198,34 @@ func (c *Client) Tail(ctx context.Context, from Seq, f TailFilter, fn func(seq S
 			return err
 		}
 	}
+}
+
+// Append sends JSON Lines of input-form events to the bus's append API and
+// returns their acknowledgements (seq and ULID; Hash is left zero). The
+// connection's user must be the bus's writer.
+func (c *Client) Append(ctx context.Context, lines []byte) ([]Ack, error) {
+	m, err := c.request(ctx, AppendSubject, lines)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: append: %w", err)
+	}
+	if e := m.Header.Get(HeaderError); e != "" {
+		return nil, fmt.Errorf("%w: %s", ErrRemote, e)
+	}
+	var acks []Ack
+	for line := range bytes.SplitSeq(m.Data, []byte{'\n'}) {
+		if len(line) == 0 {
+			continue
+		}
+		seqText, idText, ok := bytes.Cut(line, []byte{' '})
+		seq, err := strconv.ParseUint(string(seqText), 10, 64)
+		if !ok || err != nil {
+			return nil, fmt.Errorf("ledger: append: malformed acknowledgement")
+		}
+		id, err := ulid.ParseStrict(string(idText))
+		if err != nil {
+			return nil, fmt.Errorf("ledger: append: malformed acknowledgement")
+		}
+		acks = append(acks, Ack{Seq: Seq(seq), ID: id})
+	}
+	return acks, nil
 }

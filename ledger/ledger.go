@@ -131,12 +131,12 @@ type Ledger struct {
 	closeErr  error
 
 	queue    chan *appendReq
-	inflight chan *pending  // the batch applied whose fsync the syncer awaits
+	inflight chan *pending // the batch applied whose fsync the syncer awaits
 	token    chan struct{} // held by whoever may apply the next batch
 	stop     chan struct{}
 	done     chan struct{}
 
-	commits   atomic.Uint64 // batches durably committed
+	commits   atomic.Uint64        // batches durably committed
 	head      atomic.Pointer[Head] // last durable event
 	failure   atomic.Pointer[error]
 	observers atomic.Pointer[[]Observer]

@@ -1,0 +1,262 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/leaseledger/leaseledger/events"
+	"github.com/leaseledger/leaseledger/ledger"
+	"github.com/nats-io/nats.go"
+	"github.com/spf13/cobra"
+)
+
+// maxLineBytes bounds one input line: the largest valid event plus slack
+// for whitespace. A longer line is refused, not truncated.
+const maxLineBytes = events.MaxEventBytes + 1024
+
+func newAppendCmd(a *app) *cobra.Command {
+	var (
+		concurrency, batch int
+		natsURL            string
+		creds              natsCreds
+	)
+	cmd := &cobra.Command{
+		Use:   "append",
+		Short: "Append JSON Lines of events from stdin; print '<seq> <ulid>' per acknowledged event",
+		Long: `append reads events in the input form, one JSON object per line:
+
+  {"kind":"lease.terminated","activation":"act-1","data":{"reason":"revoked"}}
+
+(see examples/events.jsonl and docs/events.md), appends them with
+--concurrency appenders and prints "<seq> <ulid>" for each event as soon as
+it is durable (fsynced). A malformed line is reported on stderr with its
+line number and skipped; the others are still appended, and the exit status
+is 1. With --nats the events go to a running 'serve' (as its writer user)
+instead of a data directory.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if concurrency < 1 || batch < 1 || batch > ledger.MaxAppendEvents {
+				return fmt.Errorf("--concurrency must be ≥ 1 and --batch in [1, %d]", ledger.MaxAppendEvents)
+			}
+			ctx := cmd.Context()
+			var sink appendSink
+			if natsURL != "" {
+				nc, err := creds.connect(natsURL)
+				if err != nil {
+					return err
+				}
+				defer nc.Close()
+				sink = natsSink{ledger.NewClient(nc)}
+			} else {
+				l, err := ledger.Open(ledger.Options{Dir: a.dataDir, Logger: a.logger})
+				if err != nil {
+					return err
+				}
+				defer l.Close()
+				sink = ledgerSink{l}
+			}
+			return appendStream(ctx, a, sink, concurrency, batch)
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&concurrency, "concurrency", 1, "number of concurrent appenders")
+	f.IntVar(&batch, "batch", 1, "events per Append call (consecutive valid lines)")
+	f.StringVar(&natsURL, "nats", "", "append through a running 'serve' at this NATS URL instead of --data-dir")
+	creds.flags(f)
+	return cmd
+}
+
+// appendSink is where appended events go: a data directory or a bus.
+type appendSink interface {
+	append(ctx context.Context, lines [][]byte, drafts []events.Draft) ([]ledger.Ack, error)
+}
+
+type ledgerSink struct{ l *ledger.Ledger }
+
+func (s ledgerSink) append(ctx context.Context, _ [][]byte, drafts []events.Draft) ([]ledger.Ack, error) {
+	return s.l.AppendAcks(ctx, drafts...)
+}
+
+type natsSink struct{ c *ledger.Client }
+
+func (s natsSink) append(ctx context.Context, lines [][]byte, _ []events.Draft) ([]ledger.Ack, error) {
+	var body []byte
+	for _, l := range lines {
+		body = append(append(body, l...), '\n')
+	}
+	return s.c.Append(ctx, body)
+}
+
+type appendJob struct {
+	firstLine int
+	lines     [][]byte
+	drafts    []events.Draft
+}
+
+func appendStream(parent context.Context, a *app, sink appendSink, concurrency, batch int) error {
+	// The first failed append stops the rest: reading on would only queue
+	// events behind a sink that refuses them.
+	ctx, stop := context.WithCancel(parent)
+	defer stop()
+	jobs := make(chan appendJob, concurrency)
+	var (
+		outMu   sync.Mutex
+		failed  int
+		wg      sync.WaitGroup
+		workErr error
+	)
+	out := bufio.NewWriter(a.stdout)
+	for range concurrency {
+		wg.Go(func() {
+			for job := range jobs {
+				acks, err := sink.append(ctx, job.lines, job.drafts)
+				outMu.Lock()
+				if err != nil {
+					if workErr == nil {
+						workErr = fmt.Errorf("lines %d–%d: %w", job.firstLine, job.firstLine+len(job.lines)-1, err)
+						stop()
+					}
+				} else {
+					for _, ack := range acks {
+						fmt.Fprintf(out, "%d %s\n", ack.Seq, ack.ID)
+					}
+					// Flushed as soon as acknowledged: a reader of our stdout
+					// may treat every line it sees as durable.
+					_ = out.Flush()
+				}
+				outMu.Unlock()
+			}
+		})
+	}
+	r := bufio.NewReaderSize(a.stdin, 64<<10)
+	var pending appendJob
+	send := func() bool {
+		if len(pending.drafts) == 0 {
+			return true
+		}
+		select {
+		case jobs <- pending:
+		case <-ctx.Done():
+			return false
+		}
+		pending = appendJob{}
+		return true
+	}
+	var readErr error
+	for lineNo := 1; ; lineNo++ {
+		line, err := readLine(r, maxLineBytes)
+		if errors.Is(err, io.EOF) && line == nil {
+			break
+		}
+		if errors.Is(err, errLineTooLong) {
+			fmt.Fprintf(a.stderr, "leaseledger: line %d: %v (limit %d bytes)\n", lineNo, err, maxLineBytes)
+			failed++
+			continue
+		}
+		if err != nil && !errors.Is(err, io.EOF) {
+			readErr = fmt.Errorf("read stdin: %w", err)
+			break
+		}
+		if len(trimSpace(line)) == 0 {
+			continue
+		}
+		d, perr := events.ParseInput(line)
+		if perr != nil {
+			fmt.Fprintf(a.stderr, "leaseledger: line %d: %v\n", lineNo, perr)
+			failed++
+			continue
+		}
+		if len(pending.drafts) == 0 {
+			pending.firstLine = lineNo
+		}
+		pending.lines = append(pending.lines, line)
+		pending.drafts = append(pending.drafts, d)
+		if len(pending.drafts) == batch && !send() {
+			break
+		}
+	}
+	send()
+	close(jobs)
+	wg.Wait()
+	switch {
+	case readErr != nil:
+		return readErr
+	case workErr != nil:
+		return workErr
+	case parent.Err() != nil:
+		return parent.Err()
+	case failed > 0:
+		return &exitError{code: 1, err: fmt.Errorf("%d line(s) refused; all others appended", failed)}
+	}
+	return nil
+}
+
+var errLineTooLong = errors.New("line too long")
+
+// readLine returns the next line without its newline. A line longer than
+// limit is consumed to its end and reported as errLineTooLong, so one bad
+// line never costs more than limit bytes of memory.
+func readLine(r *bufio.Reader, limit int) ([]byte, error) {
+	var line []byte
+	for {
+		frag, err := r.ReadSlice('\n')
+		if len(line)+len(frag) > limit+1 {
+			for errors.Is(err, bufio.ErrBufferFull) {
+				_, err = r.ReadSlice('\n')
+			}
+			if err != nil && !errors.Is(err, io.EOF) {
+				return nil, err
+			}
+			return []byte{}, errLineTooLong
+		}
+		line = append(line, frag...)
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue
+		}
+		if len(line) > 0 && line[len(line)-1] == '\n' {
+			line = line[:len(line)-1]
+		}
+		if errors.Is(err, io.EOF) && len(line) == 0 {
+			return nil, io.EOF
+		}
+		return line, err
+	}
+}
+
+func trimSpace(b []byte) []byte {
+	for len(b) > 0 && (b[0] == ' ' || b[0] == '\t' || b[0] == '\r') {
+		b = b[1:]
+	}
+	for len(b) > 0 && (b[len(b)-1] == ' ' || b[len(b)-1] == '\t' || b[len(b)-1] == '\r') {
+		b = b[:len(b)-1]
+	}
+	return b
+}
+
+// natsCreds are the connection flags shared by commands that talk to serve.
+type natsCreds struct{ user, password string }
+
+func (c *natsCreds) flags(f flagSet) {
+	f.StringVar(&c.user, "user", "", "NATS user name")
+	f.StringVar(&c.password, "password", "", "NATS password (env LEASELEDGER_NATS_PASSWORD)")
+}
+
+func (c *natsCreds) connect(url string) (*nats.Conn, error) {
+	opts := []nats.Option{nats.Name("leaseledger-cli")}
+	pw := c.password
+	if pw == "" {
+		pw = getenv("LEASELEDGER_NATS_PASSWORD")
+	}
+	if c.user != "" {
+		opts = append(opts, nats.UserInfo(c.user, pw))
+	}
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", url, err)
+	}
+	return nc, nil
+}

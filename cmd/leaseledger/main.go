@@ -1,0 +1,100 @@
+// Command leaseledger runs and inspects a leaseledger event ledger: `serve`
+// opens the ledger in a data directory and starts its embedded NATS bus;
+// `append`, `head`, `verify` and `export` work on a data directory;
+// `tail` follows a running `serve` over NATS; `bench` measures.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+)
+
+// exitError carries a specific exit status out of a command.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+// app holds what every command shares: flags and standard streams. There
+// is no package-level mutable state; tests build their own app.
+type app struct {
+	dataDir  string
+	logLevel string
+	stdin    io.Reader
+	stdout   io.Writer
+	stderr   io.Writer
+	logger   *slog.Logger
+}
+
+// defaultDataDir is used when neither --data-dir nor LEASELEDGER_DATA is set.
+const defaultDataDir = "./leaseledger-data"
+
+func newRootCmd(a *app) *cobra.Command {
+	root := &cobra.Command{
+		Use:           "leaseledger",
+		Short:         "Durable, hash-chained, replayable event ledger for MCP runtime leases",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			var level slog.Level
+			if err := level.UnmarshalText([]byte(a.logLevel)); err != nil {
+				return fmt.Errorf("--log-level: %w", err)
+			}
+			a.logger = slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: level}))
+			return nil
+		},
+	}
+	dd := os.Getenv("LEASELEDGER_DATA")
+	if dd == "" {
+		dd = defaultDataDir
+	}
+	root.PersistentFlags().StringVar(&a.dataDir, "data-dir", dd, "ledger data directory (env LEASELEDGER_DATA)")
+	root.PersistentFlags().StringVar(&a.logLevel, "log-level", "warn", "log level: debug, info, warn, error")
+	root.SetIn(a.stdin)
+	root.SetOut(a.stdout)
+	root.SetErr(a.stderr)
+	root.AddCommand(newServeCmd(a), newAppendCmd(a), newHeadCmd(a), newTailCmd(a),
+		newVerifyCmd(a), newExportCmd(a), newBenchCmd(a))
+	for _, extra := range extraCommands {
+		root.AddCommand(extra(a))
+	}
+	return root
+}
+
+// extraCommands lets other files of this package register commands
+// (audit, leases, …) without editing the list above. It is written only by
+// package initialisation.
+var extraCommands []func(*app) *cobra.Command
+
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	a := &app{stdin: stdin, stdout: stdout, stderr: stderr, logger: slog.New(slog.NewTextHandler(stderr, nil))}
+	root := newRootCmd(a)
+	root.SetArgs(args)
+	if err := root.ExecuteContext(ctx); err != nil {
+		fmt.Fprintln(stderr, "leaseledger:", err)
+		var ee *exitError
+		if errors.As(err, &ee) {
+			return ee.code
+		}
+		return 1
+	}
+	return 0
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
