@@ -1,0 +1,214 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/binary"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/leaseledger/leaseledger/ledger"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+func runCLI(t *testing.T, ctx context.Context, stdin string, args ...string) result {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := run(ctx, args, strings.NewReader(stdin), &out, &errb)
+	return result{code, out.String(), errb.String()}
+}
+
+func examples(t *testing.T) (string, int) {
+	t.Helper()
+	b, err := os.ReadFile("../../examples/events.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b), strings.Count(strings.TrimSpace(string(b)), "\n") + 1
+}
+
+var ackLine = regexp.MustCompile(`^[1-9][0-9]* [0-9A-HJKMNP-TV-Z]{26}$`)
+
+func TestAppendHeadVerifyExport(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	in, n := examples(t)
+	r := runCLI(t, ctx, in, "--data-dir", dir, "append", "--concurrency", "4")
+	if r.code != 0 {
+		t.Fatalf("append: %d %s", r.code, r.stderr)
+	}
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if len(lines) != n {
+		t.Fatalf("%d ack lines for %d events", len(lines), n)
+	}
+	for _, l := range lines {
+		if !ackLine.MatchString(l) {
+			t.Fatalf("ack line %q", l)
+		}
+	}
+	// One bad line is refused with its number; the others still land.
+	r = runCLI(t, ctx, "not json\n"+strings.SplitN(in, "\n", 2)[0]+"\n", "--data-dir", dir, "append")
+	if r.code != 1 || !strings.Contains(r.stderr, "line 1:") || strings.Count(r.stdout, "\n") != 1 {
+		t.Fatalf("bad line: %+v", r)
+	}
+	r = runCLI(t, ctx, "", "--data-dir", dir, "head")
+	if r.code != 0 || !regexp.MustCompile(`^`+strconv.Itoa(n+1)+` [0-9a-f]{64}\n$`).MatchString(r.stdout) {
+		t.Fatalf("head: %+v", r)
+	}
+	r = runCLI(t, ctx, "", "--data-dir", dir, "verify")
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "ok: "+strconv.Itoa(n+1)+" events verified") {
+		t.Fatalf("verify: %+v", r)
+	}
+	r = runCLI(t, ctx, "", "--data-dir", dir, "export", "--kind", "guardian.receipt")
+	if r.code != 0 || strings.Count(r.stdout, "\n") != 1 || !strings.Contains(r.stdout, `"kind":"guardian.receipt"`) {
+		t.Fatalf("export --kind: %+v", r)
+	}
+	r = runCLI(t, ctx, "", "--data-dir", dir, "export", "--from", "2", "--to", "4")
+	if r.code != 0 || strings.Count(r.stdout, "\n") != 3 || !strings.HasPrefix(r.stdout, `{"seq":2,`) {
+		t.Fatalf("export range: %+v", r)
+	}
+}
+
+func TestVerifyNamesTamperedSeq(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	in, _ := examples(t)
+	if r := runCLI(t, ctx, in, "--data-dir", dir, "append"); r.code != 0 {
+		t.Fatal(r.stderr)
+	}
+	db, err := pebble.Open(dir, &pebble.Options{FormatMajorVersion: pebble.FormatNewest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := binary.BigEndian.AppendUint64([]byte("e/"), 3)
+	v, closer, err := db.Get(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mut := append([]byte(nil), v...)
+	closer.Close()
+	mut[len(mut)/2] ^= 0x20
+	if err := db.Set(key, mut, pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	r := runCLI(t, ctx, "", "--data-dir", dir, "verify", "--quiet")
+	if r.code != 1 || !strings.Contains(r.stderr, "at seq 3") {
+		t.Fatalf("verify of a tampered log: %+v", r)
+	}
+}
+
+func TestLockedDataDir(t *testing.T) {
+	dir := t.TempDir()
+	l, err := ledger.Open(ledger.Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	r := runCLI(t, context.Background(), "", "--data-dir", dir, "head")
+	if r.code == 0 || !strings.Contains(r.stderr, "in use by another process") {
+		t.Fatalf("head on a locked dir: %+v", r)
+	}
+}
+
+// TestServeTailAppend runs serve, appends through its writer user and tails
+// from seq 1: catch-up and live, every event once, in order.
+func TestServeTailAppend(t *testing.T) {
+	dir := t.TempDir()
+	in, n := examples(t)
+	if r := runCLI(t, context.Background(), in, "--data-dir", dir, "append"); r.code != 0 {
+		t.Fatal(r.stderr)
+	}
+	serveCtx, stopServe := context.WithCancel(context.Background())
+	pr, pw := io.Pipe()
+	served := make(chan int, 1)
+	go func() {
+		var errb bytes.Buffer
+		served <- run(serveCtx, []string{"--data-dir", dir, "serve", "--port", "-1", "--writer-user", "w", "--writer-password", "pw"}, strings.NewReader(""), pw, &errb)
+		pw.Close()
+	}()
+	sc := bufio.NewScanner(pr)
+	var url string
+	for sc.Scan() {
+		if u, ok := strings.CutPrefix(sc.Text(), "leaseledger: NATS listening on "); ok {
+			url = u
+			break
+		}
+	}
+	go io.Copy(io.Discard, pr)
+	if url == "" {
+		t.Fatal("serve printed no URL")
+	}
+
+	tailCtx, stopTail := context.WithTimeout(context.Background(), 20*time.Second)
+	defer stopTail()
+	tailOut := &lockedBuffer{}
+	tailDone := make(chan int, 1)
+	go func() {
+		tailDone <- run(tailCtx, []string{"tail", "--nats", url, "--from-seq", "1"}, strings.NewReader(""), tailOut, io.Discard)
+	}()
+	r := runCLI(t, context.Background(), in, "append", "--nats", url, "--user", "w", "--password", "pw", "--batch", "5")
+	if r.code != 0 || strings.Count(r.stdout, "\n") != n {
+		t.Fatalf("append over NATS: %+v", r)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for strings.Count(tailOut.String(), "\n") < 2*n && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	stopTail()
+	if code := <-tailDone; code != 0 {
+		t.Fatalf("tail exit %d", code)
+	}
+	got := strings.Split(strings.TrimSpace(tailOut.String()), "\n")
+	if len(got) != 2*n {
+		t.Fatalf("tail printed %d events, want %d", len(got), 2*n)
+	}
+	for i, line := range got {
+		if !strings.HasPrefix(line, `{"seq":`+strconv.Itoa(i+1)+`,`) {
+			t.Fatalf("tail line %d is %.40s…: gap or duplicate", i, line)
+		}
+	}
+	stopServe()
+	if code := <-served; code != 0 {
+		t.Fatalf("serve exit %d", code)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "LEASELEDGER.LOCK")); err != nil {
+		t.Fatal(err)
+	}
+	if r := runCLI(t, context.Background(), "", "--data-dir", dir, "verify", "--quiet"); r.code != 0 {
+		t.Fatalf("verify after serve: %+v", r)
+	}
+}
+
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
