@@ -62,7 +62,7 @@ func crashChild() {
 // acknowledged seq must be present with its ULID, the chain must verify and
 // there must be no gap. LEASELEDGER_CRASH_ROUNDS raises the round count.
 func TestCrashDurability(t *testing.T) {
-	rounds := 6
+	rounds := 10
 	if v, err := strconv.Atoi(os.Getenv("LEASELEDGER_CRASH_ROUNDS")); err == nil && v > 0 {
 		rounds = v
 	}

@@ -136,11 +136,13 @@ type Ledger struct {
 	stop     chan struct{}
 	done     chan struct{}
 
-	commits   atomic.Uint64        // batches durably committed
-	head      atomic.Pointer[Head] // last durable event
-	failure   atomic.Pointer[error]
-	observers atomic.Pointer[[]Observer]
-	obsMu     sync.Mutex
+	commits     atomic.Uint64        // batches durably committed
+	eventsDone  atomic.Uint64        // events durably committed
+	commitNanos atomic.Uint64        // apply-to-fsync time, summed
+	head        atomic.Pointer[Head] // last durable event
+	failure     atomic.Pointer[error]
+	observers   atomic.Pointer[[]Observer]
+	obsMu       sync.Mutex
 
 	// committer-only state
 	tail    Head // last sealed (maybe not yet durable) event
@@ -158,11 +160,12 @@ type appendReq struct {
 // pending is a batch: open (being sealed into) or in flight (applied,
 // fsync not yet observed).
 type pending struct {
-	batch   *pebble.Batch
-	reqs    []*appendReq
-	records []Record
-	events  int
-	head    Head
+	batch     *pebble.Batch
+	reqs      []*appendReq
+	records   []Record
+	events    int
+	head      Head
+	appliedAt time.Time
 }
 
 // Open opens (creating if needed) the ledger in opts.Dir and starts its
@@ -542,6 +545,7 @@ func (l *Ledger) flush(p *pending) {
 	err := l.failed() // an earlier batch failed: applying this one would leave a gap
 	if err == nil {
 		_ = p.batch.Set([]byte(keyHead), encodeHead(p.head), nil)
+		p.appliedAt = time.Now()
 		if aerr := l.db.ApplyNoSyncWait(p.batch, pebble.Sync); aerr != nil {
 			err = l.fail(fmt.Errorf("commit: %w", aerr))
 		}
@@ -595,6 +599,8 @@ func (l *Ledger) syncer(done chan<- struct{}) {
 		head := p.head
 		l.head.Store(&head)
 		l.commits.Add(1)
+		l.eventsDone.Add(uint64(len(p.records)))
+		l.commitNanos.Add(uint64(time.Since(p.appliedAt)))
 		// The next batch may be applied now: it is ordered after this one in
 		// Pebble's WAL, and this goroutine acknowledges batches in order.
 		l.token <- struct{}{}
@@ -634,12 +640,24 @@ type Stats struct {
 	// one Pebble Sync commit. Events appended divided by Commits is the
 	// group-commit factor.
 	Commits uint64
+	// Events is the number of events durably appended since Open.
+	Events uint64
+	// CommitNanos is the total time from applying a batch to observing its
+	// fsync, over all commits since Open.
+	CommitNanos uint64
+	// Queued is the number of Append calls waiting for the committer.
+	Queued int
+	// Failed reports a sticky storage failure (see ErrFailed).
+	Failed bool
 	// Head is the durable head.
 	Head Head
 }
 
 // Stats returns the ledger's counters.
-func (l *Ledger) Stats() Stats { return Stats{Commits: l.commits.Load(), Head: l.Head()} }
+func (l *Ledger) Stats() Stats {
+	return Stats{Commits: l.commits.Load(), Events: l.eventsDone.Load(), CommitNanos: l.commitNanos.Load(),
+		Queued: len(l.queue), Failed: l.failed() != nil, Head: l.Head()}
+}
 
 // Dir is the data directory the ledger was opened in.
 func (l *Ledger) Dir() string { return l.opts.Dir }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/leaseledger/leaseledger/events"
 	"github.com/leaseledger/leaseledger/ledger"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 )
 
@@ -333,5 +334,32 @@ func TestSnapshots(t *testing.T) {
 	}
 	if _, err := l.Verify(context.Background(), nil); err != nil {
 		t.Fatalf("snapshots disturb verification: %v", err)
+	}
+}
+
+func TestMetrics(t *testing.T) {
+	l := open(t, t.TempDir())
+	defer l.Close()
+	appendN(t, l, 250)
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(ledger.NewCollector(l)); err != nil {
+		t.Fatal(err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		m := mf.GetMetric()[0]
+		if m.GetCounter() != nil {
+			got[mf.GetName()] = m.GetCounter().GetValue()
+		} else {
+			got[mf.GetName()] = m.GetGauge().GetValue()
+		}
+	}
+	if got["leaseledger_head_seq"] != 250 || got["leaseledger_appended_events_total"] != 250 ||
+		got["leaseledger_commits_total"] < 1 || got["leaseledger_commits_total"] > 250 || got["leaseledger_failed"] != 0 {
+		t.Fatalf("metrics %v", got)
 	}
 }

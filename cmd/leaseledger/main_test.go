@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/binary"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -140,12 +141,15 @@ func TestServeTailAppend(t *testing.T) {
 	served := make(chan int, 1)
 	go func() {
 		var errb bytes.Buffer
-		served <- run(serveCtx, []string{"--data-dir", dir, "serve", "--port", "-1", "--writer-user", "w", "--writer-password", "pw"}, strings.NewReader(""), pw, &errb)
+		served <- run(serveCtx, []string{"--data-dir", dir, "serve", "--port", "-1", "--writer-user", "w", "--writer-password", "pw", "--metrics-addr", "127.0.0.1:0"}, strings.NewReader(""), pw, &errb)
 		pw.Close()
 	}()
 	sc := bufio.NewScanner(pr)
-	var url string
+	var url, metricsURL string
 	for sc.Scan() {
+		if u, ok := strings.CutPrefix(sc.Text(), "leaseledger: metrics on "); ok {
+			metricsURL = u
+		}
 		if u, ok := strings.CutPrefix(sc.Text(), "leaseledger: NATS listening on "); ok {
 			url = u
 			break
@@ -183,6 +187,15 @@ func TestServeTailAppend(t *testing.T) {
 		if !strings.HasPrefix(line, `{"seq":`+strconv.Itoa(i+1)+`,`) {
 			t.Fatalf("tail line %d is %.40s…: gap or duplicate", i, line)
 		}
+	}
+	resp, err := http.Get(metricsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), "leaseledger_head_seq "+strconv.Itoa(2*n)) {
+		t.Fatalf("metrics do not show the head:\n%.2000s", body)
 	}
 	stopServe()
 	if code := <-served; code != 0 {

@@ -1,15 +1,26 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/leaseledger/leaseledger/ledger"
 	"github.com/spf13/cobra"
 )
 
 func newServeCmd(a *app) *cobra.Command {
-	var opts ledger.BusOptions
+	var (
+		opts        ledger.BusOptions
+		metricsAddr string
+	)
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Open the ledger in the data directory and serve it on an embedded NATS bus",
@@ -36,6 +47,14 @@ and append requests, and shuts down cleanly on SIGINT or SIGTERM.`,
 				return err
 			}
 			defer bus.Close()
+			if metricsAddr != "" {
+				stop, addr, err := serveMetrics(l, metricsAddr)
+				if err != nil {
+					return err
+				}
+				defer stop()
+				fmt.Fprintf(a.stdout, "leaseledger: metrics on http://%s/metrics\n", addr)
+			}
 			h := l.Head()
 			fmt.Fprintf(a.stdout, "leaseledger: ledger %s at seq %d\n", a.dataDir, h.Seq)
 			fmt.Fprintf(a.stdout, "leaseledger: NATS listening on %s\n", bus.ClientURL())
@@ -62,6 +81,32 @@ and append requests, and shuts down cleanly on SIGINT or SIGTERM.`,
 	f.StringVar(&opts.ReadOnlyPassword, "read-only-password", "", "password of --read-only-user (env LEASELEDGER_READONLY_PASSWORD)")
 	f.StringVar(&opts.WriterUser, "writer-user", "", "add a NATS user that may also append through leaseledger.api.append")
 	f.StringVar(&opts.WriterPassword, "writer-password", "", "password of --writer-user (env LEASELEDGER_WRITER_PASSWORD)")
+	f.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics on this address, e.g. 127.0.0.1:9248 (empty: off)")
 	f.BoolVar(&opts.DenyAnonymous, "deny-anonymous", false, "refuse unauthenticated clients (by default they are read-only)")
 	return cmd
+}
+
+// serveMetrics serves the ledger's Prometheus metrics (and the Go runtime's)
+// on addr until stop is called.
+func serveMetrics(l *ledger.Ledger, addr string) (stop func(), bound string, err error) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(ledger.NewCollector(l), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, "", fmt.Errorf("metrics: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = srv.Serve(ln)
+	}()
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		<-done
+	}, ln.Addr().String(), nil
 }
