@@ -64,7 +64,7 @@ func newRootCmd(a *app) *cobra.Command {
 	root.SetIn(a.stdin)
 	root.SetOut(a.stdout)
 	root.SetErr(a.stderr)
-	root.AddCommand(newServeCmd(a), newAppendCmd(a), newHeadCmd(a), newTailCmd(a),
+	root.AddCommand(newServeCmd(a), newAppendCmd(a), newHeadCmd(a), newTailCmd(a), newReplayCmd(a),
 		newVerifyCmd(a), newExportCmd(a), newBenchCmd(a))
 	for _, extra := range extraCommands {
 		root.AddCommand(extra(a))

@@ -188,6 +188,10 @@ func TestServeTailAppend(t *testing.T) {
 			t.Fatalf("tail line %d is %.40s…: gap or duplicate", i, line)
 		}
 	}
+	r = runCLI(t, context.Background(), "", "replay", "--nats", url, "--from", "3", "--to", "7", "--kind", "")
+	if r.code != 0 || strings.Count(r.stdout, "\n") != 5 || !strings.HasPrefix(r.stdout, `{"seq":3,`) {
+		t.Fatalf("replay: %+v", r)
+	}
 	resp, err := http.Get(metricsURL)
 	if err != nil {
 		t.Fatal(err)

@@ -101,6 +101,50 @@ duplicate; without it, it prints only events committed from now on.`,
 	return cmd
 }
 
+func newReplayCmd(a *app) *cobra.Command {
+	var (
+		natsURL          string
+		creds            natsCreds
+		from, to         uint64
+		kind, activation string
+	)
+	cmd := &cobra.Command{
+		Use:   "replay",
+		Short: "Print stored events of a running 'serve' as JSON Lines, through its replay API",
+		Long: `replay pulls a range of stored events from a running 'serve' chunk by chunk
+(bounded replies; the client asks for the next chunk only after handling one)
+and prints them as JSON Lines. Unlike tail it stops at the end of the range
+(by default the head at the time of the last chunk).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			nc, err := creds.connect(natsURL)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			out := bufio.NewWriterSize(a.stdout, 256<<10)
+			_, err = ledger.NewClient(nc).Replay(cmd.Context(), ledger.Seq(from), ledger.Seq(to),
+				ledger.TailFilter{Kind: events.Kind(kind), Activation: activation},
+				func(_ ledger.Seq, raw []byte) error {
+					out.Write(raw)
+					return out.WriteByte('\n')
+				})
+			if ferr := out.Flush(); err == nil {
+				err = ferr
+			}
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&natsURL, "nats", fmt.Sprintf("nats://127.0.0.1:%d", ledger.DefaultBusPort), "NATS URL of a running 'serve'")
+	f.Uint64Var(&from, "from", 1, "first seq")
+	f.Uint64Var(&to, "to", 0, "last seq (0: the head)")
+	f.StringVar(&kind, "kind", "", "only events of this kind")
+	f.StringVar(&activation, "activation", "", "only events of this activation")
+	creds.flags(f)
+	return cmd
+}
+
 func newVerifyCmd(a *app) *cobra.Command {
 	var quiet bool
 	cmd := &cobra.Command{
