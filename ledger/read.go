@@ -117,55 +117,53 @@ func (l *Ledger) Scan(ctx context.Context, q Query, fn func(seq Seq, raw []byte)
 		return (q.Session == "" || env.Session == q.Session) && (q.Kind == "" || env.Kind == q.Kind), nil
 	}
 
-	if prefix == nil {
-		it, err := l.db.NewIterWithContext(ctx, &pebble.IterOptions{LowerBound: eventKey(from), UpperBound: eventKey(to + 1)})
-		if err != nil {
-			return fmt.Errorf("ledger: iterate: %w", err)
-		}
-		defer it.Close()
-		for ok := it.First(); ok; ok = it.Next() {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			seq, _ := seqFromKey(it.Key())
-			v, err := it.ValueAndErr()
-			if err != nil {
-				return fmt.Errorf("ledger: read seq %d: %w", seq, err)
-			}
-			if err := fn(seq, v); err != nil {
-				return err
-			}
-		}
-		return it.Error()
+	// Without an index the iteration is over e/ itself and the value is at
+	// hand; with one, each index key names a seq whose e/ value is fetched.
+	lower, upper := eventKey(from), eventKey(to+1)
+	if prefix != nil {
+		lower = append(append([]byte(nil), prefix...), lower[len(prefixEvent):]...)
+		upper = append(append([]byte(nil), prefix...), upper[len(prefixEvent):]...)
 	}
-
-	idx, err := l.db.NewIterWithContext(ctx, &pebble.IterOptions{
-		LowerBound: append(append([]byte(nil), prefix...), eventKey(from)[len(prefixEvent):]...),
-		UpperBound: append(append([]byte(nil), prefix...), eventKey(to + 1)[len(prefixEvent):]...),
-	})
+	it, err := l.db.NewIterWithContext(ctx, &pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {
-		return fmt.Errorf("ledger: iterate index: %w", err)
+		return fmt.Errorf("ledger: iterate: %w", err)
 	}
-	defer idx.Close()
-	for ok := idx.First(); ok; ok = idx.Next() {
+	defer it.Close()
+	for ok := it.First(); ok; ok = it.Next() {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		seq, _ := seqFromKey(idx.Key())
+		seq, _ := seqFromKey(it.Key())
+		if err := l.visit(it, prefix != nil, seq, match, fn); err != nil {
+			return err
+		}
+	}
+	return it.Error()
+}
+
+// visit hands one event to fn: the iterator's value on e/, or the e/ value
+// an index entry names.
+func (l *Ledger) visit(it *pebble.Iterator, indexed bool, seq Seq, match func([]byte) (bool, error), fn func(Seq, []byte) error) error {
+	var raw []byte
+	if indexed {
 		v, closer, err := l.db.Get(eventKey(seq))
 		if err != nil {
 			return fmt.Errorf("ledger: index points to seq %d: %w", seq, err)
 		}
-		ok, err := match(v)
-		if err == nil && ok {
-			err = fn(seq, v)
-		}
-		closer.Close()
+		defer closer.Close()
+		raw = v
+	} else {
+		v, err := it.ValueAndErr()
 		if err != nil {
-			return err
+			return fmt.Errorf("ledger: read seq %d: %w", seq, err)
 		}
+		raw = v
 	}
-	return idx.Error()
+	ok, err := match(raw)
+	if err != nil || !ok {
+		return err
+	}
+	return fn(seq, raw)
 }
 
 // Events yields the decoded durable events the query selects, in seq order.
