@@ -70,6 +70,10 @@ const (
 	// MaxAppendEvents bounds the events in one Append call, so that a single
 	// call always fits one batch and is committed atomically.
 	MaxAppendEvents = DefaultMaxBatchEvents
+	// inflightBatches is how many batches may be applied to Pebble with
+	// their fsync not yet observed. One is classic group commit: everything
+	// that queues during an fsync goes into the next batch.
+	inflightBatches = 1
 )
 
 // Errors callers branch on.
@@ -198,8 +202,8 @@ func Open(opts Options) (*Ledger, error) {
 	l := &Ledger{
 		db: db, lock: lock, opts: opts, logger: opts.Logger,
 		queue:    make(chan *appendReq, opts.QueueLen),
-		inflight: make(chan *pending, 1),
-		token:    make(chan struct{}, 1),
+		inflight: make(chan *pending, inflightBatches),
+		token:    make(chan struct{}, inflightBatches),
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
 	}
@@ -226,7 +230,9 @@ func Open(opts Options) (*Ledger, error) {
 	empty := []Observer{}
 	l.observers.Store(&empty)
 	syncerDone := make(chan struct{})
-	l.token <- struct{}{}
+	for range inflightBatches {
+		l.token <- struct{}{}
+	}
 	go l.syncer(syncerDone)
 	go l.committer(syncerDone)
 	return l, nil
