@@ -1,0 +1,423 @@
+package projector
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/leaseledger/leaseledger/events"
+)
+
+// Errors Apply returns. On any error the state is unchanged.
+var (
+	// ErrOutOfOrder marks an event whose seq is not after the last applied
+	// one; see *SeqError.
+	ErrOutOfOrder = errors.New("projector: event out of order")
+	// ErrDecode marks an event or payload that could not be decoded.
+	ErrDecode = errors.New("projector: undecodable event")
+)
+
+// SeqError is returned for an event at or before the last applied seq. It
+// wraps ErrOutOfOrder.
+type SeqError struct {
+	Got  uint64 // the event's seq
+	Last uint64 // the last applied seq
+}
+
+func (e *SeqError) Error() string {
+	return fmt.Sprintf("projector: event seq %d is not after the last applied seq %d", e.Got, e.Last)
+}
+
+// Unwrap makes errors.Is(err, ErrOutOfOrder) true.
+func (e *SeqError) Unwrap() error { return ErrOutOfOrder }
+
+// event is what the reducer consumes; Apply and ApplyRaw both build it, so
+// live and replay share every line of the reducer.
+type event struct {
+	seq        uint64
+	time       time.Time
+	kind       events.Kind
+	activation string
+	session    string
+	server     string
+	payload    events.Payload
+}
+
+// Apply folds env into s. It is the package-level form of [State.Apply].
+func Apply(s *State, env *events.Envelope) error { return s.Apply(env) }
+
+// Apply folds one committed event into the state. Events must arrive in
+// increasing seq order (a filtered replay, such as one activation's events,
+// may skip seqs). Apply does no I/O and reads no clock; on error the state
+// is unchanged.
+func (s *State) Apply(env *events.Envelope) error {
+	if env.Seq <= s.seq {
+		return &SeqError{Got: env.Seq, Last: s.seq}
+	}
+	p, err := decodePayload(env.Kind, env.Data)
+	if err != nil {
+		return fmt.Errorf("%w: seq %d: %w", ErrDecode, env.Seq, err)
+	}
+	s.apply(&event{seq: env.Seq, time: env.Time, kind: env.Kind, activation: env.Activation,
+		session: env.Session, server: env.Server, payload: p})
+	return nil
+}
+
+// ApplyRaw folds the stored bytes of one ledger record into the state. It
+// parses the canonical envelope directly (falling back to events.Decode for
+// anything unusual) and does not check the hash chain: it is meant for
+// bytes read from a ledger, whose chain `leaseledger verify` checks.
+// The result is the same as Apply of the decoded envelope.
+func (s *State) ApplyRaw(raw []byte) error {
+	var e event
+	if !parseEnvelope(raw, &e) {
+		env, err := events.Decode(raw)
+		if err != nil {
+			return fmt.Errorf("%w: %w", ErrDecode, err)
+		}
+		return s.Apply(&env)
+	}
+	if e.seq <= s.seq {
+		return &SeqError{Got: e.seq, Last: s.seq}
+	}
+	s.apply(&e)
+	return nil
+}
+
+func (s *State) apply(e *event) {
+	s.seq = e.seq
+	s.applied++
+	var a *Activation
+	if e.activation != "" {
+		a = s.activations[e.activation]
+		if a == nil {
+			a = &Activation{ID: e.activation, Session: e.session, Server: e.server, FirstSeq: e.seq}
+			a.Connection.Phase = PhaseActive
+			s.activations[e.activation] = a
+		}
+		if a.Session == "" {
+			a.Session = e.session
+		}
+		if a.Server == "" {
+			a.Server = e.server
+		}
+		a.LastSeq = e.seq
+		a.Events++
+	}
+	switch p := e.payload.(type) {
+	// lease and call
+	case *events.LeaseAcquiring:
+		s.leaseAcquiring(e, p)
+	case *events.LeaseAcquired:
+		if l := s.leaseFor(e); l != nil {
+			if p.Fingerprint != l.Fingerprint {
+				l.Anomalies++
+			}
+			if l.State == LeaseStarting {
+				l.State = LeaseReady
+			}
+			l.ReadyAt = instant(e.time)
+		}
+	case *events.LeaseAcquireFailed:
+		if l := s.leaseFor(e); l != nil {
+			s.endLease(l, e, p.Reason)
+		}
+	case *events.LeaseChildStarted:
+		if l := s.leaseFor(e); l != nil {
+			l.PID, l.GuardianPID, l.Cleanup = p.PID, p.GuardianPID, p.Cleanup
+		}
+		if a != nil {
+			a.Evidence.childStarted(a.ID, e, p)
+		}
+	case *events.LeaseListingPinned:
+		if l := s.leaseFor(e); l != nil {
+			l.ListingDigest, l.ToolCount = p.ListingDigest, p.ToolCount
+		}
+	case *events.LeasePoisoned:
+		if l := s.leaseFor(e); l != nil && l.Live() {
+			l.State, l.Reason, l.PoisonTool = LeasePoisoned, p.Reason, p.Tool
+		}
+	case *events.LeaseRevoked:
+		if l := s.leaseFor(e); l != nil && (l.State == LeaseStarting || l.State == LeaseReady) {
+			l.State, l.Reason = LeaseCancelled, p.Reason
+		}
+	case *events.LeaseStaleReplaced:
+		if l := s.leaseFor(e); l != nil {
+			l.ReplacedBy = p.NewActivation
+		}
+	case *events.LeaseReaped:
+		if l := s.leaseFor(e); l != nil && l.Reason == "" {
+			l.Reason = "reaped"
+		}
+	case *events.LeaseTerminated:
+		if l := s.leaseFor(e); l != nil {
+			s.endLease(l, e, p.Reason)
+		}
+	case *events.CallAdmitted:
+		if l := s.leaseFor(e); l != nil {
+			if l.State != LeaseReady && l.State != LeaseStarting {
+				l.GateViolations++
+			}
+			l.CallsInFlight++
+			l.CallsAdmitted++
+			l.LastUse = instant(e.time)
+		}
+	case *events.CallRefused:
+		if l := s.leaseFor(e); l != nil {
+			l.CallsRefused++
+		}
+	case *events.CallFinished:
+		if l := s.leaseFor(e); l != nil {
+			if l.CallsInFlight > 0 {
+				l.CallsInFlight--
+			} else {
+				l.Anomalies++
+			}
+			l.CallsFinished++
+			if p.KilledOnCancel {
+				l.KilledOnCancel++
+			}
+			l.LastUse = instant(e.time)
+		}
+	case *events.SessionEnded:
+		s.sessionEnded(e.session)
+
+	// request handles
+	case *events.RequestRegistered:
+		s.requestRegistered(e, p)
+	case *events.RequestDispatched:
+		if r := s.requestFor(p.Handle); r != nil {
+			r.addWireID(p.WireID)
+			if r.State == RequestRegistered {
+				r.State = RequestDispatched
+			}
+		}
+	case *events.RequestContinued:
+		if r := s.requestFor(p.Handle); r != nil {
+			r.addWireID(p.WireID)
+			r.Rounds = max(r.Rounds, p.Round)
+			if r.State == RequestRegistered {
+				r.State = RequestDispatched
+			}
+		}
+	case *events.RequestCompleted:
+		if r := s.requestFor(p.Handle); r != nil {
+			r.Completions++
+			if r.Completions == 1 {
+				r.Outcome, r.ResultBytes = p.Outcome, p.ResultBytes
+				if r.State != RequestCancelled {
+					r.State = RequestCompleted
+				}
+			}
+		}
+	case *events.RequestAwaitTimedOut:
+		if r := s.requestFor(p.Handle); r != nil {
+			r.AwaitTimeouts++
+		}
+	case *events.RequestCancelled:
+		if r := s.requestFor(p.Handle); r != nil && r.Cancellation == nil {
+			r.Cancellation = &Cancellation{Reason: p.Reason, LocalSettled: p.LocalSettled,
+				TransportAccepted: p.TransportAccepted, NotificationDelivered: p.NotificationDelivered,
+				Remote: p.Remote, Seq: e.seq}
+			if r.State != RequestCompleted {
+				r.State = RequestCancelled
+			}
+		}
+	case *events.RequestOwnerEnded:
+		s.ownerEnded(e, p)
+
+	// connections
+	case *events.ConnectionOpened:
+		if a == nil {
+			s.anomalies.Unattributed++
+			break
+		}
+		c := &a.Connection
+		if c.Opened || c.Phase != PhaseActive {
+			c.Regressions++
+			break
+		}
+		c.Opened, c.Transport, c.Cleanup, c.OneShot = true, p.Transport, p.Cleanup, p.OneShot
+	case *events.ConnectionPhase:
+		if a == nil {
+			s.anomalies.Unattributed++
+			break
+		}
+		c := &a.Connection
+		next := Phase(p.Phase)
+		if next.rank() <= c.Phase.rank() {
+			if next != c.Phase {
+				c.Regressions++
+			}
+			break
+		}
+		c.Phase = next
+		if p.BudgetNS != 0 {
+			c.BudgetNS = p.BudgetNS
+		}
+		if next == PhaseClosed && c.Report == nil {
+			a.close(e, 0, true)
+		}
+	case *events.ConnectionBarrier:
+		if a == nil {
+			s.anomalies.Unattributed++
+			break
+		}
+		if a.Connection.Report != nil {
+			a.Evidence.late++
+			break
+		}
+		o := &a.Connection.Barriers[obligationIndex(p.Obligation)]
+		o.Outcome, o.Detail, o.ElapsedNS, o.Seq = p.Outcome, p.Detail, p.ElapsedNS, e.seq
+		o.Observations++
+	case *events.ConnectionClosed:
+		if a == nil {
+			s.anomalies.Unattributed++
+			break
+		}
+		c := &a.Connection
+		if c.Report != nil {
+			if c.Report.CloseCalls == 0 {
+				c.Report.ElapsedNS = p.ElapsedNS
+			}
+			c.Report.CloseCalls++
+			break
+		}
+		c.Phase = PhaseClosed
+		a.close(e, p.ElapsedNS, c.Opened && !p.Repeat)
+		c.Report.CloseCalls = 1
+
+	// guardian and http evidence
+	case *events.GuardianStarted, *events.GuardianSignal, *events.GuardianReaped,
+		*events.GuardianReceipt, *events.GuardianLost,
+		*events.HTTPRegistered, *events.HTTPRedirect, *events.HTTPCompleted,
+		*events.HTTPBarrier, *events.HTTPWorkerDown, *events.HTTPLost:
+		if a == nil {
+			s.anomalies.Unattributed++
+			break
+		}
+		a.Evidence.apply(a.ID, e)
+	default:
+		s.anomalies.Unknown++
+	}
+}
+
+func instant(t time.Time) *events.Instant { return &events.Instant{Time: t} }
+
+// ---- leases ----
+
+func (s *State) leaseAcquiring(e *event, p *events.LeaseAcquiring) {
+	if e.activation == "" || e.server == "" {
+		s.anomalies.OrphanLease++
+		return
+	}
+	key := LeaseKey{Session: p.KeySession, Server: e.server}
+	if old, ok := s.leases[key]; ok {
+		delete(s.leaseOf, old.Activation)
+	}
+	if oldKey, ok := s.leaseOf[e.activation]; ok { // one activation, one lease lifetime
+		delete(s.leases, oldKey)
+	}
+	s.leases[key] = &Lease{KeySession: p.KeySession, Server: e.server, Shared: p.Shared, Session: e.session,
+		Activation: e.activation, State: LeaseStarting, Fingerprint: p.Fingerprint, StartedAt: events.Instant{Time: e.time}}
+	s.leaseOf[e.activation] = key
+}
+
+func (s *State) leaseFor(e *event) *Lease {
+	if key, ok := s.leaseOf[e.activation]; ok && e.activation != "" {
+		return s.leases[key]
+	}
+	s.anomalies.OrphanLease++
+	return nil
+}
+
+func (s *State) endLease(l *Lease, e *event, reason string) {
+	if l.State == LeaseTerminated {
+		return
+	}
+	if l.State == LeaseStarting || l.State == LeaseReady || l.Reason == "" {
+		l.Reason = reason
+	}
+	l.State = LeaseTerminated
+	l.EndedAt = instant(e.time)
+}
+
+// sessionEnded drops the terminated leases keyed by session: the table
+// keeps terminated leases only until their session's end, so it is bounded
+// by live sessions times servers. Live leases and shared leases stay.
+func (s *State) sessionEnded(session string) {
+	if session == "" {
+		return
+	}
+	for k, l := range s.leases {
+		if k.Session == session && !l.Live() {
+			delete(s.leases, k)
+			delete(s.leaseOf, l.Activation)
+		}
+	}
+}
+
+// ---- requests ----
+
+func (s *State) requestRegistered(e *event, p *events.RequestRegistered) {
+	o := s.owners[p.Owner]
+	if o == nil {
+		o = &Owner{ID: p.Owner}
+		s.owners[p.Owner] = o
+	}
+	if o.Ended {
+		o.Anomalies++ // registered after the owner's end
+	}
+	if prev, ok := s.ownerOf[p.Handle]; ok {
+		s.owners[prev].Anomalies++ // duplicate handle: the newer registration wins
+		delete(s.owners[prev].Handles, p.Handle)
+	}
+	if o.Handles == nil {
+		o.Handles = map[string]*Request{}
+	}
+	o.Handles[p.Handle] = &Request{Handle: p.Handle, Owner: p.Owner, Activation: e.activation, Method: p.Method,
+		URISHA256: p.URISHA256, TimeoutNS: p.TimeoutNS, State: RequestRegistered, RegisteredSeq: e.seq}
+	s.ownerOf[p.Handle] = p.Owner
+}
+
+func (s *State) requestFor(handle string) *Request {
+	if o, ok := s.ownerOf[handle]; ok {
+		return s.owners[o].Handles[handle]
+	}
+	s.anomalies.OrphanRequest++
+	return nil
+}
+
+func (r *Request) addWireID(id string) {
+	if len(r.WireIDs) >= MaxWireIDs {
+		r.WireIDsDropped++
+		return
+	}
+	r.WireIDs = append(r.WireIDs, id)
+}
+
+func (s *State) ownerEnded(e *event, p *events.RequestOwnerEnded) {
+	o := s.owners[p.Owner]
+	if o == nil {
+		o = &Owner{ID: p.Owner}
+		s.owners[p.Owner] = o
+	}
+	if o.Ended {
+		o.Anomalies++
+		return
+	}
+	o.Ended, o.EndedSeq, o.HandlesSettled = true, e.seq, p.HandlesSettled
+	sum := &OwnerSummary{}
+	for h, r := range o.Handles {
+		switch r.State {
+		case RequestCompleted:
+			sum.Completed++
+		case RequestCancelled:
+			sum.Cancelled++
+		default:
+			sum.Unsettled++
+		}
+		delete(s.ownerOf, h)
+	}
+	o.Summary, o.Handles = sum, nil
+}

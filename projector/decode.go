@@ -1,0 +1,357 @@
+package projector
+
+import (
+	"reflect"
+	"time"
+
+	"github.com/leaseledger/leaseledger/events"
+)
+
+// Decoding is the cost of replay: events.Decode re-validates and
+// re-encodes every envelope and payload with encoding/json, several times
+// slower than reading the bytes from Pebble. The projector therefore reads
+// the canonical form directly. It only accepts exactly the shapes the
+// canonical encoder writes (fields in declaration order, no whitespace,
+// plain integers); anything else — an escaped string, an unknown field, a
+// float — falls back to the strict decoder in package events, so both paths
+// always yield the same payload. Validate runs on every decoded payload.
+
+type fieldType uint8
+
+const (
+	fString fieldType = iota
+	fInt
+	fInt64
+	fBool
+	fInstant
+	fInts
+)
+
+type fieldInfo struct {
+	name  string
+	index int
+	typ   fieldType
+}
+
+type codec struct {
+	typ    reflect.Type
+	fields []fieldInfo
+}
+
+var (
+	instantPtrType = reflect.TypeFor[*events.Instant]()
+	intSliceType   = reflect.TypeFor[[]int]()
+)
+
+// codecs maps each kind to its field table, built once from the events
+// registry. A kind with a field of a type the fast path does not know has
+// no codec and always uses the strict decoder.
+var codecs = func() map[events.Kind]*codec {
+	m := map[events.Kind]*codec{}
+	for _, k := range events.Kinds() {
+		p, err := events.New(k)
+		if err != nil {
+			continue
+		}
+		t := reflect.TypeOf(p).Elem()
+		c := &codec{typ: t}
+		ok := true
+		for i := range t.NumField() {
+			f := t.Field(i)
+			name, _, _ := cutComma(f.Tag.Get("json"))
+			if name == "" || name == "-" {
+				ok = false
+				break
+			}
+			var ft fieldType
+			switch {
+			case f.Type.Kind() == reflect.String:
+				ft = fString
+			case f.Type.Kind() == reflect.Int:
+				ft = fInt
+			case f.Type.Kind() == reflect.Int64:
+				ft = fInt64
+			case f.Type.Kind() == reflect.Bool:
+				ft = fBool
+			case f.Type == instantPtrType:
+				ft = fInstant
+			case f.Type == intSliceType:
+				ft = fInts
+			default:
+				ok = false
+			}
+			c.fields = append(c.fields, fieldInfo{name: name, index: i, typ: ft})
+		}
+		if ok {
+			m[k] = c
+		}
+	}
+	return m
+}()
+
+func cutComma(s string) (string, string, bool) {
+	for i := 0; i < len(s); i++ {
+		if s[i] == ',' {
+			return s[:i], s[i+1:], true
+		}
+	}
+	return s, "", false
+}
+
+// decodePayload decodes kind's payload from data, fast path first.
+func decodePayload(kind events.Kind, data []byte) (events.Payload, error) {
+	if c := codecs[kind]; c != nil {
+		if p, ok := c.decode(data); ok {
+			return p, nil
+		}
+	}
+	return events.DecodePayload(kind, data)
+}
+
+// decode parses a canonical flat JSON object into a new payload. It
+// reports false for anything it does not handle exactly.
+func (c *codec) decode(data []byte) (events.Payload, bool) {
+	v := reflect.New(c.typ)
+	s := v.Elem()
+	if len(data) < 2 || data[0] != '{' || data[len(data)-1] != '}' {
+		return nil, false
+	}
+	i, fi := 1, 0
+	if data[1] == '}' {
+		i = 2
+	}
+	for i < len(data)-1 {
+		if i > 1 {
+			if data[i] != ',' {
+				return nil, false
+			}
+			i++
+		}
+		key, n, ok := plainString(data, i)
+		if !ok || n >= len(data) || data[n] != ':' {
+			return nil, false
+		}
+		i = n + 1
+		for fi < len(c.fields) && c.fields[fi].name != key {
+			fi++
+		}
+		if fi == len(c.fields) {
+			return nil, false // unknown, repeated or out-of-order key
+		}
+		f := c.fields[fi]
+		fi++
+		fv := s.Field(f.index)
+		switch f.typ {
+		case fString:
+			str, n, ok := plainString(data, i)
+			if !ok {
+				return nil, false
+			}
+			fv.SetString(str)
+			i = n
+		case fInt, fInt64:
+			x, n, ok := plainInt(data, i)
+			if !ok {
+				return nil, false
+			}
+			fv.SetInt(x)
+			i = n
+		case fBool:
+			switch {
+			case hasPrefixAt(data, i, "true"):
+				fv.SetBool(true)
+				i += 4
+			case hasPrefixAt(data, i, "false"):
+				i += 5
+			default:
+				return nil, false
+			}
+		case fInstant:
+			if i+32 > len(data) || data[i] != '"' || data[i+31] != '"' {
+				return nil, false
+			}
+			t, ok := parseTime(data[i+1 : i+31])
+			if !ok {
+				return nil, false
+			}
+			fv.Set(reflect.ValueOf(&events.Instant{Time: t}))
+			i += 32
+		case fInts:
+			if i >= len(data) || data[i] != '[' {
+				return nil, false
+			}
+			i++
+			var xs []int
+			for {
+				x, n, ok := plainInt(data, i)
+				if !ok {
+					return nil, false
+				}
+				xs = append(xs, int(x))
+				i = n
+				if i < len(data) && data[i] == ',' {
+					i++
+					continue
+				}
+				if i < len(data) && data[i] == ']' {
+					i++
+					break
+				}
+				return nil, false
+			}
+			fv.Set(reflect.ValueOf(xs))
+		}
+	}
+	p := v.Interface().(events.Payload)
+	if p.Validate() != nil {
+		return nil, false // let the strict decoder produce the error
+	}
+	return p, true
+}
+
+func hasPrefixAt(b []byte, i int, p string) bool {
+	return len(b)-i >= len(p) && string(b[i:i+len(p)]) == p
+}
+
+// plainString reads a JSON string starting at b[i] that has no escapes and
+// no control characters; it returns the string and the index after it.
+func plainString(b []byte, i int) (string, int, bool) {
+	if i >= len(b) || b[i] != '"' {
+		return "", 0, false
+	}
+	for j := i + 1; j < len(b); j++ {
+		switch c := b[j]; {
+		case c == '"':
+			return string(b[i+1 : j]), j + 1, true
+		case c == '\\' || c < 0x20:
+			return "", 0, false
+		}
+	}
+	return "", 0, false
+}
+
+// plainInt reads a canonical JSON integer (no leading zeros, no fraction or
+// exponent) starting at b[i].
+func plainInt(b []byte, i int) (int64, int, bool) {
+	neg := false
+	if i < len(b) && b[i] == '-' {
+		neg = true
+		i++
+	}
+	start := i
+	var x int64
+	for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+		if i-start >= 18 {
+			return 0, 0, false
+		}
+		x = x*10 + int64(b[i]-'0')
+		i++
+	}
+	if i == start || (b[start] == '0' && i-start > 1) || (neg && x == 0) {
+		return 0, 0, false
+	}
+	if i < len(b) && (b[i] == '.' || b[i] == 'e' || b[i] == 'E') {
+		return 0, 0, false
+	}
+	if neg {
+		x = -x
+	}
+	return x, i, true
+}
+
+// parseTime parses events.TimeLayout ("2006-01-02T15:04:05.000000000Z").
+func parseTime(b []byte) (time.Time, bool) {
+	if len(b) != len(events.TimeLayout) || b[4] != '-' || b[7] != '-' || b[10] != 'T' || b[13] != ':' ||
+		b[16] != ':' || b[19] != '.' || b[29] != 'Z' {
+		return time.Time{}, false
+	}
+	num := func(from, to int) (int, bool) {
+		n := 0
+		for _, c := range b[from:to] {
+			if c < '0' || c > '9' {
+				return 0, false
+			}
+			n = n*10 + int(c-'0')
+		}
+		return n, true
+	}
+	y, ok1 := num(0, 4)
+	mo, ok2 := num(5, 7)
+	d, ok3 := num(8, 10)
+	h, ok4 := num(11, 13)
+	mi, ok5 := num(14, 16)
+	sec, ok6 := num(17, 19)
+	ns, ok7 := num(20, 29)
+	if !(ok1 && ok2 && ok3 && ok4 && ok5 && ok6 && ok7) || mo < 1 || mo > 12 || d < 1 || h > 23 || mi > 59 || sec > 59 {
+		return time.Time{}, false
+	}
+	t := time.Date(y, time.Month(mo), d, h, mi, sec, ns, time.UTC)
+	if t.Day() != d { // normalised (e.g. February 30): not a valid time
+		return time.Time{}, false
+	}
+	return t, true
+}
+
+// parseEnvelope reads the canonical envelope form
+//
+//	{"seq":N,"id":"<26>","time":"<30>","kind":"…","v":1[,"activation":"…"][,"session":"…"][,"server":"…"],"data":{…},"prev":"<64>","hash":"<64>"}
+//
+// into e. It reports false for anything else (the caller then uses the
+// strict decoder).
+func parseEnvelope(raw []byte, e *event) bool {
+	const suffix = len(`,"prev":"`) + 64 + len(`","hash":"`) + 64 + len(`"}`)
+	if !hasPrefixAt(raw, 0, `{"seq":`) || len(raw) < 100+suffix {
+		return false
+	}
+	seq, i, ok := plainInt(raw, len(`{"seq":`))
+	if !ok || seq <= 0 || !hasPrefixAt(raw, i, `,"id":"`) {
+		return false
+	}
+	i += len(`,"id":"`) + 26
+	if !hasPrefixAt(raw, i, `","time":"`) {
+		return false
+	}
+	i += len(`","time":"`)
+	if i+30 > len(raw) {
+		return false
+	}
+	t, ok := parseTime(raw[i : i+30])
+	if !ok {
+		return false
+	}
+	i += 30
+	if !hasPrefixAt(raw, i, `","kind":`) {
+		return false
+	}
+	kind, n, ok := plainString(raw, i+len(`","kind":`))
+	if !ok || !hasPrefixAt(raw, n, `,"v":1,"`) {
+		return false
+	}
+	i = n + len(`,"v":1`)
+	var ids [3]string
+	for j, name := range [3]string{`,"activation":`, `,"session":`, `,"server":`} {
+		if hasPrefixAt(raw, i, name) {
+			if ids[j], i, ok = plainString(raw, i+len(name)); !ok || !events.ValidID(ids[j]) {
+				return false
+			}
+		}
+	}
+	if ids[0] == events.NoActivation {
+		return false
+	}
+	end := len(raw) - suffix
+	if !hasPrefixAt(raw, i, `,"data":`) || !hasPrefixAt(raw, end, `,"prev":"`) || !hasPrefixAt(raw, len(raw)-len(`"}`)-64-len(`","hash":"`), `","hash":"`) {
+		return false
+	}
+	data := raw[i+len(`,"data":`) : end]
+	c := codecs[events.Kind(kind)]
+	if c == nil {
+		return false
+	}
+	p, ok := c.decode(data)
+	if !ok {
+		return false
+	}
+	*e = event{seq: uint64(seq), time: t, kind: events.Kind(kind), activation: ids[0], session: ids[1], server: ids[2], payload: p}
+	return true
+}

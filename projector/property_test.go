@@ -1,0 +1,351 @@
+package projector_test
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/leaseledger/leaseledger/events"
+	"github.com/leaseledger/leaseledger/projector"
+	"github.com/leaseledger/leaseledger/projector/internal/eventgen"
+	"pgregory.net/rapid"
+)
+
+var t0 = time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+
+// genDraft draws one valid event over small identifier pools, so that
+// random sequences hit every interaction: evidence before registration,
+// redirects, barriers in any order, closes, late events, re-registration
+// after confirmation, leases and request handles.
+func genDraft(t *rapid.T) events.Draft {
+	act := rapid.SampledFrom([]string{"act-0", "act-1", "act-2"}).Draw(t, "act")
+	sess := rapid.SampledFrom([]string{"s-0", "s-1"}).Draw(t, "sess")
+	srv := rapid.SampledFrom([]string{"srv-0", "srv-1"}).Draw(t, "srv")
+	ref := rapid.SampledFrom([]string{"r0", "r1", "r2", "r3", "h0", "h1"}).Draw(t, "ref")
+	pid := rapid.IntRange(100, 101).Draw(t, "pid")
+	handle := rapid.SampledFrom([]string{"q0", "q1", "q2"}).Draw(t, "handle")
+	owner := rapid.SampledFrom([]string{"o0", "o1"}).Draw(t, "owner")
+	at := events.At(t0.Add(time.Duration(rapid.IntRange(0, 5).Draw(t, "at")) * time.Second))
+	opt := func(name string) *events.Instant {
+		if rapid.Bool().Draw(t, name) {
+			return at
+		}
+		return nil
+	}
+	outcome := func(name string, vs ...string) string { return rapid.SampledFrom(vs).Draw(t, name) }
+	var p events.Payload
+	// Weighted: evidence events (which drive the ring) are most frequent.
+	switch k := rapid.IntRange(0, 40).Draw(t, "kind"); k {
+	case 0:
+		p = &events.LeaseAcquiring{KeySession: sess, Fingerprint: eventgen.Digest, Shared: rapid.Bool().Draw(t, "shared")}
+	case 1:
+		p = &events.LeaseAcquired{Fingerprint: eventgen.Digest, DurationNS: 5}
+	case 2:
+		p = &events.LeaseAcquireFailed{Reason: "spawn_failed", DurationNS: 5}
+	case 3:
+		p = &events.LeaseChildStarted{PID: pid, GuardianPID: pid + 10, Cleanup: outcome("cleanup", "verified", "verified", "best_effort")}
+	case 4:
+		p = &events.LeaseListingPinned{ToolCount: 3, Pages: 1, ListingBytes: 100, ListingDigest: eventgen.Digest}
+	case 5:
+		p = &events.LeasePoisoned{CallID: "c1", Reason: "digest_mismatch", Tool: "t", ExpectedDigest: eventgen.Digest}
+	case 6:
+		p = &events.LeaseRevoked{Reason: "host_request", CallsInFlight: 1}
+	case 7:
+		p = &events.LeaseTerminated{Reason: "revoked"}
+	case 8:
+		p = &events.CallAdmitted{CallID: "c1", Tool: "t", Digest: eventgen.Digest}
+	case 9:
+		p = &events.CallFinished{CallID: "c1", Tool: "t", Outcome: "ok", ArgsSHA256: eventgen.Digest, KilledOnCancel: rapid.Bool().Draw(t, "killed")}
+	case 10:
+		p = &events.CallRefused{CallID: "c1", Tool: "t", Reason: "cancelled"}
+	case 11:
+		return events.Draft{Session: sess, Payload: &events.SessionEnded{LeasesTerminated: 1}}
+	case 12:
+		p = &events.RequestRegistered{Handle: handle, Owner: owner, Method: "resources/read", TimeoutNS: 5}
+	case 13:
+		p = &events.RequestDispatched{Handle: handle, WireID: "17"}
+	case 14:
+		p = &events.RequestContinued{Handle: handle, WireID: "18", Round: rapid.IntRange(1, 10).Draw(t, "round")}
+	case 15:
+		p = &events.RequestCompleted{Handle: handle, Outcome: outcome("rc", "ok", "error", "timeout"), ResultBytes: 3}
+	case 16:
+		p = &events.RequestAwaitTimedOut{Handle: handle, WaitedNS: 3}
+	case 17:
+		p = &events.RequestCancelled{Handle: handle, Reason: "host_cancelled", LocalSettled: true, TransportAccepted: "yes", NotificationDelivered: "unknown", Remote: "unknown"}
+	case 18:
+		p = &events.RequestOwnerEnded{Owner: owner, HandlesSettled: 1}
+	case 19:
+		p = &events.ConnectionOpened{Transport: outcome("tr", "stdio", "http"), Cleanup: outcome("cl", "verified", "best_effort")}
+	case 20:
+		p = &events.ConnectionPhase{Phase: outcome("phase", "closing", "closed"), BudgetNS: 7}
+	case 21, 22:
+		p = &events.ConnectionBarrier{Obligation: outcome("ob", projector.Obligations[:]...), Outcome: outcome("bo", "ok", "ok", "ok", "error", "timeout", "missing", "unsupported", "pending"), ElapsedNS: 1}
+	case 23:
+		p = &events.ConnectionClosed{ElapsedNS: 9, Repeat: rapid.Bool().Draw(t, "repeat")}
+	case 24:
+		p = &events.GuardianStarted{GuardianPID: pid + 10, TargetPID: pid, HelperVersion: "g/1", PIDFD: true}
+	case 25:
+		p = &events.GuardianSignal{TargetPID: pid, Signal: outcome("sig", "TERM", "KILL"), At: at}
+	case 26:
+		p = &events.GuardianReaped{TargetPID: pid, ExitCode: rapid.IntRange(-1, 2).Draw(t, "exit"), At: at}
+	case 27:
+		p = &events.GuardianReceipt{HelperVersion: "g/1", TargetPID: pid, Reaped: rapid.Float64().Draw(t, "reaped") < 0.8,
+			ExitCode: rapid.IntRange(-1, 2).Draw(t, "exit"), StdinClosedAt: opt("in"), StdoutClosedAt: opt("out"),
+			StderrClosedAt: opt("err"), DescendantsSeen: []int{7, 8}[:rapid.IntRange(0, 2).Draw(t, "nd")],
+			HelperExitCode: rapid.SampledFrom([]int{0, 0, 0, 1, -1}).Draw(t, "hx")}
+	case 28:
+		p = &events.GuardianLost{Reason: outcome("gl", "receipt_lost", "helper_lost", "pipes_closed", "deadline"), TargetPID: rapid.SampledFrom([]int{0, pid}).Draw(t, "lpid")}
+	case 29, 30, 31, 32:
+		p = &events.HTTPRegistered{Ref: ref, Scope: outcome("scope", "request", "sse", "jwks"), Method: "GET", Origin: "https://a.example"}
+	case 33:
+		p = &events.HTTPRedirect{Ref: ref, Hop: rapid.IntRange(1, 3).Draw(t, "hop"), HopRef: rapid.SampledFrom([]string{"h0", "h1"}).Draw(t, "hopref"),
+			Status: 307, Origin: "https://b.example", SameOrigin: rapid.Bool().Draw(t, "same")}
+	case 34:
+		p = &events.HTTPCompleted{Ref: ref, Status: 200, Outcome: outcome("hc", "ok", "error", "timeout", "aborted"), BodyBytes: 10}
+	case 35, 36, 37:
+		p = &events.HTTPBarrier{Ref: ref, Outcome: outcome("hb", "ok", "ok", "ok", "error", "timeout", "unsupported")}
+	case 38, 39:
+		p = &events.HTTPWorkerDown{Ref: ref, Worker: "w1", Reason: "normal"}
+	case 40:
+		p = &events.HTTPLost{Ref: ref, Reason: "connection_dropped"}
+	}
+	return events.Draft{Activation: act, Session: sess, Server: srv, Payload: p}
+}
+
+type sealed struct {
+	env events.Envelope
+	raw []byte
+}
+
+// genLog draws a log of random events interleaved with blocks that
+// confirm a request (sometimes with a redirect hop), so that the recent
+// window of act-0 overflows into aggregates in many runs.
+func genLog(t *rapid.T) []sealed {
+	n := rapid.IntRange(0, 300).Draw(t, "n")
+	c := eventgen.NewChain(t0)
+	var out []sealed
+	add := func(d events.Draft) {
+		env, raw := c.Seal(d)
+		out = append(out, sealed{env, raw})
+	}
+	for i := range n {
+		if rapid.IntRange(0, 9).Draw(t, "block") < 6 {
+			add(genDraft(t))
+			continue
+		}
+		act := rapid.SampledFrom([]string{"act-0", "act-0", "act-0", "act-1"}).Draw(t, "bact")
+		ref := fmt.Sprintf("b%d", i)
+		scope := rapid.SampledFrom([]string{"request", "sse", "jwks"}).Draw(t, "bscope")
+		block := eventgen.ConfirmedRequest(act, ref, scope)
+		if rapid.IntRange(0, 4).Draw(t, "hop") == 0 {
+			hop := events.Draft{Activation: act, Session: "s-1", Server: "srv", Payload: &events.HTTPRedirect{Ref: ref, Hop: 1, HopRef: ref + "-h1", Status: 307, Origin: "https://b.example", SameOrigin: true}}
+			hb := events.Draft{Activation: act, Session: "s-1", Server: "srv", Payload: &events.HTTPBarrier{Ref: ref + "-h1", Outcome: "ok"}}
+			block = append([]events.Draft{block[0], hop, hb}, block[1:]...)
+		}
+		for _, d := range block {
+			add(d)
+		}
+	}
+	return out
+}
+
+func mustMarshal(t interface{ Fatal(...any) }, s *projector.State) []byte {
+	b, err := projector.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestReplayEquivalence is the replay = live property: incremental
+// application of envelopes, full replay of the stored bytes, and a
+// snapshot at a random point plus the tail all serialise byte-identically.
+func TestReplayEquivalence(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		log := genLog(t)
+		live := projector.New()
+		for _, e := range log {
+			if err := live.Apply(&e.env); err != nil {
+				t.Fatalf("Apply seq %d: %v", e.env.Seq, err)
+			}
+		}
+		want := mustMarshal(t, live)
+
+		replay := projector.New()
+		for _, e := range log {
+			if err := replay.ApplyRaw(e.raw); err != nil {
+				t.Fatalf("ApplyRaw seq %d: %v", e.env.Seq, err)
+			}
+		}
+		if got := mustMarshal(t, replay); !bytes.Equal(got, want) {
+			t.Fatalf("full replay differs from incremental:\n%s\n%s", got, want)
+		}
+
+		cut := rapid.IntRange(0, len(log)).Draw(t, "cut")
+		head := projector.New()
+		for _, e := range log[:cut] {
+			if err := head.ApplyRaw(e.raw); err != nil {
+				t.Fatal(err)
+			}
+		}
+		snap := mustMarshal(t, head)
+		restored, err := projector.Unmarshal(snap)
+		if err != nil {
+			t.Fatalf("Unmarshal: %v", err)
+		}
+		if again := mustMarshal(t, restored); !bytes.Equal(again, snap) {
+			t.Fatalf("snapshot round trip differs")
+		}
+		for _, e := range log[cut:] {
+			if err := restored.Apply(&e.env); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := mustMarshal(t, restored); !bytes.Equal(got, want) {
+			t.Fatalf("snapshot at %d + tail differs from incremental:\n%s\n%s", cut, got, want)
+		}
+		// Reports are derived from the state alone, so they agree too.
+		for _, id := range live.ActivationIDs() {
+			a, _ := live.Report(id)
+			b, _ := restored.Report(id)
+			if !reflect.DeepEqual(a, b) {
+				t.Fatalf("report %s differs", id)
+			}
+			checkInvariants(t, live, id)
+		}
+	})
+}
+
+// checkInvariants checks what must hold after any sequence.
+func checkInvariants(t *rapid.T, s *projector.State, id string) {
+	a, _ := s.Activation(id)
+	ev := &a.Evidence
+	c := ev.Counts()
+	var aggregated uint64
+	for _, ag := range ev.Aggregates(id) {
+		if !ag.Evidence.Aggregate || ag.ID.Reference != projector.AggregatePrefix+ag.Scope {
+			t.Fatalf("aggregate %+v", ag)
+		}
+		aggregated += ag.Evidence.ConfirmedCount
+	}
+	if c.Recent > projector.RecentReceipts || c.Recent+aggregated != c.Confirmed || c.Aggregated != aggregated {
+		t.Fatalf("counts %+v aggregated %d", c, aggregated)
+	}
+	if c.Aggregated > 0 && c.Recent != projector.RecentReceipts {
+		t.Fatalf("aggregated while the recent window is not full: %+v", c)
+	}
+	for _, r := range ev.Tracked() {
+		if r.Status == projector.StatusConfirmed {
+			t.Fatalf("confirmed resource still tracked: %+v", r)
+		}
+	}
+	for _, r := range ev.Recent() {
+		if r.Status != projector.StatusConfirmed {
+			t.Fatalf("unconfirmed receipt in recent: %+v", r)
+		}
+		if (r.Kind == projector.ResourceHTTPRequest || r.Kind == projector.ResourceHTTPHop) && (r.Facts.Barrier != "ok" || !r.Facts.WorkerDown) {
+			t.Fatalf("http receipt confirmed without barrier ok and worker down: %+v", r)
+		}
+	}
+	if rep, ok := s.CloseReport(id); ok {
+		if rep.Version != 1 {
+			t.Fatalf("report version %d", rep.Version)
+		}
+		confirmed := rep.Result == projector.ResultConfirmed
+		for _, o := range rep.Obligations {
+			if o.Status != projector.StatusConfirmed && confirmed {
+				t.Fatalf("confirmed report with obligation %+v", o)
+			}
+		}
+		if confirmed && (rep.Counts.Pending+rep.Counts.Missing+rep.Counts.Lost+rep.Counts.Unsupported > 0 || !rep.Retained) {
+			t.Fatalf("confirmed report with unconfirmed evidence: %+v", rep)
+		}
+		if !ev.Frozen() {
+			t.Fatalf("closed but evidence not frozen")
+		}
+	}
+}
+
+// TestFastDecodeMatchesStrict checks that the projector's payload decoder
+// and events.DecodePayload agree on every generated event and on the
+// catalogue's examples.
+func TestFastDecodeMatchesStrict(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		c := eventgen.NewChain(t0)
+		env, raw := c.Seal(genDraft(t))
+		checkDecode(t, env, raw, true)
+	})
+}
+
+func checkDecode(t interface {
+	Fatalf(string, ...any)
+}, env events.Envelope, raw []byte, wantFast bool) {
+	strict, err := events.DecodePayload(env.Kind, env.Data)
+	if err != nil {
+		t.Fatalf("strict: %v", err)
+	}
+	fast, err := projector.DecodePayloadForTest(env.Kind, env.Data)
+	if err != nil {
+		t.Fatalf("fast: %v", err)
+	}
+	if !reflect.DeepEqual(strict, fast) {
+		t.Fatalf("decoders disagree on %s:\n%#v\n%#v", env.Kind, strict, fast)
+	}
+	if projector.ParseEnvelopeForTest(raw) != wantFast {
+		t.Fatalf("fast envelope parse refused canonical bytes: %s", raw)
+	}
+	a, b := projector.New(), projector.New()
+	if err := a.Apply(&env); err != nil {
+		t.Fatalf("Apply: %v", err)
+	}
+	if err := b.ApplyRaw(raw); err != nil {
+		t.Fatalf("ApplyRaw: %v", err)
+	}
+	x, _ := projector.Marshal(a)
+	y, _ := projector.Marshal(b)
+	if !bytes.Equal(x, y) {
+		t.Fatalf("Apply and ApplyRaw differ:\n%s\n%s", x, y)
+	}
+}
+
+func TestFastDecodeExamples(t *testing.T) {
+	lines := readExamples(t)
+	c := eventgen.NewChain(t0)
+	for i, line := range lines {
+		d, err := events.ParseInput(line)
+		if err != nil {
+			t.Fatalf("example %d: %v", i, err)
+		}
+		env, raw := c.Seal(d)
+		checkDecode(t, env, raw, true)
+	}
+	if len(lines) != len(events.Kinds()) {
+		t.Fatalf("%d examples for %d kinds", len(lines), len(events.Kinds()))
+	}
+}
+
+// TestRawFallback feeds ApplyRaw bytes the fast path refuses (escaped
+// strings): the strict decoder takes over and the result is the same.
+func TestRawFallback(t *testing.T) {
+	c := eventgen.NewChain(t0)
+	env, raw := c.Seal(eventgen.D("act-1", &events.HTTPRegistered{Ref: "r", Scope: "request", Method: "GET", Origin: "https://a<b>&c.example"}))
+	if !bytes.Contains(raw, []byte(`\u003c`)) {
+		t.Fatalf("expected an escaped origin: %s", raw)
+	}
+	checkDecode(t, env, raw, false)
+	if err := projector.New().ApplyRaw([]byte(`{"seq":1}`)); err == nil {
+		t.Fatal("ApplyRaw accepted garbage")
+	}
+}
+
+func readExamples(t *testing.T) [][]byte {
+	t.Helper()
+	b, err := os.ReadFile("../examples/events.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bytes.Split(bytes.TrimSpace(b), []byte("\n"))
+}

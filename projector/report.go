@@ -1,0 +1,74 @@
+package projector
+
+// ActivationReport is everything the projection knows about one
+// activation's cleanup, as an auditor reads it: the resources with their
+// statuses and facts, the recent receipts and aggregates, the connection
+// and its close report, and the verdict with every reason it is not
+// confirmed.
+type ActivationReport struct {
+	Version    int    `json:"version"`
+	Activation string `json:"activation_id"`
+	Session    string `json:"session,omitempty"`
+	Server     string `json:"server,omitempty"`
+	FirstSeq   uint64 `json:"first_seq"`
+	LastSeq    uint64 `json:"last_seq"`
+	Events     uint64 `json:"events"`
+	// Verdict is ResultConfirmed or ResultUnconfirmed.
+	Verdict        string              `json:"verdict"`
+	Reasons        []string            `json:"reasons,omitempty"`
+	ReasonsOmitted int                 `json:"reasons_omitted,omitempty"`
+	Counts         Counts              `json:"counts"`
+	Resources      []Resource          `json:"resources"`
+	Recent         []Resource          `json:"recent"`
+	Aggregates     []AggregateResource `json:"aggregates"`
+	Frozen         bool                `json:"frozen"`
+	LateEvents     uint64              `json:"late_events,omitempty"`
+	Anomalies      uint64              `json:"anomalies,omitempty"`
+	Connection     Connection          `json:"connection"`
+	Lease          *Lease              `json:"lease,omitempty"`
+}
+
+// Report builds the report of activation id.
+func (s *State) Report(id string) (ActivationReport, bool) {
+	a, ok := s.activations[id]
+	if !ok {
+		return ActivationReport{}, false
+	}
+	ev := &a.Evidence
+	rep := ActivationReport{Version: ReportVersion, Activation: a.ID, Session: a.Session, Server: a.Server,
+		FirstSeq: a.FirstSeq, LastSeq: a.LastSeq, Events: a.Events, Counts: ev.Counts(),
+		Resources: ev.Tracked(), Recent: ev.Recent(), Aggregates: ev.Aggregates(a.ID), Frozen: ev.frozen,
+		LateEvents: ev.late, Anomalies: ev.anomalies, Connection: a.Connection}
+	rep.Verdict, rep.Reasons, rep.ReasonsOmitted = s.verdict(a)
+	if key, ok := s.leaseOf[id]; ok {
+		l := *s.leases[key]
+		rep.Lease = &l
+	}
+	return rep, true
+}
+
+// Verdict returns the verdict of activation id and every reason (at most
+// MaxReasons, then the number omitted) it is not confirmed. An activation
+// is confirmed only by its retained close report; without one it is
+// unconfirmed ("not_closed"), with the reasons the report would list now.
+func (s *State) Verdict(id string) (verdict string, reasons []string, omitted int) {
+	a, ok := s.activations[id]
+	if !ok {
+		return ResultUnconfirmed, []string{"unknown_activation: no event names it"}, 0
+	}
+	return s.verdict(a)
+}
+
+func (s *State) verdict(a *Activation) (string, []string, int) {
+	if r := a.Connection.Report; r != nil {
+		return r.Result, append([]string(nil), r.Reasons...), r.Omitted
+	}
+	var rs reasons
+	rs.add("not_closed: no close report retained (phase " + string(a.Connection.Phase) + ")")
+	if !a.Connection.Opened {
+		rs.add("no_connection: connection.opened not recorded")
+	}
+	a.obligations(&rs)
+	a.evidenceReasons(&rs)
+	return ResultUnconfirmed, rs.list, rs.omitted
+}

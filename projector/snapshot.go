@@ -1,0 +1,182 @@
+package projector
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/leaseledger/leaseledger/events"
+)
+
+// Snapshot format. A snapshot whose format or version differs is refused
+// with a *FormatError: the caller replays the whole log instead, never
+// trusting an older layout half-way.
+const (
+	SnapshotFormat  = "leaseledger-projector"
+	SnapshotVersion = 1
+)
+
+// Errors of Unmarshal.
+var (
+	// ErrSnapshotFormat marks a snapshot of another format or version.
+	ErrSnapshotFormat = errors.New("projector: unsupported snapshot format")
+	// ErrSnapshotCorrupt marks a snapshot of the right version whose
+	// content is malformed or inconsistent.
+	ErrSnapshotCorrupt = errors.New("projector: corrupt snapshot")
+)
+
+// FormatError says which format and version a refused snapshot has. It
+// wraps ErrSnapshotFormat.
+type FormatError struct {
+	Format  string
+	Version int
+}
+
+func (e *FormatError) Error() string {
+	return fmt.Sprintf("projector: snapshot format %q version %d, want %q version %d", e.Format, e.Version, SnapshotFormat, SnapshotVersion)
+}
+
+// Unwrap makes errors.Is(err, ErrSnapshotFormat) true.
+func (e *FormatError) Unwrap() error { return ErrSnapshotFormat }
+
+type snapshotHeader struct {
+	Format  string `json:"format"`
+	Version int    `json:"version"`
+}
+
+type snapshotWire struct {
+	Format      string                     `json:"format"`
+	Version     int                        `json:"version"`
+	Seq         uint64                     `json:"seq"`
+	Applied     uint64                     `json:"applied"`
+	Anomalies   Anomalies                  `json:"anomalies"`
+	Activations map[string]*activationWire `json:"activations"`
+	Leases      map[string]*Lease          `json:"leases"`
+	Owners      map[string]*Owner          `json:"owners"`
+}
+
+type activationWire struct {
+	Session    string       `json:"session,omitempty"`
+	Server     string       `json:"server,omitempty"`
+	FirstSeq   uint64       `json:"first_seq"`
+	LastSeq    uint64       `json:"last_seq"`
+	Events     uint64       `json:"events"`
+	Evidence   evidenceWire `json:"evidence"`
+	Connection Connection   `json:"connection"`
+}
+
+type evidenceWire struct {
+	Resources  map[string]*Resource `json:"resources,omitempty"`
+	Recent     []Resource           `json:"recent,omitempty"`
+	Aggregates map[string]uint64    `json:"aggregates,omitempty"`
+	Confirmed  uint64               `json:"confirmed"`
+	Frozen     bool                 `json:"frozen,omitempty"`
+	FrozenSeq  uint64               `json:"frozen_seq,omitempty"`
+	Late       uint64               `json:"late,omitempty"`
+	Anomalies  uint64               `json:"anomalies,omitempty"`
+}
+
+// Marshal serialises s deterministically: fixed field order, map keys
+// sorted, recent receipts oldest first, times in events.TimeLayout. Equal
+// states give equal bytes however they were reached (incrementally, by
+// full replay, or from a snapshot plus the tail).
+func Marshal(s *State) ([]byte, error) {
+	w := snapshotWire{Format: SnapshotFormat, Version: SnapshotVersion, Seq: s.seq, Applied: s.applied,
+		Anomalies: s.anomalies, Activations: make(map[string]*activationWire, len(s.activations)),
+		Leases: make(map[string]*Lease, len(s.leases)), Owners: s.owners}
+	for id, a := range s.activations {
+		ev := &a.Evidence
+		w.Activations[id] = &activationWire{Session: a.Session, Server: a.Server, FirstSeq: a.FirstSeq,
+			LastSeq: a.LastSeq, Events: a.Events, Connection: a.Connection,
+			Evidence: evidenceWire{Resources: ev.open, Recent: ev.Recent(), Aggregates: ev.aggregates,
+				Confirmed: ev.confirmed, Frozen: ev.frozen, FrozenSeq: ev.frozenSeq, Late: ev.late, Anomalies: ev.anomalies}}
+	}
+	for k, l := range s.leases {
+		w.Leases[k.String()] = l
+	}
+	b, err := json.Marshal(&w)
+	if err != nil {
+		return nil, fmt.Errorf("projector: marshal: %w", err)
+	}
+	return b, nil
+}
+
+// Unmarshal restores a State from Marshal's output. A snapshot of another
+// format or version yields a *FormatError (errors.Is ErrSnapshotFormat);
+// malformed or inconsistent content yields ErrSnapshotCorrupt. Either way
+// the caller should replay the log from the start.
+func Unmarshal(b []byte) (*State, error) {
+	var h snapshotHeader
+	if err := json.Unmarshal(b, &h); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrSnapshotCorrupt, err)
+	}
+	if h.Format != SnapshotFormat || h.Version != SnapshotVersion {
+		return nil, &FormatError{Format: h.Format, Version: h.Version}
+	}
+	var w snapshotWire
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&w); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrSnapshotCorrupt, err)
+	}
+	corrupt := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrSnapshotCorrupt, fmt.Sprintf(format, args...))
+	}
+	s := New()
+	s.seq, s.applied, s.anomalies = w.Seq, w.Applied, w.Anomalies
+	for id, aw := range w.Activations {
+		if aw == nil || !events.ValidID(id) {
+			return nil, corrupt("activation entry")
+		}
+		a := &Activation{ID: id, Session: aw.Session, Server: aw.Server, FirstSeq: aw.FirstSeq,
+			LastSeq: aw.LastSeq, Events: aw.Events, Connection: aw.Connection}
+		if a.Connection.Phase.rank() == 0 && a.Connection.Phase != PhaseActive {
+			return nil, corrupt("activation %s: phase", id)
+		}
+		ew := &aw.Evidence
+		ev := &a.Evidence
+		if len(ew.Recent) > RecentReceipts {
+			return nil, corrupt("activation %s: %d recent receipts", id, len(ew.Recent))
+		}
+		total := uint64(len(ew.Recent))
+		for _, n := range ew.Aggregates {
+			total += n
+		}
+		if total != ew.Confirmed {
+			return nil, corrupt("activation %s: confirmed count %d, entries %d", id, ew.Confirmed, total)
+		}
+		for ref, r := range ew.Resources {
+			if r == nil || r.ID.Reference != ref || r.ID.Activation != id {
+				return nil, corrupt("activation %s: resource entry", id)
+			}
+		}
+		ev.open, ev.aggregates = ew.Resources, ew.Aggregates
+		ev.ringLen = copy(ev.ring[:], ew.Recent)
+		ev.confirmed, ev.frozen, ev.frozenSeq, ev.late, ev.anomalies = ew.Confirmed, ew.Frozen, ew.FrozenSeq, ew.Late, ew.Anomalies
+		s.activations[id] = a
+	}
+	for k, l := range w.Leases {
+		session, server, ok := strings.Cut(k, "/")
+		if l == nil || !ok || l.KeySession != session || l.Server != server {
+			return nil, corrupt("lease entry %q", k)
+		}
+		key := LeaseKey{Session: session, Server: server}
+		s.leases[key] = l
+		s.leaseOf[l.Activation] = key
+	}
+	for id, o := range w.Owners {
+		if o == nil || o.ID != id {
+			return nil, corrupt("owner entry")
+		}
+		for h, r := range o.Handles {
+			if r == nil || r.Handle != h || r.Owner != id {
+				return nil, corrupt("owner %s: handle entry", id)
+			}
+			s.ownerOf[h] = id
+		}
+		s.owners[id] = o
+	}
+	return s, nil
+}

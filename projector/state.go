@@ -1,0 +1,626 @@
+package projector
+
+import "github.com/leaseledger/leaseledger/events"
+
+// Bounds of the projection. Each one keeps a single activation, lease or
+// owner from costing memory proportional to its history.
+const (
+	// RecentReceipts is the number of most recent confirmed receipts an
+	// activation keeps individually; older ones are folded into the
+	// per-scope aggregate resources.
+	RecentReceipts = 64
+	// MaxWireIDs bounds the wire IDs kept per request handle (the first
+	// dispatch plus at most 10 MRTR continuations fit); further ones are
+	// counted in Request.WireIDsDropped.
+	MaxWireIDs = 16
+	// MaxSignals bounds the signal names kept per guardian resource.
+	MaxSignals = 8
+	// MaxReasons bounds the reasons a close report or verdict lists; the
+	// rest are counted in ReasonsOmitted.
+	MaxReasons = 32
+	// ReportVersion is the version of close reports and activation reports.
+	ReportVersion = 1
+)
+
+// Status is the cleanup status of one owned resource.
+type Status string
+
+// Resource statuses. Only StatusConfirmed counts towards a confirmed
+// result; every other status blocks it.
+const (
+	// StatusPending: the resource is tracked and its evidence is not
+	// complete yet (no barrier, or no observed worker end).
+	StatusPending Status = "pending"
+	// StatusConfirmed: the evidence proves release (see docs/projector.md).
+	StatusConfirmed Status = "confirmed"
+	// StatusMissing: evidence was asked for and did not come back complete
+	// (a barrier that errored or timed out, a receipt lacking facts).
+	StatusMissing Status = "missing"
+	// StatusUnsupported: release cannot be observed for this resource (a
+	// barrier that answered unsupported, a best-effort child).
+	StatusUnsupported Status = "unsupported"
+	// StatusLost: evidence can no longer be obtained (http.lost,
+	// guardian.lost, a helper that did not exit 0).
+	StatusLost Status = "lost"
+)
+
+// Resource kinds.
+const (
+	// ResourceHTTPRequest is an HTTP allocation (http.registered).
+	ResourceHTTPRequest = "http_request"
+	// ResourceHTTPHop is one redirect hop of an HTTP request (http.redirect).
+	ResourceHTTPHop = "http_hop"
+	// ResourceGuardianChild is a direct child supervised by the guardian.
+	ResourceGuardianChild = "guardian_child"
+	// ResourceChild is a child launched without a guardian (best effort).
+	ResourceChild = "child"
+)
+
+// Scopes the projector assigns itself; HTTP scopes come from http.registered.
+const (
+	// ScopeGuardian is the aggregate scope of guardian-supervised children.
+	ScopeGuardian = "guardian"
+	// ScopeChild is the scope of best-effort children.
+	ScopeChild = "child"
+	// AggregatePrefix begins the reference of every aggregate resource.
+	AggregatePrefix = "confirmed_history:"
+)
+
+// ResourceID identifies an owned resource: {activation_id, reference}.
+type ResourceID struct {
+	Activation string `json:"activation_id"`
+	Reference  string `json:"reference"`
+}
+
+// String returns the ID as "{activation, reference}".
+func (id ResourceID) String() string { return "{" + id.Activation + ", " + id.Reference + "}" }
+
+// Facts are the observations about one resource that its status was
+// derived from. Only the fields its events supplied are set.
+type Facts struct {
+	// HTTP request and hop facts.
+	Method         string `json:"method,omitempty"`
+	Origin         string `json:"origin,omitempty"`
+	Parent         string `json:"parent,omitempty"` // a hop's original request reference
+	Hop            int    `json:"hop,omitempty"`
+	RedirectStatus int    `json:"redirect_status,omitempty"`
+	SameOrigin     *bool  `json:"same_origin,omitempty"`
+	// Hops lists a request's redirect hop references (at most
+	// events.MaxRedirectHops are kept; extra hops are anomalies).
+	Hops             []string `json:"hops,omitempty"`
+	Completed        bool     `json:"completed,omitempty"`
+	CompletionStatus int      `json:"completion_status,omitempty"`
+	CompletionResult string   `json:"completion_outcome,omitempty"`
+	BodyBytes        int64    `json:"body_bytes,omitempty"`
+	// Barrier is the last request-completion barrier outcome.
+	Barrier    string `json:"barrier,omitempty"`
+	Barriers   int    `json:"barriers,omitempty"` // barrier observations
+	WorkerDown bool   `json:"worker_down,omitempty"`
+	Worker     string `json:"worker,omitempty"`
+	// WorkerReason is the worker's end reason; "via_parent" marks a hop
+	// whose owning worker's end was observed on its original request.
+	WorkerReason string `json:"worker_reason,omitempty"`
+	LostReason   string `json:"lost_reason,omitempty"`
+
+	// Child and guardian facts.
+	TargetPID         int             `json:"target_pid,omitempty"`
+	GuardianPID       int             `json:"guardian_pid,omitempty"`
+	Cleanup           string          `json:"cleanup,omitempty"`
+	HelperVersion     string          `json:"helper_version,omitempty"`
+	PIDFD             bool            `json:"pidfd,omitempty"`
+	Signals           []string        `json:"signals,omitempty"`
+	Reaped            bool            `json:"reaped,omitempty"`
+	ReapedAt          *events.Instant `json:"reaped_at,omitempty"`
+	ExitCode          *int            `json:"exit_code,omitempty"`
+	Signal            string          `json:"signal,omitempty"`
+	Receipt           bool            `json:"receipt,omitempty"`
+	StdinClosedAt     *events.Instant `json:"stdin_closed_at,omitempty"`
+	StdoutClosedAt    *events.Instant `json:"stdout_closed_at,omitempty"`
+	StderrClosedAt    *events.Instant `json:"stderr_closed_at,omitempty"`
+	TermSentAt        *events.Instant `json:"term_sent_at,omitempty"`
+	KillSentAt        *events.Instant `json:"kill_sent_at,omitempty"`
+	DescendantsSeen   int             `json:"descendants_seen,omitempty"`
+	DescendantsKilled int             `json:"descendants_killed,omitempty"`
+	HelperExitCode    *int            `json:"helper_exit_code,omitempty"`
+}
+
+// Resource is one owned resource with its status and facts. Confirmed
+// resources additionally carry the seq and envelope time of confirmation.
+type Resource struct {
+	ID     ResourceID `json:"id"`
+	Kind   string     `json:"kind"`
+	Scope  string     `json:"scope"`
+	Status Status     `json:"status"`
+	// Reason says why the status is not confirmed (a machine code such as
+	// awaiting_barrier, awaiting_worker_down, barrier_timeout, not_reaped).
+	Reason        string          `json:"reason,omitempty"`
+	Facts         Facts           `json:"facts"`
+	RegisteredSeq uint64          `json:"registered_seq"`
+	UpdatedSeq    uint64          `json:"updated_seq"`
+	ConfirmedSeq  uint64          `json:"confirmed_seq,omitempty"`
+	ConfirmedAt   *events.Instant `json:"confirmed_at,omitempty"`
+}
+
+// AggregateEvidence is the evidence of an aggregate resource.
+type AggregateEvidence struct {
+	Aggregate      bool   `json:"aggregate"`
+	ConfirmedCount uint64 `json:"confirmed_count"`
+}
+
+// AggregateResource stands for every confirmed receipt of one scope that
+// left the recent window: ID {activation_id, "confirmed_history:<scope>"}.
+type AggregateResource struct {
+	ID       ResourceID        `json:"id"`
+	Scope    string            `json:"scope"`
+	Status   Status            `json:"status"`
+	Evidence AggregateEvidence `json:"evidence"`
+}
+
+// Counts are resource counts of an activation. Confirmed includes the
+// receipts folded into aggregates, so Resources counts resources, not
+// report entries.
+type Counts struct {
+	Resources   uint64 `json:"resources"`
+	Pending     uint64 `json:"pending"`
+	Confirmed   uint64 `json:"confirmed"`
+	Missing     uint64 `json:"missing"`
+	Unsupported uint64 `json:"unsupported"`
+	Lost        uint64 `json:"lost"`
+	// Recent is the number of confirmed receipts kept individually and
+	// Aggregated the number folded into aggregates; they sum to Confirmed.
+	Recent     uint64 `json:"recent"`
+	Aggregated uint64 `json:"aggregated"`
+}
+
+// Evidence is the cleanup evidence of one activation. Its size is
+// O(tracked unconfirmed resources + scopes): confirmed history costs at
+// most RecentReceipts entries plus one counter per scope.
+type Evidence struct {
+	open       map[string]*Resource // every resource not (yet) confirmed, by reference
+	ring       [RecentReceipts]Resource
+	ringStart  int
+	ringLen    int
+	aggregates map[string]uint64 // scope → confirmed receipts folded out of the ring
+	confirmed  uint64
+	frozen     bool
+	frozenSeq  uint64
+	late       uint64 // evidence events after the freeze
+	anomalies  uint64 // evidence about unknown or duplicate references
+}
+
+// Resource returns the tracked (unconfirmed) resource with reference ref,
+// or the recent confirmed receipt with that reference.
+func (ev *Evidence) Resource(ref string) (Resource, bool) {
+	if r, ok := ev.open[ref]; ok {
+		return *r, true
+	}
+	for i := range ev.ringLen {
+		if r := &ev.ring[(ev.ringStart+i)%RecentReceipts]; r.ID.Reference == ref {
+			return *r, true
+		}
+	}
+	return Resource{}, false
+}
+
+// Tracked returns the resources that are not confirmed, sorted by reference.
+func (ev *Evidence) Tracked() []Resource {
+	out := make([]Resource, 0, len(ev.open))
+	for _, k := range sortedKeys(ev.open) {
+		out = append(out, *ev.open[k])
+	}
+	return out
+}
+
+// Recent returns the retained confirmed receipts, oldest first.
+func (ev *Evidence) Recent() []Resource {
+	out := make([]Resource, ev.ringLen)
+	for i := range ev.ringLen {
+		out[i] = ev.ring[(ev.ringStart+i)%RecentReceipts]
+	}
+	return out
+}
+
+// Aggregates returns the aggregate resources of activation, sorted by scope.
+func (ev *Evidence) Aggregates(activation string) []AggregateResource {
+	out := make([]AggregateResource, 0, len(ev.aggregates))
+	for _, scope := range sortedKeys(ev.aggregates) {
+		out = append(out, AggregateResource{
+			ID:       ResourceID{Activation: activation, Reference: AggregatePrefix + scope},
+			Scope:    scope,
+			Status:   StatusConfirmed,
+			Evidence: AggregateEvidence{Aggregate: true, ConfirmedCount: ev.aggregates[scope]},
+		})
+	}
+	return out
+}
+
+// ConfirmedCount returns the exact number of confirmed receipts of scope
+// (recent and aggregated).
+func (ev *Evidence) ConfirmedCount(scope string) uint64 {
+	n := ev.aggregates[scope]
+	for i := range ev.ringLen {
+		if ev.ring[(ev.ringStart+i)%RecentReceipts].Scope == scope {
+			n++
+		}
+	}
+	return n
+}
+
+// Counts returns the resource counts, aggregates included.
+func (ev *Evidence) Counts() Counts {
+	c := Counts{Confirmed: ev.confirmed, Recent: uint64(ev.ringLen)}
+	c.Aggregated = ev.confirmed - c.Recent
+	for _, r := range ev.open {
+		switch r.Status {
+		case StatusPending:
+			c.Pending++
+		case StatusMissing:
+			c.Missing++
+		case StatusUnsupported:
+			c.Unsupported++
+		case StatusLost:
+			c.Lost++
+		}
+	}
+	c.Resources = c.Confirmed + c.Pending + c.Missing + c.Unsupported + c.Lost
+	return c
+}
+
+// Frozen reports whether the evidence was frozen by the activation's close.
+func (ev *Evidence) Frozen() bool { return ev.frozen }
+
+// LateEvents returns the number of evidence events recorded after the
+// freeze; they are in the log but changed nothing.
+func (ev *Evidence) LateEvents() uint64 { return ev.late }
+
+// Anomalies returns the number of evidence events about unknown or
+// duplicate references (for example a barrier for a request that was never
+// registered). Any anomaly keeps the activation unconfirmed.
+func (ev *Evidence) Anomalies() uint64 { return ev.anomalies }
+
+// Phase is a connection's phase. It only moves forward.
+type Phase string
+
+// Phases, in order.
+const (
+	PhaseActive  Phase = "active"
+	PhaseClosing Phase = "closing"
+	PhaseClosed  Phase = "closed"
+)
+
+func (p Phase) rank() int {
+	switch p {
+	case PhaseClosing:
+		return 1
+	case PhaseClosed:
+		return 2
+	}
+	return 0
+}
+
+// Close obligations, in report order.
+const (
+	ObligationTransport    = "transport"
+	ObligationWorkers      = "workers"
+	ObligationSupervisor   = "supervisor"
+	ObligationHTTPRequests = "http_requests"
+)
+
+// Obligations lists the close obligations in report order.
+var Obligations = [4]string{ObligationTransport, ObligationWorkers, ObligationSupervisor, ObligationHTTPRequests}
+
+func obligationIndex(name string) int {
+	for i, o := range Obligations {
+		if o == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// Obligation statuses in a close report, besides pending, confirmed,
+// missing and unsupported.
+const (
+	// StatusFailed: the obligation's barrier returned error or timeout.
+	StatusFailed Status = "failed"
+)
+
+// Observation is the last connection.barrier recorded for one obligation.
+type Observation struct {
+	Outcome      string `json:"outcome,omitempty"` // as recorded: ok, error, timeout, missing, unsupported, pending
+	Detail       string `json:"detail,omitempty"`
+	ElapsedNS    int64  `json:"elapsed_ns,omitempty"`
+	Seq          uint64 `json:"seq,omitempty"`
+	Observations int    `json:"observations,omitempty"`
+}
+
+// Connection is the owned connection of an activation.
+type Connection struct {
+	Opened    bool   `json:"opened"`
+	Transport string `json:"transport,omitempty"`
+	Cleanup   string `json:"cleanup,omitempty"`
+	OneShot   bool   `json:"one_shot,omitempty"`
+	Phase     Phase  `json:"phase"`
+	BudgetNS  int64  `json:"budget_ns,omitempty"`
+	// Barriers holds the last observation per obligation, in the order of
+	// Obligations.
+	Barriers [4]Observation `json:"barriers"`
+	// Regressions counts phase events that would have moved backwards
+	// (ignored) and repeated connection.opened events.
+	Regressions uint64 `json:"regressions,omitempty"`
+	// Report is the retained close report, set once at the close.
+	Report *CloseReport `json:"report,omitempty"`
+}
+
+// ObligationReport is one close obligation's verdict in a close report.
+type ObligationReport struct {
+	Name   string      `json:"name"`
+	Status Status      `json:"status"`
+	Reason string      `json:"reason,omitempty"`
+	Last   Observation `json:"last"`
+}
+
+// Close report results.
+const (
+	ResultConfirmed   = "confirmed"
+	ResultUnconfirmed = "unconfirmed"
+)
+
+// CloseReport is the retained version-1 result of closing an activation's
+// connection. It is built once, when the close is first recorded, from the
+// evidence frozen at that moment; later closes observe it unchanged.
+type CloseReport struct {
+	Version     int                `json:"version"`
+	Activation  string             `json:"activation_id"`
+	Result      string             `json:"result"`
+	Reasons     []string           `json:"reasons,omitempty"`
+	Omitted     int                `json:"reasons_omitted,omitempty"`
+	Retained    bool               `json:"retained"` // false: a close against an activation with no retained connection state
+	Obligations []ObligationReport `json:"obligations"`
+	Counts      Counts             `json:"counts"`
+	ClosedSeq   uint64             `json:"closed_seq"`
+	ClosedAt    events.Instant     `json:"closed_at"`
+	ElapsedNS   int64              `json:"elapsed_ns,omitempty"`
+	// CloseCalls counts connection.closed events; every one after the
+	// first observed this stored report.
+	CloseCalls uint64 `json:"close_calls"`
+}
+
+// Lease states.
+const (
+	LeaseStarting   = "starting"
+	LeaseReady      = "ready"
+	LeaseCancelled  = "cancelled"
+	LeasePoisoned   = "poisoned"
+	LeaseTerminated = "terminated"
+)
+
+// LeaseKey names a lease: the session (or the shared key) and the server.
+type LeaseKey struct {
+	Session string
+	Server  string
+}
+
+// String returns "session/server"; identifiers cannot contain '/'.
+func (k LeaseKey) String() string { return k.Session + "/" + k.Server }
+
+// Lease is the projection of one lease lifetime at its key.
+type Lease struct {
+	KeySession     string `json:"key_session"`
+	Server         string `json:"server"`
+	Shared         bool   `json:"shared,omitempty"`
+	Session        string `json:"session,omitempty"` // the acquiring session
+	Activation     string `json:"activation_id"`
+	State          string `json:"state"`
+	Fingerprint    string `json:"fingerprint"`
+	ListingDigest  string `json:"listing_digest,omitempty"`
+	ToolCount      int    `json:"tool_count,omitempty"`
+	PID            int    `json:"pid,omitempty"`
+	GuardianPID    int    `json:"guardian_pid,omitempty"`
+	Cleanup        string `json:"cleanup,omitempty"`
+	CallsInFlight  int    `json:"calls_in_flight"`
+	CallsAdmitted  uint64 `json:"calls_admitted,omitempty"`
+	CallsRefused   uint64 `json:"calls_refused,omitempty"`
+	CallsFinished  uint64 `json:"calls_finished,omitempty"`
+	KilledOnCancel uint64 `json:"killed_on_cancel,omitempty"`
+	// GateViolations counts calls admitted after the lease was cancelled,
+	// poisoned or terminated: the gate promises none.
+	GateViolations uint64          `json:"gate_violations,omitempty"`
+	StartedAt      events.Instant  `json:"started_at"`
+	ReadyAt        *events.Instant `json:"ready_at,omitempty"`
+	LastUse        *events.Instant `json:"last_use,omitempty"`
+	EndedAt        *events.Instant `json:"ended_at,omitempty"`
+	Reason         string          `json:"reason,omitempty"` // why it left ready: revoke, poison, terminate or failure reason
+	PoisonTool     string          `json:"poison_tool,omitempty"`
+	ReplacedBy     string          `json:"replaced_by,omitempty"` // new activation after a stale config
+	Anomalies      uint64          `json:"anomalies,omitempty"`
+}
+
+// Key returns the lease's key.
+func (l *Lease) Key() LeaseKey { return LeaseKey{Session: l.KeySession, Server: l.Server} }
+
+// Live reports whether the lease is still in the table (not terminated).
+func (l *Lease) Live() bool { return l.State != LeaseTerminated }
+
+// Request states.
+const (
+	RequestRegistered = "registered"
+	RequestDispatched = "dispatched"
+	RequestCompleted  = "completed"
+	RequestCancelled  = "cancelled"
+)
+
+// Cancellation is a request's cancellation report: local settlement kept
+// apart from transport acceptance and notification delivery.
+type Cancellation struct {
+	Reason                string `json:"reason"`
+	LocalSettled          bool   `json:"local_settled"`
+	TransportAccepted     string `json:"transport_accepted"`
+	NotificationDelivered string `json:"notification_delivered"`
+	Remote                string `json:"remote"`
+	Seq                   uint64 `json:"seq"`
+}
+
+// Request is one resource request handle of an owner.
+type Request struct {
+	Handle         string        `json:"handle"`
+	Owner          string        `json:"owner"`
+	Activation     string        `json:"activation_id,omitempty"`
+	Method         string        `json:"method"`
+	URISHA256      string        `json:"uri_sha256,omitempty"`
+	TimeoutNS      int64         `json:"timeout_ns"`
+	State          string        `json:"state"`
+	WireIDs        []string      `json:"wire_ids,omitempty"`
+	WireIDsDropped int           `json:"wire_ids_dropped,omitempty"`
+	Rounds         int           `json:"rounds,omitempty"`
+	Outcome        string        `json:"outcome,omitempty"`
+	ResultBytes    int64         `json:"result_bytes,omitempty"`
+	Completions    int           `json:"completions,omitempty"` // more than one is an anomaly: a result is received once
+	AwaitTimeouts  int           `json:"await_timeouts,omitempty"`
+	Cancellation   *Cancellation `json:"cancellation,omitempty"`
+	RegisteredSeq  uint64        `json:"registered_seq"`
+}
+
+// OwnerSummary counts an ended owner's handles by final state.
+type OwnerSummary struct {
+	Completed uint64 `json:"completed"`
+	Cancelled uint64 `json:"cancelled"`
+	// Unsettled counts handles that were neither completed nor cancelled
+	// when the owner ended: settled by the owner-end path, with no
+	// per-handle report.
+	Unsettled uint64 `json:"unsettled"`
+}
+
+// Owner is a request owner with its handles. When the owner ends, its
+// handles are summarised into Summary and dropped (their detail stays in
+// the log), so an ended owner costs one small record.
+type Owner struct {
+	ID             string              `json:"owner"`
+	Handles        map[string]*Request `json:"handles,omitempty"`
+	Ended          bool                `json:"ended"`
+	EndedSeq       uint64              `json:"ended_seq,omitempty"`
+	HandlesSettled int                 `json:"handles_settled,omitempty"` // as the owner_ended fact states
+	Summary        *OwnerSummary       `json:"summary,omitempty"`
+	Anomalies      uint64              `json:"anomalies,omitempty"`
+}
+
+// Activation is everything the projection keeps about one activation.
+type Activation struct {
+	ID         string
+	Session    string
+	Server     string
+	FirstSeq   uint64
+	LastSeq    uint64
+	Events     uint64
+	Evidence   Evidence
+	Connection Connection
+}
+
+// Anomalies counts events the projection could not attribute. They are
+// facts about the log, kept so that an auditor sees them.
+type Anomalies struct {
+	// Unattributed: evidence or connection events without an activation.
+	Unattributed uint64 `json:"unattributed,omitempty"`
+	// OrphanLease: lease or call events for an activation with no lease.
+	OrphanLease uint64 `json:"orphan_lease,omitempty"`
+	// OrphanRequest: request events for an unknown handle or owner.
+	OrphanRequest uint64 `json:"orphan_request,omitempty"`
+	// Unknown: events of kinds this projector version does not handle.
+	Unknown uint64 `json:"unknown,omitempty"`
+}
+
+// State is the whole projection. The zero value is not usable; use New.
+// A State is not safe for concurrent use: the live wiring guards it.
+type State struct {
+	seq         uint64
+	applied     uint64
+	activations map[string]*Activation
+	leases      map[LeaseKey]*Lease
+	owners      map[string]*Owner
+	anomalies   Anomalies
+
+	// Derived indexes, rebuilt by Unmarshal and never serialised.
+	leaseOf map[string]LeaseKey // activation → its lease's key
+	ownerOf map[string]string   // live handle → owner
+}
+
+// New returns an empty State that has applied nothing.
+func New() *State {
+	return &State{
+		activations: map[string]*Activation{},
+		leases:      map[LeaseKey]*Lease{},
+		owners:      map[string]*Owner{},
+		leaseOf:     map[string]LeaseKey{},
+		ownerOf:     map[string]string{},
+	}
+}
+
+// Seq returns the seq of the last applied event (0 for a new State).
+func (s *State) Seq() uint64 { return s.seq }
+
+// Applied returns the number of events applied since New (or, after
+// Unmarshal, the number the snapshot covered plus those applied since).
+func (s *State) Applied() uint64 { return s.applied }
+
+// Activation returns the projection of activation id.
+func (s *State) Activation(id string) (*Activation, bool) {
+	a, ok := s.activations[id]
+	return a, ok
+}
+
+// ActivationIDs returns every known activation, sorted.
+func (s *State) ActivationIDs() []string { return sortedKeys(s.activations) }
+
+// Lease returns the lease at key.
+func (s *State) Lease(key LeaseKey) (*Lease, bool) {
+	l, ok := s.leases[key]
+	return l, ok
+}
+
+// Leases returns every lease in the table, sorted by key.
+func (s *State) Leases() []*Lease {
+	keys := make([]string, 0, len(s.leases))
+	byKey := make(map[string]*Lease, len(s.leases))
+	for k, l := range s.leases {
+		keys = append(keys, k.String())
+		byKey[k.String()] = l
+	}
+	sortStrings(keys)
+	out := make([]*Lease, len(keys))
+	for i, k := range keys {
+		out[i] = byKey[k]
+	}
+	return out
+}
+
+// Owner returns the request owner id.
+func (s *State) Owner(id string) (*Owner, bool) {
+	o, ok := s.owners[id]
+	return o, ok
+}
+
+// Request returns the live handle's request (handles of ended owners are
+// summarised, not kept).
+func (s *State) Request(handle string) (*Request, bool) {
+	o, ok := s.ownerOf[handle]
+	if !ok {
+		return nil, false
+	}
+	r, ok := s.owners[o].Handles[handle]
+	return r, ok
+}
+
+// Anomalies returns the state-wide anomaly counters.
+func (s *State) Anomalies() Anomalies { return s.anomalies }
+
+// CloseReport returns the retained close report of activation.
+func (s *State) CloseReport(activation string) (CloseReport, bool) {
+	a, ok := s.activations[activation]
+	if !ok || a.Connection.Report == nil {
+		return CloseReport{}, false
+	}
+	r := *a.Connection.Report
+	r.Reasons = append([]string(nil), r.Reasons...)
+	r.Obligations = append([]ObligationReport(nil), r.Obligations...)
+	return r, true
+}
