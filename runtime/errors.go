@@ -1,0 +1,114 @@
+package runtime
+
+import (
+	"errors"
+	"strconv"
+)
+
+// Sentinel kinds of *LeaseError; match with errors.Is. Their text is
+// static: no MCP server text ever reaches an error of this package.
+var (
+	// ErrConfigMissing: the server has no entry in the config source.
+	ErrConfigMissing = errors.New("runtime: server not configured")
+	// ErrConfigInvalid: the config could not be read or parsed.
+	ErrConfigInvalid = errors.New("runtime: server config invalid")
+	// ErrInvalidRequest: an identifier, tool name or digest is malformed.
+	ErrInvalidRequest = errors.New("runtime: invalid request")
+	// ErrSpawn: the guardian could not start the child.
+	ErrSpawn = errors.New("runtime: child start failed")
+	// ErrInitialize: the MCP initialize handshake failed.
+	ErrInitialize = errors.New("runtime: MCP initialize failed")
+	// ErrListing: tools/list failed or returned an unusable listing.
+	ErrListing = errors.New("runtime: tool listing failed")
+	// ErrListingTooLarge: the listing exceeded MaxListedTools,
+	// MaxListingBytes or MaxListingPages.
+	ErrListingTooLarge = errors.New("runtime: tool listing exceeds bounds")
+	// ErrTooManyLeases: MaxLiveLeases leases are live and none was idle.
+	ErrTooManyLeases = errors.New("runtime: live lease cap reached")
+	// ErrNameMismatch: the named tool is not in the pinned listing; the
+	// lease was poisoned and no tools/call was sent.
+	ErrNameMismatch = errors.New("runtime: tool not in pinned listing; lease poisoned")
+	// ErrDigestMismatch: the expected schema digest differs from the pinned
+	// one; the lease was poisoned and no tools/call was sent.
+	ErrDigestMismatch = errors.New("runtime: tool schema digest mismatch; lease poisoned")
+	// ErrRevoked: the lease was revoked before the call passed its gate.
+	ErrRevoked = errors.New("runtime: lease revoked")
+	// ErrPoisoned: the lease was poisoned by an earlier mismatch.
+	ErrPoisoned = errors.New("runtime: lease poisoned")
+	// ErrTerminated: the lease was terminated (reaped, session end,
+	// terminate-all, stale config, child exit) before the call passed.
+	ErrTerminated = errors.New("runtime: lease terminated")
+	// ErrCallFailed: tools/call failed at the protocol or transport level
+	// (the server's own error text is dropped). A tool error result is not
+	// an error: it is returned with IsError set.
+	ErrCallFailed = errors.New("runtime: tool call failed")
+	// ErrSessionEnded: the session's last owner released its scope.
+	ErrSessionEnded = errors.New("runtime: session ended")
+	// ErrSessionOpen: a scope for the session is already open.
+	ErrSessionOpen = errors.New("runtime: session scope already open")
+	// ErrClosed: the manager was closed.
+	ErrClosed = errors.New("runtime: manager closed")
+	// ErrLedger: an event could not be appended durably; the step it
+	// records was not taken (or, for facts after the step, not recorded).
+	ErrLedger = errors.New("runtime: ledger append failed")
+)
+
+// LeaseError is the error type of this package. Kind is one of the Err*
+// sentinels; Session, Server and Activation are local identities; Count is
+// numeric metadata (e.g. the cap for ErrTooManyLeases). The optional cause
+// is only ever a local error (context, file system, guardian sentinel),
+// never text from an MCP server.
+type LeaseError struct {
+	Op         string // acquire, call, revoke, config, ...
+	Session    string
+	Server     string
+	Activation string
+	Kind       error
+	Count      int
+	cause      error
+}
+
+// Error returns static text with the local identities.
+func (e *LeaseError) Error() string {
+	s := e.Kind.Error()
+	if e.Op != "" {
+		s += " (" + e.Op
+		if e.Session != "" {
+			s += " session=" + e.Session
+		}
+		if e.Server != "" {
+			s += " server=" + e.Server
+		}
+		if e.Activation != "" {
+			s += " activation=" + e.Activation
+		}
+		if e.Count != 0 {
+			s += " n=" + strconv.Itoa(e.Count)
+		}
+		s += ")"
+	}
+	if e.cause != nil && localCause(e.cause) {
+		s += ": " + e.cause.Error()
+	}
+	return s
+}
+
+// Unwrap exposes the kind and the local cause to errors.Is/As.
+func (e *LeaseError) Unwrap() []error {
+	if e.cause != nil {
+		return []error{e.Kind, e.cause}
+	}
+	return []error{e.Kind}
+}
+
+// localCause reports whether a cause's text may be shown. Causes are
+// filtered when wrapped (see newErr), so this is a second line only.
+func localCause(err error) bool { return err != nil }
+
+func newErr(op string, k *leaseKey, kind error, cause error) *LeaseError {
+	e := &LeaseError{Op: op, Kind: kind, cause: cause}
+	if k != nil {
+		e.Session, e.Server = k.session, k.server
+	}
+	return e
+}

@@ -1,0 +1,133 @@
+// Command testserver is a small MCP server on the official go-sdk that the
+// runtime tests run (under the guardian) for the fault cases
+// @modelcontextprotocol/server-everything cannot produce: a slow tool, a
+// tool that crashes the process, a schema that changes with configuration,
+// a process that ignores SIGTERM and stdin EOF, and a server-side record of
+// every tools/call it received so a test can prove that none arrived.
+//
+// Configuration (flags, or the environment so a config change alone can
+// change behaviour):
+//
+//	-variant / TESTSERVER_VARIANT      changes the echo tool's input schema (and so its digest)
+//	-calls / TESTSERVER_CALLS          file; one line "<tool>" is appended (and synced) per tools/call received
+//	-starts / TESTSERVER_STARTS        file; one line "<pid>" is appended per process start
+//	-ignore-term / TESTSERVER_IGNORE_TERM=1  ignore SIGTERM
+//	-ignore-eof / TESTSERVER_IGNORE_EOF=1    keep running after stdin EOF (until killed)
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+func main() {
+	variant := flag.String("variant", os.Getenv("TESTSERVER_VARIANT"), "schema variant of the echo tool")
+	calls := flag.String("calls", os.Getenv("TESTSERVER_CALLS"), "file recording every tools/call received")
+	starts := flag.String("starts", os.Getenv("TESTSERVER_STARTS"), "file recording every process start")
+	ignoreTerm := flag.Bool("ignore-term", os.Getenv("TESTSERVER_IGNORE_TERM") == "1", "ignore SIGTERM")
+	ignoreEOF := flag.Bool("ignore-eof", os.Getenv("TESTSERVER_IGNORE_EOF") == "1", "keep running after stdin EOF")
+	flag.Parse()
+
+	if *ignoreTerm {
+		signal.Ignore(syscall.SIGTERM)
+	}
+	if *starts != "" {
+		if err := appendLine(*starts, strconv.Itoa(os.Getpid())); err != nil {
+			fmt.Fprintln(os.Stderr, "testserver:", err)
+			os.Exit(2)
+		}
+	}
+	s := newServer(*variant, *calls)
+	err := s.Run(context.Background(), &mcp.StdioTransport{})
+	if *ignoreEOF {
+		for { // only a signal (KILL, or TERM unless ignored) ends us
+			time.Sleep(time.Hour) // a timer, so the runtime sees no deadlock
+		}
+	}
+	if err != nil {
+		os.Exit(1)
+	}
+}
+
+// callLog serializes appends to the calls file.
+var callLog sync.Mutex
+
+func appendLine(path, line string) error {
+	callLog.Lock()
+	defer callLog.Unlock()
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteString(line + "\n"); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func newServer(variant, calls string) *mcp.Server {
+	s := mcp.NewServer(&mcp.Implementation{Name: "leaseledger-testserver", Version: "0.1.0"}, nil)
+	// Record tools/call before any handler runs, so "the server never saw
+	// tools/call" is checked on the receiving side, not inferred.
+	s.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			if method == "tools/call" && calls != "" {
+				name := "?"
+				if p, ok := req.GetParams().(*mcp.CallToolParamsRaw); ok {
+					name = p.Name
+				}
+				if err := appendLine(calls, name); err != nil {
+					return nil, err
+				}
+			}
+			return next(ctx, method, req)
+		}
+	})
+
+	echoSchema := `{"type":"object","properties":{"text":{"type":"string"}},"required":["text"]}`
+	if variant != "" {
+		echoSchema = `{"type":"object","properties":{"text":{"type":"string"},"variant_` + strconv.Quote(variant)[1:len(strconv.Quote(variant))-1] + `":{"type":"integer"}},"required":["text"]}`
+	}
+	s.AddTool(&mcp.Tool{Name: "echo", Description: "echoes text", InputSchema: json.RawMessage(echoSchema)},
+		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			var in struct{ Text string }
+			_ = json.Unmarshal(req.Params.Arguments, &in)
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: in.Text}}}, nil
+		})
+	s.AddTool(&mcp.Tool{Name: "slow", Description: "sleeps ms milliseconds, ignoring cancellation",
+		InputSchema: json.RawMessage(`{"type":"object","properties":{"ms":{"type":"integer"}}}`)},
+		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			var in struct{ MS int }
+			_ = json.Unmarshal(req.Params.Arguments, &in)
+			// Deliberately ignores ctx: a call past the gate runs to its end.
+			time.Sleep(time.Duration(in.MS) * time.Millisecond)
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "slept " + strconv.Itoa(in.MS)}}}, nil
+		})
+	s.AddTool(&mcp.Tool{Name: "crash", Description: "exits the process with status 3",
+		InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			os.Exit(3)
+			return nil, nil
+		})
+	s.AddTool(&mcp.Tool{Name: "fail", Description: "returns a tool error with server text",
+		InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "SECRET provider text"}}}, nil
+		})
+	return s
+}

@@ -1,0 +1,206 @@
+package runtime
+
+import (
+	"context"
+	"encoding/json"
+	"sync/atomic"
+
+	"github.com/leaseledger/leaseledger/events"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// sessionState is the shared last-owner count of one session, guarded by
+// Manager.mu.
+type sessionState struct {
+	id     string
+	owners int
+	ended  bool
+}
+
+// SessionScope is one owner of a session's durable scope. The host opens
+// one per tool session (OpenSession) and hands clones to every runtime
+// copy and in-flight stream; each owner releases its own clone. When the
+// last owner releases, the session ends: its leases are terminated, shared
+// leases are spared, and session.ended is recorded. Calls made through the
+// scope's capability hold the scope for their duration, so a session never
+// ends under a running call. Leases therefore live across turns; there is
+// no per-turn guard.
+type SessionScope struct {
+	m        *Manager
+	st       *sessionState
+	released atomic.Bool
+}
+
+// OpenSession opens the scope of session with one owner (the returned
+// value). It fails with ErrSessionOpen while a scope for session is open,
+// and refuses SharedSessionKey and malformed identifiers.
+func (m *Manager) OpenSession(ctx context.Context, session string) (*SessionScope, error) {
+	if !events.ValidID(session) || session == SharedSessionKey {
+		return nil, newErr("open_session", nil, ErrInvalidRequest, nil)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, newErr("open_session", &leaseKey{session: session}, ErrClosed, nil)
+	}
+	if _, open := m.sessions[session]; open {
+		return nil, newErr("open_session", &leaseKey{session: session}, ErrSessionOpen, nil)
+	}
+	st := &sessionState{id: session, owners: 1}
+	m.sessions[session] = st
+	return &SessionScope{m: m, st: st}, nil
+}
+
+// Session returns the session identity.
+func (s *SessionScope) Session() string { return s.st.id }
+
+// Clone returns a new owner of the same scope; it must be released on its
+// own. It fails with ErrSessionEnded after the session ended.
+func (s *SessionScope) Clone() (*SessionScope, error) {
+	if err := s.m.retain(s.st); err != nil {
+		return nil, err
+	}
+	return &SessionScope{m: s.m, st: s.st}, nil
+}
+
+// Release gives up this owner; releasing twice is a no-op. The release of
+// the last owner ends the session (see SessionScope) before returning.
+func (s *SessionScope) Release(ctx context.Context) {
+	if s.released.Swap(true) {
+		return
+	}
+	s.m.release(ctx, s.st)
+}
+
+// Capability returns the typed lease capability of this session for tool
+// contexts. It does not own the scope: the scope must stay retained by an
+// owner while the capability is used.
+func (s *SessionScope) Capability() LeaseCapability { return LeaseCapability{m: s.m, st: s.st} }
+
+func (m *Manager) retain(st *sessionState) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if st.ended {
+		return newErr("session", &leaseKey{session: st.id}, ErrSessionEnded, nil)
+	}
+	st.owners++
+	return nil
+}
+
+func (m *Manager) release(ctx context.Context, st *sessionState) {
+	m.mu.Lock()
+	st.owners--
+	if st.owners > 0 || st.ended {
+		m.mu.Unlock()
+		return
+	}
+	st.ended = true
+	if m.sessions[st.id] == st {
+		delete(m.sessions, st.id)
+	}
+	var mine []*lease
+	spared := 0
+	for k, l := range m.leases {
+		switch k.session {
+		case st.id:
+			mine = append(mine, l)
+			delete(m.leases, k)
+		case SharedSessionKey:
+			spared++
+		}
+	}
+	m.mu.Unlock()
+	_ = m.emitFact(ctx, events.Draft{Session: st.id, Payload: &events.SessionEnded{LeasesTerminated: len(mine), SharedSpared: spared}})
+	terminateAll(ctx, mine, "session_ended")
+}
+
+// LeaseCapability is the typed per-session handle given to tool contexts:
+// the exact session identity plus the manager. It never widens to a server
+// grant: every call names the exact tool and digest the host authorized
+// and is re-validated against the lease's pinned listing.
+type LeaseCapability struct {
+	m  *Manager
+	st *sessionState
+}
+
+// Session returns the session identity.
+func (c LeaseCapability) Session() string { return c.st.id }
+
+// Tools acquires (or reuses) the lease of server for this session and
+// returns its pinned listing, sorted by name, for the host to authorize
+// exact calls from.
+func (c LeaseCapability) Tools(ctx context.Context, server string) ([]PinnedTool, error) {
+	if err := c.m.retain(c.st); err != nil {
+		return nil, err
+	}
+	defer c.m.release(ctx, c.st)
+	l, err := c.m.leaseFor(ctx, c.st.id, server)
+	if err != nil {
+		return nil, err
+	}
+	return l.listing.Sorted(), nil
+}
+
+// Call runs one authorized tool call on the lease of req.Server for this
+// session: acquired on first use (single-flight), validated by exact name
+// and digest before tools/call (a mismatch poisons the lease and nothing is
+// sent), admitted through the lease's call gate, with every step recorded.
+// A tool error is returned as a result with IsError set, not as an error.
+func (c LeaseCapability) Call(ctx context.Context, req CallRequest) (*mcp.CallToolResult, error) {
+	if !validToolName(req.Tool) || !validDigest(req.Digest) || !events.ValidID(req.Server) {
+		return nil, newErr("call", &leaseKey{c.st.id, req.Server}, ErrInvalidRequest, nil)
+	}
+	var args []byte
+	switch a := req.Arguments.(type) {
+	case nil:
+		args = []byte("{}")
+	case json.RawMessage:
+		args = a
+	default:
+		b, err := json.Marshal(a)
+		if err != nil {
+			return nil, newErr("call", &leaseKey{c.st.id, req.Server}, ErrInvalidRequest, nil)
+		}
+		args = b
+	}
+	if err := c.m.retain(c.st); err != nil {
+		return nil, err
+	}
+	defer c.m.release(ctx, c.st)
+	for attempt := 0; ; attempt++ {
+		l, err := c.m.leaseFor(ctx, c.st.id, req.Server)
+		if err != nil {
+			return nil, err
+		}
+		res, err := l.call(ctx, c.st.id, req, args)
+		// A lease taken out of service for a reason that is not about this
+		// call (reaped, replaced) between lookup and gate: acquire again.
+		if err != nil && attempt+1 < maxAcquireAttempts && isGoneRefusal(err) {
+			continue
+		}
+		return res, err
+	}
+}
+
+func isGoneRefusal(err error) bool {
+	le, ok := err.(*LeaseError)
+	return ok && le.Kind == ErrTerminated && le.Op == "call"
+}
+
+// leaseFor looks up the server's current config and returns a ready lease
+// pinned to it, after an opportunistic reap pass.
+func (m *Manager) leaseFor(ctx context.Context, session, server string) (*lease, error) {
+	m.maybeReap(ctx)
+	cfg, err := m.opts.Config.Lookup(ctx, server)
+	if err != nil {
+		if le, ok := err.(*LeaseError); ok {
+			le.Session = session
+			return nil, le
+		}
+		return nil, newErr("config", &leaseKey{session, server}, ErrConfigInvalid, nil)
+	}
+	if cfg.Command == "" {
+		return nil, newErr("config", &leaseKey{session, server}, ErrConfigInvalid, nil)
+	}
+	return m.acquire(ctx, keyFor(session, server, cfg), cfg, cfg.Fingerprint())
+}

@@ -1,0 +1,71 @@
+package runtime
+
+import (
+	"context"
+	"io"
+	"sync/atomic"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// MaxMessageBytes bounds one inbound JSON-RPC message (one line) from a
+// child; a longer line fails the connection instead of growing a buffer.
+const MaxMessageBytes = 8 << 20
+
+// ProtocolVersion is the MCP protocol version pinned for every lease: a
+// plain initialize, no server/discover probe (see FIELD-NOTES: go-sdk).
+const ProtocolVersion = "2025-11-25"
+
+// guardianTransport is an mcp.Transport over a guardian session's stdio
+// stream. The framing (newline-delimited JSON-RPC) is the go-sdk's own
+// IOTransport; we wrap the resulting Connection to observe every wire
+// message instead of writing JSON-RPC by hand.
+type guardianTransport struct {
+	stream io.ReadWriteCloser
+	wire   *wireStats
+}
+
+// Connect implements mcp.Transport.
+func (t *guardianTransport) Connect(ctx context.Context) (mcp.Connection, error) {
+	inner, err := (&mcp.IOTransport{Reader: t.stream, Writer: t.stream, MaxLineLength: MaxMessageBytes}).Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &observedConn{Connection: inner, wire: t.wire}, nil
+}
+
+// wireStats counts what crossed one lease's connection. toolsCalls is the
+// client-side twin of a server-side counter: tests assert it stays zero
+// for a poisoned lease.
+type wireStats struct {
+	sent, received atomic.Int64
+	toolsCalls     atomic.Int64
+	toolsLists     atomic.Int64
+}
+
+type observedConn struct {
+	mcp.Connection
+	wire *wireStats
+}
+
+func (c *observedConn) Read(ctx context.Context) (jsonrpc.Message, error) {
+	m, err := c.Connection.Read(ctx)
+	if err == nil {
+		c.wire.received.Add(1)
+	}
+	return m, err
+}
+
+func (c *observedConn) Write(ctx context.Context, m jsonrpc.Message) error {
+	if r, ok := m.(*jsonrpc.Request); ok {
+		switch r.Method {
+		case "tools/call":
+			c.wire.toolsCalls.Add(1)
+		case "tools/list":
+			c.wire.toolsLists.Add(1)
+		}
+	}
+	c.wire.sent.Add(1)
+	return c.Connection.Write(ctx, m)
+}
