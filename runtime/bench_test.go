@@ -1,0 +1,145 @@
+//go:build linux
+
+package runtime
+
+import (
+	"context"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/leaseledger/leaseledger/events"
+	"github.com/leaseledger/leaseledger/ledger"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// BenchmarkCallOverhead measures one lease call (config lookup, gate,
+// digest check, call.admitted + call.finished appended durably, the
+// guardian relay) against a plain go-sdk client over CommandTransport
+// calling the same tool on the same server (server-everything's echo), in
+// one run, interleaved in chunks so machine noise hits both alike. It
+// reports both latencies and their ratio (goal ≤ 1.25), plus the lease
+// path with events validated and encoded but not written (prepareOnly), to
+// separate the two durable appends per call from the rest.
+//
+//	go test -run '^$' -bench CallOverhead -benchtime 2000x ./runtime/
+func BenchmarkCallOverhead(b *testing.B) {
+	cfg := everything(b)
+	ctx := context.Background()
+
+	// Plain: the baseline a host would get without leases.
+	plainClient := mcp.NewClient(&mcp.Implementation{Name: "plain", Version: "0"}, &mcp.ClientOptions{Capabilities: &mcp.ClientCapabilities{}})
+	cmd := exec.Command(cfg.Command, cfg.Args...)
+	plain, err := plainClient.Connect(ctx, &mcp.CommandTransport{Command: cmd}, &mcp.ClientSessionOptions{ProtocolVersion: ProtocolVersion})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer plain.Close()
+
+	l, err := ledger.Open(ledger.Options{Dir: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	src := &MapConfigSource{}
+	src.Set("everything", cfg)
+	m, err := NewManager(Options{Config: src, Ledger: l, HelperPath: bins.helper})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer m.Close(ctx)
+	scope, err := m.OpenSession(ctx, "bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer scope.Release(ctx)
+	capa := scope.Capability()
+	tools, err := capa.Tools(ctx, "everything")
+	if err != nil {
+		b.Fatal(err)
+	}
+	req := CallRequest{Server: "everything", Tool: "echo", Digest: digestOf(b, tools, "echo"), Arguments: map[string]any{"message": "benchmark"}}
+	plainArgs := map[string]any{"message": "benchmark"}
+
+	// The same lease path with an appender that validates and encodes the
+	// events but does not write them: separates the ledger's two fsyncs per
+	// call from the rest (gate, digest check, guardian relay).
+	m2, err := NewManager(Options{Config: src, Ledger: prepareOnly{}, HelperPath: bins.helper})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer m2.Close(ctx)
+	scope2, err := m2.OpenSession(ctx, "bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer scope2.Release(ctx)
+	capa2 := scope2.Capability()
+
+	leaseCall := func() {
+		if res, err := capa.Call(ctx, req); err != nil || res.IsError {
+			b.Fatal("lease call failed", err)
+		}
+	}
+	noLedgerCall := func() {
+		if res, err := capa2.Call(ctx, req); err != nil || res.IsError {
+			b.Fatal("lease call (no ledger) failed", err)
+		}
+	}
+	plainCall := func() {
+		if res, err := plain.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: plainArgs}); err != nil || res.IsError {
+			b.Fatal("plain call failed", err)
+		}
+	}
+	for i := 0; i < 50; i++ { // warm both paths (JIT, page cache, pools)
+		leaseCall()
+		plainCall()
+		noLedgerCall()
+	}
+	b.ResetTimer()
+	var tLease, tPlain, tNoLedger time.Duration
+	const chunk = 50
+	for done := 0; done < b.N; {
+		n := min(chunk, b.N-done)
+		t0 := time.Now()
+		for i := 0; i < n; i++ {
+			plainCall()
+		}
+		t1 := time.Now()
+		for i := 0; i < n; i++ {
+			leaseCall()
+		}
+		t2 := time.Now()
+		for i := 0; i < n; i++ {
+			noLedgerCall()
+		}
+		t3 := time.Now()
+		tPlain += t1.Sub(t0)
+		tLease += t2.Sub(t1)
+		tNoLedger += t3.Sub(t2)
+		done += n
+	}
+	b.StopTimer()
+	perPlain := float64(tPlain.Nanoseconds()) / float64(b.N)
+	perLease := float64(tLease.Nanoseconds()) / float64(b.N)
+	b.ReportMetric(perPlain/1e3, "plain-µs/call")
+	b.ReportMetric(perLease/1e3, "lease-µs/call")
+	perNoLedger := float64(tNoLedger.Nanoseconds()) / float64(b.N)
+	b.ReportMetric(perLease/perPlain, "ratio")
+	b.ReportMetric(perNoLedger/1e3, "noledger-µs/call")
+	b.ReportMetric(perNoLedger/perPlain, "ratio-noledger")
+	b.ReportMetric(0, "ns/op") // the two per-call figures above are the result
+}
+
+// prepareOnly is an Appender that validates and encodes events (the
+// producer's half of an append) and writes nothing.
+type prepareOnly struct{}
+
+func (prepareOnly) Append(ctx context.Context, drafts ...events.Draft) ([]ledger.Seq, error) {
+	for _, d := range drafts {
+		if _, err := events.Prepare(d); err != nil {
+			return nil, err
+		}
+	}
+	return make([]ledger.Seq, len(drafts)), nil
+}
