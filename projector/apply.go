@@ -41,6 +41,7 @@ type event struct {
 	session    string
 	server     string
 	payload    events.Payload
+	act        *Activation // the activation, when the parser already looked it up
 }
 
 // Apply folds env into s. It is the package-level form of [State.Apply].
@@ -54,7 +55,7 @@ func (s *State) Apply(env *events.Envelope) error {
 	if env.Seq <= s.seq {
 		return &SeqError{Got: env.Seq, Last: s.seq}
 	}
-	p, err := decodePayload(env.Kind, env.Data)
+	p, err := s.decodePayload(env.Kind, env.Data)
 	if err != nil {
 		return fmt.Errorf("%w: seq %d: %w", ErrDecode, env.Seq, err)
 	}
@@ -70,7 +71,7 @@ func (s *State) Apply(env *events.Envelope) error {
 // The result is the same as Apply of the decoded envelope.
 func (s *State) ApplyRaw(raw []byte) error {
 	var e event
-	if !parseEnvelope(raw, &e) {
+	if !s.parseEnvelope(raw, &e) {
 		env, err := events.Decode(raw)
 		if err != nil {
 			return fmt.Errorf("%w: %w", ErrDecode, err)
@@ -87,14 +88,16 @@ func (s *State) ApplyRaw(raw []byte) error {
 func (s *State) apply(e *event) {
 	s.seq = e.seq
 	s.applied++
-	var a *Activation
-	if e.activation != "" {
+	a := e.act
+	if a == nil && e.activation != "" {
 		a = s.activations[e.activation]
 		if a == nil {
 			a = &Activation{ID: e.activation, Session: e.session, Server: e.server, FirstSeq: e.seq}
 			a.Connection.Phase = PhaseActive
 			s.activations[e.activation] = a
 		}
+	}
+	if a != nil {
 		if a.Session == "" {
 			a.Session = e.session
 		}
@@ -116,7 +119,7 @@ func (s *State) apply(e *event) {
 			if l.State == LeaseStarting {
 				l.State = LeaseReady
 			}
-			l.ReadyAt = instant(e.time)
+			l.ReadyAt = events.Instant{Time: e.time}
 		}
 	case *events.LeaseAcquireFailed:
 		if l := s.leaseFor(e); l != nil {
@@ -160,7 +163,7 @@ func (s *State) apply(e *event) {
 			}
 			l.CallsInFlight++
 			l.CallsAdmitted++
-			l.LastUse = instant(e.time)
+			l.LastUse = events.Instant{Time: e.time}
 		}
 	case *events.CallRefused:
 		if l := s.leaseFor(e); l != nil {
@@ -177,7 +180,7 @@ func (s *State) apply(e *event) {
 			if p.KilledOnCancel {
 				l.KilledOnCancel++
 			}
-			l.LastUse = instant(e.time)
+			l.LastUse = events.Instant{Time: e.time}
 		}
 	case *events.SessionEnded:
 		s.sessionEnded(e.session)
@@ -267,7 +270,12 @@ func (s *State) apply(e *event) {
 			a.Evidence.late++
 			break
 		}
-		o := &a.Connection.Barriers[obligationIndex(p.Obligation)]
+		i := obligationIndex(p.Obligation)
+		if i < 0 {
+			s.anomalies.Unknown++
+			break
+		}
+		o := &a.Connection.Barriers[i]
 		o.Outcome, o.Detail, o.ElapsedNS, o.Seq = p.Outcome, p.Detail, p.ElapsedNS, e.seq
 		o.Observations++
 	case *events.ConnectionClosed:
@@ -301,8 +309,6 @@ func (s *State) apply(e *event) {
 		s.anomalies.Unknown++
 	}
 }
-
-func instant(t time.Time) *events.Instant { return &events.Instant{Time: t} }
 
 // ---- leases ----
 
@@ -339,7 +345,7 @@ func (s *State) endLease(l *Lease, e *event, reason string) {
 		l.Reason = reason
 	}
 	l.State = LeaseTerminated
-	l.EndedAt = instant(e.time)
+	l.EndedAt = events.Instant{Time: e.time}
 }
 
 // sessionEnded drops the terminated leases keyed by session: the table

@@ -1,6 +1,7 @@
 package projector
 
 import (
+	"bytes"
 	"reflect"
 	"time"
 
@@ -28,15 +29,32 @@ const (
 )
 
 type fieldInfo struct {
-	name  string
-	index int
-	typ   fieldType
+	name   string
+	index  int
+	typ    fieldType
+	intern bool // a low-cardinality value: interned instead of allocated
 }
 
 type codec struct {
+	idx    int // index into State.scratch
 	typ    reflect.Type
 	fields []fieldInfo
 }
+
+// reflectValue names reflect.Value for the State's scratch field.
+type reflectValue = reflect.Value
+
+// internFields are payload fields whose values repeat (codes, origins,
+// digests of configurations): they are interned per State.
+var internFields = map[string]bool{"outcome": true, "reason": true, "scope": true, "method": true,
+	"obligation": true, "phase": true, "transport": true, "cleanup": true, "signal": true, "remote": true,
+	"transport_accepted": true, "notification_delivered": true, "helper_version": true, "origin": true,
+	"tool": true, "fingerprint": true, "listing_digest": true, "digest": true, "key_session": true,
+	"owner": true, "worker": true, "detail": true}
+
+// maxInterned bounds a State's intern table; when it is full, further
+// distinct values are simply allocated.
+const maxInterned = 4096
 
 var (
 	instantPtrType = reflect.TypeFor[*events.Instant]()
@@ -54,7 +72,7 @@ var codecs = func() map[events.Kind]*codec {
 			continue
 		}
 		t := reflect.TypeOf(p).Elem()
-		c := &codec{typ: t}
+		c := &codec{idx: len(m), typ: t}
 		ok := true
 		for i := range t.NumField() {
 			f := t.Field(i)
@@ -80,7 +98,7 @@ var codecs = func() map[events.Kind]*codec {
 			default:
 				ok = false
 			}
-			c.fields = append(c.fields, fieldInfo{name: name, index: i, typ: ft})
+			c.fields = append(c.fields, fieldInfo{name: name, index: i, typ: ft, intern: internFields[name]})
 		}
 		if ok {
 			m[k] = c
@@ -98,21 +116,47 @@ func cutComma(s string) (string, string, bool) {
 	return s, "", false
 }
 
-// decodePayload decodes kind's payload from data, fast path first.
-func decodePayload(kind events.Kind, data []byte) (events.Payload, error) {
+// decodePayload decodes kind's payload from data, fast path first. The
+// fast path decodes into the State's scratch payload of that kind: the
+// reducer copies what it keeps and never retains the payload itself.
+func (st *State) decodePayload(kind events.Kind, data []byte) (events.Payload, error) {
 	if c := codecs[kind]; c != nil {
-		if p, ok := c.decode(data); ok {
+		if p, ok := c.decode(st, data); ok {
 			return p, nil
 		}
 	}
 	return events.DecodePayload(kind, data)
 }
 
-// decode parses a canonical flat JSON object into a new payload. It
-// reports false for anything it does not handle exactly.
-func (c *codec) decode(data []byte) (events.Payload, bool) {
-	v := reflect.New(c.typ)
+// intern returns b as a string, from the State's bounded table when seen.
+func (st *State) intern(b []byte) string {
+	if v, ok := st.names[string(b)]; ok {
+		return v
+	}
+	v := string(b)
+	if st.names == nil {
+		st.names = make(map[string]string)
+	}
+	if len(st.names) < maxInterned {
+		st.names[v] = v
+	}
+	return v
+}
+
+// decode parses a canonical flat JSON object into the State's scratch
+// payload of c's kind. It reports false for anything it does not handle
+// exactly.
+func (c *codec) decode(st *State, data []byte) (events.Payload, bool) {
+	if st.scratch == nil {
+		st.scratch = make([]reflect.Value, len(codecs))
+	}
+	v := st.scratch[c.idx]
+	if !v.IsValid() {
+		v = reflect.New(c.typ)
+		st.scratch[c.idx] = v
+	}
 	s := v.Elem()
+	s.SetZero()
 	if len(data) < 2 || data[0] != '{' || data[len(data)-1] != '}' {
 		return nil, false
 	}
@@ -143,11 +187,15 @@ func (c *codec) decode(data []byte) (events.Payload, bool) {
 		fv := s.Field(f.index)
 		switch f.typ {
 		case fString:
-			str, n, ok := plainString(data, i)
+			raw, n, ok := plainBytes(data, i)
 			if !ok {
 				return nil, false
 			}
-			fv.SetString(str)
+			if f.intern {
+				fv.SetString(st.intern(raw))
+			} else {
+				fv.SetString(string(raw))
+			}
 			i = n
 		case fInt, fInt64:
 			x, n, ok := plainInt(data, i)
@@ -210,24 +258,41 @@ func (c *codec) decode(data []byte) (events.Payload, bool) {
 }
 
 func hasPrefixAt(b []byte, i int, p string) bool {
-	return len(b)-i >= len(p) && string(b[i:i+len(p)]) == p
-}
-
-// plainString reads a JSON string starting at b[i] that has no escapes and
-// no control characters; it returns the string and the index after it.
-func plainString(b []byte, i int) (string, int, bool) {
-	if i >= len(b) || b[i] != '"' {
-		return "", 0, false
+	if len(b)-i < len(p) {
+		return false
 	}
-	for j := i + 1; j < len(b); j++ {
-		switch c := b[j]; {
-		case c == '"':
-			return string(b[i+1 : j]), j + 1, true
-		case c == '\\' || c < 0x20:
-			return "", 0, false
+	b = b[i : i+len(p)]
+	for j := 0; j < len(p); j++ {
+		if b[j] != p[j] {
+			return false
 		}
 	}
-	return "", 0, false
+	return true
+}
+
+// plainBytes reads a JSON string starting at b[i] that has no escapes;
+// it returns the string's bytes (aliasing b) and the index after it. Raw
+// control characters are not looked for: the canonical encoder escapes
+// them, and bytes that are not canonical are the verifier's finding.
+func plainBytes(b []byte, i int) ([]byte, int, bool) {
+	if i >= len(b) || b[i] != '"' {
+		return nil, 0, false
+	}
+	j := bytes.IndexByte(b[i+1:], '"')
+	if j < 0 {
+		return nil, 0, false
+	}
+	s := b[i+1 : i+1+j]
+	if bytes.IndexByte(s, '\\') >= 0 {
+		return nil, 0, false
+	}
+	return s, i + 2 + j, true
+}
+
+// plainString is plainBytes as a new string.
+func plainString(b []byte, i int) (string, int, bool) {
+	s, n, ok := plainBytes(b, i)
+	return string(s), n, ok
 }
 
 // plainInt reads a canonical JSON integer (no leading zeros, no fraction or
@@ -298,7 +363,7 @@ func parseTime(b []byte) (time.Time, bool) {
 //
 // into e. It reports false for anything else (the caller then uses the
 // strict decoder).
-func parseEnvelope(raw []byte, e *event) bool {
+func (st *State) parseEnvelope(raw []byte, e *event) bool {
 	const suffix = len(`,"prev":"`) + 64 + len(`","hash":"`) + 64 + len(`"}`)
 	if !hasPrefixAt(raw, 0, `{"seq":`) || len(raw) < 100+suffix {
 		return false
@@ -323,7 +388,7 @@ func parseEnvelope(raw []byte, e *event) bool {
 	if !hasPrefixAt(raw, i, `","kind":`) {
 		return false
 	}
-	kind, n, ok := plainString(raw, i+len(`","kind":`))
+	kindB, n, ok := plainBytes(raw, i+len(`","kind":`))
 	if !ok || !hasPrefixAt(raw, n, `,"v":1,"`) {
 		return false
 	}
@@ -331,8 +396,16 @@ func parseEnvelope(raw []byte, e *event) bool {
 	var ids [3]string
 	for j, name := range [3]string{`,"activation":`, `,"session":`, `,"server":`} {
 		if hasPrefixAt(raw, i, name) {
-			if ids[j], i, ok = plainString(raw, i+len(name)); !ok || !events.ValidID(ids[j]) {
+			var b []byte
+			if b, i, ok = plainBytes(raw, i+len(name)); !ok || !validID(b) {
 				return false
+			}
+			if a, known := st.activations[string(b)]; j == 0 && known {
+				ids[j], e.act = a.ID, a
+			} else if j == 0 {
+				ids[j] = string(b)
+			} else {
+				ids[j] = st.intern(b)
 			}
 		}
 	}
@@ -344,14 +417,28 @@ func parseEnvelope(raw []byte, e *event) bool {
 		return false
 	}
 	data := raw[i+len(`,"data":`) : end]
-	c := codecs[events.Kind(kind)]
+	c := codecs[events.Kind(kindB)]
 	if c == nil {
 		return false
 	}
-	p, ok := c.decode(data)
+	p, ok := c.decode(st, data)
 	if !ok {
 		return false
 	}
-	*e = event{seq: uint64(seq), time: t, kind: events.Kind(kind), activation: ids[0], session: ids[1], server: ids[2], payload: p}
+	e.seq, e.time, e.kind, e.payload = uint64(seq), t, p.Kind(), p
+	e.activation, e.session, e.server = ids[0], ids[1], ids[2]
+	return true
+}
+
+// validID is events.ValidID for bytes: [A-Za-z0-9_-]{1,128}.
+func validID(b []byte) bool {
+	if len(b) == 0 || len(b) > events.MaxIDLen {
+		return false
+	}
+	for _, c := range b {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
 	return true
 }

@@ -242,7 +242,7 @@ func (ev *Evidence) settleHTTP(r *Resource, e *event) {
 func (ev *Evidence) confirm(r *Resource, e *event) {
 	delete(ev.open, r.ID.Reference)
 	r.Status, r.Reason = StatusConfirmed, ""
-	r.ConfirmedSeq, r.ConfirmedAt = e.seq, instant(e.time)
+	r.ConfirmedSeq, r.ConfirmedAt = e.seq, events.Instant{Time: e.time}
 	if ev.ringLen == RecentReceipts {
 		oldest := &ev.ring[ev.ringStart]
 		if ev.aggregates == nil {

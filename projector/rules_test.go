@@ -380,7 +380,7 @@ func TestLeases(t *testing.T) {
 		ld("act-1", &events.CallFinished{CallID: "c1", Tool: "t", Outcome: "ok", ArgsSHA256: eventgen.Digest}))
 	l, _ := f.s.Lease(key)
 	if l.State != projector.LeaseReady || l.CallsInFlight != 1 || l.ListingDigest != strings.Repeat("cd", 32) ||
-		l.Fingerprint != eventgen.Digest || l.PID != 5 || l.LastUse == nil || !l.LastUse.Equal(t0.Add(7*time.Millisecond)) {
+		l.Fingerprint != eventgen.Digest || l.PID != 5 || l.LastUse.IsZero() || !l.LastUse.Equal(t0.Add(7*time.Millisecond)) {
 		t.Fatalf("ready lease %+v", l)
 	}
 	f.apply(ld("act-1", &events.LeaseRevoked{Reason: "host_request", CallsInFlight: 1}),

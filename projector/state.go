@@ -133,12 +133,12 @@ type Resource struct {
 	Status Status     `json:"status"`
 	// Reason says why the status is not confirmed (a machine code such as
 	// awaiting_barrier, awaiting_worker_down, barrier_timeout, not_reaped).
-	Reason        string          `json:"reason,omitempty"`
-	Facts         Facts           `json:"facts"`
-	RegisteredSeq uint64          `json:"registered_seq"`
-	UpdatedSeq    uint64          `json:"updated_seq"`
-	ConfirmedSeq  uint64          `json:"confirmed_seq,omitempty"`
-	ConfirmedAt   *events.Instant `json:"confirmed_at,omitempty"`
+	Reason        string         `json:"reason,omitempty"`
+	Facts         Facts          `json:"facts"`
+	RegisteredSeq uint64         `json:"registered_seq"`
+	UpdatedSeq    uint64         `json:"updated_seq"`
+	ConfirmedSeq  uint64         `json:"confirmed_seq,omitempty"`
+	ConfirmedAt   events.Instant `json:"confirmed_at,omitzero"`
 }
 
 // AggregateEvidence is the evidence of an aggregate resource.
@@ -425,15 +425,15 @@ type Lease struct {
 	KilledOnCancel uint64 `json:"killed_on_cancel,omitempty"`
 	// GateViolations counts calls admitted after the lease was cancelled,
 	// poisoned or terminated: the gate promises none.
-	GateViolations uint64          `json:"gate_violations,omitempty"`
-	StartedAt      events.Instant  `json:"started_at"`
-	ReadyAt        *events.Instant `json:"ready_at,omitempty"`
-	LastUse        *events.Instant `json:"last_use,omitempty"`
-	EndedAt        *events.Instant `json:"ended_at,omitempty"`
-	Reason         string          `json:"reason,omitempty"` // why it left ready: revoke, poison, terminate or failure reason
-	PoisonTool     string          `json:"poison_tool,omitempty"`
-	ReplacedBy     string          `json:"replaced_by,omitempty"` // new activation after a stale config
-	Anomalies      uint64          `json:"anomalies,omitempty"`
+	GateViolations uint64         `json:"gate_violations,omitempty"`
+	StartedAt      events.Instant `json:"started_at"`
+	ReadyAt        events.Instant `json:"ready_at,omitzero"`
+	LastUse        events.Instant `json:"last_use,omitzero"`
+	EndedAt        events.Instant `json:"ended_at,omitzero"`
+	Reason         string         `json:"reason,omitempty"` // why it left ready: revoke, poison, terminate or failure reason
+	PoisonTool     string         `json:"poison_tool,omitempty"`
+	ReplacedBy     string         `json:"replaced_by,omitempty"` // new activation after a stale config
+	Anomalies      uint64         `json:"anomalies,omitempty"`
 }
 
 // Key returns the lease's key.
@@ -542,6 +542,11 @@ type State struct {
 	// Derived indexes, rebuilt by Unmarshal and never serialised.
 	leaseOf map[string]LeaseKey // activation → its lease's key
 	ownerOf map[string]string   // live handle → owner
+
+	// Decoding scratch (never serialised): one reusable payload per kind,
+	// and a bounded intern table for session and server names.
+	scratch []reflectValue
+	names   map[string]string
 }
 
 // New returns an empty State that has applied nothing.
