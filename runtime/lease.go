@@ -143,7 +143,8 @@ func (l *lease) start(ctx context.Context) error {
 	}
 	l.gs = gs
 	if err := m.emit(ctx, GuardianStartedDraft(l.activation, l.key.session, l.key.server, gs),
-		l.draft(&events.LeaseChildStarted{PID: gs.TargetPID(), GuardianPID: gs.HelperPID(), Cleanup: "verified"})); err != nil {
+		l.draft(&events.LeaseChildStarted{PID: gs.TargetPID(), GuardianPID: gs.HelperPID(), Cleanup: "verified"}),
+		l.draft(&events.ConnectionOpened{Transport: "stdio", Cleanup: "verified"})); err != nil {
 		return fail("ledger_failed", ErrLedger, nil)
 	}
 	cs, err := m.client.Connect(ctx, &guardianTransport{stream: gs.Stream(), wire: &l.wire}, &mcp.ClientSessionOptions{ProtocolVersion: ProtocolVersion})
@@ -183,18 +184,47 @@ func (l *lease) terminate(ctx context.Context, reason string) guardian.CleanupRe
 		m := l.m
 		// Admitted events are durable before the termination is recorded.
 		l.admitting.Wait()
-		_ = m.emitFact(ctx, l.draft(&events.LeaseTerminated{Reason: reason}))
-		if l.cs != nil {
-			_ = l.cs.Close()
+		budget := m.launchSpec(l).CleanupBudget() + time.Second
+		first := []events.Draft{l.draft(&events.LeaseTerminated{Reason: reason})}
+		if l.gs != nil {
+			first = append(first, l.draft(&events.ConnectionPhase{Phase: "closing", BudgetNS: int64(budget)}))
 		}
+		_ = m.emitFact(ctx, first...)
 		if l.gs == nil {
 			return
 		}
-		budget := m.launchSpec(l).CleanupBudget() + time.Second
+		// The close obligations of the activation's connection (seed 000's
+		// close report, computed by the projector): transport = the MCP
+		// client session, workers = its goroutines and the guardian
+		// session's (both gone when Close returns), supervisor = the
+		// guardian's verified cleanup of the child.
+		t0 := time.Now()
+		transport := "ok"
+		if l.cs != nil {
+			if err := l.cs.Close(); err != nil && !errors.Is(err, mcp.ErrConnectionClosed) {
+				transport = "error"
+			}
+		}
+		tTransport := time.Since(t0)
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), budget)
 		l.cleanup = l.gs.Close(cctx)
 		cancel()
-		_ = m.emitFact(ctx, GuardianCleanupDrafts(l.activation, l.key.session, l.key.server, l.cleanup)...)
+		elapsed := time.Since(t0)
+		supervisor := "ok"
+		switch {
+		case l.cleanup.Confirmed:
+		case l.cleanup.Reason == guardian.ReasonDeadline:
+			supervisor = "timeout"
+		default:
+			supervisor = "error"
+		}
+		facts := GuardianCleanupDrafts(l.activation, l.key.session, l.key.server, l.cleanup)
+		facts = append(facts,
+			l.draft(&events.ConnectionBarrier{Obligation: "transport", Outcome: transport, ElapsedNS: int64(tTransport)}),
+			l.draft(&events.ConnectionBarrier{Obligation: "workers", Outcome: "ok", ElapsedNS: int64(elapsed)}),
+			l.draft(&events.ConnectionBarrier{Obligation: "supervisor", Outcome: supervisor, ElapsedNS: int64(elapsed)}),
+			l.draft(&events.ConnectionClosed{ElapsedNS: int64(elapsed)}))
+		_ = m.emitFact(ctx, facts...)
 	})
 	<-l.termDone
 	return l.cleanup

@@ -19,6 +19,7 @@ import (
 	"github.com/leaseledger/leaseledger/events"
 	"github.com/leaseledger/leaseledger/guardian"
 	"github.com/leaseledger/leaseledger/ledger"
+	"github.com/leaseledger/leaseledger/projector"
 	"go.uber.org/goleak"
 )
 
@@ -235,6 +236,29 @@ func (e *env) checkCleanupsConfirmed() {
 	for a := range started {
 		if !receipt[a] {
 			e.t.Errorf("activation %s: no guardian.receipt", a)
+		}
+	}
+	// The audit verdict, recomputed by the projector from the log alone.
+	st := projector.New()
+	for env, err := range e.l.Events(context.Background(), ledger.Query{}) {
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if err := st.Apply(&env); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+	for a := range started {
+		if v, reasons, _ := st.Verdict(a); v != projector.ResultConfirmed {
+			e.t.Errorf("activation %s: audit verdict %s: %v", a, v, reasons)
+		}
+	}
+	for _, l := range st.Leases() {
+		if l.Live() {
+			e.t.Errorf("projector lease table: %s still %s after Close", l.Key(), l.State)
+		}
+		if l.GateViolations != 0 {
+			e.t.Errorf("projector lease %s: %d gate violations", l.Key(), l.GateViolations)
 		}
 	}
 }

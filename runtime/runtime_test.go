@@ -294,8 +294,8 @@ func TestRevokeDuringLongCall(t *testing.T) {
 			t.Fatal("finishing call did not record killed_on_cancel")
 		}
 	}
-	if !strings.HasSuffix(kinds, "guardian.receipt") {
-		t.Fatalf("no receipt last: %s", kinds)
+	if !strings.HasSuffix(kinds, "lease.terminated,connection.phase,guardian.reaped,guardian.receipt,connection.barrier,connection.barrier,connection.barrier,connection.closed") {
+		t.Fatalf("termination evidence: %s", kinds)
 	}
 	// A new call acquires a fresh lease (new activation).
 	if _, err := capa.Call(ctx, CallRequest{Server: "everything", Tool: "echo", Digest: echo, Arguments: map[string]any{"message": "x"}}); err != nil {
@@ -412,7 +412,7 @@ func TestConfigChangeReplacesLease(t *testing.T) {
 		t.Fatalf("old child cleanup: %+v", old.cleanup)
 	}
 	kinds := strings.Join(e.kinds(old.activation), ",")
-	if !strings.Contains(kinds, "lease.stale_replaced,lease.terminated,") || !strings.HasSuffix(kinds, "guardian.receipt") {
+	if !strings.Contains(kinds, "lease.stale_replaced,lease.terminated,") || !strings.HasSuffix(kinds, "guardian.receipt,connection.barrier,connection.barrier,connection.barrier,connection.closed") {
 		t.Fatalf("old lease events: %s", kinds)
 	}
 	for _, x := range e.events() {
