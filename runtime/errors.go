@@ -87,7 +87,7 @@ func (e *LeaseError) Error() string {
 		}
 		s += ")"
 	}
-	if e.cause != nil && localCause(e.cause) {
+	if e.cause != nil { // only local causes are ever wrapped (see LeaseError)
 		s += ": " + e.cause.Error()
 	}
 	return s
@@ -100,10 +100,6 @@ func (e *LeaseError) Unwrap() []error {
 	}
 	return []error{e.Kind}
 }
-
-// localCause reports whether a cause's text may be shown. Causes are
-// filtered when wrapped (see newErr), so this is a second line only.
-func localCause(err error) bool { return err != nil }
 
 func newErr(op string, k *leaseKey, kind error, cause error) *LeaseError {
 	e := &LeaseError{Op: op, Kind: kind, cause: cause}

@@ -265,7 +265,7 @@ type CallRequest struct {
 }
 
 // call runs one request through the gate of l.
-func (l *lease) call(ctx context.Context, session string, req CallRequest, args []byte) (*mcp.CallToolResult, error) {
+func (l *lease) call(ctx context.Context, req CallRequest, args []byte) (*mcp.CallToolResult, error) {
 	m := l.m
 	callID := l.activation + "-c" + strconv.FormatUint(l.calls.Add(1), 10)
 	refuse := func(reason string, kind error) error {

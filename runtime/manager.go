@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -459,8 +458,6 @@ func (m *Manager) Leases() []LeaseInfo {
 	}
 	return out
 }
-
-var errAcquireTimeout = errors.New("acquire timeout")
 
 // launchSpec is the guardian spec of a lease.
 func (m *Manager) launchSpec(l *lease) guardian.Spec {

@@ -172,7 +172,7 @@ func (c LeaseCapability) Call(ctx context.Context, req CallRequest) (*mcp.CallTo
 		if err != nil {
 			return nil, err
 		}
-		res, err := l.call(ctx, c.st.id, req, args)
+		res, err := l.call(ctx, req, args)
 		// A lease taken out of service for a reason that is not about this
 		// call (reaped, replaced) between lookup and gate: acquire again.
 		if err != nil && attempt+1 < maxAcquireAttempts && isGoneRefusal(err) {
