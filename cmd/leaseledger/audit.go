@@ -1,0 +1,313 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/leaseledger/leaseledger/events"
+	"github.com/leaseledger/leaseledger/ledger"
+	"github.com/leaseledger/leaseledger/projector"
+	"github.com/spf13/cobra"
+)
+
+func init() { extraCommands = append(extraCommands, newAuditCmd) }
+
+// exitUnconfirmed is the exit status of an audit whose verdict (or any
+// verdict, with --all) is unconfirmed.
+const exitUnconfirmed = 2
+
+// timelineEntry is one event of an activation's timeline.
+type timelineEntry struct {
+	Seq  uint64          `json:"seq"`
+	Time events.Instant  `json:"time"`
+	Kind events.Kind     `json:"kind"`
+	Data json.RawMessage `json:"data"`
+}
+
+// auditOutput is the --json form of `audit <activation>`.
+type auditOutput struct {
+	Report          projector.ActivationReport `json:"report"`
+	Timeline        []timelineEntry            `json:"timeline"`
+	TimelineOmitted uint64                     `json:"timeline_omitted"`
+}
+
+// auditAllOutput is the --json form of `audit --all`.
+type auditAllOutput struct {
+	Events      uint64              `json:"events"`
+	Activations int                 `json:"activations"`
+	Verdicts    map[string]int      `json:"verdicts"`
+	NotClosed   int                 `json:"not_closed"`
+	Unconfirmed []auditAllEntry     `json:"unconfirmed"`
+	Omitted     int                 `json:"unconfirmed_omitted"`
+	Anomalies   projector.Anomalies `json:"anomalies"`
+}
+
+type auditAllEntry struct {
+	Activation string   `json:"activation_id"`
+	Closed     bool     `json:"closed"`
+	Reasons    []string `json:"reasons"`
+}
+
+func newAuditCmd(a *app) *cobra.Command {
+	var (
+		asJSON   bool
+		all      bool
+		timeline int
+		limit    int
+	)
+	cmd := &cobra.Command{
+		Use:   "audit <activation> | audit --all",
+		Short: "Reconstruct cleanup evidence and verdicts from the log alone",
+		Long: `audit rebuilds the projector's state from the events in --data-dir (no
+snapshot is used) and reports cleanup evidence.
+
+With an activation, it prints the activation's timeline, every tracked
+resource with its status and facts, the recent confirmed receipts and the
+aggregate resources, the connection and its close report, and the verdict
+(confirmed / unconfirmed) with every reason it is not confirmed. Every event
+of the activation is decoded strictly (events.Decode).
+
+With --all, it replays the whole log (with a progress bar on stderr) and
+prints the number of activations by verdict and the unconfirmed ones.
+
+The hash chain is not checked here: run 'leaseledger verify' first.
+Exit status: 0 when confirmed (every activation, with --all), 2 when
+unconfirmed, 1 on errors.`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if all && len(args) != 0 {
+				return errors.New("--all takes no activation")
+			}
+			if !all && len(args) != 1 {
+				return errors.New("give one activation, or --all")
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			l, err := ledger.Open(ledger.Options{Dir: a.dataDir, Logger: a.logger})
+			if err != nil {
+				return err
+			}
+			defer l.Close()
+			if all {
+				return auditAll(cmd, a, l, asJSON, limit)
+			}
+			return auditOne(cmd, a, l, args[0], asJSON, timeline)
+		},
+	}
+	f := cmd.Flags()
+	f.BoolVar(&asJSON, "json", false, "print JSON instead of text")
+	f.BoolVar(&all, "all", false, "summarise every activation")
+	f.IntVar(&timeline, "timeline", 1000, "print at most the last N events of the timeline (0: all)")
+	f.IntVar(&limit, "limit", 100, "with --all, list at most N unconfirmed activations (0: all)")
+	return cmd
+}
+
+func auditOne(cmd *cobra.Command, a *app, l *ledger.Ledger, id string, asJSON bool, keep int) error {
+	if !events.ValidID(id) {
+		return &exitError{code: 1, err: errors.New("activation: want [A-Za-z0-9_-]{1,128}")}
+	}
+	s := projector.New()
+	// The timeline keeps the last `keep` events in a ring.
+	var ring []timelineEntry
+	var total uint64
+	err := l.Scan(cmd.Context(), ledger.Query{Activation: id}, func(seq ledger.Seq, raw []byte) error {
+		env, err := events.Decode(raw)
+		if err != nil {
+			return fmt.Errorf("seq %d: %w", seq, err)
+		}
+		if err := s.Apply(&env); err != nil {
+			return fmt.Errorf("seq %d: %w", seq, err)
+		}
+		e := timelineEntry{Seq: env.Seq, Time: events.Instant{Time: env.Time}, Kind: env.Kind, Data: env.Data}
+		if keep <= 0 || len(ring) < keep {
+			ring = append(ring, e)
+		} else {
+			ring[total%uint64(keep)] = e
+		}
+		total++
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	rep, ok := s.Report(id)
+	if !ok {
+		return &exitError{code: 1, err: fmt.Errorf("no events for activation %s", id)}
+	}
+	if keep > 0 && total > uint64(keep) { // rotate the ring to oldest-first
+		start := int(total % uint64(keep))
+		ring = append(ring[start:], ring[:start]...)
+	}
+	out := auditOutput{Report: rep, Timeline: ring, TimelineOmitted: total - uint64(len(ring))}
+	if asJSON {
+		enc := json.NewEncoder(a.stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(out); err != nil {
+			return err
+		}
+	} else {
+		printReport(a.stdout, &out)
+	}
+	if rep.Verdict != projector.ResultConfirmed {
+		return &exitError{code: exitUnconfirmed, err: fmt.Errorf("activation %s: unconfirmed", id)}
+	}
+	return nil
+}
+
+func factsJSON(f projector.Facts) string {
+	b, _ := json.Marshal(f)
+	return string(b)
+}
+
+func printReport(w io.Writer, out *auditOutput) {
+	r := &out.Report
+	fmt.Fprintf(w, "activation %s (session %s, server %s)\n", r.Activation, orNone(r.Session), orNone(r.Server))
+	fmt.Fprintf(w, "verdict: %s\n", r.Verdict)
+	if len(r.Reasons) > 0 {
+		fmt.Fprintln(w, "reasons:")
+		for _, why := range r.Reasons {
+			fmt.Fprintf(w, "  - %s\n", why)
+		}
+		if r.ReasonsOmitted > 0 {
+			fmt.Fprintf(w, "  - … and %d more\n", r.ReasonsOmitted)
+		}
+	}
+	fmt.Fprintf(w, "events: %d (seq %d..%d)\n", r.Events, r.FirstSeq, r.LastSeq)
+	c := r.Connection
+	if c.Opened {
+		fmt.Fprintf(w, "connection: transport=%s cleanup=%s one_shot=%t phase=%s\n", c.Transport, c.Cleanup, c.OneShot, c.Phase)
+	} else {
+		fmt.Fprintf(w, "connection: not opened in this log (phase %s)\n", c.Phase)
+	}
+	if rep := c.Report; rep != nil {
+		fmt.Fprintf(w, "close report (version %d): %s, closed at seq %d (%s), elapsed %dns, close calls %d, retained %t\n",
+			rep.Version, rep.Result, rep.ClosedSeq, rep.ClosedAt.UTC().Format(events.TimeLayout), rep.ElapsedNS, rep.CloseCalls, rep.Retained)
+		tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+		for _, o := range rep.Obligations {
+			fmt.Fprintf(tw, "  %s\t%s\t%s\tlast barrier: %s\n", o.Name, o.Status, orNone(o.Reason), orNone(o.Last.Outcome))
+		}
+		tw.Flush()
+	} else {
+		fmt.Fprintln(w, "close report: none retained")
+	}
+	n := r.Counts
+	fmt.Fprintf(w, "resources: %d (confirmed %d = %d recent + %d aggregated; pending %d, missing %d, unsupported %d, lost %d)\n",
+		n.Resources, n.Confirmed, n.Recent, n.Aggregated, n.Pending, n.Missing, n.Unsupported, n.Lost)
+	if r.Frozen {
+		fmt.Fprintf(w, "evidence frozen at close; %d late event(s) recorded without effect\n", r.LateEvents)
+	}
+	if r.Anomalies > 0 {
+		fmt.Fprintf(w, "evidence anomalies: %d\n", r.Anomalies)
+	}
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	if len(r.Resources) > 0 {
+		fmt.Fprintln(tw, "tracked resources:")
+		for _, x := range r.Resources {
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s (%s)\t%s\n", x.ID, x.Kind, x.Scope, x.Status, orNone(x.Reason), factsJSON(x.Facts))
+		}
+	}
+	if len(r.Recent) > 0 {
+		fmt.Fprintln(tw, "recent confirmed receipts (oldest first):")
+		for _, x := range r.Recent {
+			fmt.Fprintf(tw, "  %s\t%s\t%s\tconfirmed at seq %d\t%s\n", x.ID, x.Kind, x.Scope, x.ConfirmedSeq, factsJSON(x.Facts))
+		}
+	}
+	if len(r.Aggregates) > 0 {
+		fmt.Fprintln(tw, "aggregate resources:")
+		for _, x := range r.Aggregates {
+			fmt.Fprintf(tw, "  %s\taggregate=%t\tconfirmed_count=%d\n", x.ID, x.Evidence.Aggregate, x.Evidence.ConfirmedCount)
+		}
+	}
+	tw.Flush()
+	if ls := r.Lease; ls != nil {
+		fmt.Fprintf(w, "lease %s/%s: state %s, fingerprint %s, listing %s, calls in flight %d, admitted %d, refused %d, gate violations %d\n",
+			ls.KeySession, ls.Server, ls.State, ls.Fingerprint, orNone(ls.ListingDigest), ls.CallsInFlight, ls.CallsAdmitted, ls.CallsRefused, ls.GateViolations)
+	}
+	fmt.Fprintf(w, "timeline (%d event(s)", len(out.Timeline))
+	if out.TimelineOmitted > 0 {
+		fmt.Fprintf(w, ", %d earlier omitted", out.TimelineOmitted)
+	}
+	fmt.Fprintln(w, "):")
+	for _, e := range out.Timeline {
+		fmt.Fprintf(w, "  %d\t%s\t%s\t%s\n", e.Seq, e.Time.UTC().Format(events.TimeLayout), e.Kind, e.Data)
+	}
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func auditAll(cmd *cobra.Command, a *app, l *ledger.Ledger, asJSON bool, limit int) error {
+	s := projector.New()
+	head := uint64(l.Head().Seq)
+	pb := newProgress(a.stderr, "audit")
+	var done uint64
+	err := l.Scan(cmd.Context(), ledger.Query{}, func(seq ledger.Seq, raw []byte) error {
+		if err := s.ApplyRaw(raw); err != nil {
+			return fmt.Errorf("seq %d: %w", seq, err)
+		}
+		if done++; done%4096 == 0 {
+			pb.update(done, head)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	pb.update(done, head)
+	pb.finish()
+	out := auditAllOutput{Events: done, Verdicts: map[string]int{projector.ResultConfirmed: 0, projector.ResultUnconfirmed: 0},
+		Unconfirmed: []auditAllEntry{}, Anomalies: s.Anomalies()}
+	for _, id := range s.ActivationIDs() {
+		out.Activations++
+		v, reasons, _ := s.Verdict(id)
+		out.Verdicts[v]++
+		if v == projector.ResultConfirmed {
+			continue
+		}
+		_, closed := s.CloseReport(id)
+		if !closed {
+			out.NotClosed++
+		}
+		if limit > 0 && len(out.Unconfirmed) >= limit {
+			out.Omitted++
+			continue
+		}
+		out.Unconfirmed = append(out.Unconfirmed, auditAllEntry{Activation: id, Closed: closed, Reasons: reasons})
+	}
+	if asJSON {
+		enc := json.NewEncoder(a.stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(out); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintf(a.stdout, "events: %d\nactivations: %d\nconfirmed: %d\nunconfirmed: %d (not closed: %d)\n",
+			out.Events, out.Activations, out.Verdicts[projector.ResultConfirmed], out.Verdicts[projector.ResultUnconfirmed], out.NotClosed)
+		if an := out.Anomalies; an != (projector.Anomalies{}) {
+			fmt.Fprintf(a.stdout, "anomalies: unattributed %d, orphan lease events %d, orphan request events %d, unknown %d\n",
+				an.Unattributed, an.OrphanLease, an.OrphanRequest, an.Unknown)
+		}
+		for _, u := range out.Unconfirmed {
+			first := ""
+			if len(u.Reasons) > 0 {
+				first = u.Reasons[0]
+			}
+			fmt.Fprintf(a.stdout, "  %s\t%s\n", u.Activation, strings.TrimSpace(first))
+		}
+		if out.Omitted > 0 {
+			fmt.Fprintf(a.stdout, "  … and %d more unconfirmed (raise --limit)\n", out.Omitted)
+		}
+	}
+	if out.Verdicts[projector.ResultUnconfirmed] > 0 {
+		return &exitError{code: exitUnconfirmed, err: fmt.Errorf("%d of %d activations unconfirmed", out.Verdicts[projector.ResultUnconfirmed], out.Activations)}
+	}
+	return nil
+}
