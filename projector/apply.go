@@ -97,6 +97,7 @@ func (s *State) apply(e *event) {
 			s.activations[e.activation] = a
 		}
 	}
+	s.lastAct = a
 	if a != nil {
 		if a.Session == "" {
 			a.Session = e.session

@@ -324,6 +324,41 @@ func plainInt(b []byte, i int) (int64, int, bool) {
 	return x, i, true
 }
 
+// parseTimeCached is parseTime with the State's cache of the last date:
+// events of one day share its midnight, and only the clock is added.
+func (st *State) parseTimeCached(b []byte) (time.Time, bool) {
+	if len(b) == len(events.TimeLayout) && st.dayOK && string(b[:11]) == string(st.day[:]) && b[29] == 'Z' &&
+		b[13] == ':' && b[16] == ':' && b[19] == '.' {
+		var hms [3]int64
+		for k, r := range [...][2]int{{11, 13}, {14, 16}, {17, 19}} {
+			for _, c := range b[r[0]:r[1]] {
+				if c < '0' || c > '9' {
+					return parseTime(b)
+				}
+				hms[k] = hms[k]*10 + int64(c-'0')
+			}
+		}
+		ns := int64(0)
+		for _, c := range b[20:29] {
+			if c < '0' || c > '9' {
+				return parseTime(b)
+			}
+			ns = ns*10 + int64(c-'0')
+		}
+		if hms[0] > 23 || hms[1] > 59 || hms[2] > 59 {
+			return time.Time{}, false
+		}
+		clock := hms[0]*3600 + hms[1]*60 + hms[2]
+		return st.midnight.Add(time.Duration(clock)*time.Second + time.Duration(ns)), true
+	}
+	t, ok := parseTime(b)
+	if ok {
+		copy(st.day[:], b[:11])
+		st.midnight, st.dayOK = time.Date(t.Year(), t.Month(), t.Day(), 0, 0, 0, 0, time.UTC), true
+	}
+	return t, ok
+}
+
 // parseTime parses events.TimeLayout ("2006-01-02T15:04:05.000000000Z").
 func parseTime(b []byte) (time.Time, bool) {
 	if len(b) != len(events.TimeLayout) || b[4] != '-' || b[7] != '-' || b[10] != 'T' || b[13] != ':' ||
@@ -380,7 +415,7 @@ func (st *State) parseEnvelope(raw []byte, e *event) bool {
 	if i+30 > len(raw) {
 		return false
 	}
-	t, ok := parseTime(raw[i : i+30])
+	t, ok := st.parseTimeCached(raw[i : i+30])
 	if !ok {
 		return false
 	}
@@ -400,12 +435,20 @@ func (st *State) parseEnvelope(raw []byte, e *event) bool {
 			if b, i, ok = plainBytes(raw, i+len(name)); !ok || !validID(b) {
 				return false
 			}
-			if a, known := st.activations[string(b)]; j == 0 && known {
-				ids[j], e.act = a.ID, a
-			} else if j == 0 {
-				ids[j] = string(b)
-			} else {
+			switch {
+			case j == 0 && st.lastAct != nil && string(b) == st.lastAct.ID:
+				ids[j], e.act = st.lastAct.ID, st.lastAct
+			case j == 0:
+				if a, known := st.activations[string(b)]; known {
+					ids[j], e.act = a.ID, a
+				} else {
+					ids[j] = string(b)
+				}
+			case string(b) == st.lastIDs[j-1]:
+				ids[j] = st.lastIDs[j-1]
+			default:
 				ids[j] = st.intern(b)
+				st.lastIDs[j-1] = ids[j]
 			}
 		}
 	}

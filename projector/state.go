@@ -1,6 +1,10 @@
 package projector
 
-import "github.com/leaseledger/leaseledger/events"
+import (
+	"time"
+
+	"github.com/leaseledger/leaseledger/events"
+)
 
 // Bounds of the projection. Each one keeps a single activation, lease or
 // owner from costing memory proportional to its history.
@@ -545,8 +549,13 @@ type State struct {
 
 	// Decoding scratch (never serialised): one reusable payload per kind,
 	// and a bounded intern table for session and server names.
-	scratch []reflectValue
-	names   map[string]string
+	scratch  []reflectValue
+	names    map[string]string
+	lastAct  *Activation // the activation of the last event, for the parser
+	lastIDs  [2]string   // session and server of the last event
+	day      [11]byte    // "YYYY-MM-DDT" of the cached midnight
+	midnight time.Time
+	dayOK    bool
 }
 
 // New returns an empty State that has applied nothing.
