@@ -520,3 +520,29 @@ func TestEvidenceMemory(t *testing.T) {
 		t.Fatalf("evidence state holds %d bytes, goal < 1 MiB", held)
 	}
 }
+
+// TestRawTimesAcrossMidnight: the replay parser's date cache gives the
+// same times as the envelope decoder across a day boundary.
+func TestRawTimesAcrossMidnight(t *testing.T) {
+	c := eventgen.NewChain(time.Date(2026, 12, 31, 23, 59, 59, 995_000_000, time.UTC))
+	a, b := projector.New(), projector.New()
+	lease := events.Draft{Activation: "act-1", Session: "s-1", Server: "srv", Payload: &events.LeaseAcquiring{KeySession: "s-1", Fingerprint: eventgen.Digest}}
+	env, raw := c.Seal(lease)
+	if a.Apply(&env) != nil || b.ApplyRaw(raw) != nil {
+		t.Fatal("lease")
+	}
+	for i := range 12 {
+		env, raw := c.Seal(d("act-1", &events.CallAdmitted{CallID: "c", Tool: "t", Digest: eventgen.Digest}))
+		if err := a.Apply(&env); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.ApplyRaw(raw); err != nil {
+			t.Fatal(err)
+		}
+		mx, _ := projector.Marshal(a)
+		my, _ := projector.Marshal(b)
+		if !bytes.Equal(mx, my) {
+			t.Fatalf("event %d at %s: states differ", i, env.Time)
+		}
+	}
+}
