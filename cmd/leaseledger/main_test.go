@@ -192,6 +192,10 @@ func TestServeTailAppend(t *testing.T) {
 	if r.code != 0 || strings.Count(r.stdout, "\n") != 5 || !strings.HasPrefix(r.stdout, `{"seq":3,`) {
 		t.Fatalf("replay: %+v", r)
 	}
+	r = runCLI(t, context.Background(), "", "leases", "--nats", url)
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "lease table at seq "+strconv.Itoa(2*n)+": ") {
+		t.Fatalf("leases over NATS: %+v", r)
+	}
 	resp, err := http.Get(metricsURL)
 	if err != nil {
 		t.Fatal(err)
