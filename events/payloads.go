@@ -525,7 +525,9 @@ func (p *HTTPCompleted) Validate() error {
 		oneOf("outcome", p.Outcome, "ok", "error", "timeout", "aborted"), nonNegative("body_bytes", p.BodyBytes)}.first()
 }
 
-// HTTPBarrier records what a request-completion barrier returned.
+// HTTPBarrier records what a request-completion barrier returned. Ref names
+// the resource it settles: a request's Ref, or a redirect hop's HopRef
+// (every hop is its own tracked resource and needs its own barrier).
 type HTTPBarrier struct {
 	Ref     string `json:"ref"`
 	Outcome string `json:"outcome"` // ok, error, timeout, unsupported
