@@ -54,8 +54,12 @@ func PutChunk(b *[]byte) {
 	}
 }
 
-// frameHeaderLen is the length prefix plus the type byte.
-const frameHeaderLen = 5
+// FrameHeaderLen is the length prefix plus the type byte. Relays that build
+// frames in place (see FrameWriter.WriteFrameInPlace) reserve it at the
+// start of their buffer.
+const FrameHeaderLen = 5
+
+const frameHeaderLen = FrameHeaderLen
 
 // FrameType is the type byte of a frame.
 type FrameType byte
@@ -149,19 +153,35 @@ func (e *FrameError) Error() string {
 func (e *FrameError) Unwrap() error { return e.Err }
 
 // Frame is one decoded frame. Payload aliases the reader's buffer and is
-// valid only until the next call to Next.
+// valid only until the next call to Next, unless the frame came from
+// NextChunk, whose data payloads are pooled buffers the caller owns.
 type Frame struct {
 	Type    FrameType
 	Payload []byte
+
+	chunk *[]byte // the pooled buffer behind Payload (NextChunk), else nil
+}
+
+// TakeChunk hands the caller the pooled buffer behind f.Payload (release
+// it with PutChunk), or a copy in a pooled buffer when the payload is the
+// reader's own. Either way the result stays valid after the next Next.
+func (f *Frame) TakeChunk() *[]byte {
+	if f.chunk != nil {
+		c := f.chunk
+		f.chunk = nil
+		return c
+	}
+	return GetChunk(f.Payload)
 }
 
 // FrameReader decodes frames from a byte stream with a hard size bound.
 // It is not safe for concurrent use.
 type FrameReader struct {
-	r   io.Reader
-	max int
-	hdr [frameHeaderLen]byte
-	buf []byte
+	r      io.Reader
+	max    int
+	hdr    [frameHeaderLen]byte
+	buf    []byte
+	pooled bool // set by NextChunk for the duration of one call
 }
 
 // NewFrameReader returns a reader that refuses frames longer than max
@@ -170,9 +190,11 @@ func NewFrameReader(r io.Reader, max int) *FrameReader {
 	if max <= 0 || max > MaxFrameLen {
 		max = MaxFrameLen
 	}
-	// Buffered, so a header and a small payload cost one read, not three;
-	// sized so a full data frame fits.
-	return &FrameReader{r: bufio.NewReaderSize(r, MaxDataChunk+2*frameHeaderLen), max: max}
+	// Buffered, so a header and a small payload cost one read, not three.
+	// The buffer is deliberately smaller than a data chunk: once it is
+	// drained, bufio reads a large payload directly into the caller's slice
+	// instead of copying it through its own buffer.
+	return &FrameReader{r: bufio.NewReaderSize(r, readerBufferLen), max: max}
 }
 
 // Next reads one frame. It returns io.EOF only at a clean frame boundary;
@@ -199,6 +221,17 @@ func (fr *FrameReader) Next() (Frame, error) {
 		return Frame{}, &FrameError{Len: n, Type: t, Detail: "unknown type", Err: ErrFrameMalformed}
 	}
 	plen := int(n) - 1
+	if fr.pooled && (t == FrameStdout || t == FrameStderr || t == FrameStdin) && plen <= MaxDataChunk {
+		// Read the data straight into a buffer the consumer will own: one
+		// copy fewer on the relay's hot path.
+		c := chunkPool.Get().(*[]byte)
+		*c = (*c)[:plen]
+		if _, err := io.ReadFull(fr.r, *c); err != nil {
+			PutChunk(c)
+			return Frame{}, unexpected(err)
+		}
+		return Frame{Type: t, Payload: *c, chunk: c}, nil
+	}
 	if cap(fr.buf) < plen {
 		fr.buf = make([]byte, plen)
 	}
@@ -209,12 +242,24 @@ func (fr *FrameReader) Next() (Frame, error) {
 	return Frame{Type: t, Payload: p}, nil
 }
 
+// NextChunk is Next, except that the payload of a data frame (stdin, stdout,
+// stderr) is read directly into a pooled buffer; take it with
+// Frame.TakeChunk, or it is simply collected.
+func (fr *FrameReader) NextChunk() (Frame, error) {
+	fr.pooled = true
+	defer func() { fr.pooled = false }()
+	return fr.Next()
+}
+
 func unexpected(err error) error {
 	if err == io.EOF {
 		return io.ErrUnexpectedEOF
 	}
 	return err
 }
+
+// readerBufferLen is the FrameReader's buffer: room for many small frames.
+const readerBufferLen = 8 << 10
 
 // AppendFrame appends the encoding of one frame to dst. It returns an error
 // when the frame would exceed MaxFrameLen.
@@ -238,6 +283,25 @@ type FrameWriter struct {
 
 // NewFrameWriter returns a FrameWriter on w.
 func NewFrameWriter(w io.Writer) *FrameWriter { return &FrameWriter{w: w} }
+
+// WriteFrameInPlace writes one frame whose payload is already in
+// frame[FrameHeaderLen:]; it fills in the header and writes frame in one
+// call, without copying the payload. It is the relay's hot path.
+func (fw *FrameWriter) WriteFrameInPlace(t FrameType, frame []byte) error {
+	if len(frame) < FrameHeaderLen {
+		return &FrameError{Type: t, Detail: "no room for the header", Err: ErrFrameMalformed}
+	}
+	n := len(frame) - FrameHeaderLen + 1
+	if n > MaxFrameLen {
+		return &FrameError{Len: uint32(min(n, 1<<31)), Type: t, Detail: "payload above bound", Err: ErrFrameTooLarge}
+	}
+	binary.BigEndian.PutUint32(frame, uint32(n))
+	frame[4] = byte(t)
+	fw.mu.Lock()
+	defer fw.mu.Unlock()
+	_, err := fw.w.Write(frame)
+	return err
+}
 
 // WriteFrame writes one frame.
 func (fw *FrameWriter) WriteFrame(t FrameType, payload []byte) error {

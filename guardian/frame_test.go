@@ -118,3 +118,48 @@ func FuzzReadFrame(f *testing.F) {
 		}
 	})
 }
+
+// The relay's hot paths (in-place frames, pooled data payloads) produce and
+// read exactly what WriteFrame and Next do.
+func TestInPlaceFramesAndPooledChunks(t *testing.T) {
+	var wire bytes.Buffer
+	fw := NewFrameWriter(&wire)
+	payload := bytes.Repeat([]byte("relay"), 1000)
+	buf := append(make([]byte, FrameHeaderLen), payload...)
+	if err := fw.WriteFrameInPlace(FrameStdout, buf); err != nil {
+		t.Fatal(err)
+	}
+	if err := fw.WriteFrame(FrameStdout, payload); err != nil {
+		t.Fatal(err)
+	}
+	if err := fw.WriteFrame(FrameControl, []byte{ControlClose}); err != nil {
+		t.Fatal(err)
+	}
+	if err := fw.WriteFrameInPlace(FrameStdout, []byte{1, 2}); err == nil {
+		t.Fatal("a buffer without room for the header was accepted")
+	}
+	fr := NewFrameReader(&wire, MaxFrameLen)
+	var kept []*[]byte
+	for i := range 2 {
+		f, err := fr.NextChunk()
+		if err != nil || f.Type != FrameStdout {
+			t.Fatalf("frame %d: %v %v", i, f.Type, err)
+		}
+		c := f.TakeChunk()
+		kept = append(kept, c)
+	}
+	f, err := fr.NextChunk()
+	if err != nil || f.Type != FrameControl || !bytes.Equal(f.Payload, []byte{ControlClose}) {
+		t.Fatalf("control frame: %v %v", f, err)
+	}
+	// Taken chunks stay valid after later reads.
+	for i, c := range kept {
+		if !bytes.Equal(*c, payload) {
+			t.Fatalf("chunk %d corrupted", i)
+		}
+		PutChunk(c)
+	}
+	if _, err := fr.NextChunk(); err != io.EOF {
+		t.Fatalf("end: %v", err)
+	}
+}

@@ -404,7 +404,7 @@ func (s *Session) readLoop() {
 	defer close(s.readerDone)
 	defer s.closeOut()
 	for {
-		f, err := s.fr.Next()
+		f, err := s.fr.NextChunk()
 		if err != nil {
 			s.endStream(err)
 			return
@@ -418,7 +418,7 @@ func (s *Session) readLoop() {
 				s.closeOut()
 				continue
 			}
-			s.deliver(GetChunk(f.Payload))
+			s.deliver(f.TakeChunk())
 		case FrameStderr:
 			s.mu.Lock()
 			s.stderrBytes += int64(len(f.Payload))

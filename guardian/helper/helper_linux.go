@@ -339,12 +339,14 @@ func (h *helper) writeStdin() {
 // closed. If the host cannot take the bytes any more, it keeps draining so
 // the target never blocks on a full pipe while being cleaned up.
 func (h *helper) pump(r *os.File, t guardian.FrameType, done chan<- pipeResult) {
-	buf := make([]byte, guardian.MaxDataChunk)
+	// The frame is built in place: the target's bytes are read after room
+	// for the header, so each chunk is written with one call and no copy.
+	buf := make([]byte, guardian.FrameHeaderLen+guardian.MaxDataChunk)
 	hostOK := true
 	for {
-		n, err := r.Read(buf)
+		n, err := r.Read(buf[guardian.FrameHeaderLen:])
 		if n > 0 && hostOK {
-			if werr := h.out.WriteFrame(t, buf[:n]); werr != nil {
+			if werr := h.out.WriteFrameInPlace(t, buf[:guardian.FrameHeaderLen+n]); werr != nil {
 				hostOK = false
 			}
 		}
