@@ -5,8 +5,11 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/oklog/ulid/v2"
@@ -327,19 +330,44 @@ func ParseInput(line []byte) (Draft, error) {
 // MarshalJSON encodes the envelope canonically.
 func (e Envelope) MarshalJSON() ([]byte, error) { return e.AppendCanonical(nil, true), nil }
 
+// strictUnmarshal decodes exactly one JSON value into v, refusing unknown
+// fields and trailing data. Its errors are sanitised (see jsonProblem): they
+// never carry text from the input.
 func strictUnmarshal(b []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return err
+		return jsonProblem(err)
 	}
-	if dec.More() {
-		return fmt.Errorf("trailing data after JSON value")
-	}
-	// Decoder.More is false at EOF and before a closing delimiter; make sure
-	// nothing but whitespace follows.
+	// Nothing but whitespace may follow the value.
 	if rest := bytes.TrimSpace(b[dec.InputOffset():]); len(rest) != 0 {
-		return fmt.Errorf("trailing data after JSON value")
+		return errors.New("trailing data after the JSON value")
 	}
 	return nil
+}
+
+// jsonProblem turns an encoding/json error into static text plus numbers
+// and our own field names. encoding/json quotes input (an unknown key, a
+// string that is not a number) in its messages, and input may be
+// provider-controlled, so those messages are never passed on.
+func jsonProblem(err error) error {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	var fe *FieldError
+	switch {
+	case errors.As(err, &fe):
+		return fe // ours (e.g. from Instant.UnmarshalJSON)
+	case errors.As(err, &syn):
+		return fmt.Errorf("malformed JSON at byte %d", syn.Offset)
+	case errors.As(err, &typ):
+		if typ.Field != "" {
+			return fmt.Errorf("field %s has the wrong JSON type (want %s)", typ.Field, typ.Type)
+		}
+		return fmt.Errorf("wrong JSON type (want %s)", typ.Type)
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return errors.New("truncated JSON")
+	case strings.HasPrefix(err.Error(), "json: unknown field"):
+		return errors.New("unknown field")
+	}
+	return errors.New("malformed JSON")
 }

@@ -3,6 +3,8 @@ package events
 import (
 	"errors"
 	"fmt"
+	"time"
+	"unicode/utf8"
 )
 
 // Errors callers branch on. Every validation failure wraps ErrInvalid;
@@ -165,6 +167,12 @@ func text(field, v string, required bool) error {
 	if len(v) > MaxTextLen {
 		return invalid(field, fmt.Sprintf("longer than MaxTextLen=%d", MaxTextLen))
 	}
+	// Invalid UTF-8 would not survive the JSON round trip (encoding/json
+	// writes it as \ufffd, which decodes to a different string), and the
+	// stored event could then never be decoded canonically again.
+	if !utf8.ValidString(v) {
+		return invalid(field, "not valid UTF-8")
+	}
 	return nil
 }
 
@@ -200,6 +208,30 @@ func pids(field string, v []int) error {
 		if p <= 0 {
 			return invalid(field, "pids must be positive")
 		}
+	}
+	return nil
+}
+
+// Time range the canonical layout can represent: four-digit years. Every
+// time written into an event (envelope time or fact) must lie within it.
+var (
+	minTime = time.Date(1970, 1, 1, 0, 0, 0, 0, time.UTC) // ULID timestamps start at the Unix epoch
+	maxTime = time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC)
+)
+
+// ValidTime reports whether t can be written canonically: between the Unix
+// epoch and the end of year 9999.
+func ValidTime(t time.Time) bool { return !t.Before(minTime) && !t.After(maxTime) }
+
+func instant(field string, v *Instant, required bool) error {
+	if v == nil {
+		if required {
+			return invalid(field, "required")
+		}
+		return nil
+	}
+	if !ValidTime(v.Time) {
+		return invalid(field, "outside 1970-01-01 … 9999-12-31")
 	}
 	return nil
 }

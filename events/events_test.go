@@ -96,6 +96,9 @@ func TestPrepareRefusesInvalid(t *testing.T) {
 		"too long text":   {Payload: &events.HTTPRegistered{Ref: "r", Scope: "request", Method: "GET", Origin: strings.Repeat("o", events.MaxTextLen+1)}},
 		"poison reason":   {Payload: &events.LeasePoisoned{CallID: "c", Reason: "other", Tool: "echo", ExpectedDigest: digestA}},
 		"tool name space": {Payload: &events.CallAdmitted{CallID: "c", Tool: "ec ho", Digest: digestA}},
+		"invalid utf-8":   {Payload: &events.HTTPRegistered{Ref: "r", Scope: "request", Method: "GET", Origin: "https://x\xff.example"}},
+		"year 10000":      {Payload: &events.GuardianSignal{TargetPID: 3, Signal: "TERM", At: events.At(time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC))}},
+		"before 1970":     {Payload: &events.GuardianReceipt{HelperVersion: "1", TargetPID: 1, KillSentAt: events.At(time.Date(1969, 1, 1, 0, 0, 0, 0, time.UTC))}},
 	}
 	for name, d := range cases {
 		_, err := events.Prepare(d)
@@ -111,6 +114,17 @@ func TestPrepareRefusesInvalid(t *testing.T) {
 
 func TestErrorsDoNotEchoValues(t *testing.T) {
 	secret := "PROVIDER-SECRET-TEXT"
+	for _, line := range []string{
+		`{"kind":"lease.terminated","data":{"reason":"x","` + secret + `":1}}`,
+		`{"kind":"lease.terminated","data":{"reason":` + secret + `}}`,
+		`{"kind":"lease.terminated","` + secret + `":1,"data":{"reason":"x"}}`,
+		`{"kind":"http.completed","data":{"ref":"r","status":"` + secret + `","outcome":"ok","body_bytes":0}}`,
+	} {
+		_, err := events.ParseInput([]byte(line))
+		if err == nil || strings.Contains(err.Error(), secret) {
+			t.Fatalf("ParseInput(%s): error %v must exist and not echo the input", line, err)
+		}
+	}
 	_, err := events.ParseInput([]byte(`{"kind":"lease.terminated","activation":"` + secret + ` x","data":{"reason":"x"}}`))
 	if err == nil || strings.Contains(err.Error(), secret) {
 		t.Fatalf("error %v must exist and not echo the value", err)

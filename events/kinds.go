@@ -128,8 +128,12 @@ func At(t time.Time) *Instant { return &Instant{t} }
 
 // MarshalJSON implements json.Marshaler. It must be declared here: the
 // embedded time.Time's own MarshalJSON would otherwise be promoted and
-// write local offsets and variable precision.
+// write local offsets and variable precision. Times outside ValidTime's
+// range are refused: the canonical layout could not read them back.
 func (i Instant) MarshalJSON() ([]byte, error) {
+	if !ValidTime(i.Time) {
+		return nil, invalid("time", "outside 1970-01-01 … 9999-12-31")
+	}
 	b := append(make([]byte, 0, len(TimeLayout)+2), '"')
 	b = i.UTC().AppendFormat(b, TimeLayout)
 	return append(b, '"'), nil

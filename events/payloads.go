@@ -413,11 +413,7 @@ type GuardianSignal struct {
 
 func (*GuardianSignal) Kind() Kind { return "guardian.signal" }
 func (p *GuardianSignal) Validate() error {
-	c := checks{positive("target_pid", int64(p.TargetPID)), oneOf("signal", p.Signal, "TERM", "KILL")}
-	if p.At == nil {
-		c = append(c, invalid("at", "required"))
-	}
-	return c.first()
+	return checks{positive("target_pid", int64(p.TargetPID)), oneOf("signal", p.Signal, "TERM", "KILL"), instant("at", p.At, true)}.first()
 }
 
 // GuardianReaped records the direct child's wait status.
@@ -430,11 +426,8 @@ type GuardianReaped struct {
 
 func (*GuardianReaped) Kind() Kind { return "guardian.reaped" }
 func (p *GuardianReaped) Validate() error {
-	c := checks{positive("target_pid", int64(p.TargetPID)), between("exit_code", int64(p.ExitCode), -1, 255), text("signal", p.Signal, false)}
-	if p.At == nil {
-		c = append(c, invalid("at", "required"))
-	}
-	return c.first()
+	return checks{positive("target_pid", int64(p.TargetPID)), between("exit_code", int64(p.ExitCode), -1, 255),
+		text("signal", p.Signal, false), instant("at", p.At, true)}.first()
 }
 
 // GuardianReceipt is the correlated receipt the helper hands back, plus the
@@ -460,6 +453,9 @@ func (*GuardianReceipt) Kind() Kind { return "guardian.receipt" }
 func (p *GuardianReceipt) Validate() error {
 	return checks{text("helper_version", p.HelperVersion, true), positive("target_pid", int64(p.TargetPID)),
 		between("exit_code", int64(p.ExitCode), -1, 255), text("signal", p.Signal, false),
+		instant("stdin_closed_at", p.StdinClosedAt, false), instant("stdout_closed_at", p.StdoutClosedAt, false),
+		instant("stderr_closed_at", p.StderrClosedAt, false), instant("term_sent_at", p.TermSentAt, false),
+		instant("kill_sent_at", p.KillSentAt, false),
 		nonNegative("eof_grace_ns", p.EOFGraceNS), pids("descendants_seen", p.DescendantsSeen),
 		pids("descendants_killed", p.DescendantsKilled), between("helper_exit_code", int64(p.HelperExitCode), -1, 255)}.first()
 }
