@@ -94,6 +94,12 @@ var (
 	ErrFailed = errors.New("ledger: failed")
 	// ErrCorrupt is returned by Open when the stored head is inconsistent.
 	ErrCorrupt = errors.New("ledger: corrupt")
+	// ErrClock is returned for an append made while the clock reads a time
+	// an event cannot carry (before 1970 or after 9999).
+	ErrClock = errors.New("ledger: clock outside the representable range")
+	// ErrNoLedger is returned by Open with NoCreate when the directory holds
+	// no ledger.
+	ErrNoLedger = errors.New("ledger: no ledger in directory")
 )
 
 // Options configures Open.
@@ -116,6 +122,9 @@ type Options struct {
 	Logger *slog.Logger
 	// PebbleOptions, when set, is used as the base Pebble configuration.
 	PebbleOptions *pebble.Options
+	// NoCreate makes Open fail with ErrNoLedger instead of creating a new
+	// ledger (read-side tools must not turn a mistyped path into one).
+	NoCreate bool
 }
 
 // Ledger is an open log. It is safe for concurrent use.
@@ -134,6 +143,12 @@ type Ledger struct {
 	closeOnce sync.Once
 	closeErr  error
 
+	// readers counts reads in progress (Scan, Get, snapshots, Verify). They
+	// register under mu (read-locked) and then run without it, so a read
+	// callback may call the ledger again; Close waits for them after
+	// setting closed.
+	readers sync.WaitGroup
+
 	queue    chan *appendReq
 	inflight chan *pending // the batch applied whose fsync the syncer awaits
 	token    chan struct{} // held by whoever may apply the next batch
@@ -146,7 +161,8 @@ type Ledger struct {
 	head        atomic.Pointer[Head] // last durable event
 	failure     atomic.Pointer[error]
 	observers   atomic.Pointer[[]Observer]
-	obsMu       sync.Mutex
+	obsMu       sync.Mutex // serialises Watch and unwatch
+	obsRun      sync.Mutex // held by the syncer while it calls observers
 
 	// committer-only state
 	tail    Head // last sealed (maybe not yet durable) event
@@ -190,6 +206,11 @@ func Open(opts Options) (*Ledger, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	if opts.NoCreate {
+		if err := requireLedger(opts.Dir); err != nil {
+			return nil, err
+		}
+	}
 	lock, err := lockDir(opts.Dir)
 	if err != nil {
 		return nil, err
@@ -216,9 +237,16 @@ func Open(opts Options) (*Ledger, error) {
 	l.head.Store(&head)
 	l.tail = head
 	if head.Seq > 0 {
-		if env, err := l.Get(head.Seq); err == nil {
-			l.lastT = env.Time
+		// The next event chains onto head.Hash: make sure it is the hash of
+		// a sound last event, or every later event would be blamed for a
+		// break that happened before it.
+		env, err := l.Get(head.Seq)
+		if err != nil || !env.CheckHash() || env.Hash != head.Hash {
+			db.Close()
+			lock.Close()
+			return nil, fmt.Errorf("%w: the last event (seq %d) does not match m/head or does not hash; run verify", ErrCorrupt, head.Seq)
 		}
+		l.lastT = env.Time
 	}
 	var seed [32]byte
 	if _, err := crand.Read(seed[:]); err != nil {
@@ -255,6 +283,14 @@ func DefaultPebbleOptions() *pebble.Options {
 // flock on a fresh open file description conflicts in both cases, so callers
 // get ErrLocked either way and Pebble never sees a second opener.
 const lockFile = "LEASELEDGER.LOCK"
+
+// requireLedger checks that dir exists and holds a Pebble database.
+func requireLedger(dir string) error {
+	if _, err := os.Stat(filepath.Join(dir, lockFile)); err != nil {
+		return fmt.Errorf("%w: %s", ErrNoLedger, dir)
+	}
+	return nil
+}
 
 func lockDir(dir string) (*os.File, error) {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
@@ -346,6 +382,18 @@ func (l *Ledger) lastEventSeq() (Seq, error) {
 	return seq, nil
 }
 
+// beginRead registers a read; it fails once Close has begun. Call the
+// returned function when the read is over.
+func (l *Ledger) beginRead() (end func(), err error) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.closed {
+		return nil, ErrClosed
+	}
+	l.readers.Add(1)
+	return l.readers.Done, nil
+}
+
 // Head returns the last durable event. Events after it may be visible to a
 // raw Pebble reader but are not acknowledged; every read of this package is
 // bounded by Head.
@@ -353,7 +401,9 @@ func (l *Ledger) Head() Head { return *l.head.Load() }
 
 // Watch registers o to receive every batch committed from now on, after its
 // appenders were acknowledged, in seq order. The returned function
-// unregisters it.
+// unregisters it and returns only when no call to o is in progress, so the
+// observer's resources may be released right after; it must not be called
+// from within an observer.
 func (l *Ledger) Watch(o Observer) (unwatch func()) {
 	l.obsMu.Lock()
 	defer l.obsMu.Unlock()
@@ -371,6 +421,8 @@ func (l *Ledger) Watch(o Observer) (unwatch func()) {
 			}
 		}
 		l.observers.Store(&next)
+		l.obsRun.Lock() // wait out a Committed call that took the old list
+		l.obsRun.Unlock()
 	}
 }
 
@@ -428,6 +480,12 @@ func (l *Ledger) enqueue(ctx context.Context, req *appendReq) error {
 		return ErrClosed
 	}
 	if err := l.failed(); err != nil {
+		return err
+	}
+	// select picks at random among ready cases: without this check a call
+	// whose context is already done could still be queued and committed,
+	// and a context error would not mean "not written".
+	if err := ctx.Err(); err != nil {
 		return err
 	}
 	select {
@@ -517,6 +575,17 @@ func (l *Ledger) add(open *pending, r *appendReq) *pending {
 		close(r.done)
 		return open
 	}
+	// One clock reading per request: its events share a time. A clock the
+	// canonical layout cannot represent fails the request, not the ledger.
+	t := l.opts.Now().UTC()
+	if t.Before(l.lastT) {
+		t = l.lastT // event times never go backwards
+	}
+	if !events.ValidTime(t) {
+		r.err = fmt.Errorf("%w: %s", ErrClock, t.Format(time.RFC3339))
+		close(r.done)
+		return open
+	}
 	if open != nil && open.events+len(r.prepared) > l.opts.MaxBatchEvents {
 		<-l.token
 		l.flush(open)
@@ -529,7 +598,7 @@ func (l *Ledger) add(open *pending, r *appendReq) *pending {
 	open.events += len(r.prepared)
 	r.acks = make([]Ack, len(r.prepared))
 	for i, ev := range r.prepared {
-		env, raw := l.seal(ev)
+		env, raw := l.seal(ev, t)
 		r.acks[i] = Ack{Seq: Seq(env.Seq), ID: env.ID, Hash: env.Hash}
 		open.records = append(open.records, Record{Env: env, Raw: raw})
 		for j, k := range KeysFor(&env) {
@@ -568,11 +637,9 @@ func (l *Ledger) flush(p *pending) {
 	l.inflight <- p
 }
 
-func (l *Ledger) seal(p events.Prepared) (events.Envelope, []byte) {
-	t := l.opts.Now().UTC()
-	if t.Before(l.lastT) {
-		t = l.lastT // event times never go backwards
-	}
+// seal assigns the next seq, a ULID and time t (checked by add) to p and
+// chains it after the tail.
+func (l *Ledger) seal(p events.Prepared, t time.Time) (events.Envelope, []byte) {
 	l.lastT = t
 	id, err := ulid.New(ulid.Timestamp(t), l.entropy)
 	if err != nil {
@@ -616,9 +683,11 @@ func (l *Ledger) syncer(done chan<- struct{}) {
 		for _, r := range p.reqs {
 			close(r.done)
 		}
+		l.obsRun.Lock()
 		for _, o := range *l.observers.Load() {
 			o.Committed(p.records)
 		}
+		l.obsRun.Unlock()
 	}
 }
 
@@ -632,6 +701,7 @@ func (l *Ledger) Close() error {
 		l.mu.Unlock()
 		close(l.stop)
 		<-l.done
+		l.readers.Wait() // Pebble's Close must not race reads
 		if err := l.db.Close(); err != nil {
 			l.closeErr = fmt.Errorf("ledger: close: %w", err)
 		}

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/leaseledger/leaseledger/events"
 	"github.com/leaseledger/leaseledger/ledger"
 	"github.com/prometheus/client_golang/prometheus"
@@ -361,5 +363,113 @@ func TestMetrics(t *testing.T) {
 	if got["leaseledger_head_seq"] != 250 || got["leaseledger_appended_events_total"] != 250 ||
 		got["leaseledger_commits_total"] < 1 || got["leaseledger_commits_total"] > 250 || got["leaseledger_failed"] != 0 {
 		t.Fatalf("metrics %v", got)
+	}
+}
+
+func TestCancelledContextNeverCommits(t *testing.T) {
+	l := open(t, t.TempDir())
+	defer l.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for range 200 {
+		if _, err := l.Append(ctx, draft("a", "s", 1)); !errors.Is(err, context.Canceled) {
+			t.Fatalf("append with a cancelled context: %v", err)
+		}
+	}
+	if h := l.Head().Seq; h != 0 {
+		t.Fatalf("%d events committed by cancelled calls", h)
+	}
+}
+
+func TestClockOutOfRange(t *testing.T) {
+	var now time.Time // zero: year 1
+	l, err := ledger.Open(ledger.Options{Dir: t.TempDir(), Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if _, err := l.Append(context.Background(), draft("a", "s", 1)); !errors.Is(err, ledger.ErrClock) {
+		t.Fatalf("append with a broken clock: %v", err)
+	}
+	now = time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
+	if seqs, err := l.Append(context.Background(), draft("a", "s", 1)); err != nil || seqs[0] != 1 {
+		t.Fatalf("the ledger did not survive a broken clock reading: %v %v", seqs, err)
+	}
+}
+
+func TestNoCreate(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "missing")
+	if _, err := ledger.Open(ledger.Options{Dir: dir, NoCreate: true}); !errors.Is(err, ledger.ErrNoLedger) {
+		t.Fatalf("NoCreate on a missing dir: %v", err)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatal("NoCreate created the directory")
+	}
+	if _, err := ledger.VerifyDir(context.Background(), dir, nil); !errors.Is(err, ledger.ErrNoLedger) {
+		t.Fatalf("VerifyDir on a missing dir: %v", err)
+	}
+}
+
+// A read callback may call the ledger (here: Append) while Close runs:
+// no deadlock, and the nested call gets ErrClosed or succeeds.
+func TestReadCallbackReentersDuringClose(t *testing.T) {
+	l := open(t, t.TempDir())
+	appendN(t, l, 3)
+	inCallback := make(chan struct{})
+	closing := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		first := true
+		done <- l.Scan(context.Background(), ledger.Query{}, func(ledger.Seq, []byte) error {
+			if first {
+				first = false
+				close(inCallback)
+				<-closing
+				time.Sleep(20 * time.Millisecond) // let Close start waiting
+			}
+			_, err := l.Append(context.Background(), draft("a", "s", 9))
+			if err != nil && !errors.Is(err, ledger.ErrClosed) {
+				return err
+			}
+			return nil
+		})
+	}()
+	<-inCallback
+	closed := make(chan error, 1)
+	go func() { closed <- l.Close() }()
+	close(closing)
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close deadlocked against a read callback that re-entered the ledger")
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestOpenRefusesHeadHashMismatch(t *testing.T) {
+	dir := t.TempDir()
+	l := open(t, dir)
+	appendN(t, l, 3)
+	l.Close()
+	db, err := pebble.Open(dir, &pebble.Options{FormatMajorVersion: pebble.FormatNewest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, closer, err := db.Get([]byte("m/head"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := append([]byte(nil), v...)
+	closer.Close()
+	bad[len(bad)-1] ^= 1
+	_ = db.Set([]byte("m/head"), bad, pebble.Sync)
+	db.Close()
+	if _, err := ledger.Open(ledger.Options{Dir: dir}); !errors.Is(err, ledger.ErrCorrupt) {
+		t.Fatalf("Open with a corrupted head hash: %v", err)
 	}
 }

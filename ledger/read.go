@@ -53,11 +53,11 @@ func (l *Ledger) Get(seq Seq) (events.Envelope, error) {
 
 // GetRaw returns the stored bytes of the durable event at seq.
 func (l *Ledger) GetRaw(seq Seq) ([]byte, error) {
-	l.mu.RLock()
-	defer l.mu.RUnlock()
-	if l.closed {
-		return nil, ErrClosed
+	end, err := l.beginRead()
+	if err != nil {
+		return nil, err
 	}
+	defer end()
 	if seq == 0 || seq > l.Head().Seq {
 		return nil, fmt.Errorf("%w: seq %d (head %d)", ErrNotFound, seq, l.Head().Seq)
 	}
@@ -79,11 +79,11 @@ func (l *Ledger) Scan(ctx context.Context, q Query, fn func(seq Seq, raw []byte)
 	if err := q.Validate(); err != nil {
 		return err
 	}
-	l.mu.RLock()
-	defer l.mu.RUnlock()
-	if l.closed {
-		return ErrClosed
+	end, err := l.beginRead()
+	if err != nil {
+		return err
 	}
+	defer end()
 	head := l.Head().Seq
 	from, to := max(q.From, 1), q.To
 	if to == 0 || to > head {

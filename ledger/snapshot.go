@@ -26,11 +26,11 @@ func (l *Ledger) SaveSnapshot(name string, covers Seq, data []byte) error {
 	if len(data) > MaxSnapshotBytes {
 		return fmt.Errorf("ledger: snapshot of %d bytes over MaxSnapshotBytes=%d", len(data), MaxSnapshotBytes)
 	}
-	l.mu.RLock()
-	defer l.mu.RUnlock()
-	if l.closed {
-		return ErrClosed
+	end, err := l.beginRead()
+	if err != nil {
+		return err
 	}
+	defer end()
 	if head := l.Head().Seq; covers > head {
 		return fmt.Errorf("ledger: snapshot covers seq %d beyond the durable head %d", covers, head)
 	}
@@ -47,11 +47,11 @@ func (l *Ledger) LoadSnapshot(name string) (Seq, []byte, error) {
 	if !events.ValidID(name) {
 		return 0, nil, fmt.Errorf("ledger: snapshot name: %w", &events.FieldError{Field: "name", Reason: "want [A-Za-z0-9_-]{1,128}"})
 	}
-	l.mu.RLock()
-	defer l.mu.RUnlock()
-	if l.closed {
-		return 0, nil, ErrClosed
+	end, err := l.beginRead()
+	if err != nil {
+		return 0, nil, err
 	}
+	defer end()
 	v, closer, err := l.db.Get([]byte(prefixSnapshot + name))
 	if errors.Is(err, pebble.ErrNotFound) {
 		return 0, nil, ErrNoSnapshot

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
+	"hash/maphash"
 	"log/slog"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -34,6 +34,9 @@ const (
 	// FaultIndex: a secondary index entry points to an event that does not
 	// carry that activation, session or kind.
 	FaultIndex Fault = "index"
+	// FaultAnchor: the chain does not contain an anchor head given to Verify
+	// (it was rewritten or truncated after the anchor was recorded).
+	FaultAnchor Fault = "anchor"
 )
 
 // ErrVerify is wrapped by every *VerifyError.
@@ -76,15 +79,36 @@ const progressEvery = 4096
 // index entry must point to an event that carries its key. The first fault
 // is returned as a *VerifyError naming the seq.
 func (l *Ledger) Verify(ctx context.Context, progress Progress) (VerifyReport, error) {
-	l.mu.RLock()
-	defer l.mu.RUnlock()
-	if l.closed {
-		return VerifyReport{}, ErrClosed
+	end, err := l.beginRead()
+	if err != nil {
+		return VerifyReport{}, err
 	}
-	return verifyDB(ctx, l.db, progress)
+	defer end()
+	return verifyDB(ctx, l.db, VerifyOptions{Progress: progress})
 }
 
-func verifyDB(ctx context.Context, db *pebble.DB, progress Progress) (VerifyReport, error) {
+// VerifyOptions configures a verification.
+type VerifyOptions struct {
+	// Progress, when set, is called periodically.
+	Progress Progress
+	// Anchors are heads recorded earlier, outside this directory (a head
+	// printed by `leaseledger head`, a published checkpoint). The chain must
+	// contain each one: same seq, same hash. The chain alone cannot reveal
+	// that its tail was cut off and m/head rewritten to match — only an
+	// anchor kept elsewhere can.
+	Anchors []Head
+}
+
+// VerifyBytesPerEvent is the memory Verify needs per event: three 64-bit
+// index fingerprints. A log of 10^8 events needs 2.4 GB to verify.
+const VerifyBytesPerEvent = 24
+
+func verifyDB(ctx context.Context, db *pebble.DB, vo VerifyOptions) (VerifyReport, error) {
+	progress := vo.Progress
+	anchors := map[Seq]events.Hash{}
+	for _, a := range vo.Anchors {
+		anchors[a.Seq] = a.Hash
+	}
 	validator, err := schemas.Default()
 	if err != nil {
 		return VerifyReport{}, fmt.Errorf("ledger: load schemas: %w", err)
@@ -112,7 +136,7 @@ func verifyDB(ctx context.Context, db *pebble.DB, progress Progress) (VerifyRepo
 
 	var prev events.Hash
 	var want Seq = 1
-	var fps indexFingerprints
+	fps := &indexFingerprints{seed: maphash.MakeSeed()}
 	var rep VerifyReport
 	for ok := it.First(); ok; ok = it.Next() {
 		if err := ctx.Err(); err != nil {
@@ -146,6 +170,12 @@ func verifyDB(ctx context.Context, db *pebble.DB, progress Progress) (VerifyRepo
 		if err := validator.ValidateEnvelope(raw); err != nil {
 			return rep, &VerifyError{Seq: seq, Fault: FaultSchemaInvalid, Detail: err.Error()}
 		}
+		if want, ok := anchors[seq]; ok {
+			if want != env.Hash {
+				return rep, &VerifyError{Seq: seq, Fault: FaultAnchor, Detail: "hash differs from the anchor"}
+			}
+			delete(anchors, seq)
+		}
 		prev = env.Hash
 		fps.add(&env)
 		rep.Events = seq
@@ -164,6 +194,11 @@ func verifyDB(ctx context.Context, db *pebble.DB, progress Progress) (VerifyRepo
 		return rep, &VerifyError{Seq: min(stored.Seq, last.Seq) + 1, Fault: FaultHeadMismatch,
 			Detail: fmt.Sprintf("m/head names seq %d but the chain ends at seq %d", stored.Seq, last.Seq)}
 	}
+	for seq := range anchors {
+		// An anchored seq beyond the chain's end: events were cut off.
+		return rep, &VerifyError{Seq: min(seq, last.Seq+1), Fault: FaultAnchor,
+			Detail: fmt.Sprintf("the chain ends at seq %d but an anchor names seq %d", last.Seq, seq)}
+	}
 	rep.Head = last
 	n, err := verifyIndexes(ctx, snap, fps)
 	rep.Indexes = n
@@ -176,30 +211,34 @@ func verifyDB(ctx context.Context, db *pebble.DB, progress Progress) (VerifyRepo
 	return rep, nil
 }
 
-// indexFingerprints holds, per seq, a 32-bit fingerprint of the identifier
-// each index should hold for it (0: no entry). 12 bytes per event is what
-// lets the index pass check every entry without decoding events again.
-type indexFingerprints [][3]uint32
+// indexFingerprints holds, per seq, a fingerprint of the identifier each
+// index should hold for it (0: no entry). The fingerprint is a 64-bit
+// maphash under a seed drawn at random for each verification, so nobody can
+// prepare an identifier that collides with another: a forged index entry is
+// caught, and the index pass need not decode events again.
+type indexFingerprints struct {
+	seed maphash.Seed
+	fps  [][3]uint64
+}
 
 var indexPrefixes = [3]string{prefixActivation, prefixSession, prefixKind}
 
-func fingerprint(id string) uint32 {
+func (f *indexFingerprints) fingerprint(id string) uint64 {
 	if id == "" {
 		return 0
 	}
-	h := fnv.New32a()
-	h.Write([]byte(id))
-	return h.Sum32() | 1
+	return maphash.String(f.seed, id) | 1
 }
 
 func (f *indexFingerprints) add(env *events.Envelope) {
-	*f = append(*f, [3]uint32{fingerprint(env.Activation), fingerprint(env.Session), fingerprint(string(env.Kind))})
+	f.fps = append(f.fps, [3]uint64{f.fingerprint(env.Activation), f.fingerprint(env.Session), f.fingerprint(string(env.Kind))})
 }
 
 // verifyIndexes checks that every index entry names an existing event
 // carrying the indexed identifier, and that no entry is missing.
-func verifyIndexes(ctx context.Context, snap *pebble.Snapshot, fps indexFingerprints) (int, error) {
+func verifyIndexes(ctx context.Context, snap *pebble.Snapshot, f *indexFingerprints) (int, error) {
 	n := 0
+	fps := f.fps
 	for i, prefix := range indexPrefixes {
 		want := 0
 		for _, fp := range fps {
@@ -223,7 +262,7 @@ func verifyIndexes(ctx context.Context, snap *pebble.Snapshot, fps indexFingerpr
 				it.Close()
 				return n, &VerifyError{Seq: seq, Fault: FaultIndex, Detail: prefix + " index entry beyond the head"}
 			}
-			if fingerprint(string(key[len(prefix):len(key)-9])) != fps[seq-1][i] {
+			if f.fingerprint(string(key[len(prefix):len(key)-9])) != fps[seq-1][i] {
 				it.Close()
 				return n, &VerifyError{Seq: seq, Fault: FaultIndex, Detail: prefix + " index entry does not match the event"}
 			}
@@ -245,6 +284,14 @@ func verifyIndexes(ctx context.Context, snap *pebble.Snapshot, fps indexFingerpr
 // as Verify. Unlike Open it does not refuse a log whose head is
 // inconsistent; finding and naming that is its job.
 func VerifyDir(ctx context.Context, dir string, progress Progress) (VerifyReport, error) {
+	return VerifyDirWith(ctx, dir, VerifyOptions{Progress: progress})
+}
+
+// VerifyDirWith is VerifyDir with options (anchors).
+func VerifyDirWith(ctx context.Context, dir string, vo VerifyOptions) (VerifyReport, error) {
+	if err := requireLedger(dir); err != nil {
+		return VerifyReport{}, err
+	}
 	lock, err := lockDir(dir)
 	if err != nil {
 		return VerifyReport{}, err
@@ -255,5 +302,5 @@ func VerifyDir(ctx context.Context, dir string, progress Progress) (VerifyReport
 		return VerifyReport{}, fmt.Errorf("ledger: open %s read-only: %w", dir, err)
 	}
 	defer db.Close()
-	return verifyDB(ctx, db, progress)
+	return verifyDB(ctx, db, vo)
 }
