@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -94,7 +95,8 @@ type BusOptions struct {
 // event after its fsync and serves the replay and head APIs.
 type Bus struct {
 	srv     *server.Server
-	nc      *nats.Conn
+	nc      *nats.Conn // publishes events
+	api     *nats.Conn // answers API requests
 	l       *Ledger
 	opts    BusOptions
 	unwatch func()
@@ -103,6 +105,8 @@ type Bus struct {
 	ctx         context.Context // ends when the bus closes
 	cancel      context.CancelFunc
 	appendSlots chan struct{} // semaphore: appends being served
+	appendsMu   sync.Mutex    // guards closing against appends.Add
+	closing     bool
 	appends     sync.WaitGroup
 }
 
@@ -132,47 +136,82 @@ func StartBus(l *Ledger, opts BusOptions) (*Bus, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	internalPass, err := randomSecret()
-	if err != nil {
-		return nil, err
-	}
-	readOnly := &server.Permissions{
-		Publish:   &server.SubjectPermission{Allow: []string{ReplaySubject, HeadSubject}},
-		Subscribe: &server.SubjectPermission{Allow: []string{EventSubjects, "_INBOX.>"}},
-	}
-	users := []*server.User{{Username: "leaseledger", Password: internalPass}}
-	if opts.ReadOnlyUser != "" {
-		users = append(users, &server.User{Username: opts.ReadOnlyUser, Password: opts.ReadOnlyPassword, Permissions: readOnly})
-	}
-	if opts.WriterUser != "" {
-		if opts.WriterUser == opts.ReadOnlyUser {
-			return nil, errors.New("ledger: bus: the writer and read-only users must differ")
+	for _, u := range []struct{ name, pass, flag string }{
+		{opts.ReadOnlyUser, opts.ReadOnlyPassword, "read-only"}, {opts.WriterUser, opts.WriterPassword, "writer"}} {
+		if u.name == "" {
+			continue
 		}
-		users = append(users, &server.User{Username: opts.WriterUser, Password: opts.WriterPassword, Permissions: &server.Permissions{
-			Publish:   &server.SubjectPermission{Allow: []string{APISubjects}},
-			Subscribe: &server.SubjectPermission{Allow: []string{EventSubjects, "_INBOX.>"}},
-		}})
+		if !events.ValidID(u.name) || u.name == internalUser || u.name == apiUser || u.name == anonymousUser {
+			return nil, fmt.Errorf("ledger: bus: the %s user name must match [A-Za-z0-9_-]{1,128} and not be reserved", u.flag)
+		}
+		if u.pass == "" {
+			return nil, fmt.Errorf("ledger: bus: the %s user needs a password", u.flag)
+		}
+	}
+	if opts.WriterUser != "" && opts.WriterUser == opts.ReadOnlyUser {
+		return nil, errors.New("ledger: bus: the writer and read-only users must differ")
 	}
 	if opts.MaxConcurrentAppends <= 0 {
 		opts.MaxConcurrentAppends = DefaultMaxConcurrentAppends
 	}
+	internalPass, err := randomSecret()
+	if err != nil {
+		return nil, err
+	}
+	apiPass, err := randomSecret()
+	if err != nil {
+		return nil, err
+	}
+	// Every named user receives replies on its own inbox prefix (see
+	// InboxPrefix), so no user can read another's replies; anonymous
+	// clients share the default _INBOX prefix among themselves.
+	client := func(user string, publish ...string) *server.Permissions {
+		return &server.Permissions{
+			Publish:   &server.SubjectPermission{Allow: publish},
+			Subscribe: &server.SubjectPermission{Allow: []string{EventSubjects, InboxPrefix(user) + ".>"}},
+		}
+	}
+	// The API responder is a connection of its own that may publish only to
+	// inboxes: a request naming an event subject as its reply subject cannot
+	// make the ledger publish there.
+	apiPublish := []string{"_INBOX.>"}
+	users := []*server.User{
+		{Username: internalUser, Password: internalPass, Permissions: &server.Permissions{
+			Publish:   &server.SubjectPermission{Allow: []string{EventSubjects}},
+			Subscribe: &server.SubjectPermission{Deny: []string{">"}},
+		}},
+	}
+	if opts.ReadOnlyUser != "" {
+		users = append(users, &server.User{Username: opts.ReadOnlyUser, Password: opts.ReadOnlyPassword,
+			Permissions: client(opts.ReadOnlyUser, ReplaySubject, HeadSubject)})
+		apiPublish = append(apiPublish, InboxPrefix(opts.ReadOnlyUser)+".>")
+	}
+	if opts.WriterUser != "" {
+		users = append(users, &server.User{Username: opts.WriterUser, Password: opts.WriterPassword,
+			Permissions: client(opts.WriterUser, ReplaySubject, HeadSubject, AppendSubject)})
+		apiPublish = append(apiPublish, InboxPrefix(opts.WriterUser)+".>")
+	}
+	users = append(users, &server.User{Username: apiUser, Password: apiPass, Permissions: &server.Permissions{
+		Publish:   &server.SubjectPermission{Allow: apiPublish},
+		Subscribe: &server.SubjectPermission{Allow: []string{APISubjects}},
+	}})
 	sopts := &server.Options{
 		Host: opts.Host, Port: opts.Port, NoSigs: true, NoLog: true,
-		Users: users, MaxPayload: int32(max(opts.ReplayChunkBytes+64<<10, 1<<20)),
+		MaxPayload: int32(max(opts.ReplayChunkBytes+64<<10, 1<<20)),
 	}
 	if !opts.DenyAnonymous {
 		anonPass, err := randomSecret()
 		if err != nil {
 			return nil, err
 		}
-		users = append(users, &server.User{Username: "anonymous", Password: anonPass, Permissions: readOnly})
-		sopts.Users = users
-		sopts.NoAuthUser = "anonymous"
+		users = append(users, &server.User{Username: anonymousUser, Password: anonPass, Permissions: client("", ReplaySubject, HeadSubject)})
+		sopts.NoAuthUser = anonymousUser
 	}
+	sopts.Users = users
 	if opts.WebSocketPort != 0 {
 		sopts.Websocket = server.WebsocketOpts{Host: opts.Host, Port: opts.WebSocketPort, NoTLS: true}
 		if !opts.DenyAnonymous {
-			sopts.Websocket.NoAuthUser = "anonymous"
+			sopts.Websocket.NoAuthUser = anonymousUser
 		}
 	}
 	srv, err := server.NewServer(sopts)
@@ -185,29 +224,52 @@ func StartBus(l *Ledger, opts BusOptions) (*Bus, error) {
 		srv.WaitForShutdown()
 		return nil, fmt.Errorf("ledger: bus: not ready to accept connections on %s:%d", opts.Host, opts.Port)
 	}
-	nc, err := nats.Connect("", nats.InProcessServer(srv), nats.UserInfo("leaseledger", internalPass), nats.Name("leaseledger-ledger"))
+	ctx, cancel := context.WithCancel(context.Background())
+	b := &Bus{srv: srv, l: l, opts: opts, ctx: ctx, cancel: cancel, appendSlots: make(chan struct{}, opts.MaxConcurrentAppends)}
+	if b.nc, err = nats.Connect("", nats.InProcessServer(srv), nats.UserInfo(internalUser, internalPass), nats.Name("leaseledger-publisher")); err == nil {
+		b.api, err = nats.Connect("", nats.InProcessServer(srv), nats.UserInfo(apiUser, apiPass), nats.Name("leaseledger-api"))
+	}
 	if err != nil {
-		srv.Shutdown()
-		srv.WaitForShutdown()
+		b.Close()
 		return nil, fmt.Errorf("ledger: bus: connect: %w", err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	b := &Bus{srv: srv, nc: nc, l: l, opts: opts, ctx: ctx, cancel: cancel, appendSlots: make(chan struct{}, opts.MaxConcurrentAppends)}
 	for subj, h := range map[string]nats.MsgHandler{ReplaySubject: b.serveReplay, HeadSubject: b.serveHead, AppendSubject: b.serveAppend} {
-		sub, err := nc.Subscribe(subj, h)
+		sub, err := b.api.Subscribe(subj, h)
 		if err != nil {
 			b.Close()
 			return nil, fmt.Errorf("ledger: bus: subscribe %s: %w", subj, err)
 		}
 		b.subs = append(b.subs, sub)
 	}
-	if err := nc.Flush(); err != nil {
+	if err := b.api.Flush(); err != nil {
 		b.Close()
 		return nil, fmt.Errorf("ledger: bus: flush: %w", err)
 	}
 	b.unwatch = l.Watch(b)
 	return b, nil
 }
+
+// Reserved user names of the bus.
+const (
+	internalUser  = "leaseledger"           // publishes events
+	apiUser       = "leaseledger-api"       // answers API requests
+	anonymousUser = "leaseledger-anonymous" // unauthenticated clients
+)
+
+// InboxPrefix is the reply-inbox prefix a named bus user must use
+// (nats.CustomInboxPrefix(InboxPrefix(user))); "" gives the default _INBOX
+// used by anonymous clients. Each named user may subscribe only to its own
+// prefix, so no user can read another's replies.
+func InboxPrefix(user string) string {
+	if user == "" {
+		return "_INBOX"
+	}
+	return "_INBOX_" + user
+}
+
+// isInbox reports whether a reply subject is an inbox: the API answers
+// nothing else (the server would refuse it anyway).
+func isInbox(subject string) bool { return strings.HasPrefix(subject, "_INBOX") }
 
 func randomSecret() (string, error) {
 	var b [16]byte
@@ -248,30 +310,33 @@ func (b *Bus) Committed(batch []Record) {
 	}
 }
 
-// Close stops publication and the server. It is idempotent.
+// Close stops the API, waits for the appends it is serving (they finish:
+// the ledger is still open), stops publication and shuts the server down.
+// Close the bus before the ledger. It is idempotent.
 func (b *Bus) Close() error {
-	if b.cancel != nil {
-		b.cancel()
-		for _, sub := range b.subs {
-			_ = sub.Unsubscribe()
-		}
-		b.appends.Wait() // no append may outlive the bus (the ledger closes next)
-		b.cancel = nil
+	b.appendsMu.Lock()
+	already := b.closing
+	b.closing = true
+	b.appendsMu.Unlock()
+	if already {
+		return nil
 	}
+	for _, sub := range b.subs {
+		_ = sub.Unsubscribe()
+	}
+	b.cancel()       // releases handlers waiting for an append slot
+	b.appends.Wait() // every append taken in has been answered
 	if b.unwatch != nil {
-		b.unwatch()
-		b.unwatch = nil
+		b.unwatch() // waits for a publication in progress
 	}
-	if b.nc != nil {
-		_ = b.nc.Drain()
-		b.nc.Close()
-		b.nc = nil
+	for _, c := range []*nats.Conn{b.api, b.nc} {
+		if c != nil {
+			_ = c.FlushTimeout(time.Second)
+			c.Close()
+		}
 	}
-	if b.srv != nil {
-		b.srv.Shutdown()
-		b.srv.WaitForShutdown()
-		b.srv = nil
-	}
+	b.srv.Shutdown()
+	b.srv.WaitForShutdown()
 	return nil
 }
 
@@ -287,10 +352,31 @@ type ReplayRequest struct {
 	MaxEvents  int         `json:"max_events,omitempty"`
 }
 
+// MaxReplayScan bounds the events one replay request may examine: a chunk
+// ends there even if it holds fewer than the chunk bounds (the client asks
+// again from HeaderNext), so no request can keep the responder busy for
+// long.
+const MaxReplayScan = 64 << 10
+
+// rawKindIs reports whether a stored (canonical) event has the given kind.
+// The canonical layout puts `"kind":"…"` right after the time, so the check
+// needs no decoding.
+func rawKindIs(raw []byte, kind events.Kind) bool {
+	i := bytes.Index(raw, []byte(`","kind":"`))
+	if i < 0 {
+		return false
+	}
+	rest := raw[i+len(`","kind":"`):]
+	return len(rest) > len(kind) && string(rest[:len(kind)]) == string(kind) && rest[len(kind)] == '"'
+}
+
 // errChunkFull stops a chunk's scan.
 var errChunkFull = errors.New("chunk full")
 
 func (b *Bus) serveReplay(m *nats.Msg) {
+	if !isInbox(m.Reply) {
+		return
+	}
 	reply := nats.NewMsg(m.Reply)
 	var req ReplayRequest
 	if err := strictJSON(m.Data, &req); err != nil {
@@ -312,19 +398,30 @@ func (b *Bus) serveReplay(m *nats.Msg) {
 	if req.MaxEvents > 0 && req.MaxEvents < maxEvents {
 		maxEvents = req.MaxEvents
 	}
+	// With both filters, the activation index is walked and the kind is
+	// checked here, so that the work of one request is bounded by
+	// MaxReplayScan events even when few of them match.
+	kind := q.Kind
+	if q.Activation != "" {
+		q.Kind = ""
+	}
 	var body bytes.Buffer
-	count := 0
-	next := q.From
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	count, scanned := 0, 0
+	next := max(q.From, 1)
+	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
 	defer cancel()
 	err := b.l.Scan(ctx, q, func(seq Seq, raw []byte) error {
-		if count == maxEvents || body.Len()+len(raw)+1 > b.opts.ReplayChunkBytes {
+		if count == maxEvents || body.Len()+len(raw)+1 > b.opts.ReplayChunkBytes || scanned == MaxReplayScan {
 			return errChunkFull
+		}
+		scanned++
+		next = seq + 1
+		if kind != "" && q.Kind == "" && !rawKindIs(raw, kind) {
+			return nil
 		}
 		body.Write(raw)
 		body.WriteByte('\n')
 		count++
-		next = seq + 1
 		return nil
 	})
 	end := err == nil
@@ -351,6 +448,9 @@ type HeadReply struct {
 }
 
 func (b *Bus) serveHead(m *nats.Msg) {
+	if !isInbox(m.Reply) {
+		return
+	}
 	h := b.l.Head()
 	data, _ := json.Marshal(HeadReply{Seq: uint64(h.Seq), Hash: h.Hash.String()})
 	_ = m.Respond(data)
@@ -363,12 +463,22 @@ func strictJSON(b []byte, v any) error {
 }
 
 func (b *Bus) serveAppend(m *nats.Msg) {
-	select {
-	case b.appendSlots <- struct{}{}:
-	case <-b.ctx.Done():
+	if !isInbox(m.Reply) {
+		return
+	}
+	b.appendsMu.Lock()
+	if b.closing {
+		b.appendsMu.Unlock()
 		return
 	}
 	b.appends.Add(1)
+	b.appendsMu.Unlock()
+	select {
+	case b.appendSlots <- struct{}{}:
+	case <-b.ctx.Done():
+		b.appends.Done()
+		return
+	}
 	go func() {
 		defer b.appends.Done()
 		defer func() { <-b.appendSlots }()
@@ -406,5 +516,7 @@ func (b *Bus) appendLines(data []byte) ([]Ack, error) {
 		}
 		drafts = append(drafts, d)
 	}
-	return b.l.AppendAcks(b.ctx, drafts...)
+	// Not b.ctx: an append taken in is finished and answered even while the
+	// bus closes (Close waits for it), so "error" always means "not written".
+	return b.l.AppendAcks(context.Background(), drafts...)
 }

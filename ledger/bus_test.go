@@ -208,7 +208,7 @@ func TestReadOnlyUsers(t *testing.T) {
 	l, b := startBus(t, ledger.BusOptions{ReadOnlyUser: "dash", ReadOnlyPassword: "pw"})
 	appendN(t, l, 10)
 	for name, opts := range map[string][]nats.Option{
-		"named":     {nats.UserInfo("dash", "pw")},
+		"named":     ledger.UserOptions("dash", "pw"),
 		"anonymous": nil,
 	} {
 		perm := make(chan error, 4)
@@ -242,7 +242,7 @@ func TestDenyAnonymous(t *testing.T) {
 		nc.Close()
 		t.Fatal("anonymous client admitted")
 	}
-	connect(t, b.ClientURL(), nats.UserInfo("dash", "pw"))
+	connect(t, b.ClientURL(), ledger.UserOptions("dash", "pw")...)
 }
 
 func TestAppendOverBus(t *testing.T) {
@@ -251,7 +251,7 @@ func TestAppendOverBus(t *testing.T) {
 	lines := []byte(`{"kind":"lease.terminated","activation":"a1","data":{"reason":"revoked"}}
 {"kind":"session.ended","session":"s1","data":{"leases_terminated":2,"shared_spared":1}}
 `)
-	w := ledger.NewClient(connect(t, b.ClientURL(), nats.UserInfo("host", "pw2")))
+	w := ledger.NewClient(connect(t, b.ClientURL(), ledger.UserOptions("host", "pw2")...))
 	acks, err := w.Append(ctx, lines)
 	if err != nil || len(acks) != 2 || acks[0].Seq != 1 || acks[1].Seq != 2 {
 		t.Fatalf("append: %v %v", acks, err)
@@ -268,7 +268,7 @@ func TestAppendOverBus(t *testing.T) {
 		t.Fatalf("a refused request wrote events: head %d", l.Head().Seq)
 	}
 	// Read-only and anonymous users cannot append.
-	for _, opts := range [][]nats.Option{{nats.UserInfo("dash", "pw")}, nil} {
+	for _, opts := range [][]nats.Option{ledger.UserOptions("dash", "pw"), nil} {
 		ro := ledger.NewClient(connect(t, b.ClientURL(), opts...))
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		_, err := ro.Append(rctx, lines)
@@ -279,5 +279,63 @@ func TestAppendOverBus(t *testing.T) {
 	}
 	if l.Head().Seq != 2 {
 		t.Fatalf("read-only append wrote events: head %d", l.Head().Seq)
+	}
+}
+
+// A reply subject is chosen by the requester: naming an event subject must
+// not make the ledger publish there (it would poison every tail).
+func TestReplyInjectionRefused(t *testing.T) {
+	l, b := startBus(t, ledger.BusOptions{ReadOnlyUser: "dash", ReadOnlyPassword: "pw", WriterUser: "w", WriterPassword: "pw2"})
+	appendN(t, l, 5)
+	watcher := connect(t, b.ClientURL())
+	sub, err := watcher.SubscribeSync(ledger.EventSubjects)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = watcher.Flush()
+	for _, opts := range [][]nats.Option{nil, ledger.UserOptions("dash", "pw"), ledger.UserOptions("w", "pw2")} {
+		nc := connect(t, b.ClientURL(), append(opts, nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))...)
+		for _, subj := range []string{ledger.ReplaySubject, ledger.HeadSubject, ledger.AppendSubject} {
+			_ = nc.PublishRequest(subj, "leaseledger.events.lease.revoked.act-9", []byte(`{"from":1}`))
+		}
+		_ = nc.Flush()
+	}
+	if m, err := sub.NextMsg(500 * time.Millisecond); err == nil {
+		t.Fatalf("the ledger published %q on an event subject at a requester's bidding", m.Subject)
+	}
+	if l.Head().Seq != 5 {
+		t.Fatalf("head moved to %d", l.Head().Seq)
+	}
+}
+
+// Named users read replies only on their own inbox prefix: another user
+// (or an anonymous client) cannot subscribe to them.
+func TestInboxesArePrivate(t *testing.T) {
+	_, b := startBus(t, ledger.BusOptions{ReadOnlyUser: "dash", ReadOnlyPassword: "pw", WriterUser: "w", WriterPassword: "pw2"})
+	perm := make(chan error, 8)
+	spy := connect(t, b.ClientURL(), append(ledger.UserOptions("dash", "pw"), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { perm <- err }))...)
+	if _, err := spy.SubscribeSync(ledger.InboxPrefix("w") + ".>"); err != nil {
+		t.Fatal(err)
+	}
+	_ = spy.Flush()
+	select {
+	case err := <-perm:
+		if !strings.Contains(err.Error(), "Permissions Violation") {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a read-only user subscribed to the writer's inbox")
+	}
+}
+
+func TestEmptyPasswordsRefused(t *testing.T) {
+	l := open(t, t.TempDir())
+	defer l.Close()
+	for _, o := range []ledger.BusOptions{{WriterUser: "w"}, {ReadOnlyUser: "r"}, {ReadOnlyUser: "a.b", ReadOnlyPassword: "x"}} {
+		o.Port = ledger.RandomPort
+		if b, err := ledger.StartBus(l, o); err == nil {
+			b.Close()
+			t.Fatalf("StartBus(%+v) accepted", o)
+		}
 	}
 }

@@ -34,6 +34,16 @@ func (c *Client) request(ctx context.Context, subject string, data []byte) (*nat
 	return c.nc.RequestWithContext(ctx, subject, data)
 }
 
+// UserOptions returns the NATS options a named bus user connects with: its
+// credentials and its own reply-inbox prefix (the bus lets each named user
+// subscribe only to InboxPrefix(user)). An empty user means anonymous.
+func UserOptions(user, password string) []nats.Option {
+	if user == "" {
+		return nil
+	}
+	return []nats.Option{nats.UserInfo(user, password), nats.CustomInboxPrefix(InboxPrefix(user))}
+}
+
 // NewClient wraps a NATS connection to a ledger bus.
 func NewClient(nc *nats.Conn) *Client { return &Client{nc: nc} }
 
@@ -167,6 +177,8 @@ func (c *Client) Tail(ctx context.Context, from Seq, f TailFilter, fn func(seq S
 		return err
 	}
 	var dropped int
+	reconnects := c.nc.Stats().Reconnects
+	unfiltered := f.Kind == "" && f.Activation == ""
 	for {
 		m, err := sub.NextMsgWithContext(ctx)
 		if err != nil {
@@ -178,18 +190,27 @@ func (c *Client) Tail(ctx context.Context, from Seq, f TailFilter, fn func(seq S
 			}
 			return fmt.Errorf("ledger: tail: %w", err)
 		}
+		// Only the ledger can publish on event subjects, but be strict
+		// anyway: a message whose header and body disagree is skipped, not
+		// trusted and not fatal.
 		seq64, err := strconv.ParseUint(m.Header.Get(HeaderSeq), 10, 64)
 		if err != nil {
-			return fmt.Errorf("ledger: tail: malformed %s header", HeaderSeq)
+			continue
+		}
+		if bodySeq, err := rawSeq(m.Data); err != nil || uint64(bodySeq) != seq64 {
+			continue
 		}
 		seq := Seq(seq64)
 		if seq < next {
 			continue
 		}
+		// A hole: certain when unfiltered (seqs are gapless); possible when
+		// filtered if messages were dropped or the connection was re-made
+		// (the server drops what it could not deliver meanwhile).
 		d, _ := sub.Dropped()
-		unfiltered := f.Kind == "" && f.Activation == ""
-		if seq > next && (unfiltered || d != dropped) {
-			dropped = d
+		rc := c.nc.Stats().Reconnects
+		if seq > next && (unfiltered || d != dropped || rc != reconnects) {
+			dropped, reconnects = d, rc
 			if _, err := c.Replay(ctx, next, seq-1, f, deliver); err != nil {
 				return err
 			}

@@ -98,35 +98,39 @@ type appendJob struct {
 }
 
 func appendStream(parent context.Context, a *app, sink appendSink, concurrency, batch int) error {
-	// The first failed append stops the rest: reading on would only queue
-	// events behind a sink that refuses them.
-	ctx, stop := context.WithCancel(parent)
-	defer stop()
+	// Reading stops at the first failed append or at an interrupt, but the
+	// appends already taken in run to their end on a context of their own:
+	// an append cut off mid-way may or may not be written, and its ack line
+	// would be lost. Every acknowledged event gets its line.
+	readCtx, stopReading := context.WithCancel(parent)
+	defer stopReading()
+	appendCtx := context.WithoutCancel(parent)
 	jobs := make(chan appendJob, concurrency)
 	var (
-		outMu   sync.Mutex
-		failed  int
-		wg      sync.WaitGroup
-		workErr error
+		outMu    sync.Mutex
+		refused  int
+		wg       sync.WaitGroup
+		failures []error
+		writeErr error
 	)
 	out := bufio.NewWriter(a.stdout)
 	for range concurrency {
 		wg.Go(func() {
 			for job := range jobs {
-				acks, err := sink.append(ctx, job.lines, job.drafts)
+				acks, err := sink.append(appendCtx, job.lines, job.drafts)
 				outMu.Lock()
 				if err != nil {
-					if workErr == nil {
-						workErr = fmt.Errorf("lines %d–%d: %w", job.firstLine, job.firstLine+len(job.lines)-1, err)
-						stop()
-					}
-				} else {
-					for _, ack := range acks {
-						fmt.Fprintf(out, "%d %s\n", ack.Seq, ack.ID)
-					}
-					// Flushed as soon as acknowledged: a reader of our stdout
-					// may treat every line it sees as durable.
-					_ = out.Flush()
+					failures = append(failures, fmt.Errorf("lines %d–%d not appended: %w", job.firstLine, job.firstLine+len(job.lines)-1, err))
+					stopReading()
+				}
+				for _, ack := range acks {
+					fmt.Fprintf(out, "%d %s\n", ack.Seq, ack.ID)
+				}
+				// Flushed as soon as acknowledged: a reader of our stdout may
+				// treat every line it sees as durable.
+				if err := out.Flush(); err != nil && writeErr == nil {
+					writeErr = fmt.Errorf("write acknowledgements: %w", err)
+					stopReading()
 				}
 				outMu.Unlock()
 			}
@@ -140,21 +144,21 @@ func appendStream(parent context.Context, a *app, sink appendSink, concurrency, 
 		}
 		select {
 		case jobs <- pending:
-		case <-ctx.Done():
+		case <-readCtx.Done():
 			return false
 		}
 		pending = appendJob{}
 		return true
 	}
 	var readErr error
-	for lineNo := 1; ; lineNo++ {
+	for lineNo := 1; readCtx.Err() == nil; lineNo++ {
 		line, err := readLine(r, maxLineBytes)
 		if errors.Is(err, io.EOF) && line == nil {
 			break
 		}
 		if errors.Is(err, errLineTooLong) {
 			fmt.Fprintf(a.stderr, "leaseledger: line %d: %v (limit %d bytes)\n", lineNo, err, maxLineBytes)
-			failed++
+			refused++
 			continue
 		}
 		if err != nil && !errors.Is(err, io.EOF) {
@@ -167,7 +171,7 @@ func appendStream(parent context.Context, a *app, sink appendSink, concurrency, 
 		d, perr := events.ParseInput(line)
 		if perr != nil {
 			fmt.Fprintf(a.stderr, "leaseledger: line %d: %v\n", lineNo, perr)
-			failed++
+			refused++
 			continue
 		}
 		if len(pending.drafts) == 0 {
@@ -182,15 +186,20 @@ func appendStream(parent context.Context, a *app, sink appendSink, concurrency, 
 	send()
 	close(jobs)
 	wg.Wait()
+	for _, f := range failures {
+		fmt.Fprintln(a.stderr, "leaseledger:", f)
+	}
 	switch {
 	case readErr != nil:
 		return readErr
-	case workErr != nil:
-		return workErr
+	case writeErr != nil:
+		return writeErr
+	case len(failures) > 0:
+		return &exitError{code: 1, err: fmt.Errorf("%d append call(s) failed (listed above); reading stopped at the first", len(failures))}
 	case parent.Err() != nil:
-		return parent.Err()
-	case failed > 0:
-		return &exitError{code: 1, err: fmt.Errorf("%d line(s) refused; all others appended", failed)}
+		return fmt.Errorf("interrupted; every acknowledged event was printed: %w", parent.Err())
+	case refused > 0:
+		return &exitError{code: 1, err: fmt.Errorf("%d line(s) refused; all others appended", refused)}
 	}
 	return nil
 }
@@ -251,9 +260,7 @@ func (c *natsCreds) connect(url string) (*nats.Conn, error) {
 	if pw == "" {
 		pw = getenv("LEASELEDGER_NATS_PASSWORD")
 	}
-	if c.user != "" {
-		opts = append(opts, nats.UserInfo(c.user, pw))
-	}
+	opts = append(opts, ledger.UserOptions(c.user, pw)...)
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", url, err)

@@ -74,7 +74,7 @@ stay in the table until their session ends; --live shows only live ones.`,
 }
 
 func scanDataDir(ctx context.Context, a *app, fn func(ledger.Seq, []byte) error) error {
-	l, err := ledger.Open(ledger.Options{Dir: a.dataDir, Logger: a.logger})
+	l, err := ledger.Open(ledger.Options{Dir: a.dataDir, Logger: a.logger, NoCreate: true})
 	if err != nil {
 		return err
 	}

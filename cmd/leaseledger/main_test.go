@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"io"
 	"net/http"
 	"os"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/leaseledger/leaseledger/events"
 	"github.com/leaseledger/leaseledger/ledger"
 	"go.uber.org/goleak"
 )
@@ -75,6 +77,17 @@ func TestAppendHeadVerifyExport(t *testing.T) {
 	r = runCLI(t, ctx, "", "--data-dir", dir, "verify")
 	if r.code != 0 || !strings.HasPrefix(r.stdout, "ok: "+strconv.Itoa(n+1)+" events verified") {
 		t.Fatalf("verify: %+v", r)
+	}
+	headLine := strings.TrimSpace(runCLI(t, ctx, "", "--data-dir", dir, "head").stdout)
+	if r := runCLI(t, ctx, "", "--data-dir", dir, "verify", "--quiet", "--expect-head", headLine); r.code != 0 {
+		t.Fatalf("verify with the current head as anchor: %+v", r)
+	}
+	bogus := "2 " + strings.Repeat("0", 64)
+	if r := runCLI(t, ctx, "", "--data-dir", dir, "verify", "--quiet", "--expect-head", bogus); r.code != 1 || !strings.Contains(r.stderr, "anchor") {
+		t.Fatalf("verify with a wrong anchor: %+v", r)
+	}
+	if r := runCLI(t, ctx, "", "--data-dir", dir+"-missing", "head"); r.code == 0 || !strings.Contains(r.stderr, "no ledger") {
+		t.Fatalf("head on a missing dir: %+v", r)
 	}
 	r = runCLI(t, ctx, "", "--data-dir", dir, "export", "--kind", "guardian.receipt")
 	if r.code != 0 || strings.Count(r.stdout, "\n") != 1 || !strings.Contains(r.stdout, `"kind":"guardian.receipt"`) {
@@ -232,4 +245,47 @@ func (b *lockedBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// failingSink acknowledges every call but one, which it refuses.
+type failingSink struct {
+	mu    sync.Mutex
+	calls int
+	next  uint64
+}
+
+func (s *failingSink) append(_ context.Context, _ [][]byte, drafts []events.Draft) ([]ledger.Ack, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls++
+	if s.calls == 3 {
+		return nil, errors.New("refused by the sink")
+	}
+	acks := make([]ledger.Ack, len(drafts))
+	for i := range acks {
+		s.next++
+		acks[i] = ledger.Ack{Seq: ledger.Seq(s.next)}
+	}
+	return acks, nil
+}
+
+// After a failed append, reading stops, every acknowledged event still gets
+// its line, and the failure names its lines.
+func TestAppendStreamStopsOnFailureAndPrintsEveryAck(t *testing.T) {
+	in, n := examples(t)
+	var out, errb bytes.Buffer
+	a := &app{stdin: strings.NewReader(in), stdout: &out, stderr: &errb}
+	sink := &failingSink{}
+	err := appendStream(context.Background(), a, sink, 2, 1)
+	var ee *exitError
+	if !errors.As(err, &ee) || ee.code != 1 {
+		t.Fatalf("err = %v", err)
+	}
+	acked := strings.Count(out.String(), "\n")
+	if uint64(acked) != sink.next || acked >= n || acked < 2 {
+		t.Fatalf("%d ack lines printed, the sink acknowledged %d (of %d lines)", acked, sink.next, n)
+	}
+	if !strings.Contains(errb.String(), "not appended: refused by the sink") {
+		t.Fatalf("stderr: %s", errb.String())
+	}
 }

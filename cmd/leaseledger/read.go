@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/leaseledger/leaseledger/events"
@@ -34,7 +36,7 @@ func newHeadCmd(a *app) *cobra.Command {
 				fmt.Fprintf(a.stdout, "%d %s\n", h.Seq, h.Hash)
 				return nil
 			}
-			l, err := ledger.Open(ledger.Options{Dir: a.dataDir, Logger: a.logger})
+			l, err := ledger.Open(ledger.Options{Dir: a.dataDir, Logger: a.logger, NoCreate: true})
 			if err != nil {
 				return err
 			}
@@ -146,7 +148,10 @@ and prints them as JSON Lines. Unlike tail it stops at the end of the range
 }
 
 func newVerifyCmd(a *app) *cobra.Command {
-	var quiet bool
+	var (
+		quiet   bool
+		anchors []string
+	)
 	cmd := &cobra.Command{
 		Use:   "verify",
 		Short: "Re-hash the whole chain and validate every event against its schema",
@@ -163,8 +168,16 @@ fault and the message names the first bad seq.`,
 				p = newProgress(a.stderr, "verify")
 				report = p.update
 			}
+			vo := ledger.VerifyOptions{Progress: report}
+			for _, s := range anchors {
+				h, err := parseHead(s)
+				if err != nil {
+					return err
+				}
+				vo.Anchors = append(vo.Anchors, h)
+			}
 			start := time.Now()
-			rep, err := ledger.VerifyDir(cmd.Context(), a.dataDir, report)
+			rep, err := ledger.VerifyDirWith(cmd.Context(), a.dataDir, vo)
 			if p != nil {
 				p.finish()
 			}
@@ -177,7 +190,21 @@ fault and the message names the first bad seq.`,
 		},
 	}
 	cmd.Flags().BoolVar(&quiet, "quiet", false, "no progress bar")
+	cmd.Flags().StringArrayVar(&anchors, "expect-head", nil, `a head recorded earlier, "<seq> <hash>" or "<seq>:<hash>" (as 'head' prints it); `+
+		"the chain must contain it — this is what reveals a tail cut off with m/head rewritten (repeatable)")
 	return cmd
+}
+
+// parseHead reads "<seq> <hash>" or "<seq>:<hash>".
+func parseHead(s string) (ledger.Head, error) {
+	seqText, hashText, ok := strings.Cut(strings.TrimSpace(strings.Replace(s, ":", " ", 1)), " ")
+	seq, err := strconv.ParseUint(seqText, 10, 64)
+	var h ledger.Head
+	if !ok || err != nil || seq == 0 || h.Hash.UnmarshalText([]byte(strings.TrimSpace(hashText))) != nil {
+		return ledger.Head{}, fmt.Errorf("--expect-head %q: want \"<seq> <hash>\" with a 64-hex-digit hash", s)
+	}
+	h.Seq = ledger.Seq(seq)
+	return h, nil
 }
 
 func newExportCmd(a *app) *cobra.Command {
@@ -190,7 +217,7 @@ func newExportCmd(a *app) *cobra.Command {
 		Short: "Write stored events as JSON Lines (canonical bytes), by range and filters",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			l, err := ledger.Open(ledger.Options{Dir: a.dataDir, Logger: a.logger})
+			l, err := ledger.Open(ledger.Options{Dir: a.dataDir, Logger: a.logger, NoCreate: true})
 			if err != nil {
 				return err
 			}

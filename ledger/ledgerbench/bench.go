@@ -141,21 +141,30 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	head := kv{[]byte("m/head"), make([]byte, 40)}
 
 	for round := range cfg.Rounds {
-		l, err := runLedger(ctx, filepath.Join(cfg.Dir, fmt.Sprintf("ledger-%d", round)), cfg)
-		if err != nil {
-			return res, err
+		// Alternate which side goes first, so that neither always meets a
+		// machine warmed (or tired) by the other.
+		sides := []func() error{
+			func() error {
+				l, err := runLedger(ctx, filepath.Join(cfg.Dir, fmt.Sprintf("ledger-%d", round)), cfg)
+				res.Ledger.add(l)
+				return err
+			},
+			func() error {
+				r, err := runRaw(ctx, filepath.Join(cfg.Dir, fmt.Sprintf("raw-same-%d", round)), cfg, same, &head)
+				res.RawSame.add(r)
+				return err
+			},
+			func() error {
+				r, err := runRaw(ctx, filepath.Join(cfg.Dir, fmt.Sprintf("raw-records-%d", round)), cfg, records, nil)
+				res.RawRecords.add(r)
+				return err
+			},
 		}
-		r, err := runRaw(ctx, filepath.Join(cfg.Dir, fmt.Sprintf("raw-same-%d", round)), cfg, same, &head)
-		if err != nil {
-			return res, err
+		for i := range sides {
+			if err := sides[(i+round)%len(sides)](); err != nil {
+				return res, err
+			}
 		}
-		rr, err := runRaw(ctx, filepath.Join(cfg.Dir, fmt.Sprintf("raw-records-%d", round)), cfg, records, nil)
-		if err != nil {
-			return res, err
-		}
-		res.Ledger.add(l)
-		res.RawSame.add(r)
-		res.RawRecords.add(rr)
 	}
 	return res, nil
 }
