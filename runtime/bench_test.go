@@ -4,7 +4,10 @@ package runtime
 
 import (
 	"context"
+	"errors"
 	"os/exec"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -142,4 +145,101 @@ func (prepareOnly) Append(ctx context.Context, drafts ...events.Draft) ([]ledger
 		}
 	}
 	return make([]ledger.Seq, len(drafts)), nil
+}
+
+// BenchmarkCallOverheadConcurrent is BenchmarkCallOverhead with 16 callers
+// at once on each side (one lease, one plain session; both servers take
+// concurrent calls): the ledger's group commit then shares each fsync among
+// the calls in flight, so this is the per-call overhead a busy host sees,
+// where the sequential benchmark shows the latency floor of two fsyncs.
+//
+//	go test -run '^$' -bench CallOverheadConcurrent -benchtime 4000x ./runtime/
+func BenchmarkCallOverheadConcurrent(b *testing.B) {
+	const callers = 16
+	cfg := everything(b)
+	ctx := context.Background()
+	plainClient := mcp.NewClient(&mcp.Implementation{Name: "plain", Version: "0"}, &mcp.ClientOptions{Capabilities: &mcp.ClientCapabilities{}})
+	plain, err := plainClient.Connect(ctx, &mcp.CommandTransport{Command: exec.Command(cfg.Command, cfg.Args...)}, &mcp.ClientSessionOptions{ProtocolVersion: ProtocolVersion})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer plain.Close()
+	l, err := ledger.Open(ledger.Options{Dir: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	src := &MapConfigSource{}
+	src.Set("everything", cfg)
+	m, err := NewManager(Options{Config: src, Ledger: l, HelperPath: bins.helper})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer m.Close(ctx)
+	scope, err := m.OpenSession(ctx, "bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer scope.Release(ctx)
+	capa := scope.Capability()
+	tools, err := capa.Tools(ctx, "everything")
+	if err != nil {
+		b.Fatal(err)
+	}
+	req := CallRequest{Server: "everything", Tool: "echo", Digest: digestOf(b, tools, "echo"), Arguments: map[string]any{"message": "benchmark"}}
+	args := map[string]any{"message": "benchmark"}
+	leaseCall := func() error {
+		res, err := capa.Call(ctx, req)
+		if err == nil && res.IsError {
+			err = errors.New("tool error")
+		}
+		return err
+	}
+	plainCall := func() error {
+		res, err := plain.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: args})
+		if err == nil && res.IsError {
+			err = errors.New("tool error")
+		}
+		return err
+	}
+	// run makes n calls with `callers` goroutines and returns the wall time.
+	run := func(n int, call func() error) time.Duration {
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		var failed atomic.Pointer[error]
+		start := time.Now()
+		for range callers {
+			wg.Go(func() {
+				for next.Add(1) <= int64(n) {
+					if err := call(); err != nil {
+						failed.CompareAndSwap(nil, &err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		if p := failed.Load(); p != nil {
+			b.Fatal(*p)
+		}
+		return time.Since(start)
+	}
+	run(200, leaseCall)
+	run(200, plainCall)
+	b.ResetTimer()
+	var tLease, tPlain time.Duration
+	const chunk = 400
+	for done := 0; done < b.N; done += chunk {
+		n := min(chunk, b.N-done)
+		tPlain += run(n, plainCall)
+		tLease += run(n, leaseCall)
+	}
+	b.StopTimer()
+	perPlain := float64(tPlain.Nanoseconds()) / float64(b.N)
+	perLease := float64(tLease.Nanoseconds()) / float64(b.N)
+	b.ReportMetric(perPlain/1e3, "plain-µs/call")
+	b.ReportMetric(perLease/1e3, "lease-µs/call")
+	b.ReportMetric(perLease/perPlain, "ratio")
+	b.ReportMetric(float64(l.Stats().Events)/float64(max(1, l.Stats().Commits)), "events/commit")
+	b.ReportMetric(0, "ns/op")
 }
