@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/leaseledger/leaseledger/ledger"
+	"github.com/leaseledger/leaseledger/projector/live"
 	"github.com/spf13/cobra"
 )
 
@@ -37,11 +38,15 @@ and append requests, and shuts down cleanly on SIGINT or SIGTERM.`,
 				opts.WriterPassword = os.Getenv("LEASELEDGER_WRITER_PASSWORD")
 			}
 			opts.Logger = a.logger
-			l, err := ledger.Open(ledger.Options{Dir: a.dataDir, Logger: a.logger})
+			// The ledger is opened with its live projection: the newest
+			// snapshot plus the tail is restored before anything can be
+			// appended, and snapshots are saved periodically and on close.
+			proj, err := live.Open(cmd.Context(), live.Options{Ledger: ledger.Options{Dir: a.dataDir, Logger: a.logger}, Logger: a.logger})
 			if err != nil {
 				return err
 			}
-			defer l.Close()
+			defer proj.Close()
+			l := proj.Ledger()
 			bus, err := ledger.StartBus(l, opts)
 			if err != nil {
 				return err
@@ -55,8 +60,10 @@ and append requests, and shuts down cleanly on SIGINT or SIGTERM.`,
 				defer stop()
 				fmt.Fprintf(a.stdout, "leaseledger: metrics on http://%s/metrics\n", addr)
 			}
-			h := l.Head()
+			h, st := l.Head(), proj.Stats()
 			fmt.Fprintf(a.stdout, "leaseledger: ledger %s at seq %d\n", a.dataDir, h.Seq)
+			fmt.Fprintf(a.stdout, "leaseledger: projection from snapshot at seq %d plus %d replayed event(s)%s\n",
+				st.SnapshotSeq, st.Replayed, ignoredNote(st.SnapshotIgnored))
 			fmt.Fprintf(a.stdout, "leaseledger: NATS listening on %s\n", bus.ClientURL())
 			if ws := bus.WebSocketURL(); ws != "" {
 				fmt.Fprintf(a.stdout, "leaseledger: NATS WebSocket on %s\n", ws)
@@ -66,10 +73,11 @@ and append requests, and shuts down cleanly on SIGINT or SIGTERM.`,
 			if err := bus.Close(); err != nil {
 				return err
 			}
-			if err := l.Close(); err != nil {
+			head := l.Head().Seq
+			if err := proj.Close(); err != nil { // final snapshot, then the ledger
 				return err
 			}
-			fmt.Fprintf(a.stdout, "leaseledger: stopped at seq %d\n", l.Head().Seq)
+			fmt.Fprintf(a.stdout, "leaseledger: stopped at seq %d\n", head)
 			return nil
 		},
 	}
@@ -84,6 +92,13 @@ and append requests, and shuts down cleanly on SIGINT or SIGTERM.`,
 	f.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics on this address, e.g. 127.0.0.1:9248 (empty: off)")
 	f.BoolVar(&opts.DenyAnonymous, "deny-anonymous", false, "refuse unauthenticated clients (by default they are read-only)")
 	return cmd
+}
+
+func ignoredNote(why string) string {
+	if why == "" {
+		return ""
+	}
+	return " (stored snapshot ignored: " + why + ")"
 }
 
 // serveMetrics serves the ledger's Prometheus metrics (and the Go runtime's)
