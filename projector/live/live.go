@@ -78,7 +78,8 @@ type Projection struct {
 	err       error
 	sinceSnap uint64
 
-	snapMu sync.Mutex // serialises SaveSnapshot calls
+	snapMu sync.Mutex       // serialises snapshots; guards shadow
+	shadow *projector.State // the snapshotter's own state, see Snapshot
 	kick   chan struct{}
 	stop   chan struct{}
 	done   chan struct{}
@@ -120,6 +121,13 @@ func Open(ctx context.Context, opts Options) (*Projection, error) {
 	p.l = l
 	p.mu.Lock()
 	err = p.restore(ctx)
+	if err == nil {
+		// The snapshotter's own copy (see Snapshot), taken once here.
+		var data []byte
+		if data, err = projector.Marshal(p.state); err == nil {
+			p.shadow, err = projector.Unmarshal(data)
+		}
+	}
 	p.mu.Unlock()
 	if err != nil {
 		l.Close()
@@ -206,23 +214,43 @@ func (p *Projection) snapshotter() {
 	}
 }
 
-// Snapshot serialises the state (under the read lock) and stores it with
-// the seq it covers.
+// Snapshot stores a serialisation of the state with the seq it covers.
+//
+// It does not serialise the live state: that would hold the state's lock,
+// and with it every acknowledgement of the ledger, for the whole encoding.
+// Instead the snapshotter keeps a shadow state of its own, which it brings
+// up to the live seq by replaying the log (ApplyRaw over the stored bytes —
+// the replay path, which the projector's property tests hold byte-identical
+// to live application) and then serialises at leisure. The cost is a second
+// copy of the state in memory and a second application of each event, off
+// the commit path.
 func (p *Projection) Snapshot() error {
 	p.snapMu.Lock()
 	defer p.snapMu.Unlock()
 	p.mu.RLock()
-	if p.err != nil {
-		p.mu.RUnlock()
-		return p.err
-	}
-	data, err := projector.Marshal(p.state)
-	seq := p.state.Seq()
+	err, target := p.err, p.state.Seq()
 	p.mu.RUnlock()
 	if err != nil {
 		return err
 	}
-	return p.l.SaveSnapshot(p.name, ledger.Seq(seq), data)
+	if p.shadow == nil {
+		return errors.New("live: no shadow state")
+	}
+	err = p.l.Scan(context.Background(), ledger.Query{From: ledger.Seq(p.shadow.Seq() + 1), To: ledger.Seq(target)},
+		func(seq ledger.Seq, raw []byte) error {
+			if uint64(seq) != p.shadow.Seq()+1 {
+				return fmt.Errorf("%w: shadow replay expected seq %d, got %d", ErrGap, p.shadow.Seq()+1, seq)
+			}
+			return p.shadow.ApplyRaw(raw)
+		})
+	if err != nil {
+		return fmt.Errorf("live: snapshot replay: %w", err)
+	}
+	data, err := projector.Marshal(p.shadow)
+	if err != nil {
+		return err
+	}
+	return p.l.SaveSnapshot(p.name, ledger.Seq(p.shadow.Seq()), data)
 }
 
 // Ledger returns the open ledger. Append through it: every acknowledged

@@ -150,3 +150,30 @@ func TestChainsBeforeAck(t *testing.T) {
 type countObserver struct{ n int }
 
 func (c *countObserver) Committed(b []ledger.Record) { c.n += len(b) }
+
+// TestSnapshotEqualsLiveState: the snapshotter serialises its own shadow
+// state (so the live state's lock is not held while encoding); what it
+// stores must be exactly the live state at the seq it covers.
+func TestSnapshotEqualsLiveState(t *testing.T) {
+	dir := t.TempDir()
+	p := mustOpen(t, dir, -1) // no periodic snapshots: only the explicit ones
+	defer p.Close()
+	work := eventgen.Workload(3000, 30)
+	for i, chunk := range [][]events.Draft{work[:700], work[700:1900], work[1900:]} {
+		appendAll(t, p.Ledger(), chunk)
+		if err := p.Snapshot(); err != nil {
+			t.Fatal(err)
+		}
+		covers, data, err := p.Ledger().LoadSnapshot(live.DefaultSnapshotName)
+		if err != nil {
+			t.Fatal(err)
+		}
+		liveState, err := p.Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if covers != p.Ledger().Head().Seq || !bytes.Equal(data, liveState) {
+			t.Fatalf("snapshot %d (covers %d, head %d) differs from the live state", i, covers, p.Ledger().Head().Seq)
+		}
+	}
+}
