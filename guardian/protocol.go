@@ -14,7 +14,7 @@ const ProtocolVersion = 1
 // HelperVersion is the version of the helper built from this module. The
 // host requires the helper's hello to carry exactly this string, so a stale
 // helper binary left beside a newer host is refused before launch.
-const HelperVersion = "leaseledger-guardian/0.1.0"
+const HelperVersion = "leaseledger-guardian/0.1.1"
 
 // HelperName is the file name of the helper binary the host looks for
 // beside its own executable.
@@ -121,6 +121,13 @@ type Receipt struct {
 	Stdin  *PipeFact `json:"stdin,omitempty"`
 	Stdout *PipeFact `json:"stdout,omitempty"`
 	Stderr *PipeFact `json:"stderr,omitempty"`
+
+	// StdinDroppedBytes counts bytes the host relayed for the target's
+	// stdin that the helper never wrote into it: they arrived after cleanup
+	// started or after the host closed its end while the target was not
+	// reading, or the write failed (the target closed its stdin, or the
+	// bounded flush at cleanup ran out).
+	StdinDroppedBytes int64 `json:"stdin_dropped_bytes,omitempty"`
 
 	// EOFGraceNS is the EOF grace the host granted; EOFGraceUsedNS is how
 	// much of it passed between closing stdin and the child's exit or TERM.

@@ -22,9 +22,26 @@ const DefaultHelloTimeout = 5 * time.Second
 // not reading its stdin), the host asks out of band with SIGTERM.
 const controlWriteBound = 250 * time.Millisecond
 
+// lateTermMargin is added to the EOF grace to decide when a helper that was
+// sent the close frame but has not finished is also sent SIGTERM (see
+// Close). The helper normally sees the frame at once; the signal is a
+// defence in case it did not, and changes nothing if cleanup already runs.
+const lateTermMargin = 500 * time.Millisecond
+
 // exitSettle is how long the reader waits, after the helper's stream ends,
 // for the helper's exit before it records the stream as closed prematurely.
 const exitSettle = 200 * time.Millisecond
+
+// Test hooks, nil outside tests: they widen race windows that are
+// otherwise a few instructions wide.
+var (
+	// testHookHandshakeDone runs when the handshake's exchanges succeeded,
+	// just before Launch stops watching its context.
+	testHookHandshakeDone func()
+	// testHookControlWritten runs in control() after its frame was written,
+	// while it still holds the write lock.
+	testHookControlWritten func()
+)
 
 // stdoutQueue bounds the stdout chunks held between the frame reader and
 // Read; when full, the reader blocks and backpressure reaches the target.
@@ -128,7 +145,9 @@ type CleanupResult struct {
 
 	// CloseRequest says how cleanup was requested: "control" (frame),
 	// "signal" (SIGTERM to the helper, when the frame could not be
-	// delivered), "none" (the session had already ended).
+	// delivered, or when the frame was written but the helper had not acted
+	// on it after the EOF grace plus a margin), "none" (the session had
+	// already ended).
 	CloseRequest string
 	// KilledHelper is true when the host SIGKILLed the helper at the
 	// deadline.
@@ -183,6 +202,13 @@ type Session struct {
 	writeMu       sync.Mutex
 	streamCorrupt bool // a write to the helper failed, perhaps mid-frame
 
+	// dlMu serialises changes of toHelper's write deadline. Once Close has
+	// set the bound for its close frame (closeBound), nothing else may move
+	// the deadline: control() resetting it would let the close frame be
+	// written with no deadline at all.
+	dlMu       sync.Mutex
+	closeBound bool
+
 	mu             sync.Mutex // guards the facts below
 	receipt        *Receipt
 	receiptAt      time.Time
@@ -200,6 +226,7 @@ type Session struct {
 	stderrBytes    int64
 
 	closeRequest string // guarded by mu
+	lateTerm     bool   // guarded by mu: SIGTERM sent after the close frame (see Close)
 
 	closeMu      sync.Mutex
 	closeStarted bool
@@ -322,11 +349,11 @@ func (s *Session) handshake(ctx context.Context, req LaunchRequest) error {
 	}
 	_ = s.fromHelper.SetReadDeadline(deadline)
 	_ = s.toHelper.SetWriteDeadline(deadline)
-	stop := context.AfterFunc(ctx, func() {
+	stopWatch := watchContext(ctx, func() {
 		_ = s.fromHelper.SetReadDeadline(time.Now())
 		_ = s.toHelper.SetWriteDeadline(time.Now())
 	})
-	defer stop()
+	defer stopWatch()
 	unsupported := func(cause error) error {
 		cerr := ctx.Err()
 		if d, ok := ctx.Deadline(); cerr == nil && ok && !time.Now().Before(d) {
@@ -377,9 +404,56 @@ func (s *Session) handshake(ctx context.Context, req LaunchRequest) error {
 	if s.started.ActivationID != req.ActivationID || s.started.TargetPID <= 0 {
 		return unsupported(errors.New("launch answer not correlated with the request"))
 	}
+	if testHookHandshakeDone != nil {
+		testHookHandshakeDone()
+	}
+	// The exchanges succeeded, so the launch did too, even if ctx ends right
+	// now. Stop the watch first: a cancellation callback already running
+	// would otherwise set a past deadline after the reset below, and the
+	// session's reader would fail at once.
+	stopWatch()
 	_ = s.fromHelper.SetReadDeadline(time.Time{})
 	_ = s.toHelper.SetWriteDeadline(time.Time{})
 	return nil
+}
+
+// watchContext runs f in its own goroutine when ctx ends (context.AfterFunc)
+// and returns a stop function. Unlike AfterFunc's own stop, it guarantees
+// that once it returns f is neither running nor will run: when f has
+// already started, it waits for f to finish. It may be called repeatedly.
+func watchContext(ctx context.Context, f func()) (stop func()) {
+	done := make(chan struct{})
+	stopAfter := context.AfterFunc(ctx, func() {
+		defer close(done)
+		f()
+	})
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			if !stopAfter() {
+				<-done // f started: wait until it has done its work
+			}
+		})
+	}
+}
+
+// setWriteDeadline sets toHelper's write deadline, unless Close has already
+// set the bound for its close frame, which then stays.
+func (s *Session) setWriteDeadline(t time.Time) {
+	s.dlMu.Lock()
+	defer s.dlMu.Unlock()
+	if !s.closeBound {
+		_ = s.toHelper.SetWriteDeadline(t)
+	}
+}
+
+// setCloseBound sets the write deadline for the close frame; later
+// setWriteDeadline calls do not change it.
+func (s *Session) setCloseBound(t time.Time) {
+	s.dlMu.Lock()
+	defer s.dlMu.Unlock()
+	s.closeBound = true
+	_ = s.toHelper.SetWriteDeadline(t)
 }
 
 // abort ends a helper whose handshake failed. Before a launch request it has
@@ -589,13 +663,20 @@ func (s *Session) control(ctx context.Context, code byte) error {
 	if s.streamCorrupt {
 		return ErrHelperLost
 	}
+	// Deadline changes go through setWriteDeadline, so none of them (the
+	// context's deadline, its cancellation, the reset) can undo the bound a
+	// concurrent Close set for its close frame.
 	if d, ok := ctx.Deadline(); ok {
-		_ = s.toHelper.SetWriteDeadline(d)
-		defer func() { _ = s.toHelper.SetWriteDeadline(time.Time{}) }()
+		s.setWriteDeadline(d)
 	}
-	stop := context.AfterFunc(ctx, func() { _ = s.toHelper.SetWriteDeadline(time.Now()) })
-	defer stop()
-	if err := s.fw.WriteFrame(FrameControl, []byte{code}); err != nil {
+	stopWatch := watchContext(ctx, func() { s.setWriteDeadline(time.Now()) })
+	err := s.fw.WriteFrame(FrameControl, []byte{code})
+	if err == nil && testHookControlWritten != nil {
+		testHookControlWritten()
+	}
+	stopWatch()                     // no cancellation callback runs after this ...
+	s.setWriteDeadline(time.Time{}) // ... so this reset is the last word
+	if err != nil {
 		s.streamCorrupt = true
 		return fmt.Errorf("guardian: control frame: %w", err)
 	}
@@ -662,16 +743,40 @@ func (s *Session) Close(ctx context.Context) CleanupResult {
 	s.detach()
 	s.requestClose(ctx)
 
+	// Defence: if the helper got the close frame but has not finished its
+	// EOF grace (plus a margin) after it, also send SIGTERM, which it treats
+	// like close. A helper already cleaning up ignores it; one that somehow
+	// did not act on the frame starts cleanup now instead of at the deadline.
+	var lateTerm <-chan time.Time
+	s.mu.Lock()
+	if s.closeRequest == "control" {
+		t := time.NewTimer(s.spec.EOFGrace + lateTermMargin)
+		defer t.Stop()
+		lateTerm = t.C
+	}
+	s.mu.Unlock()
 	deadlineHit := false
-	select {
-	case <-s.readerDone:
+wait:
+	for {
 		select {
-		case <-s.waitDone:
+		case <-s.readerDone:
+			select {
+			case <-s.waitDone:
+			case <-ctx.Done():
+				deadlineHit = true
+			}
+			break wait
+		case <-lateTerm:
+			lateTerm = nil
+			if s.proc.Signal(syscall.SIGTERM) == nil {
+				s.mu.Lock()
+				s.lateTerm = true
+				s.mu.Unlock()
+			}
 		case <-ctx.Done():
 			deadlineHit = true
+			break wait
 		}
-	case <-ctx.Done():
-		deadlineHit = true
 	}
 	killed := false
 	if deadlineHit {
@@ -711,8 +816,9 @@ func (s *Session) requestClose(ctx context.Context) {
 	if d, ok := ctx.Deadline(); ok && d.Before(bound) {
 		bound = d
 	}
-	// Also unblocks a Write stuck on a full pipe, so we can get the lock.
-	_ = s.toHelper.SetWriteDeadline(bound)
+	// Also unblocks a Write or control frame stuck on a full pipe, so we can
+	// get the lock; nobody can move this deadline any more.
+	s.setCloseBound(bound)
 	s.writeMu.Lock()
 	sent := false
 	if !s.streamCorrupt {
@@ -733,7 +839,10 @@ func (s *Session) requestClose(ctx context.Context) {
 	} else {
 		s.setCloseRequest("none")
 	}
-	// EOF on the helper's stdin: nothing more will come from us.
+	// EOF on the helper's stdin: nothing more will come from us. The
+	// helper also watches for this hang-up while a target that does not
+	// read its stdin keeps the helper's stdin queue full, so it reads on to
+	// the close frame instead of waiting on the queue.
 	closeFiles(s.toHelper)
 }
 
@@ -758,6 +867,12 @@ func (s *Session) snapshot(deadlineHit bool) CleanupResult {
 	if s.receipt != nil {
 		rc := *s.receipt
 		r.Receipt, r.ReceiptAt = &rc, s.receiptAt
+		if s.lateTerm && rc.Trigger == "signal" {
+			// The frame was written but the helper never acted on it; the
+			// late SIGTERM is what started the cleanup.
+			r.CloseRequest = "signal"
+			r.Faults = append(r.Faults, "close control frame written but not acted on; SIGTERM sent to the helper after the EOF grace")
+		}
 	}
 	helperOK := false
 	if s.helperState != nil {

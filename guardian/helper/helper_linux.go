@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"runtime"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -37,6 +38,9 @@ const (
 	// stdinQueue bounds the stdin chunks buffered between the host frame
 	// reader and the target's stdin.
 	stdinQueue = 16
+	// hangupPoll is how often a host frame reader blocked on a full stdin
+	// queue checks whether the host has closed its end of our stdin.
+	hangupPoll = 20 * time.Millisecond
 )
 
 // Exit codes of the helper. 0 means "receipt delivered"; the host requires
@@ -79,7 +83,10 @@ type helper struct {
 	stdinW, stdoutR, stderrR *os.File
 	stdinQ                   chan *[]byte
 	stdinClosed              chan time.Time
-	stdoutDone, stderrDone   chan pipeResult
+	// stdinDropped counts bytes the host relayed for the target's stdin
+	// that were never written into it (see Receipt.StdinDroppedBytes).
+	stdinDropped           atomic.Int64
+	stdoutDone, stderrDone chan pipeResult
 
 	exited  chan exitInfo
 	reaped  bool
@@ -263,9 +270,11 @@ func closeAll(fs ...*os.File) {
 }
 
 // readHost decodes host frames. Data goes to the stdin queue (blocking: that
-// is the backpressure towards the host); control, EOF and faults go to the
-// main loop. It stops at the first error: a malformed stream is out of sync.
+// is the backpressure towards the host, see enqueueStdin); control, EOF and
+// faults go to the main loop. It stops at the first error: a malformed
+// stream is out of sync.
 func (h *helper) readHost(fr *guardian.FrameReader) {
+	q := stdinEnqueuer{h: h}
 	for {
 		f, err := fr.Next()
 		if err != nil {
@@ -278,13 +287,7 @@ func (h *helper) readHost(fr *guardian.FrameReader) {
 		}
 		switch f.Type {
 		case guardian.FrameStdin:
-			b := guardian.GetChunk(f.Payload)
-			select {
-			case h.stdinQ <- b:
-			case <-h.cleanup:
-				// stdin is being closed; late bytes have nowhere to go.
-				guardian.PutChunk(b)
-			}
+			q.enqueue(guardian.GetChunk(f.Payload))
 		case guardian.FrameControl:
 			if len(f.Payload) != 1 || (f.Payload[0] != guardian.ControlClose && f.Payload[0] != guardian.ControlKillDescendants) {
 				h.hostEv <- hostEvent{err: guardian.ErrFrameMalformed, fault: "host frame stream: unknown control code"}
@@ -298,16 +301,101 @@ func (h *helper) readHost(fr *guardian.FrameReader) {
 	}
 }
 
+// stdinEnqueuer is readHost's side of the stdin queue.
+//
+// A full queue blocks readHost: that is the backpressure towards the host.
+// But while it blocks, readHost reads no host frames, and the host's close
+// frame may sit behind a backlog of stdin frames that a target which does
+// not read its stdin will never take. The host closes its end of our stdin
+// right after the close frame (and it closes when it goes away), so a
+// blocked enqueue also watches for that hang-up — visible as POLLHUP on our
+// stdin while unread frames are still in the pipe. Once the host has hung
+// up it can send nothing more, so readHost stops blocking: stdin chunks that
+// do not fit are dropped (and counted) and it reads on to the close frame or
+// EOF. Once cleanup has started, stdin chunks are dropped (and counted) too.
+type stdinEnqueuer struct {
+	h      *helper
+	hungUp bool
+	ticker *time.Ticker // polls for the hang-up while blocked; reused
+}
+
+func (q *stdinEnqueuer) enqueue(b *[]byte) {
+	h := q.h
+	select {
+	case <-h.cleanup:
+		h.dropStdin(b) // stdin is being closed; late bytes have nowhere to go
+		return
+	default:
+	}
+	select {
+	case h.stdinQ <- b:
+		return
+	default:
+	}
+	if q.hungUp || q.hostHungUp() {
+		q.hungUp = true
+		h.dropStdin(b)
+		return
+	}
+	if q.ticker == nil {
+		q.ticker = time.NewTicker(hangupPoll)
+	} else {
+		q.ticker.Reset(hangupPoll)
+	}
+	defer q.ticker.Stop()
+	for {
+		select {
+		case h.stdinQ <- b:
+			return
+		case <-h.cleanup:
+			h.dropStdin(b)
+			return
+		case <-q.ticker.C:
+			if q.hostHungUp() {
+				q.hungUp = true
+				h.dropStdin(b)
+				return
+			}
+		}
+	}
+}
+
+// hostHungUp reports whether the host has closed its end of our stdin,
+// without consuming what is still in the pipe: poll(2) reports POLLHUP on a
+// pipe's read end once it has no writers, whatever data remains.
+func (q *stdinEnqueuer) hostHungUp() bool {
+	rc, err := q.h.hostIn.SyscallConn()
+	if err != nil {
+		return false
+	}
+	hup := false
+	_ = rc.Control(func(fd uintptr) {
+		fds := []unix.PollFd{{Fd: int32(fd)}} // POLLHUP and POLLERR are always reported
+		if n, err := unix.Poll(fds, 0); err == nil && n > 0 {
+			hup = fds[0].Revents&(unix.POLLHUP|unix.POLLERR) != 0
+		}
+	})
+	return hup
+}
+
+// dropStdin counts and recycles a stdin chunk that will not reach the target.
+func (h *helper) dropStdin(b *[]byte) {
+	h.stdinDropped.Add(int64(len(*b)))
+	guardian.PutChunk(b)
+}
+
 // writeStdin owns the target's stdin write end, and closes it.
 func (h *helper) writeStdin() {
 	broken := false
 	write := func(b *[]byte) {
 		defer guardian.PutChunk(b)
 		if broken {
+			h.stdinDropped.Add(int64(len(*b)))
 			return
 		}
-		if _, err := h.stdinW.Write(*b); err != nil {
+		if n, err := h.stdinW.Write(*b); err != nil {
 			broken = true // EPIPE (target closed stdin), deadline, or closed
+			h.stdinDropped.Add(int64(len(*b) - n))
 		}
 	}
 	for {
@@ -570,6 +658,17 @@ func (h *helper) finish(trigger string) int {
 	h.desc.scan()
 	h.desc.reap()
 	h.desc.fill(&h.rc)
+	// Chunks readHost queued after writeStdin's last drain never reached the
+	// target either.
+	for drained := false; !drained; {
+		select {
+		case b := <-h.stdinQ:
+			h.dropStdin(b)
+		default:
+			drained = true
+		}
+	}
+	h.rc.StdinDroppedBytes = h.stdinDropped.Load()
 	h.rc.FinishedAt = time.Now().UTC()
 
 	b, err := json.Marshal(&h.rc)

@@ -9,6 +9,9 @@
 //	              is the target's), then exits 0 at close without a receipt
 //	closepipes    like noreceipt, but closes its stdout at close and keeps
 //	              running until its stdin closes
+//	deafclose     like noreceipt, but ignores the close frame and its stdin
+//	              EOF; only SIGTERM makes it send a (correlated, complete)
+//	              receipt with trigger "signal" and exit 0
 //
 // It never starts a target, so a test can also prove no target launched.
 package main
@@ -16,6 +19,8 @@ package main
 import (
 	"encoding/json"
 	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/leaseledger/leaseledger/guardian"
@@ -43,6 +48,36 @@ func main() {
 		return
 	case "exit":
 		os.Exit(1)
+	case "deafclose":
+		term := make(chan os.Signal, 1)
+		signal.Notify(term, syscall.SIGTERM)
+		b, _ := json.Marshal(guardian.Hello{Protocol: guardian.ProtocolVersion, Version: guardian.HelperVersion, PID: os.Getpid()})
+		_ = fw.WriteFrame(guardian.FrameHello, b)
+		fr := guardian.NewFrameReader(os.Stdin, guardian.MaxFrameLen)
+		f, err := fr.Next()
+		if err != nil || f.Type != guardian.FrameLaunch {
+			os.Exit(2)
+		}
+		var req guardian.LaunchRequest
+		_ = json.Unmarshal(f.Payload, &req)
+		started := time.Now().UTC()
+		b, _ = json.Marshal(guardian.Started{ActivationID: req.ActivationID, HelperPID: os.Getpid(), TargetPID: os.Getpid(), At: started})
+		_ = fw.WriteFrame(guardian.FrameStarted, b)
+		go func() { // read and ignore everything, close frame and EOF included
+			for {
+				if _, err := fr.Next(); err != nil {
+					return
+				}
+			}
+		}()
+		<-term
+		now := time.Now().UTC()
+		pf := &guardian.PipeFact{ClosedAt: now}
+		b, _ = json.Marshal(guardian.Receipt{ActivationID: req.ActivationID, HelperVersion: guardian.HelperVersion,
+			HelperPID: os.Getpid(), TargetPID: os.Getpid(), StartedAt: started, Trigger: "signal",
+			Reaped: true, ReapedAt: &now, Stdin: pf, Stdout: pf, Stderr: pf, FinishedAt: now})
+		_ = fw.WriteFrame(guardian.FrameReceipt, b)
+		return
 	case "noreceipt", "closepipes":
 		b, _ := json.Marshal(guardian.Hello{Protocol: guardian.ProtocolVersion, Version: guardian.HelperVersion, PID: os.Getpid()})
 		_ = fw.WriteFrame(guardian.FrameHello, b)

@@ -1,0 +1,149 @@
+//go:build linux
+
+package guardian
+
+import (
+	"context"
+	"io"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// A target that never reads stdin, and a host that relayed more than the
+// target's stdin pipe and the helper's stdin queue hold but less than would
+// also fill the host→helper pipe: the close frame still fits into that pipe,
+// so the host has no reason to fall back to SIGTERM. The helper must see the
+// frame anyway (it used to block on its full stdin queue, never read it, and
+// Close burnt its whole budget).
+func TestUnreadStdinBacklogStillClosesByControlFrame(t *testing.T) {
+	sp := spec(t, "sleep") // never reads stdin; dies on TERM
+	s := launch(t, sp)
+	// Target stdin pipe (1 MiB) + helper queue (16 × 64 KiB) + chunks in
+	// hand, plus about half of the 1 MiB host→helper pipe.
+	const n = 2<<20 + 512<<10
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := s.Write(make([]byte, n))
+		wrote <- err
+	}()
+	select {
+	case err := <-wrote:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("writing the backlog did not complete: pipes smaller than this test assumes")
+	}
+	time.Sleep(100 * time.Millisecond) // let the helper block on its full queue
+
+	start := time.Now()
+	r := closeWithin(t, s, sp.CleanupBudget())
+	elapsed := time.Since(start)
+	requireConfirmed(t, r)
+	rc := r.Receipt
+	if r.CloseRequest != "control" || rc.Trigger != "close" {
+		t.Fatalf("close request %q trigger %q (faults %q)", r.CloseRequest, rc.Trigger, r.Faults)
+	}
+	// Prompt: TERM one EOF grace after stdin closed, and the whole close well
+	// within the budget.
+	if term, ok := rc.TermSentAt(); !ok || term.Sub(rc.Stdin.ClosedAt) > sp.EOFGrace+200*time.Millisecond {
+		t.Fatalf("TERM %v (sent %v) after stdin close %v", term, ok, rc.Stdin.ClosedAt)
+	}
+	if elapsed > sp.CleanupBudget()-500*time.Millisecond {
+		t.Fatalf("close took %s", elapsed)
+	}
+	// What the target never took is a recorded fact, not silently lost.
+	if rc.StdinDroppedBytes <= 0 || rc.StdinDroppedBytes > r.StdinBytes {
+		t.Fatalf("stdin dropped %d of %d relayed", rc.StdinDroppedBytes, r.StdinBytes)
+	}
+}
+
+// Launch's context cancelled just as the handshake completes: the cancel
+// callback must not leave a past deadline on the helper pipes of a session
+// that Launch returns (its reader then failed at once, receipt lost).
+func TestLaunchCancelledAsHandshakeEnds(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	testHookHandshakeDone = func() {
+		cancel()
+		time.Sleep(50 * time.Millisecond) // the AfterFunc callback runs now
+	}
+	t.Cleanup(func() { testHookHandshakeDone = nil })
+	s, err := Launch(ctx, spec(t, "echo"))
+	testHookHandshakeDone = nil
+	if err != nil {
+		t.Fatalf("Launch: %v", err)
+	}
+	t.Cleanup(func() { closeWithin(t, s, 5*time.Second) })
+	if _, err := io.WriteString(s, "after launch\n"); err != nil {
+		t.Fatal(err)
+	}
+	readLine(t, s, "after launch\n")
+	r := closeWithin(t, s, 5*time.Second)
+	requireConfirmed(t, r)
+	if r.CloseRequest != "control" || len(r.Faults) != 0 {
+		t.Fatalf("close request %q faults %q", r.CloseRequest, r.Faults)
+	}
+}
+
+// Close starting while a control frame is being written: control's own
+// deadline handling must not wipe the bound Close set for its close frame.
+// Otherwise, with the helper's stdin pipe full, the close frame is written
+// without a deadline and Close blocks far past its context.
+func TestCloseDuringControlWriteKeepsItsBound(t *testing.T) {
+	s := launch(t, spec(t, "sleep")) // never reads stdin
+	closed := make(chan CleanupResult, 1)
+	testHookControlWritten = func() {
+		testHookControlWritten = nil
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			defer cancel()
+			closed <- s.Close(ctx)
+		}()
+		// Close sets its write bound, then waits for the write lock we hold.
+		time.Sleep(100 * time.Millisecond)
+		// Fill the host→helper pipe with whole frames (PIPE_BUF bytes: each
+		// write is atomic) until Close's bound stops the writes.
+		chunk := make([]byte, 4096-FrameHeaderLen)
+		for s.fw.WriteFrame(FrameStdin, chunk) == nil {
+		}
+	}
+	t.Cleanup(func() { testHookControlWritten = nil })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.KillDescendants(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-closed:
+		requireConfirmed(t, r)
+		if r.CloseRequest != "signal" {
+			t.Fatalf("close request %q, want signal (the frame could not be delivered)", r.CloseRequest)
+		}
+	case <-time.After(6 * time.Second):
+		_ = syscall.Kill(s.HelperPID(), syscall.SIGKILL) // unblock the stuck write
+		<-closed
+		t.Fatal("Close blocked past its context: its close frame was written without a deadline")
+	}
+}
+
+// The host's defence: a helper that got the close frame but does not act on
+// it is also sent SIGTERM once the EOF grace (plus a margin) has passed,
+// rather than being SIGKILLed at the deadline with the result unconfirmed.
+func TestCloseFrameNotActedOnGetsLateSIGTERM(t *testing.T) {
+	sp := spec(t, "echo")
+	sp.HelperPath = bins.fake
+	t.Setenv("LEASELEDGER_FAKE_HELPER", "deafclose")
+	s := launch(t, sp)
+	start := time.Now()
+	r := closeWithin(t, s, 5*time.Second)
+	requireConfirmed(t, r)
+	if r.CloseRequest != "signal" || r.KilledHelper || len(r.Faults) != 1 || !strings.Contains(r.Faults[0], "not acted on") {
+		t.Fatalf("close request %q killed %v faults %q", r.CloseRequest, r.KilledHelper, r.Faults)
+	}
+	if d := time.Since(start); d < sp.EOFGrace || d > sp.EOFGrace+lateTermMargin+time.Second {
+		t.Fatalf("close took %s", d)
+	}
+}
