@@ -19,23 +19,38 @@ func GuardianStartedDraft(activation, session, server string, s *guardian.Sessio
 }
 
 // GuardianCleanupDrafts turns one CleanupResult into events, in order: one
-// guardian.signal per signal sent, guardian.reaped (when the child's wait
-// status is known), guardian.receipt (when a receipt arrived), and
-// guardian.lost when the cleanup is not confirmed. An auditor recomputes
-// the verdict from these facts; guardian.lost records the host's reason.
+// guardian.signal per signal sent and guardian.reaped (when the child's
+// wait status is known), both only from a correlated receipt; then either
+// guardian.receipt (confirmed cleanup) or guardian.lost (anything else).
+//
+// A receipt is correlated when its activation, target pid and helper pid
+// are this session's; an uncorrelated receipt is not this activation's
+// evidence, so none of its facts are recorded and the result is
+// guardian.lost{receipt_lost}. An unconfirmed cleanup never emits
+// guardian.receipt: the projector confirms a guardian child from a
+// receipt's facts alone, so a receipt followed by guardian.lost would be
+// counted as two resources (one confirmed, one lost). Exactly one of
+// guardian.receipt / guardian.lost is emitted per cleanup. An auditor
+// recomputes the verdict from these facts; guardian.lost records the
+// host's reason.
 func GuardianCleanupDrafts(activation, session, server string, r guardian.CleanupResult) []events.Draft {
 	d := func(p events.Payload) events.Draft {
 		return events.Draft{Activation: activation, Session: session, Server: server, Payload: p}
 	}
 	var out []events.Draft
 	rc := r.Receipt
-	if rc != nil && rc.TargetPID > 0 {
+	correlated := rc != nil && rc.TargetPID > 0 && rc.ActivationID == activation &&
+		(r.ActivationID == "" || r.ActivationID == activation) &&
+		rc.TargetPID == r.TargetPID && rc.HelperPID == r.HelperPID
+	if correlated {
 		for _, s := range rc.Signals {
 			out = append(out, d(&events.GuardianSignal{TargetPID: rc.TargetPID, Signal: s.Signal, At: events.At(s.At), Alive: s.Alive}))
 		}
 		if rc.Reaped && rc.ReapedAt != nil {
 			out = append(out, d(&events.GuardianReaped{TargetPID: rc.TargetPID, ExitCode: clampCode(rc.ExitCode), Signal: rc.Signal, At: events.At(*rc.ReapedAt)}))
 		}
+	}
+	if correlated && r.Confirmed {
 		p := &events.GuardianReceipt{
 			HelperVersion: rc.HelperVersion, TargetPID: rc.TargetPID, Reaped: rc.Reaped, ExitCode: clampCode(rc.ExitCode),
 			Signal: rc.Signal, EOFGraceNS: max(rc.EOFGraceNS, 0),
@@ -60,18 +75,18 @@ func GuardianCleanupDrafts(activation, session, server string, r guardian.Cleanu
 		if t, ok := rc.KillSentAt(); ok {
 			p.KillSentAt = events.At(t)
 		}
-		out = append(out, d(p))
+		return append(out, d(p))
 	}
-	if !r.Confirmed {
-		reason := string(r.Reason)
-		switch r.Reason {
-		case guardian.ReasonDeadline, guardian.ReasonHelperLost, guardian.ReasonPipesClosed, guardian.ReasonReceiptLost:
-		default:
-			reason = string(guardian.ReasonReceiptLost)
-		}
-		out = append(out, d(&events.GuardianLost{Reason: reason, TargetPID: max(r.TargetPID, 0)}))
+	reason := string(r.Reason)
+	switch {
+	case rc != nil && !correlated:
+		reason = string(guardian.ReasonReceiptLost)
+	case r.Reason == guardian.ReasonDeadline, r.Reason == guardian.ReasonHelperLost,
+		r.Reason == guardian.ReasonPipesClosed, r.Reason == guardian.ReasonReceiptLost:
+	default:
+		reason = string(guardian.ReasonReceiptLost)
 	}
-	return out
+	return append(out, d(&events.GuardianLost{Reason: reason, TargetPID: max(r.TargetPID, 0)}))
 }
 
 func clampCode(c int) int {

@@ -50,11 +50,14 @@ type lease struct {
 	activation  string
 	ready       chan struct{}
 
-	err     error
-	gs      *guardian.Session
-	cs      *mcp.ClientSession
-	wire    wireStats
-	listing *Listing
+	err error
+	// acquirerCancelled: the acquisition failed while the acquirer's own
+	// context had ended (waiters with a live context retry).
+	acquirerCancelled bool
+	gs                *guardian.Session
+	cs                *mcp.ClientSession
+	wire              wireStats
+	listing           *Listing
 
 	// mu is the per-lease call gate.
 	mu         sync.Mutex
@@ -180,8 +183,9 @@ func ctxCause(ctx context.Context) error { return ctx.Err() }
 // of the map and out of service (or it never entered service).
 func (l *lease) terminate(ctx context.Context, reason string) guardian.CleanupResult {
 	l.termOnce.Do(func() {
-		defer close(l.termDone)
 		m := l.m
+		defer close(l.termDone)
+		defer m.settled(l) // no longer counts toward the cap, nothing left for Close
 		// Admitted events are durable before the termination is recorded.
 		l.admitting.Wait()
 		budget := m.launchSpec(l).CleanupBudget() + time.Second
@@ -200,6 +204,17 @@ func (l *lease) terminate(ctx context.Context, reason string) guardian.CleanupRe
 		// guardian's verified cleanup of the child.
 		t0 := time.Now()
 		transport := "ok"
+		l.mu.Lock()
+		busy := l.inflight > 0
+		l.mu.Unlock()
+		if busy {
+			// Calls are still in flight (TerminateAll or Close on a revoked
+			// lease whose calls hang): the client session's Close would
+			// wait for them. Detach the guardian stream first, which
+			// unblocks the connection's reads and writes, so those calls
+			// fail now; the child's cleanup below is unchanged.
+			_ = l.gs.Stream().Close()
+		}
 		if l.cs != nil {
 			if err := l.cs.Close(); err != nil && !errors.Is(err, mcp.ErrConnectionClosed) {
 				transport = "error"
@@ -235,7 +250,19 @@ func (l *lease) terminate(ctx context.Context, reason string) guardian.CleanupRe
 // the gate has its admission recorded.
 func (l *lease) revoke(ctx context.Context, reason string) error {
 	l.mu.Lock()
-	if l.state != stateActive {
+	switch l.state {
+	case stateActive:
+	case stateRevoked:
+		// Revoked by a concurrent caller: return, like it, only once
+		// lease.revoked is durable.
+		l.mu.Unlock()
+		select {
+		case <-l.revokedLogged:
+			return nil
+		case <-ctx.Done():
+			return newErr("revoke", &l.key, ErrTerminated, ctx.Err())
+		}
+	default:
 		l.mu.Unlock()
 		return nil
 	}
@@ -280,6 +307,8 @@ func (l *lease) call(ctx context.Context, req CallRequest, args []byte) (*mcp.Ca
 	switch l.state {
 	case stateRevoked:
 		l.mu.Unlock()
+		// The refusal is recorded after the revocation it is caused by.
+		<-l.revokedLogged
 		return nil, refuse("cancelled", ErrRevoked)
 	case statePoisoned:
 		l.mu.Unlock()
@@ -365,12 +394,16 @@ func (l *lease) call(ctx context.Context, req CallRequest, args []byte) (*mcp.Ca
 	if killer {
 		<-l.revokedLogged
 	}
+	if transportFailed {
+		// Out of the map before the failure is recorded: no caller finds
+		// the dead lease after its call.finished.
+		m.removeIf(l)
+	}
 	_ = m.emitFact(ctx, l.draft(fin))
 	switch {
 	case killer:
 		l.terminate(ctx, "revoked")
 	case transportFailed:
-		m.removeIf(l)
 		l.terminate(ctx, "transport_error")
 	}
 	return res, callErr

@@ -40,6 +40,12 @@ const (
 	// maxAcquireAttempts bounds how often one call re-acquires after its
 	// lease was replaced (stale config, reaped, child exited) under it.
 	maxAcquireAttempts = 3
+	// cleanupTimeout bounds one cleanup run (session end, TerminateAll,
+	// Close) that is detached from the caller's cancellation: cleanup must
+	// complete even when the last owner's context already ended. Each
+	// termination step is bounded on its own as well (factTimeout, the
+	// guardian cleanup budget).
+	cleanupTimeout = time.Minute
 )
 
 // Appender appends events durably; *ledger.Ledger implements it.
@@ -82,9 +88,21 @@ type Manager struct {
 	leases   map[leaseKey]*lease
 	sessions map[string]*sessionState
 	closed   bool
+	// detached holds the leases taken out of the map but not yet
+	// terminated (revoked with calls in flight, reaped in the background,
+	// stale, poisoned, ended while starting). Their children still live:
+	// they count toward MaxLiveLeases, and TerminateAll and Close end them.
+	// A lease leaves the set when its termination completes (or its
+	// acquisition failed). Bounded by the cap: entries only move here from
+	// the map.
+	detached map[*lease]struct{}
 
 	lastReap atomic.Int64 // unix ns of the last opportunistic pass
 	bg       sync.WaitGroup
+
+	// testHookReapScanned, when set (tests only), runs after a reap pass
+	// released the map lock and before its victims are terminated.
+	testHookReapScanned func()
 }
 
 type leaseKey struct{ session, server string }
@@ -114,6 +132,7 @@ func NewManager(opts Options) (*Manager, error) {
 	return &Manager{
 		opts: opts, client: client, maxLive: opts.MaxLiveLeases,
 		leases: make(map[leaseKey]*lease), sessions: make(map[string]*sessionState),
+		detached: make(map[*lease]struct{}),
 	}, nil
 }
 
@@ -156,10 +175,13 @@ func LeaseSessionKey(session string, cfg ServerConfig) string {
 	return keyFor(session, "", cfg).session
 }
 
-// acquire returns a ready lease for key pinned to fp, starting one if
-// needed. Single-flight: the first caller inserts a starting placeholder
-// and does the I/O without the map lock; others wait on its ready channel.
-func (m *Manager) acquire(ctx context.Context, key leaseKey, cfg ServerConfig, fp string) (*lease, error) {
+// acquire returns a ready lease of server for session pinned to cfg's
+// fingerprint, starting one if needed. Single-flight: the first caller
+// inserts a starting placeholder and does the I/O without the map lock;
+// others wait on its ready channel.
+func (m *Manager) acquire(ctx context.Context, session, server string, cfg ServerConfig) (*lease, error) {
+	key, fp := keyFor(session, server, cfg), cfg.Fingerprint()
+	capTried := false
 	for attempt := 0; ; attempt++ {
 		if attempt >= maxAcquireAttempts {
 			return nil, newErr("acquire", &key, ErrTerminated, nil)
@@ -177,14 +199,34 @@ func (m *Manager) acquire(ctx context.Context, key leaseKey, cfg ServerConfig, f
 				return nil, newErr("acquire", &key, ErrTerminated, ctx.Err())
 			}
 			if l.err != nil {
+				if l.acquirerCancelled && ctx.Err() == nil {
+					// Only the acquirer's own context ended: that is no
+					// verdict on this caller's acquisition. Try again (not
+					// counted: each such retry consumed another caller's
+					// cancellation).
+					attempt--
+					continue
+				}
 				return nil, l.err
 			}
 			if l.fingerprint != fp {
-				// The entry changed since this lease was pinned: a call must
-				// never run on the old child. Replace it, recorded.
+				// The pinned entry differs from ours. Ours may be the stale
+				// one (read before a change a newer lease is pinned to), so
+				// decide against the current entry: only a lease whose
+				// fingerprint differs from the current entry is replaced.
+				cur, err := m.lookup(ctx, session, server)
+				if err != nil {
+					return nil, err
+				}
+				if curFP := cur.Fingerprint(); curFP != fp {
+					cfg, fp, key = cur, curFP, keyFor(session, server, cur)
+					continue
+				}
+				// Ours is current: a call must never run on the old child.
+				// Take it out of service first, then record and end it.
 				if m.removeIf(l) {
-					_ = m.emitFact(ctx, l.draft(&events.LeaseStaleReplaced{OldFingerprint: l.fingerprint, NewFingerprint: fp}))
 					l.markGone("stale_config")
+					_ = m.emitFact(ctx, l.draft(&events.LeaseStaleReplaced{OldFingerprint: l.fingerprint, NewFingerprint: fp}))
 					l.terminate(ctx, "stale_config")
 				}
 				continue
@@ -198,10 +240,17 @@ func (m *Manager) acquire(ctx context.Context, key leaseKey, cfg ServerConfig, f
 			}
 			return l, nil
 		}
-		if len(m.leases) >= m.maxLive {
+		if len(m.leases)+len(m.detached) >= m.maxLive {
+			ending := m.endingLocked()
 			m.mu.Unlock()
-			if attempt == 0 && m.reapPass(ctx, m.opts.IdleMax, true) > 0 {
-				continue
+			if !capTried {
+				// Once per acquisition: reap idle leases now, and wait for
+				// detached leases already being terminated (a background
+				// reap, a stale or poisoned lease) to free their slots.
+				capTried = true
+				if m.reapPass(ctx, m.opts.IdleMax, true) > 0 || waitTerminated(ctx, ending) > 0 {
+					continue
+				}
 			}
 			act := newActivationID()
 			_ = m.emit(ctx, events.Draft{Activation: act, Session: key.session, Server: key.server,
@@ -225,7 +274,11 @@ func (m *Manager) acquire(ctx context.Context, key leaseKey, cfg ServerConfig, f
 		}
 		if err != nil {
 			m.removeIf(l)
+			m.settled(l)
 			l.err = err
+			// Waiters whose own context is live retry rather than share a
+			// failure that was only this caller's cancellation.
+			l.acquirerCancelled = ctx.Err() != nil
 		}
 		close(l.ready) // wakes every waiter; a closed channel cannot be missed
 		if err != nil {
@@ -235,15 +288,59 @@ func (m *Manager) acquire(ctx context.Context, key leaseKey, cfg ServerConfig, f
 	}
 }
 
-// removeIf deletes l from the map if it is still the entry for its key.
+// removeIf deletes l from the map if it is still the entry for its key;
+// it stays tracked as detached until its termination completes.
 func (m *Manager) removeIf(l *lease) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.leases[l.key] == l {
 		delete(m.leases, l.key)
+		m.detached[l] = struct{}{}
 		return true
 	}
 	return false
+}
+
+// endingLocked returns the detached ready leases whose termination is
+// under way or imminent: every one except revoked leases with calls still
+// in flight (those end when their last call returns, which may be never).
+// m.mu is held (lock order m.mu, then l.mu).
+func (m *Manager) endingLocked() []*lease {
+	var out []*lease
+	for l := range m.detached {
+		if !l.isReady() || l.err != nil {
+			continue
+		}
+		l.mu.Lock()
+		if l.state != stateRevoked || l.inflight == 0 {
+			out = append(out, l)
+		}
+		l.mu.Unlock()
+	}
+	return out
+}
+
+// waitTerminated waits (bounded by ctx) for the terminations of ls and
+// returns how many completed.
+func waitTerminated(ctx context.Context, ls []*lease) int {
+	n := 0
+	for _, l := range ls {
+		select {
+		case <-l.termDone:
+			n++
+		case <-ctx.Done():
+			return n
+		}
+	}
+	return n
+}
+
+// settled forgets a detached lease whose termination completed (or whose
+// acquisition failed, so it has no child).
+func (m *Manager) settled(l *lease) {
+	m.mu.Lock()
+	delete(m.detached, l)
+	m.mu.Unlock()
 }
 
 func (m *Manager) stillMapped(l *lease) bool {
@@ -278,6 +375,12 @@ func (m *Manager) reapPass(ctx context.Context, idleMax time.Duration, sync bool
 	}
 	var victims []victim
 	m.mu.Lock()
+	if m.closed {
+		// Close ends every lease itself and must not race a pass whose
+		// background terminations it could miss.
+		m.mu.Unlock()
+		return 0
+	}
 	scanned := 0
 	for k, l := range m.leases {
 		if scanned >= m.maxLive {
@@ -294,10 +397,20 @@ func (m *Manager) reapPass(ctx context.Context, idleMax time.Duration, sync bool
 			l.state, l.goneReason = stateGone, "reaped"
 			victims = append(victims, victim{l, idle})
 			delete(m.leases, k)
+			m.detached[l] = struct{}{}
 		}
 		l.mu.Unlock()
 	}
+	if !sync {
+		// Registered under the lock that Close takes to set closed, so
+		// Close's bg.Wait covers every background termination of a pass
+		// that ran before it.
+		m.bg.Add(len(victims))
+	}
 	m.mu.Unlock()
+	if h := m.testHookReapScanned; h != nil {
+		h()
+	}
 	for _, v := range victims {
 		run := func() {
 			_ = m.emitFact(ctx, v.l.draft(&events.LeaseReaped{IdleNS: int64(v.idle), IdleMaxNS: int64(max(idleMax, 1))}))
@@ -307,7 +420,6 @@ func (m *Manager) reapPass(ctx context.Context, idleMax time.Duration, sync bool
 			run()
 			continue
 		}
-		m.bg.Add(1)
 		go func() {
 			defer m.bg.Done()
 			run()
@@ -327,38 +439,52 @@ func (m *Manager) ReapIdle(ctx context.Context, idleMax time.Duration) int {
 	return m.reapPass(ctx, idleMax, true)
 }
 
-// TerminateAll ends every lease, shared ones included, and waits for their
-// cleanup. Calls in flight on them fail. The manager stays usable.
+// TerminateAll ends every lease, shared ones included, and the leases
+// already out of the map whose children still live (revoked with calls in
+// flight, reaped in the background, stale), and waits for their cleanup.
+// Calls in flight on them fail. The manager stays usable. Cleanup runs
+// detached from ctx's cancellation (bounded by its own timeout); ctx only
+// bounds waiting for leases still starting, whose acquirers end them.
 func (m *Manager) TerminateAll(ctx context.Context) {
 	m.mu.Lock()
-	all := make([]*lease, 0, len(m.leases))
 	for k, l := range m.leases {
-		all = append(all, l)
 		delete(m.leases, k)
+		m.detached[l] = struct{}{}
+	}
+	all := make([]*lease, 0, len(m.detached))
+	for l := range m.detached {
+		all = append(all, l)
 	}
 	m.mu.Unlock()
 	terminateAll(ctx, all, "terminate_all")
 }
 
-// terminateAll ends leases in parallel (bounded by MaxLiveLeases, the map's
-// cap) and waits for all of them.
+// terminateAll ends leases in parallel (bounded by MaxLiveLeases, the cap
+// on mapped plus detached leases) and waits for all of them. A ready lease
+// is always ended, under a context detached from ctx's cancellation; ctx
+// only bounds waiting for a lease still starting (its acquirer finds it
+// unmapped and ends it itself).
 func terminateAll(ctx context.Context, ls []*lease, reason string) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
 	var wg sync.WaitGroup
 	for _, l := range ls {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			select {
-			case <-l.ready:
-			case <-ctx.Done():
-				// Still starting: its acquirer finds it unmapped and ends it.
-				return
+			if !l.isReady() {
+				select {
+				case <-l.ready:
+				case <-ctx.Done():
+					// Still starting: its acquirer finds it unmapped and ends it.
+					return
+				}
 			}
 			if l.err != nil {
 				return
 			}
 			l.markGone(reason)
-			l.terminate(ctx, reason)
+			l.terminate(cctx, reason)
 		}()
 	}
 	wg.Wait()

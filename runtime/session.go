@@ -105,11 +105,16 @@ func (m *Manager) release(ctx context.Context, st *sessionState) {
 		case st.id:
 			mine = append(mine, l)
 			delete(m.leases, k)
+			m.detached[l] = struct{}{}
 		case SharedSessionKey:
 			spared++
 		}
 	}
 	m.mu.Unlock()
+	// The last owner may be a call whose context already ended (Call and
+	// Tools release with the caller's context): session-end cleanup is
+	// detached from that cancellation (emitFact and terminateAll bound it
+	// on their own), so it always completes.
 	_ = m.emitFact(ctx, events.Draft{Session: st.id, Payload: &events.SessionEnded{LeasesTerminated: len(mine), SharedSpared: spared}})
 	terminateAll(ctx, mine, "session_ended")
 }
@@ -191,16 +196,25 @@ func isGoneRefusal(err error) bool {
 // pinned to it, after an opportunistic reap pass.
 func (m *Manager) leaseFor(ctx context.Context, session, server string) (*lease, error) {
 	m.maybeReap(ctx)
+	cfg, err := m.lookup(ctx, session, server)
+	if err != nil {
+		return nil, err
+	}
+	return m.acquire(ctx, session, server, cfg)
+}
+
+// lookup reads the server's current config entry.
+func (m *Manager) lookup(ctx context.Context, session, server string) (ServerConfig, error) {
 	cfg, err := m.opts.Config.Lookup(ctx, server)
 	if err != nil {
 		if le, ok := err.(*LeaseError); ok {
 			le.Session = session
-			return nil, le
+			return ServerConfig{}, le
 		}
-		return nil, newErr("config", &leaseKey{session, server}, ErrConfigInvalid, nil)
+		return ServerConfig{}, newErr("config", &leaseKey{session, server}, ErrConfigInvalid, nil)
 	}
 	if cfg.Command == "" {
-		return nil, newErr("config", &leaseKey{session, server}, ErrConfigInvalid, nil)
+		return ServerConfig{}, newErr("config", &leaseKey{session, server}, ErrConfigInvalid, nil)
 	}
-	return m.acquire(ctx, keyFor(session, server, cfg), cfg, cfg.Fingerprint())
+	return cfg, nil
 }
