@@ -446,7 +446,17 @@ type GuardianReceipt struct {
 	KillSentAt        *Instant `json:"kill_sent_at,omitempty"`
 	DescendantsSeen   []int    `json:"descendants_seen,omitempty"`
 	DescendantsKilled []int    `json:"descendants_killed,omitempty"`
-	HelperExitCode    int      `json:"helper_exit_code"` // -1 when the helper did not exit normally
+	// DescendantsDropped counts descendants seen beyond the listed ones.
+	DescendantsDropped int `json:"descendants_dropped,omitempty"`
+	// StdoutForced and StderrForced say the helper closed its read end at
+	// the pipe deadline (a descendant still held the write end) rather than
+	// seeing EOF: a real close, but not the target's own.
+	StdoutForced bool `json:"stdout_forced,omitempty"`
+	StderrForced bool `json:"stderr_forced,omitempty"`
+	// StdinDroppedBytes counts bytes relayed for the target's stdin that the
+	// helper dropped (the target stopped reading while cleanup began).
+	StdinDroppedBytes int64 `json:"stdin_dropped_bytes,omitempty"`
+	HelperExitCode    int   `json:"helper_exit_code"` // -1 when the helper did not exit normally
 }
 
 func (*GuardianReceipt) Kind() Kind { return "guardian.receipt" }
@@ -457,7 +467,8 @@ func (p *GuardianReceipt) Validate() error {
 		instant("stderr_closed_at", p.StderrClosedAt, false), instant("term_sent_at", p.TermSentAt, false),
 		instant("kill_sent_at", p.KillSentAt, false),
 		nonNegative("eof_grace_ns", p.EOFGraceNS), pids("descendants_seen", p.DescendantsSeen),
-		pids("descendants_killed", p.DescendantsKilled), between("helper_exit_code", int64(p.HelperExitCode), -1, 255)}.first()
+		pids("descendants_killed", p.DescendantsKilled), nonNegative("descendants_dropped", int64(p.DescendantsDropped)),
+		nonNegative("stdin_dropped_bytes", p.StdinDroppedBytes), between("helper_exit_code", int64(p.HelperExitCode), -1, 255)}.first()
 }
 
 // GuardianLost records cleanup whose evidence is incomplete: the receipt was

@@ -210,7 +210,8 @@ func (ev *Evidence) receipt(activation string, e *event, p *events.GuardianRecei
 	}
 	f.StdinClosedAt, f.StdoutClosedAt, f.StderrClosedAt = p.StdinClosedAt, p.StdoutClosedAt, p.StderrClosedAt
 	f.TermSentAt, f.KillSentAt = p.TermSentAt, p.KillSentAt
-	f.DescendantsSeen, f.DescendantsKilled = len(p.DescendantsSeen), len(p.DescendantsKilled)
+	f.DescendantsSeen, f.DescendantsKilled = len(p.DescendantsSeen)+p.DescendantsDropped, len(p.DescendantsKilled)
+	f.StdoutForced, f.StderrForced, f.StdinDroppedBytes = p.StdoutForced, p.StderrForced, p.StdinDroppedBytes
 	switch {
 	case p.HelperExitCode != 0:
 		r.Status, r.Reason, f.LostReason = StatusLost, "helper_lost", "helper_lost"

@@ -546,3 +546,23 @@ func TestRawTimesAcrossMidnight(t *testing.T) {
 		}
 	}
 }
+
+// A pipe the helper had to close at its deadline (a descendant held it) is
+// still a real close: the child confirms, and the facts say it was forced.
+// The fast decoder and the strict one agree on the new fields.
+func TestGuardianReceiptForcedFacts(t *testing.T) {
+	at := events.At(t0)
+	r := &events.GuardianReceipt{HelperVersion: "g/1", TargetPID: 7, Reaped: true, ExitCode: 0,
+		StdinClosedAt: at, StdoutClosedAt: at, StderrClosedAt: at, DescendantsSeen: []int{9}, DescendantsDropped: 3,
+		StdoutForced: true, StdinDroppedBytes: 4096, HelperExitCode: 0}
+	f := newFeed(t)
+	f.apply(d("act-1", &events.GuardianStarted{GuardianPID: 6, TargetPID: 7, HelperVersion: "g/1"}), d("act-1", r))
+	got, ok := f.ev("act-1").Resource("guardian:7")
+	if !ok || got.Status != projector.StatusConfirmed || !got.Facts.StdoutForced || got.Facts.StderrForced ||
+		got.Facts.StdinDroppedBytes != 4096 || got.Facts.DescendantsSeen != 4 {
+		t.Fatalf("resource %+v", got)
+	}
+	c := eventgen.NewChain(t0)
+	env, raw := c.Seal(eventgen.D("act-1", r))
+	checkDecode(t, env, raw, true)
+}

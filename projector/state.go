@@ -125,6 +125,9 @@ type Facts struct {
 	KillSentAt        *events.Instant `json:"kill_sent_at,omitempty"`
 	DescendantsSeen   int             `json:"descendants_seen,omitempty"`
 	DescendantsKilled int             `json:"descendants_killed,omitempty"`
+	StdoutForced      bool            `json:"stdout_forced,omitempty"`       // closed at the pipe deadline, not by EOF
+	StderrForced      bool            `json:"stderr_forced,omitempty"`       // likewise
+	StdinDroppedBytes int64           `json:"stdin_dropped_bytes,omitempty"` // stdin the helper dropped at cleanup
 	HelperExitCode    *int            `json:"helper_exit_code,omitempty"`
 }
 

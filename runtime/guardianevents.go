@@ -64,11 +64,13 @@ func GuardianCleanupDrafts(activation, session, server string, r guardian.Cleanu
 			p.StdinClosedAt = events.At(rc.Stdin.ClosedAt)
 		}
 		if rc.Stdout != nil {
-			p.StdoutClosedAt = events.At(rc.Stdout.ClosedAt)
+			p.StdoutClosedAt, p.StdoutForced = events.At(rc.Stdout.ClosedAt), rc.Stdout.Forced
 		}
 		if rc.Stderr != nil {
-			p.StderrClosedAt = events.At(rc.Stderr.ClosedAt)
+			p.StderrClosedAt, p.StderrForced = events.At(rc.Stderr.ClosedAt), rc.Stderr.Forced
 		}
+		p.DescendantsDropped = max(rc.DescendantsDropped, 0) + max(len(rc.DescendantsSeen)-len(p.DescendantsSeen), 0)
+		p.StdinDroppedBytes = max(rc.StdinDroppedBytes, 0)
 		if t, ok := rc.TermSentAt(); ok {
 			p.TermSentAt = events.At(t)
 		}
