@@ -8,15 +8,12 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
+	"github.com/leaseledger/leaseledger/internal/testproc"
 	"go.uber.org/goleak"
 )
 
@@ -42,18 +39,14 @@ func TestMain(m *testing.M) {
 	bins.helper = filepath.Join(dir, HelperName)
 	bins.target = filepath.Join(dir, "testtarget")
 	bins.fake = filepath.Join(dir, "fakehelper")
-	for _, b := range []struct{ out, pkg string }{
-		{bins.helper, "github.com/leaseledger/leaseledger/cmd/leaseledger-guardian"},
-		{bins.target, "github.com/leaseledger/leaseledger/guardian/internal/testtarget"},
-		{bins.fake, "github.com/leaseledger/leaseledger/guardian/internal/fakehelper"},
-	} {
-		cmd := exec.Command(goTool(), "build", "-o", b.out, b.pkg)
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "building %s: %v\n%s", b.pkg, err, out)
-			os.RemoveAll(dir)
-			os.Exit(1)
-		}
+	if err := testproc.Build(
+		testproc.Binary{Out: bins.helper, Pkg: "github.com/leaseledger/leaseledger/cmd/leaseledger-guardian"},
+		testproc.Binary{Out: bins.target, Pkg: "github.com/leaseledger/leaseledger/guardian/internal/testtarget"},
+		testproc.Binary{Out: bins.fake, Pkg: "github.com/leaseledger/leaseledger/guardian/internal/fakehelper"},
+	); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.RemoveAll(dir)
+		os.Exit(1)
 	}
 	code := m.Run()
 	if code == 0 {
@@ -68,13 +61,6 @@ func TestMain(m *testing.M) {
 	}
 	os.RemoveAll(dir)
 	os.Exit(code)
-}
-
-func goTool() string {
-	if p, err := exec.LookPath("go"); err == nil {
-		return p
-	}
-	return filepath.Join(runtime.GOROOT(), "bin", "go")
 }
 
 // hostMain is a minimal host: it launches an echo target under the helper,
@@ -97,46 +83,14 @@ func hostMain() int {
 	return 0
 }
 
+// running reports whether pid exists and is neither a zombie nor dead.
+func running(pid int) bool { return testproc.Running(pid) }
+
 // childrenOf lists the processes whose parent is pid.
-func childrenOf(pid int) []int {
-	var kids []int
-	names, _ := filepath.Glob("/proc/[0-9]*")
-	for _, n := range names {
-		p, err := strconv.Atoi(filepath.Base(n))
-		if err != nil {
-			continue
-		}
-		if ppid, _, ok := procStat(p); ok && ppid == pid {
-			kids = append(kids, p)
-		}
-	}
-	return kids
-}
+func childrenOf(pid int) []int { return testproc.ChildrenOf(pid) }
 
 // procStat reads ppid and state of pid from /proc.
-func procStat(pid int) (ppid int, state byte, ok bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, 0, false
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0, 0, false
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 2 {
-		return 0, 0, false
-	}
-	ppid, err = strconv.Atoi(f[1])
-	return ppid, f[0][0], err == nil
-}
-
-// running reports whether pid exists and is neither a zombie nor dead.
-func running(pid int) bool {
-	_, state, ok := procStat(pid)
-	return ok && state != 'Z' && state != 'X'
-}
+func procStat(pid int) (ppid int, state byte, ok bool) { return testproc.Stat(pid) }
 
 // waitGone polls until pid is no longer running.
 func waitGone(t *testing.T, pid int, within time.Duration) {

@@ -9,15 +9,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	goruntime "runtime"
-	"strconv"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/leaseledger/leaseledger/events"
 	"github.com/leaseledger/leaseledger/guardian"
+	"github.com/leaseledger/leaseledger/internal/testproc"
 	"github.com/leaseledger/leaseledger/ledger"
 	"github.com/leaseledger/leaseledger/projector"
 	"go.uber.org/goleak"
@@ -39,17 +37,13 @@ func TestMain(m *testing.M) {
 	bins.dir = dir
 	bins.helper = filepath.Join(dir, guardian.HelperName)
 	bins.testserver = filepath.Join(dir, "testserver")
-	for _, b := range []struct{ out, pkg string }{
-		{bins.helper, "github.com/leaseledger/leaseledger/cmd/leaseledger-guardian"},
-		{bins.testserver, "github.com/leaseledger/leaseledger/runtime/internal/testserver"},
-	} {
-		cmd := exec.Command(goTool(), "build", "-o", b.out, b.pkg)
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "building %s: %v\n%s", b.pkg, err, out)
-			os.RemoveAll(dir)
-			os.Exit(1)
-		}
+	if err := testproc.Build(
+		testproc.Binary{Out: bins.helper, Pkg: "github.com/leaseledger/leaseledger/cmd/leaseledger-guardian"},
+		testproc.Binary{Out: bins.testserver, Pkg: "github.com/leaseledger/leaseledger/runtime/internal/testserver"},
+	); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.RemoveAll(dir)
+		os.Exit(1)
 	}
 	if wd, err := os.Getwd(); err == nil {
 		everythingPath = filepath.Join(filepath.Dir(wd), "node_modules", "@modelcontextprotocol", "server-everything", "dist", "index.js")
@@ -67,13 +61,6 @@ func TestMain(m *testing.M) {
 	}
 	os.RemoveAll(dir)
 	os.Exit(code)
-}
-
-func goTool() string {
-	if p, err := exec.LookPath("go"); err == nil {
-		return p
-	}
-	return filepath.Join(goruntime.GOROOT(), "bin", "go")
 }
 
 // everything returns the config entry for server-everything over stdio. It
@@ -95,32 +82,8 @@ func testServer(env map[string]string) ServerConfig {
 	return ServerConfig{Command: bins.testserver, Env: env}
 }
 
-func childrenOf(pid int) []int {
-	var kids []int
-	names, _ := filepath.Glob("/proc/[0-9]*")
-	for _, n := range names {
-		p, err := strconv.Atoi(filepath.Base(n))
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + strconv.Itoa(p) + "/stat")
-		if err != nil {
-			continue
-		}
-		s := string(b)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(s[i+1:])
-		if len(f) >= 2 {
-			if ppid, err := strconv.Atoi(f[1]); err == nil && ppid == pid {
-				kids = append(kids, p)
-			}
-		}
-	}
-	return kids
-}
+// childrenOf lists the processes whose parent is pid.
+func childrenOf(pid int) []int { return testproc.ChildrenOf(pid) }
 
 // fakeClock lets tests move time forward for idle reaping.
 type fakeClock struct{ off atomic.Int64 }
