@@ -68,7 +68,7 @@ func TestMain(m *testing.M) {
 func everything(t testing.TB) ServerConfig {
 	t.Helper()
 	if _, err := os.Stat(everythingPath); err != nil {
-		t.Fatalf("@modelcontextprotocol/server-everything not installed at %s (run: npm install --no-save @modelcontextprotocol/server-everything@2026.8.31 in the repo root; see .ci/npm-packages.txt): %v", everythingPath, err)
+		t.Fatalf("@modelcontextprotocol/server-everything not installed at %s (run `npm ci` in the repo root: package.json pins it): %v", everythingPath, err)
 	}
 	node, err := exec.LookPath("node")
 	if err != nil {
