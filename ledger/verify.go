@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/leaseledger/leaseledger/events"
 	"github.com/leaseledger/leaseledger/schemas"
+	"github.com/transparency-dev/merkle/compact"
 )
 
 // Fault names what Verify found wrong with an event.
@@ -37,6 +39,9 @@ const (
 	// FaultAnchor: the chain does not contain an anchor head given to Verify
 	// (it was rewritten or truncated after the anchor was recorded).
 	FaultAnchor Fault = "anchor"
+	// FaultCheckpoint: the log does not match a signed checkpoint given to
+	// Verify (an event up to its size changed, or the log is shorter).
+	FaultCheckpoint Fault = "checkpoint"
 )
 
 // ErrVerify is wrapped by every *VerifyError.
@@ -97,6 +102,10 @@ type VerifyOptions struct {
 	// that its tail was cut off and m/head rewritten to match — only an
 	// anchor kept elsewhere can.
 	Anchors []Head
+	// Checkpoints are signature-checked checkpoints (see ParseCheckpoint):
+	// the Merkle root over the first Size events and the chain hash of event
+	// Size must match each one.
+	Checkpoints []Checkpoint
 }
 
 // VerifyBytesPerEvent is the memory Verify needs per event: three 64-bit
@@ -108,6 +117,14 @@ func verifyDB(ctx context.Context, db *pebble.DB, vo VerifyOptions) (VerifyRepor
 	anchors := map[Seq]events.Hash{}
 	for _, a := range vo.Anchors {
 		anchors[a.Seq] = a.Hash
+	}
+	checkpoints := map[Seq][]Checkpoint{}
+	for _, c := range vo.Checkpoints {
+		checkpoints[c.Size] = append(checkpoints[c.Size], c)
+	}
+	var tree *compact.Range // Merkle range over the events, only with checkpoints
+	if len(checkpoints) > 0 {
+		tree = (&compact.RangeFactory{Hash: hasher.HashChildren}).NewEmptyRange(0)
 	}
 	validator, err := schemas.Default()
 	if err != nil {
@@ -170,6 +187,24 @@ func verifyDB(ctx context.Context, db *pebble.DB, vo VerifyOptions) (VerifyRepor
 		if err := validator.ValidateEnvelope(raw); err != nil {
 			return rep, &VerifyError{Seq: seq, Fault: FaultSchemaInvalid, Detail: err.Error()}
 		}
+		if tree != nil {
+			if err := tree.Append(hasher.HashLeaf(raw), nil); err != nil {
+				return rep, fmt.Errorf("ledger: merkle: %w", err)
+			}
+			if cs := checkpoints[seq]; len(cs) > 0 {
+				root, err := tree.GetRootHash(nil)
+				if err != nil {
+					return rep, fmt.Errorf("ledger: merkle: %w", err)
+				}
+				for _, c := range cs {
+					if !bytes.Equal(root, c.Root) || c.Head != env.Hash {
+						return rep, &VerifyError{Seq: seq, Fault: FaultCheckpoint,
+							Detail: fmt.Sprintf("the Merkle root or chain hash over seqs 1..%d differs from the checkpoint of %q", seq, c.Origin)}
+					}
+				}
+				delete(checkpoints, seq)
+			}
+		}
 		if want, ok := anchors[seq]; ok {
 			if want != env.Hash {
 				return rep, &VerifyError{Seq: seq, Fault: FaultAnchor, Detail: "hash differs from the anchor"}
@@ -193,6 +228,16 @@ func verifyDB(ctx context.Context, db *pebble.DB, vo VerifyOptions) (VerifyRepor
 		// written in the same batch as the event it names.
 		return rep, &VerifyError{Seq: min(stored.Seq, last.Seq) + 1, Fault: FaultHeadMismatch,
 			Detail: fmt.Sprintf("m/head names seq %d but the chain ends at seq %d", stored.Seq, last.Seq)}
+	}
+	for size, cs := range checkpoints {
+		if size == 0 {
+			if !bytes.Equal(cs[0].Root, hasher.EmptyRoot()) {
+				return rep, &VerifyError{Seq: 0, Fault: FaultCheckpoint, Detail: "empty checkpoint with a non-empty root"}
+			}
+			continue
+		}
+		return rep, &VerifyError{Seq: min(size, last.Seq+1), Fault: FaultCheckpoint,
+			Detail: fmt.Sprintf("the chain ends at seq %d but a checkpoint covers %d events", last.Seq, size)}
 	}
 	for seq := range anchors {
 		// An anchored seq beyond the chain's end: events were cut off.

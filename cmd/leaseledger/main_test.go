@@ -289,3 +289,49 @@ func TestAppendStreamStopsOnFailureAndPrintsEveryAck(t *testing.T) {
 		t.Fatalf("stderr: %s", errb.String())
 	}
 }
+
+// keygen → checkpoint → verify --checkpoint; a checkpoint covering more
+// events than the log holds fails verification, naming the seq.
+func TestCheckpointCommands(t *testing.T) {
+	dir, keys := t.TempDir(), t.TempDir()
+	ctx := context.Background()
+	in, n := examples(t)
+	if r := runCLI(t, ctx, in, "--data-dir", dir, "append"); r.code != 0 {
+		t.Fatal(r.stderr)
+	}
+	skey := filepath.Join(keys, "signer.key")
+	r := runCLI(t, ctx, "", "checkpoint", "keygen", "--name", "test-log", "--out", skey)
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "test-log+") {
+		t.Fatalf("keygen: %+v", r)
+	}
+	vkey := strings.TrimSpace(r.stdout)
+	if st, err := os.Stat(skey); err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("signer key file: %v %v", st, err)
+	}
+	if r := runCLI(t, ctx, "", "checkpoint", "keygen", "--out", skey); r.code == 0 {
+		t.Fatal("keygen overwrote an existing key file")
+	}
+	r = runCLI(t, ctx, "", "--data-dir", dir, "checkpoint", "--key", skey, "--origin", "leaseledger.test/ci")
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "leaseledger.test/ci\n"+strconv.Itoa(n)+"\n") || !strings.Contains(r.stdout, "\n— test-log ") {
+		t.Fatalf("checkpoint: %+v", r)
+	}
+	cp := filepath.Join(keys, "cp1")
+	if err := os.WriteFile(cp, []byte(r.stdout), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r := runCLI(t, ctx, "", "--data-dir", dir, "verify", "--quiet", "--checkpoint", cp, "--vkey", vkey); r.code != 0 {
+		t.Fatalf("verify with the checkpoint: %+v", r)
+	}
+	if r := runCLI(t, ctx, "", "--data-dir", dir, "verify", "--quiet", "--checkpoint", cp); r.code == 0 || !strings.Contains(r.stderr, "--vkey") {
+		t.Fatalf("verify without --vkey: %+v", r)
+	}
+	// A second ledger with fewer events cannot satisfy the checkpoint.
+	short := t.TempDir()
+	if r := runCLI(t, ctx, strings.SplitN(in, "\n", 2)[0]+"\n", "--data-dir", short, "append"); r.code != 0 {
+		t.Fatal(r.stderr)
+	}
+	r = runCLI(t, ctx, "", "--data-dir", short, "verify", "--quiet", "--checkpoint", cp, "--vkey", vkey)
+	if r.code != 1 || !strings.Contains(r.stderr, "checkpoint") {
+		t.Fatalf("verify of a shorter log: %+v", r)
+	}
+}

@@ -149,8 +149,10 @@ and prints them as JSON Lines. Unlike tail it stops at the end of the range
 
 func newVerifyCmd(a *app) *cobra.Command {
 	var (
-		quiet   bool
-		anchors []string
+		quiet       bool
+		anchors     []string
+		checkpoints []string
+		vkey        string
 	)
 	cmd := &cobra.Command{
 		Use:   "verify",
@@ -168,6 +170,7 @@ fault and the message names the first bad seq.`,
 				p = newProgress(a.stderr, "verify")
 				report = p.update
 			}
+			var err error
 			vo := ledger.VerifyOptions{Progress: report}
 			for _, s := range anchors {
 				h, err := parseHead(s)
@@ -175,6 +178,9 @@ fault and the message names the first bad seq.`,
 					return err
 				}
 				vo.Anchors = append(vo.Anchors, h)
+			}
+			if vo.Checkpoints, err = readCheckpoints(checkpoints, vkey); err != nil {
+				return err
 			}
 			start := time.Now()
 			rep, err := ledger.VerifyDirWith(cmd.Context(), a.dataDir, vo)
@@ -192,6 +198,8 @@ fault and the message names the first bad seq.`,
 	cmd.Flags().BoolVar(&quiet, "quiet", false, "no progress bar")
 	cmd.Flags().StringArrayVar(&anchors, "expect-head", nil, `a head recorded earlier, "<seq> <hash>" or "<seq>:<hash>" (as 'head' prints it); `+
 		"the chain must contain it — this is what reveals a tail cut off with m/head rewritten (repeatable)")
+	cmd.Flags().StringArrayVar(&checkpoints, "checkpoint", nil, "a signed checkpoint file (from 'checkpoint') the log must match (repeatable)")
+	cmd.Flags().StringVar(&vkey, "vkey", "", "verifier key for --checkpoint (from 'checkpoint keygen')")
 	return cmd
 }
 

@@ -1,0 +1,134 @@
+package ledger
+
+import (
+	"context"
+	"crypto"
+	_ "crypto/sha256" // registers SHA-256 for the RFC 6962 hasher
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/leaseledger/leaseledger/events"
+	"github.com/transparency-dev/merkle/compact"
+	"github.com/transparency-dev/merkle/rfc6962"
+	"golang.org/x/mod/sumdb/note"
+)
+
+// A checkpoint commits to a prefix of the log in a form that can be kept
+// elsewhere and checked later by anyone holding the public key: it is a
+// C2SP signed note (golang.org/x/mod/sumdb/note) whose text is a tlog
+// checkpoint —
+//
+//	<origin>
+//	<size>
+//	<RFC 6962 Merkle root over the first size events' canonical bytes, base64>
+//	chain <hash chain value of event size, hex>
+//
+// The Merkle root makes the prefix provable event by event (inclusion and
+// consistency proofs are standard RFC 6962); the chain line binds it to the
+// ledger's own hash chain. Unlike m/head, a signed checkpoint cannot be
+// rewritten by someone who can write the data directory, so it exposes a
+// truncated or rewritten tail.
+
+// Checkpoint is the content of a signed checkpoint.
+type Checkpoint struct {
+	Origin string      // who keeps the log, e.g. "leaseledger.example/prod"
+	Size   Seq         // number of events covered (seqs 1..Size)
+	Root   []byte      // RFC 6962 Merkle tree hash over their canonical bytes
+	Head   events.Hash // hash chain value of event Size
+}
+
+// ErrCheckpoint is wrapped by every checkpoint verification failure.
+var ErrCheckpoint = errors.New("ledger: checkpoint does not match the log")
+
+var hasher = rfc6962.New(crypto.SHA256)
+
+// merkleRoot computes the RFC 6962 root over events 1..size read from scan.
+func merkleRoot(ctx context.Context, size Seq, scan func(context.Context, Query, func(Seq, []byte) error) error) ([]byte, events.Hash, error) {
+	if size == 0 {
+		return hasher.EmptyRoot(), events.Hash{}, nil
+	}
+	rf := &compact.RangeFactory{Hash: hasher.HashChildren}
+	r := rf.NewEmptyRange(0)
+	var last events.Hash
+	next := Seq(1)
+	err := scan(ctx, Query{From: 1, To: size}, func(seq Seq, raw []byte) error {
+		if seq != next {
+			return fmt.Errorf("%w: seq %d missing", ErrCheckpoint, next)
+		}
+		next++
+		env, err := events.Decode(raw)
+		if err != nil {
+			return fmt.Errorf("%w: seq %d: %w", ErrCheckpoint, seq, err)
+		}
+		last = env.Hash
+		return r.Append(hasher.HashLeaf(raw), nil)
+	})
+	if err != nil {
+		return nil, events.Hash{}, err
+	}
+	if next != size+1 {
+		return nil, events.Hash{}, fmt.Errorf("%w: the log holds %d events, the checkpoint covers %d", ErrCheckpoint, next-1, size)
+	}
+	root, err := r.GetRootHash(nil)
+	return root, last, err
+}
+
+// Checkpoint computes the checkpoint of the durable head under origin.
+func (l *Ledger) Checkpoint(ctx context.Context, origin string) (Checkpoint, error) {
+	if err := checkOrigin(origin); err != nil {
+		return Checkpoint{}, err
+	}
+	size := l.Head().Seq
+	root, head, err := merkleRoot(ctx, size, l.Scan)
+	if err != nil {
+		return Checkpoint{}, err
+	}
+	return Checkpoint{Origin: origin, Size: size, Root: root, Head: head}, nil
+}
+
+func checkOrigin(origin string) error {
+	if origin == "" || len(origin) > 256 || strings.ContainsAny(origin, "\n\r") {
+		return errors.New("ledger: checkpoint origin must be one non-empty line of at most 256 bytes")
+	}
+	return nil
+}
+
+// Text is the checkpoint's note text (the signed body).
+func (c Checkpoint) Text() string {
+	return fmt.Sprintf("%s\n%d\n%s\nchain %s\n", c.Origin, c.Size, base64.StdEncoding.EncodeToString(c.Root), c.Head)
+}
+
+// Sign returns the signed note of c.
+func (c Checkpoint) Sign(signer note.Signer) ([]byte, error) {
+	return note.Sign(&note.Note{Text: c.Text()}, signer)
+}
+
+// ParseCheckpoint opens a signed checkpoint, verifying its signature with
+// verifier, and parses its text.
+func ParseCheckpoint(signed []byte, verifier note.Verifier) (Checkpoint, error) {
+	n, err := note.Open(signed, note.VerifierList(verifier))
+	if err != nil {
+		return Checkpoint{}, fmt.Errorf("ledger: checkpoint signature: %w", err)
+	}
+	lines := strings.Split(strings.TrimSuffix(n.Text, "\n"), "\n")
+	if len(lines) < 4 || !strings.HasPrefix(lines[3], "chain ") {
+		return Checkpoint{}, errors.New("ledger: checkpoint text: want origin, size, root and chain lines")
+	}
+	var c Checkpoint
+	c.Origin = lines[0]
+	size, err := strconv.ParseUint(lines[1], 10, 64)
+	if err != nil {
+		return Checkpoint{}, errors.New("ledger: checkpoint text: malformed size")
+	}
+	c.Size = Seq(size)
+	if c.Root, err = base64.StdEncoding.DecodeString(lines[2]); err != nil || len(c.Root) != 32 {
+		return Checkpoint{}, errors.New("ledger: checkpoint text: malformed root")
+	}
+	if err := c.Head.UnmarshalText([]byte(strings.TrimPrefix(lines[3], "chain "))); err != nil {
+		return Checkpoint{}, errors.New("ledger: checkpoint text: malformed chain hash")
+	}
+	return c, nil
+}

@@ -1,0 +1,149 @@
+package ledger
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/leaseledger/leaseledger/events"
+	"golang.org/x/mod/sumdb/note"
+)
+
+func testKeys(t *testing.T) (note.Signer, note.Verifier) {
+	t.Helper()
+	skey, vkey, err := note.GenerateKey(rand.Reader, "leaseledger-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := note.NewSigner(skey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := note.NewVerifier(vkey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, v
+}
+
+// checkpointFixture appends n events, takes a signed checkpoint of them,
+// closes the ledger and returns the raw DB and the parsed checkpoint.
+func checkpointFixture(t *testing.T, n int) (*pebble.DB, Checkpoint) {
+	t.Helper()
+	signer, verifier := testKeys(t)
+	dir := t.TempDir()
+	l, err := Open(Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		if _, err := l.Append(context.Background(), events.Draft{Activation: "act-1",
+			Payload: &events.LeaseRevoked{Reason: "r", CallsInFlight: i}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := l.Checkpoint(context.Background(), "leaseledger.test/log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	signed, err := c.Sign(signer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parsed, err := ParseCheckpoint(signed, verifier)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if parsed.Size != Seq(n) || parsed.Head != l.Head().Hash || parsed.Text() != c.Text() {
+		t.Fatalf("parsed checkpoint %+v, head %+v", parsed, l.Head())
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db, err := pebble.Open(dir, &pebble.Options{FormatMajorVersion: pebble.FormatNewest, Logger: quietLogger{nil}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db, parsed
+}
+
+func TestCheckpointVerifies(t *testing.T) {
+	db, c := checkpointFixture(t, 20)
+	if _, err := verifyDB(context.Background(), db, VerifyOptions{Checkpoints: []Checkpoint{c}}); err != nil {
+		t.Fatal(err)
+	}
+	// A checkpoint of the empty log verifies against any log.
+	empty := Checkpoint{Origin: "x", Root: hasher.EmptyRoot()}
+	if _, err := verifyDB(context.Background(), db, VerifyOptions{Checkpoints: []Checkpoint{empty}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Someone who can write the data directory rewrites event 7 and re-seals
+// every later event so that the hash chain, m/head and the indexes are
+// consistent again: plain verify passes, the signed checkpoint does not.
+func TestCheckpointCatchesResealedChain(t *testing.T) {
+	db, c := checkpointFixture(t, 20)
+	var prev events.Hash
+	for seq := Seq(1); seq <= 20; seq++ {
+		env, err := events.Decode(mustGet(t, db, eventKey(seq)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, _ := env.Payload()
+		if seq == 7 {
+			p = &events.LeaseRevoked{Reason: "forged"}
+		}
+		prep, err := events.Prepare(events.Draft{Activation: env.Activation, Session: env.Session, Server: env.Server, Payload: p})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sealed, raw := events.Seal(prep, uint64(seq), env.ID, env.Time, prev)
+		prev = sealed.Hash
+		_ = db.Set(eventKey(seq), raw, pebble.NoSync)
+	}
+	_ = db.Set([]byte(keyHead), encodeHead(Head{Seq: 20, Hash: prev}), pebble.NoSync)
+	if _, err := verifyDB(context.Background(), db, VerifyOptions{}); err != nil {
+		t.Fatalf("the re-sealed chain should be self-consistent: %v", err)
+	}
+	_, err := verifyDB(context.Background(), db, VerifyOptions{Checkpoints: []Checkpoint{c}})
+	var ve *VerifyError
+	if !errors.As(err, &ve) || ve.Fault != FaultCheckpoint || ve.Seq != 20 {
+		t.Fatalf("verify with the checkpoint: %v", err)
+	}
+}
+
+func TestCheckpointCatchesTruncation(t *testing.T) {
+	db, c := checkpointFixture(t, 10)
+	env9, _ := events.Decode(mustGet(t, db, eventKey(9)))
+	env10, _ := events.Decode(mustGet(t, db, eventKey(10)))
+	for _, k := range KeysFor(&env10) {
+		_ = db.Delete(k, pebble.NoSync)
+	}
+	_ = db.Set([]byte(keyHead), encodeHead(Head{Seq: 9, Hash: env9.Hash}), pebble.NoSync)
+	_, err := verifyDB(context.Background(), db, VerifyOptions{Checkpoints: []Checkpoint{c}})
+	var ve *VerifyError
+	if !errors.As(err, &ve) || ve.Fault != FaultCheckpoint || ve.Seq != 10 {
+		t.Fatalf("verify of a truncated log with the checkpoint: %v", err)
+	}
+}
+
+func TestCheckpointSignatureRequired(t *testing.T) {
+	signer, _ := testKeys(t)
+	_, otherVerifier := testKeys(t)
+	c := Checkpoint{Origin: "o", Size: 0, Root: hasher.EmptyRoot()}
+	signed, err := c.Sign(signer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ParseCheckpoint(signed, otherVerifier); err == nil {
+		t.Fatal("a checkpoint signed by another key was accepted")
+	}
+	tampered := append([]byte("x"), signed...)
+	if _, err := ParseCheckpoint(tampered, otherVerifier); err == nil {
+		t.Fatal("a tampered checkpoint was accepted")
+	}
+}
