@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/leaseledger/leaseledger/internal/testproc"
-	"go.uber.org/goleak"
 )
 
 // Binaries the tests build once, into a temporary directory: the real
@@ -50,12 +49,8 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goroutine leak:", err)
-			code = 1
-		}
-		if kids := childrenOf(os.Getpid()); len(kids) > 0 {
-			fmt.Fprintln(os.Stderr, "child processes left behind:", kids)
+		if err := testproc.Leftovers(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
 			code = 1
 		}
 	}

@@ -95,11 +95,8 @@ duplicate; without it, it prints only events committed from now on.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&natsURL, "nats", fmt.Sprintf("nats://127.0.0.1:%d", ledger.DefaultBusPort), "NATS URL of a running 'serve'")
 	f.Uint64Var(&fromSeq, "from-seq", 0, "catch up from this seq through replay before going live")
-	f.StringVar(&kind, "kind", "", "only events of this kind, e.g. lease.revoked")
-	f.StringVar(&activation, "activation", "", "only events of this activation")
-	creds.flags(f)
+	busFilterFlags(f, &natsURL, &kind, &activation, &creds)
 	return cmd
 }
 
@@ -138,12 +135,9 @@ and prints them as JSON Lines. Unlike tail it stops at the end of the range
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&natsURL, "nats", fmt.Sprintf("nats://127.0.0.1:%d", ledger.DefaultBusPort), "NATS URL of a running 'serve'")
 	f.Uint64Var(&from, "from", 1, "first seq")
 	f.Uint64Var(&to, "to", 0, "last seq (0: the head)")
-	f.StringVar(&kind, "kind", "", "only events of this kind")
-	f.StringVar(&activation, "activation", "", "only events of this activation")
-	creds.flags(f)
+	busFilterFlags(f, &natsURL, &kind, &activation, &creds)
 	return cmd
 }
 
@@ -249,4 +243,13 @@ func newExportCmd(a *app) *cobra.Command {
 	f.StringVar(&activation, "activation", "", "only events of this activation")
 	f.StringVar(&session, "session", "", "only events of this session")
 	return cmd
+}
+
+// busFilterFlags are the flags of the commands that read a running 'serve'
+// over NATS with the bus's filters (tail, replay).
+func busFilterFlags(f flagSet, natsURL, kind, activation *string, creds *natsCreds) {
+	f.StringVar(natsURL, "nats", fmt.Sprintf("nats://127.0.0.1:%d", ledger.DefaultBusPort), "NATS URL of a running 'serve'")
+	f.StringVar(kind, "kind", "", "only events of this kind, e.g. lease.revoked")
+	f.StringVar(activation, "activation", "", "only events of this activation")
+	creds.flags(f)
 }

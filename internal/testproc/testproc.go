@@ -1,10 +1,11 @@
 // Package testproc owns what tests that start real processes share: building
 // the binaries they run (the guardian helper, test targets, test servers)
-// with the go tool, and reading /proc to prove that no child process of the
-// test binary is left behind.
+// with the go tool, and proving after the suite that no goroutine and no
+// child process of the test binary is left behind.
 package testproc
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -12,6 +13,8 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+
+	"go.uber.org/goleak"
 )
 
 // Binary names one package to build and where to put it.
@@ -80,4 +83,21 @@ func Stat(pid int) (ppid int, state byte, ok bool) {
 func Running(pid int) bool {
 	_, state, ok := Stat(pid)
 	return ok && state != 'Z' && state != 'X'
+}
+
+// Leftovers reports what a test binary left behind after its tests: leaked
+// goroutines (goleak) and child processes still present in /proc. It
+// returns nil when there is nothing; TestMain fails the run otherwise.
+func Leftovers() error {
+	var problems []string
+	if err := goleak.Find(); err != nil {
+		problems = append(problems, "goroutine leak: "+err.Error())
+	}
+	if kids := ChildrenOf(os.Getpid()); len(kids) > 0 {
+		problems = append(problems, fmt.Sprintf("child processes left behind: %v", kids))
+	}
+	if len(problems) == 0 {
+		return nil
+	}
+	return errors.New(strings.Join(problems, "\n"))
 }
