@@ -30,54 +30,14 @@ func BenchmarkCallOverhead(b *testing.B) {
 	cfg := everything(b)
 	ctx := context.Background()
 
-	// Plain: the baseline a host would get without leases.
-	plainClient := mcp.NewClient(&mcp.Implementation{Name: "plain", Version: "0"}, &mcp.ClientOptions{Capabilities: &mcp.ClientCapabilities{}})
-	cmd := exec.Command(cfg.Command, cfg.Args...)
-	plain, err := plainClient.Connect(ctx, &mcp.CommandTransport{Command: cmd}, &mcp.ClientSessionOptions{ProtocolVersion: ProtocolVersion})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer plain.Close()
-
-	l, err := ledger.Open(ledger.Options{Dir: b.TempDir()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer l.Close()
-	src := &MapConfigSource{}
-	src.Set("everything", cfg)
-	m, err := NewManager(Options{Config: src, Ledger: l, HelperPath: bins.helper})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer m.Close(ctx)
-	scope, err := m.OpenSession(ctx, "bench")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer scope.Release(ctx)
-	capa := scope.Capability()
-	tools, err := capa.Tools(ctx, "everything")
-	if err != nil {
-		b.Fatal(err)
-	}
-	req := CallRequest{Server: "everything", Tool: "echo", Digest: digestOf(b, tools, "echo"), Arguments: map[string]any{"message": "benchmark"}}
+	plain := plainSession(b, ctx, cfg)
+	l := benchLedger(b)
+	capa, req := benchLease(b, ctx, cfg, l)
 	plainArgs := map[string]any{"message": "benchmark"}
-
 	// The same lease path with an appender that validates and encodes the
 	// events but does not write them: separates the ledger's two fsyncs per
 	// call from the rest (gate, digest check, guardian relay).
-	m2, err := NewManager(Options{Config: src, Ledger: prepareOnly{}, HelperPath: bins.helper})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer m2.Close(ctx)
-	scope2, err := m2.OpenSession(ctx, "bench")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer scope2.Release(ctx)
-	capa2 := scope2.Capability()
+	capa2, _ := benchLease(b, ctx, cfg, prepareOnly{})
 
 	leaseCall := func() {
 		if res, err := capa.Call(ctx, req); err != nil || res.IsError {
@@ -134,6 +94,54 @@ func BenchmarkCallOverhead(b *testing.B) {
 	b.ReportMetric(0, "ns/op") // the two per-call figures above are the result
 }
 
+// plainSession connects a plain go-sdk client over CommandTransport to the
+// server of cfg: the baseline a host would get without leases.
+func plainSession(b *testing.B, ctx context.Context, cfg ServerConfig) *mcp.ClientSession {
+	b.Helper()
+	c := mcp.NewClient(&mcp.Implementation{Name: "plain", Version: "0"}, &mcp.ClientOptions{Capabilities: &mcp.ClientCapabilities{}})
+	s, err := c.Connect(ctx, &mcp.CommandTransport{Command: exec.Command(cfg.Command, cfg.Args...)}, &mcp.ClientSessionOptions{ProtocolVersion: ProtocolVersion})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() })
+	return s
+}
+
+// benchLease opens a manager over appender, a session "bench" and a lease on
+// cfg as "everything"; it returns the capability and an echo request with
+// the pinned digest. Everything is closed when the benchmark ends.
+func benchLease(b *testing.B, ctx context.Context, cfg ServerConfig, appender Appender) (LeaseCapability, CallRequest) {
+	b.Helper()
+	src := &MapConfigSource{}
+	src.Set("everything", cfg)
+	m, err := NewManager(Options{Config: src, Ledger: appender, HelperPath: bins.helper})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { m.Close(ctx) })
+	scope, err := m.OpenSession(ctx, "bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { scope.Release(ctx) })
+	capa := scope.Capability()
+	tools, err := capa.Tools(ctx, "everything")
+	if err != nil {
+		b.Fatal(err)
+	}
+	return capa, CallRequest{Server: "everything", Tool: "echo", Digest: digestOf(b, tools, "echo"), Arguments: map[string]any{"message": "benchmark"}}
+}
+
+func benchLedger(b *testing.B) *ledger.Ledger {
+	b.Helper()
+	l, err := ledger.Open(ledger.Options{Dir: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { l.Close() })
+	return l
+}
+
 // prepareOnly is an Appender that validates and encodes events (the
 // producer's half of an append) and writes nothing.
 type prepareOnly struct{}
@@ -158,35 +166,9 @@ func BenchmarkCallOverheadConcurrent(b *testing.B) {
 	const callers = 16
 	cfg := everything(b)
 	ctx := context.Background()
-	plainClient := mcp.NewClient(&mcp.Implementation{Name: "plain", Version: "0"}, &mcp.ClientOptions{Capabilities: &mcp.ClientCapabilities{}})
-	plain, err := plainClient.Connect(ctx, &mcp.CommandTransport{Command: exec.Command(cfg.Command, cfg.Args...)}, &mcp.ClientSessionOptions{ProtocolVersion: ProtocolVersion})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer plain.Close()
-	l, err := ledger.Open(ledger.Options{Dir: b.TempDir()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer l.Close()
-	src := &MapConfigSource{}
-	src.Set("everything", cfg)
-	m, err := NewManager(Options{Config: src, Ledger: l, HelperPath: bins.helper})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer m.Close(ctx)
-	scope, err := m.OpenSession(ctx, "bench")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer scope.Release(ctx)
-	capa := scope.Capability()
-	tools, err := capa.Tools(ctx, "everything")
-	if err != nil {
-		b.Fatal(err)
-	}
-	req := CallRequest{Server: "everything", Tool: "echo", Digest: digestOf(b, tools, "echo"), Arguments: map[string]any{"message": "benchmark"}}
+	plain := plainSession(b, ctx, cfg)
+	l := benchLedger(b)
+	capa, req := benchLease(b, ctx, cfg, l)
 	args := map[string]any{"message": "benchmark"}
 	leaseCall := func() error {
 		res, err := capa.Call(ctx, req)
