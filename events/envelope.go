@@ -78,7 +78,7 @@ type Prepared struct {
 
 // Envelope is one sealed ledger record.
 type Envelope struct {
-	Seq        uint64
+	Seq        Seq
 	ID         ulid.ULID
 	Time       time.Time
 	Kind       Kind
@@ -120,7 +120,7 @@ func Prepare(d Draft) (Prepared, error) {
 
 // Seal turns p into the envelope at seq, chained after prev. It is what the
 // ledger's committer calls, in seq order.
-func Seal(p Prepared, seq uint64, id ulid.ULID, t time.Time, prev Hash) (Envelope, []byte) {
+func Seal(p Prepared, seq Seq, id ulid.ULID, t time.Time, prev Hash) (Envelope, []byte) {
 	e := Envelope{
 		Seq: seq, ID: id, Time: t.UTC(), Kind: p.Kind, V: Version,
 		Activation: p.Activation, Session: p.Session, Server: p.Server,
@@ -171,9 +171,9 @@ func (e *Envelope) AppendCanonical(b []byte, withHash bool) []byte {
 }
 
 // appendLeading writes the fields the ledger assigns: seq, id and time.
-func appendLeading(b []byte, seq uint64, id ulid.ULID, t time.Time) []byte {
+func appendLeading(b []byte, seq Seq, id ulid.ULID, t time.Time) []byte {
 	b = append(b, `{"seq":`...)
-	b = strconv.AppendUint(b, seq, 10)
+	b = strconv.AppendUint(b, uint64(seq), 10)
 	b = append(b, `,"id":"`...)
 	var ids [ulid.EncodedSize]byte
 	_ = id.MarshalTextTo(ids[:])
@@ -239,7 +239,7 @@ func Decode(b []byte) (Envelope, error) {
 	if w.Seq == nil || *w.Seq == 0 {
 		return Envelope{}, invalid("seq", "missing or zero")
 	}
-	e := Envelope{Seq: *w.Seq, Kind: w.Kind, V: w.V, Activation: w.Activation, Session: w.Session, Server: w.Server}
+	e := Envelope{Seq: Seq(*w.Seq), Kind: w.Kind, V: w.V, Activation: w.Activation, Session: w.Session, Server: w.Server}
 	var err error
 	if e.ID, err = ulid.ParseStrict(w.ID); err != nil {
 		return Envelope{}, invalid("id", "not a ULID")
@@ -283,18 +283,41 @@ func (e *Envelope) CheckHash() bool {
 // Payload decodes e's data into its kind's Go type.
 func (e *Envelope) Payload() (Payload, error) { return DecodePayload(e.Kind, e.Data) }
 
-// Subject is the NATS subject an envelope is published on:
-// leaseledger.events.<family>.<action>.<activation or _>.
+// Subject is the NATS subject an envelope is published on (see [Subject]).
 func (e *Envelope) Subject() string {
 	a := e.Activation
 	if a == "" {
 		a = NoActivation
 	}
-	return SubjectPrefix + string(e.Kind) + "." + a
+	return Subject(e.Kind, a)
 }
 
 // SubjectPrefix begins every event subject.
 const SubjectPrefix = "leaseledger.events."
+
+// Wildcard matches any one subject token (NATS "*").
+const Wildcard = "*"
+
+// Subject builds the event subject
+// leaseledger.events.<family>.<action>.<activation>, the one place subjects
+// are spelt. An empty kind matches every kind (family and action become
+// [Wildcard]); activation is used as given, so pass [Wildcard] to match any
+// activation and [NoActivation] for events without one. Callers validate
+// kind and activation first (both are subject tokens).
+func Subject(kind Kind, activation string) string {
+	fam, act := Wildcard, Wildcard
+	if kind != "" {
+		fam, act = kind.Family(), kind.Action()
+	}
+	b := make([]byte, 0, len(SubjectPrefix)+len(kind)+len(activation)+4)
+	b = append(b, SubjectPrefix...)
+	b = append(b, fam...)
+	b = append(b, '.')
+	b = append(b, act...)
+	b = append(b, '.')
+	b = append(b, activation...)
+	return string(b)
+}
 
 // Input is the JSON Lines input form that `leaseledger append` reads and
 // examples/events.jsonl holds: the kind, the identities and the payload.

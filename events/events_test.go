@@ -25,7 +25,7 @@ func sealOne(t *testing.T, d events.Draft, seq uint64, prev events.Hash) (events
 		t.Fatalf("Prepare: %v", err)
 	}
 	id := ulid.MustNew(ulid.Timestamp(t0), bytes.NewReader(make([]byte, 16)))
-	return events.Seal(p, seq, id, t0, prev)
+	return events.Seal(p, events.Seq(seq), id, t0, prev)
 }
 
 func TestSealDecodeRoundTrip(t *testing.T) {

@@ -302,7 +302,7 @@ func (b *Bus) Committed(batch []Record) {
 		r := &batch[i]
 		msg := &nats.Msg{Subject: r.Env.Subject(), Data: r.Raw, Header: nats.Header{
 			HeaderMsgID: []string{r.Env.ID.String()},
-			HeaderSeq:   []string{strconv.FormatUint(r.Env.Seq, 10)},
+			HeaderSeq:   []string{strconv.FormatUint(uint64(r.Env.Seq), 10)},
 		}}
 		if err := b.nc.PublishMsg(msg); err != nil {
 			b.opts.Logger.Warn("ledger: bus: publish failed", "seq", r.Env.Seq, "err", err)
@@ -358,18 +358,6 @@ type ReplayRequest struct {
 // long.
 const MaxReplayScan = 64 << 10
 
-// rawKindIs reports whether a stored (canonical) event has the given kind.
-// The canonical layout puts `"kind":"…"` right after the time, so the check
-// needs no decoding.
-func rawKindIs(raw []byte, kind events.Kind) bool {
-	i := bytes.Index(raw, []byte(`","kind":"`))
-	if i < 0 {
-		return false
-	}
-	rest := raw[i+len(`","kind":"`):]
-	return len(rest) > len(kind) && string(rest[:len(kind)]) == string(kind) && rest[len(kind)] == '"'
-}
-
 // errChunkFull stops a chunk's scan.
 var errChunkFull = errors.New("chunk full")
 
@@ -416,7 +404,7 @@ func (b *Bus) serveReplay(m *nats.Msg) {
 		}
 		scanned++
 		next = seq + 1
-		if kind != "" && q.Kind == "" && !rawKindIs(raw, kind) {
+		if kind != "" && q.Kind == "" && !events.KindIs(raw, kind) {
 			return nil
 		}
 		body.Write(raw)

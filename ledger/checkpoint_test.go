@@ -101,7 +101,7 @@ func TestCheckpointCatchesResealedChain(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		sealed, raw := events.Seal(prep, uint64(seq), env.ID, env.Time, prev)
+		sealed, raw := events.Seal(prep, seq, env.ID, env.Time, prev)
 		prev = sealed.Hash
 		_ = db.Set(eventKey(seq), raw, pebble.NoSync)
 	}

@@ -69,18 +69,11 @@ type TailFilter struct {
 
 // Subject is the NATS subject matching f.
 func (f TailFilter) Subject() string {
-	fam, act := "*", "*"
-	if f.Kind != "" {
-		fam, act = f.Kind.Family(), f.Kind.Action()
+	a := f.Activation
+	if a == "" {
+		a = events.Wildcard
 	}
-	a := "*"
-	if f.Activation != "" {
-		a = f.Activation
-	}
-	if f.Kind == "" && f.Activation == "" {
-		return EventSubjects
-	}
-	return events.SubjectPrefix + fam + "." + act + "." + a
+	return events.Subject(f.Kind, a)
 }
 
 func (f TailFilter) validate() error {
@@ -112,7 +105,7 @@ func (c *Client) Replay(ctx context.Context, from, to Seq, f TailFilter, fn func
 			if len(line) == 0 {
 				continue
 			}
-			seq, err := rawSeq(line)
+			seq, err := events.PeekSeq(line)
 			if err != nil {
 				return from, err
 			}
@@ -127,24 +120,6 @@ func (c *Client) Replay(ctx context.Context, from, to Seq, f TailFilter, fn func
 			return from, nil
 		}
 	}
-}
-
-// rawSeq reads the seq of a canonical envelope without decoding it whole.
-func rawSeq(raw []byte) (Seq, error) {
-	const p = `{"seq":`
-	if !bytes.HasPrefix(raw, []byte(p)) {
-		return 0, fmt.Errorf("ledger: malformed event: no leading seq")
-	}
-	rest := raw[len(p):]
-	end := bytes.IndexByte(rest, ',')
-	if end < 0 {
-		return 0, fmt.Errorf("ledger: malformed event: no leading seq")
-	}
-	n, err := strconv.ParseUint(string(rest[:end]), 10, 64)
-	if err != nil || n == 0 {
-		return 0, fmt.Errorf("ledger: malformed event: bad seq")
-	}
-	return Seq(n), nil
 }
 
 // Tail calls fn with every event f selects from seq from onwards: first the
@@ -197,7 +172,7 @@ func (c *Client) Tail(ctx context.Context, from Seq, f TailFilter, fn func(seq S
 		if err != nil {
 			continue
 		}
-		if bodySeq, err := rawSeq(m.Data); err != nil || uint64(bodySeq) != seq64 {
+		if bodySeq, err := events.PeekSeq(m.Data); err != nil || uint64(bodySeq) != seq64 {
 			continue
 		}
 		seq := Seq(seq64)

@@ -29,7 +29,7 @@ import (
 
 // Seq is an event's position in the log. The first event is 1; seqs are
 // gapless.
-type Seq uint64
+type Seq = events.Seq
 
 // Head is the last durable event: its seq and chain hash. The empty log has
 // Seq 0 and the zero hash, which is the genesis prev of seq 1.
@@ -648,7 +648,7 @@ func (l *Ledger) seal(p events.Prepared, t time.Time) (events.Envelope, []byte) 
 		id = ulid.MustNew(ulid.Timestamp(t), crand.Reader)
 	}
 	seq := l.tail.Seq + 1
-	env, raw := events.Seal(p, uint64(seq), id, t, l.tail.Hash)
+	env, raw := events.Seal(p, seq, id, t, l.tail.Hash)
 	l.tail = Head{Seq: seq, Hash: env.Hash}
 	return env, raw
 }

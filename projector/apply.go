@@ -52,14 +52,14 @@ func Apply(s *State, env *events.Envelope) error { return s.Apply(env) }
 // may skip seqs). Apply does no I/O and reads no clock; on error the state
 // is unchanged.
 func (s *State) Apply(env *events.Envelope) error {
-	if env.Seq <= s.seq {
-		return &SeqError{Got: env.Seq, Last: s.seq}
+	if uint64(env.Seq) <= s.seq {
+		return &SeqError{Got: uint64(env.Seq), Last: s.seq}
 	}
 	p, err := s.decodePayload(env.Kind, env.Data)
 	if err != nil {
 		return fmt.Errorf("%w: seq %d: %w", ErrDecode, env.Seq, err)
 	}
-	s.apply(&event{seq: env.Seq, time: env.Time, kind: env.Kind, activation: env.Activation,
+	s.apply(&event{seq: uint64(env.Seq), time: env.Time, kind: env.Kind, activation: env.Activation,
 		session: env.Session, server: env.Server, payload: p})
 	return nil
 }

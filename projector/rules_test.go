@@ -101,7 +101,7 @@ func TestSixtyFifthReceiptMovesOldestIntoAggregate(t *testing.T) {
 // cost no encoding/json.
 func receiptEnvs(seq uint64, ref, scope string) [3]events.Envelope {
 	mk := func(i uint64, kind events.Kind, data string) events.Envelope {
-		return events.Envelope{Seq: seq + i, Time: t0, Kind: kind, V: 1, Activation: "act-1", Data: []byte(data)}
+		return events.Envelope{Seq: events.Seq(seq + i), Time: t0, Kind: kind, V: 1, Activation: "act-1", Data: []byte(data)}
 	}
 	return [3]events.Envelope{
 		mk(1, "http.registered", `{"ref":"`+ref+`","scope":"`+scope+`","method":"GET","origin":"https://a.example"}`),

@@ -271,7 +271,7 @@ func sealExamples(t testing.TB) [][]byte {
 		}
 		id := fixedID
 		id[15] += byte(i)
-		e, b := events.Seal(p, uint64(i+1), id, fixedTime.Add(time.Duration(i)*time.Millisecond), prev)
+		e, b := events.Seal(p, events.Seq(i+1), id, fixedTime.Add(time.Duration(i)*time.Millisecond), prev)
 		prev = e.Hash
 		out = append(out, b)
 	}

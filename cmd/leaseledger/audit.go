@@ -122,7 +122,7 @@ func auditOne(cmd *cobra.Command, a *app, l *ledger.Ledger, id string, asJSON bo
 		if err := s.Apply(&env); err != nil {
 			return fmt.Errorf("seq %d: %w", seq, err)
 		}
-		e := timelineEntry{Seq: env.Seq, Time: events.Instant{Time: env.Time}, Kind: env.Kind, Data: env.Data}
+		e := timelineEntry{Seq: uint64(env.Seq), Time: events.Instant{Time: env.Time}, Kind: env.Kind, Data: env.Data}
 		if keep <= 0 || len(ring) < keep {
 			ring = append(ring, e)
 		} else {

@@ -125,7 +125,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		if err != nil {
 			return res, err
 		}
-		env, raw := events.Seal(p, uint64(i+1), [16]byte{}, time.Now(), prev)
+		env, raw := events.Seal(p, events.Seq(i+1), [16]byte{}, time.Now(), prev)
 		prev = env.Hash
 		res.EventBytes = len(raw)
 		keys := ledger.KeysFor(&env)

@@ -174,10 +174,10 @@ func (p *Projection) committed(batch []ledger.Record) {
 	p.mu.Lock()
 	for i := range batch {
 		env := &batch[i].Env
-		if p.err != nil || env.Seq <= p.state.Seq() {
+		if p.err != nil || uint64(env.Seq) <= p.state.Seq() {
 			continue
 		}
-		if env.Seq != p.state.Seq()+1 {
+		if uint64(env.Seq) != p.state.Seq()+1 {
 			p.err = fmt.Errorf("%w: expected seq %d, got %d", ErrGap, p.state.Seq()+1, env.Seq)
 			continue
 		}

@@ -41,7 +41,7 @@ func (c *Chain) Seal(d events.Draft) (events.Envelope, []byte) {
 	id[14] = byte(c.seq >> 8)
 	id[13] = byte(c.seq >> 16)
 	id[12] = byte(c.seq >> 24)
-	env, raw := events.Seal(p, c.seq, id, c.t, c.prev)
+	env, raw := events.Seal(p, events.Seq(c.seq), id, c.t, c.prev)
 	c.prev = env.Hash
 	return env, raw
 }
