@@ -41,6 +41,26 @@ func invalid(field, reason string) error { return &FieldError{Field: field, Reas
 // tokens, so nothing else is accepted.
 func ValidID(s string) bool { return matchClass(s, 1, MaxIDLen, isIDByte) }
 
+// ValidToolName reports whether s is a valid MCP tool name as the host names
+// it in events: [A-Za-z0-9_./-]{1,128}.
+func ValidToolName(s string) bool { return matchClass(s, 1, MaxToolNameLen, isToolByte) }
+
+// ValidDigest reports whether s is a SHA-256 digest in lowercase hex, the
+// form of every digest in an event (schemas, listings, fingerprints).
+func ValidDigest(s string) bool { return isHex64(s) }
+
+// ValidCode reports whether s is a machine-readable reason or label:
+// [a-z0-9_]{1,64}.
+func ValidCode(s string) bool { return matchClass(s, 1, MaxCodeLen, isCodeByte) }
+
+// Bounds of tool names and codes.
+const (
+	// MaxToolNameLen bounds a tool name in an event.
+	MaxToolNameLen = 128
+	// MaxCodeLen bounds a reason or label code.
+	MaxCodeLen = 64
+)
+
 // matchClass reports whether s has between lo and hi bytes, all in class.
 // The checks below are hand-written loops instead of regexps because every
 // appended event runs several of them on the hot path.
@@ -119,7 +139,7 @@ func optDigest(field, v string) error {
 
 // code is a machine-readable reason or label: [a-z0-9_]{1,64}.
 func code(field, v string) error {
-	if !matchClass(v, 1, 64, isCodeByte) {
+	if !ValidCode(v) {
 		return invalid(field, "want [a-z0-9_]{1,64}")
 	}
 	return nil
@@ -150,7 +170,7 @@ func id(field, v string) error {
 
 // toolName validates an MCP tool name as the host names it.
 func toolName(field, v string) error {
-	if !matchClass(v, 1, 128, isToolByte) {
+	if !ValidToolName(v) {
 		return invalid(field, "want [A-Za-z0-9_./-]{1,128}")
 	}
 	return nil
