@@ -55,7 +55,7 @@ func (s *State) Apply(env *events.Envelope) error {
 	if uint64(env.Seq) <= s.seq {
 		return &SeqError{Got: uint64(env.Seq), Last: s.seq}
 	}
-	p, err := s.decodePayload(env.Kind, env.Data)
+	p, err := s.dec.DecodePayload(env.Kind, env.Data)
 	if err != nil {
 		return fmt.Errorf("%w: seq %d: %w", ErrDecode, env.Seq, err)
 	}
@@ -65,21 +65,23 @@ func (s *State) Apply(env *events.Envelope) error {
 }
 
 // ApplyRaw folds the stored bytes of one ledger record into the state. It
-// parses the canonical envelope directly (falling back to events.Decode for
-// anything unusual) and does not check the hash chain: it is meant for
-// bytes read from a ledger, whose chain `leaseledger verify` checks.
-// The result is the same as Apply of the decoded envelope.
+// decodes them with events.Decoder (the canonical fast path, falling back
+// to the strict decoder for anything unusual) and does not check the hash
+// chain: it is meant for bytes read from a ledger, whose chain `leaseledger
+// verify` checks. The result is the same as Apply of the decoded envelope.
 func (s *State) ApplyRaw(raw []byte) error {
-	var e event
-	if !s.parseEnvelope(raw, &e) {
-		env, err := events.Decode(raw)
-		if err != nil {
-			return fmt.Errorf("%w: %w", ErrDecode, err)
-		}
-		return s.Apply(&env)
+	var h events.Header
+	p, err := s.dec.Decode(raw, &h)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrDecode, err)
 	}
-	if e.seq <= s.seq {
-		return &SeqError{Got: e.seq, Last: s.seq}
+	if uint64(h.Seq) <= s.seq {
+		return &SeqError{Got: uint64(h.Seq), Last: s.seq}
+	}
+	e := event{seq: uint64(h.Seq), time: h.Time, kind: h.Kind, activation: h.Activation,
+		session: h.Session, server: h.Server, payload: p}
+	if s.lastAct != nil && s.lastAct.ID == h.Activation {
+		e.act = s.lastAct
 	}
 	s.apply(&e)
 	return nil

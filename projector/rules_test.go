@@ -564,5 +564,5 @@ func TestGuardianReceiptForcedFacts(t *testing.T) {
 	}
 	c := eventgen.NewChain(t0)
 	env, raw := c.Seal(eventgen.D("act-1", r))
-	checkDecode(t, env, raw, true)
+	checkDecode(t, env, raw)
 }

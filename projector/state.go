@@ -1,7 +1,6 @@
 package projector
 
 import (
-	"time"
 
 	"github.com/leaseledger/leaseledger/events"
 )
@@ -550,15 +549,11 @@ type State struct {
 	leaseOf map[string]LeaseKey // activation → its lease's key
 	ownerOf map[string]string   // live handle → owner
 
-	// Decoding scratch (never serialised): one reusable payload per kind,
-	// and a bounded intern table for session and server names.
-	scratch  []reflectValue
-	names    map[string]string
-	lastAct  *Activation // the activation of the last event, for the parser
-	lastIDs  [2]string   // session and server of the last event
-	day      [11]byte    // "YYYY-MM-DDT" of the cached midnight
-	midnight time.Time
-	dayOK    bool
+	// Decoding state (never serialised): the canonical-bytes decoder with
+	// its caches, and the activation of the last event, which the next one
+	// usually shares.
+	dec     events.Decoder
+	lastAct *Activation
 }
 
 // New returns an empty State that has applied nothing.

@@ -1,21 +1,82 @@
-package projector
+package events
 
 import (
 	"bytes"
 	"reflect"
 	"time"
 
-	"github.com/leaseledger/leaseledger/events"
+	"github.com/oklog/ulid/v2"
 )
 
-// Decoding is the cost of replay: events.Decode re-validates and
-// re-encodes every envelope and payload with encoding/json, several times
-// slower than reading the bytes from Pebble. The projector therefore reads
-// the canonical form directly. It only accepts exactly the shapes the
-// canonical encoder writes (fields in declaration order, no whitespace,
-// plain integers); anything else — an escaped string, an unknown field, a
-// float — falls back to the strict decoder in package events, so both paths
-// always yield the same payload. Validate runs on every decoded payload.
+// Decoding is the cost of replay: [Decode] validates and re-encodes every
+// envelope and payload with encoding/json, several times slower than
+// reading the bytes from Pebble. A [Decoder] therefore reads the canonical
+// form directly. It only accepts exactly the shapes the canonical encoder
+// writes (fields in declaration order, no whitespace, plain integers);
+// anything else — an escaped string, an unknown field, a float — falls back
+// to the strict decoder, so both paths always yield the same envelope
+// fields and payload. Validate runs on every decoded payload.
+//
+// The fast path checks the form of every field (the twin fuzz test holds
+// it to this: it never accepts what [Decode] refuses, and it reads what it
+// accepts identically) but not the hash chain: it is for bytes read back
+// from a ledger, whose chain `verify` checks.
+
+// Decoder decodes canonical envelope bytes read from a ledger, fast path
+// first and the strict decoder as fallback. It keeps per-decoder caches
+// (one reusable payload per kind, a bounded table of repeated strings, the
+// last identities and the last date), so it is not safe for concurrent use;
+// its zero value is ready.
+//
+// A payload returned by the fast path is reused by the next decode of the
+// same kind: callers copy what they keep and never retain the payload.
+type Decoder struct {
+	scratch  []reflect.Value
+	names    map[string]string
+	lastIDs  [3]string // activation, session and server of the last event
+	day      [11]byte  // "YYYY-MM-DDT" of the cached midnight
+	midnight time.Time
+	dayOK    bool
+}
+
+// Header is an envelope without its data and hashes: what a reducer needs
+// besides the payload.
+type Header struct {
+	Seq        Seq
+	Time       time.Time
+	Kind       Kind
+	Activation string
+	Session    string
+	Server     string
+}
+
+// Decode reads raw into h and returns its payload. Any failure is the
+// strict decoder's and wraps [ErrInvalid].
+func (d *Decoder) Decode(raw []byte, h *Header) (Payload, error) {
+	if p, ok := d.fast(raw, h); ok {
+		return p, nil
+	}
+	env, err := Decode(raw)
+	if err != nil {
+		return nil, err
+	}
+	p, err := DecodePayload(env.Kind, env.Data)
+	if err != nil {
+		return nil, err
+	}
+	*h = Header{Seq: env.Seq, Time: env.Time, Kind: env.Kind, Activation: env.Activation, Session: env.Session, Server: env.Server}
+	return p, nil
+}
+
+// DecodePayload is [DecodePayload] through the fast path first.
+func (d *Decoder) DecodePayload(kind Kind, data []byte) (Payload, error) {
+	if c := codecs[kind]; c != nil {
+		if p, ok := c.decode(d, data); ok {
+			return p, nil
+		}
+	}
+	return DecodePayload(kind, data)
+}
 
 type fieldType uint8
 
@@ -33,6 +94,10 @@ type fieldInfo struct {
 	index  int
 	typ    fieldType
 	intern bool // a low-cardinality value: interned instead of allocated
+	// omitEmpty: the encoder leaves the field out when it is the zero
+	// value; otherwise the field is always written. Canonical bytes
+	// therefore never hold a zero omitempty field and never lack another.
+	omitEmpty bool
 }
 
 type codec struct {
@@ -41,33 +106,30 @@ type codec struct {
 	fields []fieldInfo
 }
 
-// reflectValue names reflect.Value for the State's scratch field.
-type reflectValue = reflect.Value
-
 // internFields are payload fields whose values repeat (codes, origins,
-// digests of configurations): they are interned per State.
+// digests of configurations): they are interned per Decoder.
 var internFields = map[string]bool{"outcome": true, "reason": true, "scope": true, "method": true,
 	"obligation": true, "phase": true, "transport": true, "cleanup": true, "signal": true, "remote": true,
 	"transport_accepted": true, "notification_delivered": true, "helper_version": true, "origin": true,
 	"tool": true, "fingerprint": true, "listing_digest": true, "digest": true, "key_session": true,
 	"owner": true, "worker": true, "detail": true}
 
-// maxInterned bounds a State's intern table; when it is full, further
+// maxInterned bounds a Decoder's intern table; when it is full, further
 // distinct values are simply allocated.
 const maxInterned = 4096
 
 var (
-	instantPtrType = reflect.TypeFor[*events.Instant]()
+	instantPtrType = reflect.TypeFor[*Instant]()
 	intSliceType   = reflect.TypeFor[[]int]()
 )
 
 // codecs maps each kind to its field table, built once from the events
 // registry. A kind with a field of a type the fast path does not know has
 // no codec and always uses the strict decoder.
-var codecs = func() map[events.Kind]*codec {
-	m := map[events.Kind]*codec{}
-	for _, k := range events.Kinds() {
-		p, err := events.New(k)
+var codecs = func() map[Kind]*codec {
+	m := map[Kind]*codec{}
+	for _, k := range Kinds() {
+		p, err := New(k)
 		if err != nil {
 			continue
 		}
@@ -76,7 +138,7 @@ var codecs = func() map[events.Kind]*codec {
 		ok := true
 		for i := range t.NumField() {
 			f := t.Field(i)
-			name, _, _ := cutComma(f.Tag.Get("json"))
+			name, opts, _ := cutComma(f.Tag.Get("json"))
 			if name == "" || name == "-" {
 				ok = false
 				break
@@ -98,7 +160,7 @@ var codecs = func() map[events.Kind]*codec {
 			default:
 				ok = false
 			}
-			c.fields = append(c.fields, fieldInfo{name: name, index: i, typ: ft, intern: internFields[name]})
+			c.fields = append(c.fields, fieldInfo{name: name, index: i, typ: ft, intern: internFields[name], omitEmpty: opts == "omitempty"})
 		}
 		if ok {
 			m[k] = c
@@ -116,44 +178,32 @@ func cutComma(s string) (string, string, bool) {
 	return s, "", false
 }
 
-// decodePayload decodes kind's payload from data, fast path first. The
-// fast path decodes into the State's scratch payload of that kind: the
-// reducer copies what it keeps and never retains the payload itself.
-func (st *State) decodePayload(kind events.Kind, data []byte) (events.Payload, error) {
-	if c := codecs[kind]; c != nil {
-		if p, ok := c.decode(st, data); ok {
-			return p, nil
-		}
-	}
-	return events.DecodePayload(kind, data)
-}
-
-// intern returns b as a string, from the State's bounded table when seen.
-func (st *State) intern(b []byte) string {
-	if v, ok := st.names[string(b)]; ok {
+// intern returns b as a string, from the Decoder's bounded table when seen.
+func (d *Decoder) intern(b []byte) string {
+	if v, ok := d.names[string(b)]; ok {
 		return v
 	}
 	v := string(b)
-	if st.names == nil {
-		st.names = make(map[string]string)
+	if d.names == nil {
+		d.names = make(map[string]string)
 	}
-	if len(st.names) < maxInterned {
-		st.names[v] = v
+	if len(d.names) < maxInterned {
+		d.names[v] = v
 	}
 	return v
 }
 
-// decode parses a canonical flat JSON object into the State's scratch
+// decode parses a canonical flat JSON object into the Decoder's scratch
 // payload of c's kind. It reports false for anything it does not handle
 // exactly.
-func (c *codec) decode(st *State, data []byte) (events.Payload, bool) {
-	if st.scratch == nil {
-		st.scratch = make([]reflect.Value, len(codecs))
+func (c *codec) decode(d *Decoder, data []byte) (Payload, bool) {
+	if d.scratch == nil {
+		d.scratch = make([]reflect.Value, len(codecs))
 	}
-	v := st.scratch[c.idx]
+	v := d.scratch[c.idx]
 	if !v.IsValid() {
 		v = reflect.New(c.typ)
-		st.scratch[c.idx] = v
+		d.scratch[c.idx] = v
 	}
 	s := v.Elem()
 	s.SetZero()
@@ -177,6 +227,9 @@ func (c *codec) decode(st *State, data []byte) (events.Payload, bool) {
 		}
 		i = n + 1
 		for fi < len(c.fields) && c.fields[fi].name != key {
+			if !c.fields[fi].omitEmpty {
+				return nil, false // a field the encoder always writes is missing
+			}
 			fi++
 		}
 		if fi == len(c.fields) {
@@ -192,7 +245,7 @@ func (c *codec) decode(st *State, data []byte) (events.Payload, bool) {
 				return nil, false
 			}
 			if f.intern {
-				fv.SetString(st.intern(raw))
+				fv.SetString(d.intern(raw))
 			} else {
 				fv.SetString(string(raw))
 			}
@@ -222,7 +275,7 @@ func (c *codec) decode(st *State, data []byte) (events.Payload, bool) {
 			if !ok {
 				return nil, false
 			}
-			fv.Set(reflect.ValueOf(&events.Instant{Time: t}))
+			fv.Set(reflect.ValueOf(&Instant{Time: t}))
 			i += 32
 		case fInts:
 			if i >= len(data) || data[i] != '[' {
@@ -249,8 +302,16 @@ func (c *codec) decode(st *State, data []byte) (events.Payload, bool) {
 			}
 			fv.Set(reflect.ValueOf(xs))
 		}
+		if f.omitEmpty && fv.IsZero() {
+			return nil, false // the encoder would have left it out
+		}
 	}
-	p := v.Interface().(events.Payload)
+	for ; fi < len(c.fields); fi++ {
+		if !c.fields[fi].omitEmpty {
+			return nil, false
+		}
+	}
+	p := v.Interface().(Payload)
 	if p.Validate() != nil {
 		return nil, false // let the strict decoder produce the error
 	}
@@ -324,10 +385,10 @@ func plainInt(b []byte, i int) (int64, int, bool) {
 	return x, i, true
 }
 
-// parseTimeCached is parseTime with the State's cache of the last date:
+// parseTimeCached is parseTime with the Decoder's cache of the last date:
 // events of one day share its midnight, and only the clock is added.
-func (st *State) parseTimeCached(b []byte) (time.Time, bool) {
-	if len(b) == len(events.TimeLayout) && st.dayOK && string(b[:11]) == string(st.day[:]) && b[29] == 'Z' &&
+func (d *Decoder) parseTimeCached(b []byte) (time.Time, bool) {
+	if len(b) == len(TimeLayout) && d.dayOK && string(b[:11]) == string(d.day[:]) && b[29] == 'Z' &&
 		b[13] == ':' && b[16] == ':' && b[19] == '.' {
 		var hms [3]int64
 		for k, r := range [...][2]int{{11, 13}, {14, 16}, {17, 19}} {
@@ -349,19 +410,19 @@ func (st *State) parseTimeCached(b []byte) (time.Time, bool) {
 			return time.Time{}, false
 		}
 		clock := hms[0]*3600 + hms[1]*60 + hms[2]
-		return st.midnight.Add(time.Duration(clock)*time.Second + time.Duration(ns)), true
+		return d.midnight.Add(time.Duration(clock)*time.Second + time.Duration(ns)), true
 	}
 	t, ok := parseTime(b)
 	if ok {
-		copy(st.day[:], b[:11])
-		st.midnight, st.dayOK = time.Date(t.Year(), t.Month(), t.Day(), 0, 0, 0, 0, time.UTC), true
+		copy(d.day[:], b[:11])
+		d.midnight, d.dayOK = time.Date(t.Year(), t.Month(), t.Day(), 0, 0, 0, 0, time.UTC), true
 	}
 	return t, ok
 }
 
-// parseTime parses events.TimeLayout ("2006-01-02T15:04:05.000000000Z").
+// parseTime parses TimeLayout ("2006-01-02T15:04:05.000000000Z").
 func parseTime(b []byte) (time.Time, bool) {
-	if len(b) != len(events.TimeLayout) || b[4] != '-' || b[7] != '-' || b[10] != 'T' || b[13] != ':' ||
+	if len(b) != len(TimeLayout) || b[4] != '-' || b[7] != '-' || b[10] != 'T' || b[13] != ':' ||
 		b[16] != ':' || b[19] != '.' || b[29] != 'Z' {
 		return time.Time{}, false
 	}
@@ -392,94 +453,111 @@ func parseTime(b []byte) (time.Time, bool) {
 	return t, true
 }
 
-// parseEnvelope reads the canonical envelope form
+// fast reads the canonical envelope form
 //
 //	{"seq":N,"id":"<26>","time":"<30>","kind":"…","v":1[,"activation":"…"][,"session":"…"][,"server":"…"],"data":{…},"prev":"<64>","hash":"<64>"}
 //
-// into e. It reports false for anything else (the caller then uses the
-// strict decoder).
-func (st *State) parseEnvelope(raw []byte, e *event) bool {
+// into h and returns the payload. It reports false for anything else (the
+// caller then uses the strict decoder).
+func (d *Decoder) fast(raw []byte, h *Header) (Payload, bool) {
 	const suffix = len(`,"prev":"`) + 64 + len(`","hash":"`) + 64 + len(`"}`)
-	if !hasPrefixAt(raw, 0, `{"seq":`) || len(raw) < 100+suffix {
-		return false
+	if !hasPrefixAt(raw, 0, seqPrefix) || len(raw) < 100+suffix || len(raw) > MaxEventBytes {
+		return nil, false
 	}
-	seq, i, ok := plainInt(raw, len(`{"seq":`))
+	seq, i, ok := plainInt(raw, len(seqPrefix))
 	if !ok || seq <= 0 || !hasPrefixAt(raw, i, `,"id":"`) {
-		return false
+		return nil, false
 	}
-	i += len(`,"id":"`) + 26
+	i += len(`,"id":"`)
+	if i+ulid.EncodedSize > len(raw) {
+		return nil, false
+	}
+	if _, err := ulid.ParseStrict(string(raw[i : i+ulid.EncodedSize])); err != nil {
+		return nil, false
+	}
+	i += ulid.EncodedSize
 	if !hasPrefixAt(raw, i, `","time":"`) {
-		return false
+		return nil, false
 	}
 	i += len(`","time":"`)
 	if i+30 > len(raw) {
-		return false
+		return nil, false
 	}
-	t, ok := st.parseTimeCached(raw[i : i+30])
+	t, ok := d.parseTimeCached(raw[i : i+30])
 	if !ok {
-		return false
+		return nil, false
 	}
 	i += 30
 	if !hasPrefixAt(raw, i, `","kind":`) {
-		return false
+		return nil, false
 	}
 	kindB, n, ok := plainBytes(raw, i+len(`","kind":`))
 	if !ok || !hasPrefixAt(raw, n, `,"v":1,"`) {
-		return false
+		return nil, false
 	}
 	i = n + len(`,"v":1`)
 	var ids [3]string
 	for j, name := range [3]string{`,"activation":`, `,"session":`, `,"server":`} {
 		if hasPrefixAt(raw, i, name) {
 			var b []byte
-			if b, i, ok = plainBytes(raw, i+len(name)); !ok || !validID(b) {
-				return false
+			if b, i, ok = plainBytes(raw, i+len(name)); !ok || !validIDBytes(b) {
+				return nil, false
 			}
 			switch {
-			case j == 0 && st.lastAct != nil && string(b) == st.lastAct.ID:
-				ids[j], e.act = st.lastAct.ID, st.lastAct
-			case j == 0:
-				if a, known := st.activations[string(b)]; known {
-					ids[j], e.act = a.ID, a
-				} else {
-					ids[j] = string(b)
-				}
-			case string(b) == st.lastIDs[j-1]:
-				ids[j] = st.lastIDs[j-1]
+			case string(b) == d.lastIDs[j]:
+				ids[j] = d.lastIDs[j]
+			case j == 0: // activations are many and short-lived: not interned
+				ids[j] = string(b)
+				d.lastIDs[j] = ids[j]
 			default:
-				ids[j] = st.intern(b)
-				st.lastIDs[j-1] = ids[j]
+				ids[j] = d.intern(b)
+				d.lastIDs[j] = ids[j]
 			}
 		}
 	}
-	if ids[0] == events.NoActivation {
-		return false
+	if ids[0] == NoActivation {
+		return nil, false
 	}
 	end := len(raw) - suffix
-	if !hasPrefixAt(raw, i, `,"data":`) || !hasPrefixAt(raw, end, `,"prev":"`) || !hasPrefixAt(raw, len(raw)-len(`"}`)-64-len(`","hash":"`), `","hash":"`) {
-		return false
+	hashAt := len(raw) - len(`"}`) - 64
+	if !hasPrefixAt(raw, i, `,"data":`) || !hasPrefixAt(raw, end, `,"prev":"`) || !hasPrefixAt(raw, hashAt-len(`","hash":"`), `","hash":"`) ||
+		!isHex64Bytes(raw[end+len(`,"prev":"`):end+len(`,"prev":"`)+64]) || !isHex64Bytes(raw[hashAt:hashAt+64]) ||
+		!hasPrefixAt(raw, len(raw)-2, `"}`) {
+		return nil, false
 	}
 	data := raw[i+len(`,"data":`) : end]
-	c := codecs[events.Kind(kindB)]
+	c := codecs[Kind(kindB)]
 	if c == nil {
-		return false
+		return nil, false
 	}
-	p, ok := c.decode(st, data)
+	p, ok := c.decode(d, data)
 	if !ok {
-		return false
+		return nil, false
 	}
-	e.seq, e.time, e.kind, e.payload = uint64(seq), t, p.Kind(), p
-	e.activation, e.session, e.server = ids[0], ids[1], ids[2]
-	return true
+	*h = Header{Seq: Seq(seq), Time: t, Kind: p.Kind(), Activation: ids[0], Session: ids[1], Server: ids[2]}
+	return p, true
 }
 
-// validID is events.ValidID for bytes: [A-Za-z0-9_-]{1,128}.
-func validID(b []byte) bool {
-	if len(b) == 0 || len(b) > events.MaxIDLen {
+// isHex64Bytes is the digest rule for bytes: 64 lowercase hex digits.
+func isHex64Bytes(b []byte) bool {
+	if len(b) != 64 {
 		return false
 	}
 	for _, c := range b {
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-') {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// validIDBytes is [ValidID] for bytes.
+func validIDBytes(b []byte) bool {
+	if len(b) == 0 || len(b) > MaxIDLen {
+		return false
+	}
+	for _, c := range b {
+		if !isIDByte(c) {
 			return false
 		}
 	}

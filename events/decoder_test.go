@@ -1,0 +1,127 @@
+package events_test
+
+import (
+	"bytes"
+	"os"
+	"reflect"
+	"testing"
+
+	"github.com/leaseledger/leaseledger/events"
+)
+
+// sealExamples seals every line of examples/events.jsonl (one per kind)
+// into a chain, as the ledger would store it.
+func sealExamples(t testing.TB) [][]byte {
+	t.Helper()
+	b, err := os.ReadFile("../examples/events.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out [][]byte
+	var prev events.Hash
+	for i, line := range bytes.Split(bytes.TrimSpace(b), []byte("\n")) {
+		d, err := events.ParseInput(line)
+		if err != nil {
+			t.Fatalf("example %d: %v", i, err)
+		}
+		p, err := events.Prepare(d)
+		if err != nil {
+			t.Fatalf("example %d: %v", i, err)
+		}
+		env, raw := events.Seal(p, events.Seq(i+1), [16]byte{byte(i)}, t0, prev)
+		prev = env.Hash
+		out = append(out, raw)
+	}
+	return out
+}
+
+// agree checks the twin property on raw: when the strict decoder accepts
+// it, the fast path either declines (wantFast false) or yields the same
+// header and payload; when the strict decoder refuses it, so does the
+// Decoder as a whole.
+func agree(t testing.TB, d *events.Decoder, raw []byte, wantFast bool) {
+	t.Helper()
+	env, strictErr := events.Decode(raw)
+	h, p, fast := d.FastForTest(raw)
+	if strictErr != nil {
+		var h2 events.Header
+		if _, err := d.Decode(raw, &h2); err == nil {
+			t.Fatalf("Decoder accepted bytes the strict decoder refuses (%v): %q", strictErr, raw)
+		}
+		return
+	}
+	if wantFast && !fast {
+		t.Fatalf("fast path declined canonical bytes: %s", raw)
+	}
+	if !fast {
+		return
+	}
+	want := events.Header{Seq: env.Seq, Time: env.Time, Kind: env.Kind, Activation: env.Activation, Session: env.Session, Server: env.Server}
+	if h != want {
+		t.Fatalf("headers differ:\nfast   %+v\nstrict %+v", h, want)
+	}
+	sp, err := env.Payload()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(p, sp) {
+		t.Fatalf("payloads differ on %s:\nfast   %#v\nstrict %#v", env.Kind, p, sp)
+	}
+}
+
+// The fast decoder and the strict one agree on every kind, and the fast
+// path takes every canonical example (otherwise it would be a slow path).
+func TestDecoderMatchesStrictOnEveryKind(t *testing.T) {
+	raws := sealExamples(t)
+	if len(raws) != len(events.Kinds()) {
+		t.Fatalf("%d examples for %d kinds", len(raws), len(events.Kinds()))
+	}
+	var d events.Decoder
+	for range 2 { // the second pass hits the caches (interned names, scratch payloads, day)
+		for _, raw := range raws {
+			agree(t, &d, raw, true)
+		}
+	}
+}
+
+// Bytes the fast path does not read exactly (an escaped string) fall back
+// to the strict decoder, with the same result.
+func TestDecoderFallsBackToStrict(t *testing.T) {
+	p, err := events.Prepare(events.Draft{Activation: "act-1",
+		Payload: &events.HTTPRegistered{Ref: "r", Scope: "request", Method: "GET", Origin: "https://a<b>&c.example"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, raw := events.Seal(p, 1, [16]byte{1}, t0, events.Hash{})
+	if !bytes.Contains(raw, []byte(`\u003c`)) {
+		t.Fatalf("expected an escaped origin: %s", raw)
+	}
+	var d events.Decoder
+	if _, _, fast := d.FastForTest(raw); fast {
+		t.Fatal("fast path read an escaped string")
+	}
+	var h events.Header
+	got, err := d.Decode(raw, &h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Seq != env.Seq || h.Activation != "act-1" || got.(*events.HTTPRegistered).Origin != "https://a<b>&c.example" {
+		t.Fatalf("fallback decoded %+v %#v", h, got)
+	}
+	if _, err := d.Decode([]byte(`{"seq":1}`), &h); err == nil {
+		t.Fatal("Decoder accepted garbage")
+	}
+}
+
+// FuzzDecoderMatchesStrict mutates canonical events: whatever the strict
+// decoder accepts, the fast path declines or reads identically, and the
+// Decoder never accepts what the strict decoder refuses. It never panics.
+func FuzzDecoderMatchesStrict(f *testing.F) {
+	for _, raw := range sealExamples(f) {
+		f.Add(raw)
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		var d events.Decoder
+		agree(t, &d, raw, false)
+	})
+}
