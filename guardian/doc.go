@@ -1,14 +1,15 @@
-// Package guardian owns verified stdio: running an MCP server (the target)
-// under a separate helper process that is its actual parent, relaying the
-// target's stdio as bounded packet-4 frames, and collecting the helper's
-// receipt of what cleanup really happened.
+// Package guardian owns verified stdio on the host side: running an MCP
+// server (the target) under a separate helper process that is its actual
+// parent, relaying the target's stdio through the helper, and turning the
+// helper's receipt into a CleanupResult that says whether cleanup is
+// confirmed.
 //
-// This package holds the frame protocol shared by both sides (frames, hello,
-// launch request, receipt) and the host side: Launch finds and starts the
-// helper (cmd/leaseledger-guardian), checks its version before any target
-// exists, and returns a Session whose Read/Write carry the target's
-// stdout/stdin and whose Close runs the cleanup sequence and returns a
-// CleanupResult. The helper side is package guardian/helper.
+// A host needs only Spec, Launch, Session and CleanupResult. Launch finds
+// and starts the helper (cmd/leaseledger-guardian), checks its version
+// before any target exists, and returns a Session whose Read/Write carry
+// the target's stdout/stdin and whose Close runs the cleanup sequence. The
+// helper process is package guardian/helper; the frame protocol both sides
+// speak is the internal package guardian/internal/wire.
 //
 // The package returns facts; it knows nothing of the ledger or the bus. The
 // runtime turns a CleanupResult into guardian.* events (Started, Signal,

@@ -5,10 +5,10 @@ import (
 	"fmt"
 )
 
-// Errors Launch returns before any target process exists. Each is wrapped in
-// a *HelperError (or *VersionError), so callers test with errors.Is and read
-// details with errors.As. None of them is ever answered by launching the
-// target directly: verified cleanup has no fallback.
+// Errors Launch returns before any target process exists, each inside a
+// *HelperError, so callers test with errors.Is and read details with
+// errors.As. None of them is ever answered by launching the target
+// directly: verified cleanup has no fallback.
 var (
 	// ErrHelperNotFound: no helper binary at the configured path or beside
 	// the running executable, or it is not an executable regular file.
@@ -23,6 +23,9 @@ var (
 	// ErrTargetStart: the helper ran but could not start the target (the
 	// command was not found, exec failed). The helper is ended.
 	ErrTargetStart = errors.New("guardian: target not started")
+	// ErrInvalidSpec: the Spec breaks a bound or the activation id rule;
+	// Launch returns it (wrapped, with the detail) before starting anything.
+	ErrInvalidSpec = errors.New("guardian: invalid spec")
 )
 
 // Errors of a running session.
@@ -30,64 +33,58 @@ var (
 	// ErrClosed is returned by Read and Write after Close or Stream().Close.
 	ErrClosed = errors.New("guardian: session closed")
 	// ErrHelperLost is returned by Read and Write when the helper's frame
-	// stream ended without a receipt (the helper died or broke the protocol).
+	// stream ended without a receipt (the helper died or broke the
+	// protocol). It is also the helper_lost reason's error.
 	ErrHelperLost = errors.New("guardian: helper lost")
 )
 
 // Errors behind an unconfirmed CleanupResult, one per Reason (see
-// Reason.Err), so callers can errors.Is a result's Err().
+// Reason.Err; ErrHelperLost is the fourth), so callers can errors.Is a
+// result's Err().
 var (
+	// ErrReceiptLost: ReasonReceiptLost.
 	ErrReceiptLost = errors.New("guardian: cleanup unconfirmed: receipt lost")
+	// ErrPipesClosed: ReasonPipesClosed.
 	ErrPipesClosed = errors.New("guardian: cleanup unconfirmed: helper pipes closed early")
-	ErrDeadline    = errors.New("guardian: cleanup unconfirmed: deadline expired")
-	// ErrHelperLost doubles as the helper_lost reason's error.
+	// ErrDeadline: ReasonDeadline.
+	ErrDeadline = errors.New("guardian: cleanup unconfirmed: deadline expired")
 )
 
-// HelperError reports a helper that could not be used. Kind is one of
-// ErrHelperNotFound, ErrHelperUnsupported, ErrTargetStart; Cause is the
-// underlying error, when there is one.
+// HelperError reports a helper that could not be used, in the shape of
+// *os.PathError. Err wraps one of ErrHelperNotFound, ErrHelperUnsupported,
+// ErrHelperVersion or ErrTargetStart, and the underlying cause when there
+// is one, so both match errors.Is.
 type HelperError struct {
-	Path  string
-	Kind  error
-	Cause error
+	// Op is the step that failed: "find" (locating the binary), "start"
+	// (starting the helper process), "hello" (reading and checking the
+	// helper's hello) or "launch" (the launch request and its answer).
+	Op string
+	// Path is the helper binary.
+	Path string
+	// Protocol and Version are what the helper's hello announced, when it
+	// was read (zero before that).
+	Protocol int
+	Version  string
+	// Err is the sentinel, possibly wrapped with the cause.
+	Err error
 }
 
-// Error implements error.
-func (e *HelperError) Error() string {
-	if e.Cause == nil {
-		return fmt.Sprintf("%v (%s)", e.Kind, e.Path)
+// Error implements error. The helper's version string comes from the
+// helper binary, so it appears only quoted (inside Err).
+func (e *HelperError) Error() string { return e.Op + " " + e.Path + ": " + e.Err.Error() }
+
+// Unwrap returns Err, which matches the sentinel and the cause.
+func (e *HelperError) Unwrap() error { return e.Err }
+
+// helperErr builds a *HelperError whose Err wraps kind and, when non-nil,
+// cause.
+func helperErr(op, path string, kind, cause error) *HelperError {
+	err := kind
+	if cause != nil {
+		err = fmt.Errorf("%w: %w", kind, cause)
 	}
-	return fmt.Sprintf("%v (%s): %v", e.Kind, e.Path, e.Cause)
+	return &HelperError{Op: op, Path: path, Err: err}
 }
-
-// Unwrap exposes both the kind and the cause to errors.Is/As.
-func (e *HelperError) Unwrap() []error {
-	if e.Cause == nil {
-		return []error{e.Kind}
-	}
-	return []error{e.Kind, e.Cause}
-}
-
-// VersionError reports a helper whose hello announced the wrong protocol or
-// version. It matches ErrHelperVersion.
-type VersionError struct {
-	Path         string
-	GotProtocol  int
-	GotVersion   string
-	WantProtocol int
-	WantVersion  string
-}
-
-// Error implements error.
-func (e *VersionError) Error() string {
-	// GotVersion comes from the helper binary; quote it so it cannot shape
-	// the message.
-	return fmt.Sprintf("%v (%s): got protocol %d version %q, want protocol %d version %q",
-		ErrHelperVersion, e.Path, e.GotProtocol, e.GotVersion, e.WantProtocol, e.WantVersion)
-}
-
-// Is makes errors.Is(err, ErrHelperVersion) true.
-func (e *VersionError) Is(target error) bool { return target == ErrHelperVersion }
 
 // Reason says why a cleanup is unconfirmed. The values equal the reasons of
 // the guardian.lost event.

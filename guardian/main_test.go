@@ -9,10 +9,13 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"regexp"
+	"strings"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/leaseledger/leaseledger/guardian/internal/wire"
 	"github.com/leaseledger/leaseledger/internal/testproc"
 )
 
@@ -87,23 +90,103 @@ func childrenOf(pid int) []int { return testproc.ChildrenOf(pid) }
 // procStat reads ppid and state of pid from /proc.
 func procStat(pid int) (ppid int, state byte, ok bool) { return testproc.Stat(pid) }
 
-// waitGone polls until pid is no longer running.
-func waitGone(t *testing.T, pid int, within time.Duration) {
+// waitFor polls cond, which watches another process or the kernel, until
+// it holds; the test fails if it does not within the bound.
+func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(within)
-	for running(pid) {
+	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("pid %d still running after %s", pid, within)
+			t.Fatalf("not within %s: %s", within, what)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 }
 
-var nonID = regexp.MustCompile(`[^A-Za-z0-9_-]+`)
+// pipeFill returns how many bytes are queued in the pipe behind fd and the
+// pipe's capacity (FIONREAD works on either end of a pipe).
+func pipeFill(fd int) (queued, capacity int, ok bool) {
+	q, err := unix.IoctlGetInt(fd, unix.TIOCINQ) // TIOCINQ is FIONREAD
+	if err != nil {
+		return 0, 0, false
+	}
+	c, err := unix.FcntlInt(uintptr(fd), unix.F_GETPIPE_SZ, 0)
+	if err != nil {
+		return 0, 0, false
+	}
+	return q, c, true
+}
+
+// pipeLevel returns the bytes queued in the pipe behind f and whether the
+// pipe is full for a frame writer: less room left than one data frame. (A
+// pipe counts pages, not bytes: partly read pages keep their slot, so a
+// pipe that refuses writes can still show some free bytes.)
+func pipeLevel(f *os.File) (queued int, full bool) {
+	if rc, err := f.SyscallConn(); err == nil {
+		_ = rc.Control(func(fd uintptr) {
+			q, c, ok := pipeFill(int(fd))
+			queued, full = q, ok && c-q < wire.MaxDataChunk+wire.HeaderLen
+		})
+	}
+	return queued, full
+}
+
+// procPipeLevel is pipeLevel for descriptor fd of process pid, opened
+// through /proc (for reading, non-blocking; nothing is read from it).
+func procPipeLevel(pid, fd int) (queued int, full bool) {
+	f, err := os.OpenFile(fmt.Sprintf("/proc/%d/fd/%d", pid, fd), os.O_RDONLY|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return 0, false
+	}
+	defer f.Close()
+	return pipeLevel(f)
+}
+
+// waitStdinStuck waits until the helper can take no more of what s.Write
+// relays: the target (which never reads) has a full stdin pipe, the pipe
+// from us to the helper is full, and neither that pipe's level nor the
+// bytes relayed have moved for several polls, far longer than the
+// helper's reader takes to move a chunk while its stdin queue has room.
+// Only then is a Write blocked mid-frame that only Close's write bound can
+// end.
+func waitStdinStuck(t *testing.T, s *Session) {
+	t.Helper()
+	const stillPolls = 5
+	type state struct {
+		relayed int64
+		queued  int
+	}
+	last, still := state{relayed: -1}, 0
+	waitFor(t, 10*time.Second, "stdin pipes full", func() bool {
+		s.mu.Lock()
+		now := state{relayed: s.stdinBytes}
+		s.mu.Unlock()
+		var hostFull bool
+		now.queued, hostFull = pipeLevel(s.toHelper)
+		_, targetFull := procPipeLevel(s.TargetPID(), 0)
+		if now != last || !hostFull || !targetFull {
+			last, still = now, 0
+			return false
+		}
+		still++
+		return still >= stillPolls
+	})
+}
+
+// waitGone polls until pid is no longer running.
+func waitGone(t *testing.T, pid int, within time.Duration) {
+	t.Helper()
+	waitFor(t, within, fmt.Sprintf("pid %d gone", pid), func() bool { return !running(pid) })
+}
 
 // spec returns a Spec for the test target in mode, with short graces.
 func spec(t *testing.T, args ...string) Spec {
-	id := nonID.ReplaceAllString(t.Name(), "-")
+	id := strings.Map(func(r rune) rune {
+		if wire.ValidID(string(r)) {
+			return r
+		}
+		return '-'
+	}, t.Name())
 	if len(id) > 100 {
 		id = id[:100]
 	}

@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/leaseledger/leaseledger/guardian/internal/wire"
 )
 
 // A target that never reads stdin, and a host that relayed more than the
@@ -17,6 +19,13 @@ import (
 // so the host has no reason to fall back to SIGTERM. The helper must see the
 // frame anyway (it used to block on its full stdin queue, never read it, and
 // Close burnt its whole budget).
+//
+// No wait is needed before Close: whenever the helper gets there, the
+// backlog ahead of the close frame is larger than the target's stdin pipe
+// and the helper's queue together, so the helper reaches a full queue
+// before the close frame either way. (Whether it is already blocked when
+// the host hangs up, or sees the hang-up first, are the two paths of the
+// same fix; the helper package's tests drive the blocked one directly.)
 func TestUnreadStdinBacklogStillClosesByControlFrame(t *testing.T) {
 	sp := spec(t, "sleep") // never reads stdin; dies on TERM
 	s := launch(t, sp)
@@ -36,7 +45,6 @@ func TestUnreadStdinBacklogStillClosesByControlFrame(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("writing the backlog did not complete: pipes smaller than this test assumes")
 	}
-	time.Sleep(100 * time.Millisecond) // let the helper block on its full queue
 
 	start := time.Now()
 	r := closeWithin(t, s, sp.CleanupBudget())
@@ -66,13 +74,18 @@ func TestUnreadStdinBacklogStillClosesByControlFrame(t *testing.T) {
 func TestLaunchCancelledAsHandshakeEnds(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	// Cancel as the handshake ends, and go on only once the cancellation
+	// callback is running: Launch must then wait for it before it clears
+	// the deadlines.
+	fired := make(chan struct{})
+	testHookLaunchCancelled = func() { close(fired) }
 	testHookHandshakeDone = func() {
 		cancel()
-		time.Sleep(50 * time.Millisecond) // the AfterFunc callback runs now
+		<-fired
 	}
-	t.Cleanup(func() { testHookHandshakeDone = nil })
+	t.Cleanup(func() { testHookHandshakeDone, testHookLaunchCancelled = nil, nil })
 	s, err := Launch(ctx, spec(t, "echo"))
-	testHookHandshakeDone = nil
+	testHookHandshakeDone, testHookLaunchCancelled = nil, nil
 	if err != nil {
 		t.Fatalf("Launch: %v", err)
 	}
@@ -95,6 +108,8 @@ func TestLaunchCancelledAsHandshakeEnds(t *testing.T) {
 func TestCloseDuringControlWriteKeepsItsBound(t *testing.T) {
 	s := launch(t, spec(t, "sleep")) // never reads stdin
 	closed := make(chan CleanupResult, 1)
+	bound := make(chan struct{})
+	testHookCloseBound = func() { close(bound) }
 	testHookControlWritten = func() {
 		testHookControlWritten = nil
 		go func() {
@@ -103,14 +118,14 @@ func TestCloseDuringControlWriteKeepsItsBound(t *testing.T) {
 			closed <- s.Close(ctx)
 		}()
 		// Close sets its write bound, then waits for the write lock we hold.
-		time.Sleep(100 * time.Millisecond)
+		<-bound
 		// Fill the host→helper pipe with whole frames (PIPE_BUF bytes: each
 		// write is atomic) until Close's bound stops the writes.
-		chunk := make([]byte, 4096-FrameHeaderLen)
-		for s.fw.WriteFrame(FrameStdin, chunk) == nil {
+		chunk := make([]byte, 4096-wire.HeaderLen)
+		for s.fw.WriteFrame(wire.FrameStdin, chunk) == nil {
 		}
 	}
-	t.Cleanup(func() { testHookControlWritten = nil })
+	t.Cleanup(func() { testHookControlWritten, testHookCloseBound = nil, nil })
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := s.KillDescendants(ctx); err != nil {

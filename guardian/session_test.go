@@ -19,15 +19,17 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/leaseledger/leaseledger/guardian/internal/wire"
 )
 
 func TestEchoCleanExitConfirmedWithoutSignals(t *testing.T) {
 	s := launch(t, spec(t, "echo"))
-	if s.Hello().Version != HelperVersion || !s.Hello().Subreaper {
-		t.Fatalf("hello %+v", s.Hello())
+	if s.HelperVersion() != wire.HelperVersion || !s.Subreaper() {
+		t.Fatalf("helper version %q subreaper %v", s.HelperVersion(), s.Subreaper())
 	}
-	if !s.Started().PIDFD {
-		t.Fatalf("helper does not signal through a pidfd: %+v", s.Started())
+	if !s.PIDFD() {
+		t.Fatalf("helper does not signal through a pidfd")
 	}
 	// Newline-delimited JSON-RPC, as an MCP transport would send it.
 	rw := s.Stream()
@@ -61,7 +63,7 @@ func TestEchoCleanExitConfirmedWithoutSignals(t *testing.T) {
 	if rc.ReapedAt.Before(rc.Stdin.ClosedAt) {
 		t.Fatal("reaped before stdin was closed")
 	}
-	if r.HelperExitCode != 0 || r.TargetPID != s.TargetPID() || rc.HelperVersion != HelperVersion {
+	if r.HelperExitCode != 0 || r.TargetPID != s.TargetPID() || rc.HelperVersion != wire.HelperVersion {
 		t.Fatalf("result %+v", r)
 	}
 	if time.Since(start) > time.Second {
@@ -340,7 +342,7 @@ func TestGiantOutputIsSplitIntoBoundedFrames(t *testing.T) {
 		t.Fatal("giant line corrupted")
 	}
 	// And a large write towards the target comes back whole.
-	big := bytes.Repeat([]byte("0123456789abcdef"), MaxFrameLen/8)
+	big := bytes.Repeat([]byte("0123456789abcdef"), wire.MaxFrameLen/8)
 	go func() { _, _ = s.Write(big) }()
 	back := make([]byte, len(big))
 	if _, err := io.ReadFull(s, back); err != nil || !bytes.Equal(back, big) {
@@ -405,14 +407,14 @@ func TestStuckStdinFallsBackToSignalledClose(t *testing.T) {
 		_, err := s.Write(make([]byte, 8<<20))
 		writeDone <- err
 	}()
-	time.Sleep(300 * time.Millisecond) // let the pipes fill
+	waitStdinStuck(t, s)
 	r := closeWithin(t, s, 5*time.Second)
 	if err := <-writeDone; !errors.Is(err, ErrClosed) {
 		t.Fatalf("blocked Write returned %v, want ErrClosed", err)
 	}
 	requireConfirmed(t, r)
-	if r.CloseRequest != "signal" || r.Receipt.Trigger != "signal" {
-		t.Fatalf("close request %q trigger %q", r.CloseRequest, r.Receipt.Trigger)
+	if r.CloseRequest != "signal" || r.Receipt.Trigger != wire.TriggerSignal {
+		t.Fatalf("close request %q trigger %q (faults %q)", r.CloseRequest, r.Receipt.Trigger, r.Receipt.Faults)
 	}
 }
 
@@ -439,9 +441,18 @@ func markerSpec(t *testing.T) (Spec, string) {
 	return spec(t, "marker", marker), marker
 }
 
+// requireNoMarker proves no target was started for this Launch. A target the
+// host started itself (the fallback that must never happen) would be a
+// child of this test process from the moment Launch started it until it is
+// reaped, exited or not, so the check needs no waiting; a marker on disk
+// would show a target that ran anyway.
 func requireNoMarker(t *testing.T, marker string) {
 	t.Helper()
-	time.Sleep(100 * time.Millisecond) // a wrongly started target would have written by now
+	for _, pid := range childrenOf(os.Getpid()) {
+		if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); strings.TrimSpace(string(comm)) == filepath.Base(bins.target) {
+			t.Fatalf("a target (pid %d) was started by the host", pid)
+		}
+	}
 	if _, err := os.Stat(marker); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("target was started (marker %v)", err)
 	}
@@ -483,11 +494,11 @@ func TestDefaultHelperLocationIsBesideExecutable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = FindHelper("")
+	_, err = findHelper("")
 	want := filepath.Join(filepath.Dir(exe), HelperName)
 	var he *HelperError
-	if !errors.As(err, &he) || he.Path != want {
-		t.Fatalf("FindHelper(\"\"): %v (want path %s)", err, want)
+	if !errors.Is(err, ErrHelperNotFound) || !errors.As(err, &he) || he.Op != "find" || he.Path != want {
+		t.Fatalf("findHelper(\"\"): %v (want path %s)", err, want)
 	}
 }
 
@@ -496,8 +507,8 @@ func TestWrongHelperVersionIsTypedAndStartsNothing(t *testing.T) {
 	sp.HelperPath = bins.fake
 	t.Setenv("LEASELEDGER_FAKE_HELPER", "wrongversion")
 	_, err := Launch(context.Background(), sp)
-	var ve *VersionError
-	if !errors.Is(err, ErrHelperVersion) || !errors.As(err, &ve) || ve.GotProtocol != 99 {
+	var he *HelperError
+	if !errors.Is(err, ErrHelperVersion) || !errors.As(err, &he) || he.Op != "hello" || he.Protocol != 99 || he.Version != "leaseledger-guardian/9.9.9" {
 		t.Fatalf("got %v", err)
 	}
 	requireNoMarker(t, marker)
@@ -573,9 +584,14 @@ func TestPrematurePipeClosureIsUnconfirmed(t *testing.T) {
 	sp.HelperPath = bins.fake
 	t.Setenv("LEASELEDGER_FAKE_HELPER", "closepipes")
 	s := launch(t, sp)
+	// The fake closes its stdout at the close frame and runs on until
+	// SIGTERM: only once the host has recorded the stream's end (with the
+	// helper still running) is it told to exit, cleanly.
+	testHookStreamEnded = func() { _ = syscall.Kill(s.HelperPID(), syscall.SIGTERM) }
+	t.Cleanup(func() { testHookStreamEnded = nil })
 	r := closeWithin(t, s, 5*time.Second)
-	if r.Confirmed || r.Reason != ReasonPipesClosed || !errors.Is(r.Err(), ErrPipesClosed) {
-		t.Fatalf("result: confirmed %v reason %q faults %q", r.Confirmed, r.Reason, r.Faults)
+	if r.Confirmed || r.Reason != ReasonPipesClosed || !errors.Is(r.Err(), ErrPipesClosed) || r.HelperExitCode != 0 {
+		t.Fatalf("result: confirmed %v reason %q helper exit %d faults %q", r.Confirmed, r.Reason, r.HelperExitCode, r.Faults)
 	}
 }
 

@@ -2,12 +2,7 @@
 
 package guardian
 
-import (
-	"os"
-	"syscall"
-)
-
-func growPipe(*os.File) {}
+import "syscall"
 
 // On other platforms the helper itself reports itself unsupported (it exits
 // before its hello), so Launch fails with ErrHelperUnsupported.

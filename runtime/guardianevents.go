@@ -14,7 +14,7 @@ import (
 // GuardianStartedDraft is the guardian.started event for a launched session.
 func GuardianStartedDraft(activation, session, server string, s *guardian.Session) events.Draft {
 	return events.Draft{Activation: activation, Session: session, Server: server, Payload: &events.GuardianStarted{
-		GuardianPID: s.HelperPID(), TargetPID: s.TargetPID(), HelperVersion: s.Hello().Version, PIDFD: s.Started().PIDFD,
+		GuardianPID: s.HelperPID(), TargetPID: s.TargetPID(), HelperVersion: s.HelperVersion(), PIDFD: s.PIDFD(),
 	}}
 }
 

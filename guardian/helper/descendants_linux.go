@@ -11,7 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/leaseledger/leaseledger/guardian"
+	"github.com/leaseledger/leaseledger/guardian/internal/wire"
 )
 
 // killRounds bounds how many scan-kill-reap rounds killAll runs: killing an
@@ -65,7 +65,7 @@ func (d *descendants) scan() map[int]byte {
 		found[pid] = state
 		d.live[pid] = true
 		if !d.seen[pid] {
-			if len(d.order) >= guardian.MaxDescendants {
+			if len(d.order) >= wire.MaxDescendants {
 				d.dropped++
 				continue
 			}
@@ -150,7 +150,7 @@ func (d *descendants) killAll(target int) {
 	}
 }
 
-func (d *descendants) fill(rc *guardian.Receipt) {
+func (d *descendants) fill(rc *wire.Receipt) {
 	rc.DescendantsSeen = slices.Clone(d.order)
 	rc.DescendantsKilled = slices.Clone(d.killed)
 	rc.DescendantsReaped = slices.Clone(d.reaped)

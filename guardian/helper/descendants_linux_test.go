@@ -35,12 +35,3 @@ func TestProcStatSelf(t *testing.T) {
 		t.Fatalf("procStat(self) = %d %q %v", ppid, state, ok)
 	}
 }
-
-func TestSigName(t *testing.T) {
-	if n := sigName(9); n != "KILL" {
-		t.Fatalf("sigName(9) = %q", n)
-	}
-	if n := sigName(15); n != "TERM" {
-		t.Fatalf("sigName(15) = %q", n)
-	}
-}

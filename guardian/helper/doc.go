@@ -6,6 +6,13 @@
 // one and only reaper of its direct child, signals that child only through
 // the pidfd Go's os.Process holds and only while it is unreaped, acts as
 // child subreaper so orphaned descendants become visible, and ends every
-// session with a Receipt of observed facts. The host side lives in package
-// guardian; the frame protocol is defined there.
+// session with a Receipt of observed facts.
+//
+// Files: helper_linux.go starts the session and the target; relay_linux.go
+// relays stdio (host frames to the target's stdin, its stdout and stderr to
+// host frames); serve_linux.go waits for a cleanup trigger and ranks
+// simultaneous ones; cleanup_linux.go is the numbered cleanup sequence;
+// descendants_linux.go tracks orphaned descendants. The frame protocol is
+// package guardian/internal/wire; this package does not import the host
+// side (package guardian).
 package helper

@@ -4,9 +4,7 @@ package helper
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -17,7 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/leaseledger/leaseledger/guardian"
+	"github.com/leaseledger/leaseledger/guardian/internal/wire"
 )
 
 // Timing bounds of the helper's own steps (not host-configurable: they only
@@ -52,33 +50,39 @@ const (
 	exitLaunchError = 3 // the target could not be started (Started.Error sent)
 )
 
+// hostEvent is what the host frame reader reports to the main loop.
 type hostEvent struct {
 	ctrl  byte
 	err   error // io.EOF: host closed its end; otherwise a fault
 	fault string
 }
 
+// exitInfo is the direct child's wait status, from its one reaper.
 type exitInfo struct {
 	state *os.ProcessState
 	err   error
 	at    time.Time
 }
 
+// pipeResult is how one target output pipe closed.
 type pipeResult struct {
 	at     time.Time
 	forced bool
 }
 
+// helper is one session's state. Fields without a note are owned by the
+// main goroutine (Main, serve, the cleanup sequence); the relay goroutines
+// touch only their pipe, their channels, out and stdinDropped.
 type helper struct {
 	hostIn  *os.File
 	hostOut *os.File
-	out     *guardian.FrameWriter
+	out     *wire.Writer // shared by the pumps and the main goroutine; it serialises frames
 	ppid0   int
 	pid     int
 
-	req  guardian.LaunchRequest
+	req  wire.LaunchRequest
 	proc *os.Process
-	rc   guardian.Receipt
+	rc   wire.Receipt
 
 	stdinW, stdoutR, stderrR *os.File
 	stdinQ                   chan *[]byte
@@ -107,7 +111,7 @@ func Main() int {
 	runtime.LockOSThread()
 
 	h := &helper{pid: os.Getpid(), ppid0: os.Getppid()}
-	h.rc.HelperVersion = guardian.HelperVersion
+	h.rc.HelperVersion = wire.HelperVersion
 	h.rc.HelperPID = h.pid
 	h.rc.ExitCode = -1
 
@@ -120,7 +124,7 @@ func Main() int {
 	// Pollable host pipes, so writes can carry deadlines.
 	h.hostIn = pollable(0, "host-in")
 	h.hostOut = pollable(1, "host-out")
-	h.out = guardian.NewFrameWriter(h.hostOut)
+	h.out = wire.NewWriter(h.hostOut)
 
 	// Orphans of the target reparent to us, so we can see and reap them.
 	h.rc.Subreaper = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == nil
@@ -129,37 +133,37 @@ func Main() int {
 	// forking thread exited, the host lives) is told apart by getppid.
 	_ = unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(syscall.SIGUSR1), 0, 0, 0)
 
-	hello, _ := json.Marshal(guardian.Hello{Protocol: guardian.ProtocolVersion, Version: guardian.HelperVersion, PID: h.pid, Subreaper: h.rc.Subreaper})
-	if err := h.out.WriteFrame(guardian.FrameHello, hello); err != nil {
+	hello, _ := json.Marshal(wire.Hello{Protocol: wire.ProtocolVersion, Version: wire.HelperVersion, PID: h.pid, Subreaper: h.rc.Subreaper})
+	if err := h.out.WriteFrame(wire.FrameHello, hello); err != nil {
 		return exitProtocol
 	}
 
-	fr := guardian.NewFrameReader(h.hostIn, guardian.MaxFrameLen)
+	fr := wire.NewReader(h.hostIn, wire.MaxFrameLen)
 	_ = h.hostIn.SetReadDeadline(time.Now().Add(launchWait))
 	f, err := fr.Next()
 	_ = h.hostIn.SetReadDeadline(time.Time{})
-	if err != nil || f.Type != guardian.FrameLaunch {
+	if err != nil || f.Type != wire.FrameLaunch {
 		// No launch (the host refused our version, went away, or broke the
 		// protocol): nothing was started, nothing to clean.
 		return exitProtocol
 	}
 	if err := json.Unmarshal(f.Payload, &h.req); err != nil {
-		h.sendStarted(fmt.Sprintf("launch request does not decode: %v", err))
+		_ = h.sendStarted(fmt.Sprintf("launch request does not decode: %v", err))
 		return exitLaunchError
 	}
 	if err := h.req.Validate(); err != nil {
-		h.sendStarted(err.Error())
+		_ = h.sendStarted(err.Error())
 		return exitLaunchError
 	}
 	h.rc.ActivationID = h.req.ActivationID
 	h.rc.EOFGraceNS = h.req.EOFGraceNS
 	if err := h.start(); err != nil {
-		h.sendStarted(err.Error())
+		_ = h.sendStarted(err.Error())
 		return exitLaunchError
 	}
 	if err := h.sendStarted(""); err != nil {
 		// The host is gone before it heard of the target: clean up anyway.
-		return h.finish("host_eof")
+		return h.finish(wire.TriggerHostEOF)
 	}
 	go h.readHost(fr)
 	return h.finish(h.serve())
@@ -173,16 +177,17 @@ func pollable(fd int, name string) *os.File {
 }
 
 func (h *helper) sendStarted(errText string) error {
-	st := guardian.Started{ActivationID: h.req.ActivationID, HelperPID: h.pid, At: time.Now().UTC(), Error: errText}
+	st := wire.Started{ActivationID: h.req.ActivationID, HelperPID: h.pid, At: time.Now().UTC(), Error: errText}
 	if h.proc != nil {
 		st.TargetPID = h.proc.Pid
 		st.PIDFD = h.rc.PIDFD
 	}
 	b, _ := json.Marshal(st)
-	return h.out.WriteFrame(guardian.FrameStarted, b)
+	return h.out.WriteFrame(wire.FrameStarted, b)
 }
 
-// start launches the target as our direct child on pipes we own.
+// start launches the target as our direct child on pipes we own, and the
+// goroutines that reap it and relay its stdio.
 func (h *helper) start() error {
 	path := h.req.Command
 	if lp, err := exec.LookPath(path); err == nil {
@@ -208,9 +213,9 @@ func (h *helper) start() error {
 		closeAll(inR, inW, outR, outW)
 		return fmt.Errorf("stderr pipe: %w", err)
 	}
-	growPipe(inW)
-	growPipe(outR)
-	growPipe(errR)
+	wire.GrowPipe(inW)
+	wire.GrowPipe(outR)
+	wire.GrowPipe(errR)
 	argv := append([]string{h.req.Command}, h.req.Args...)
 	proc, err := os.StartProcess(path, argv, &os.ProcAttr{
 		Dir:   h.req.Dir,
@@ -247,469 +252,13 @@ func (h *helper) start() error {
 		h.exited <- exitInfo{state: st, err: err, at: time.Now().UTC()}
 	}()
 	go h.writeStdin()
-	go h.pump(outR, guardian.FrameStdout, h.stdoutDone)
-	go h.pump(errR, guardian.FrameStderr, h.stderrDone)
+	go h.pump(outR, wire.FrameStdout, h.stdoutDone)
+	go h.pump(errR, wire.FrameStderr, h.stderrDone)
 	return nil
-}
-
-// pipeSize is the capacity asked for the target's pipes: fewer, larger
-// transfers per context switch. 1 MiB is the default unprivileged maximum;
-// failure keeps the 64 KiB default.
-const pipeSize = 1 << 20
-
-func growPipe(f *os.File) {
-	if rc, err := f.SyscallConn(); err == nil {
-		_ = rc.Control(func(fd uintptr) { _, _ = unix.FcntlInt(fd, unix.F_SETPIPE_SZ, pipeSize) })
-	}
 }
 
 func closeAll(fs ...*os.File) {
 	for _, f := range fs {
 		_ = f.Close()
 	}
-}
-
-// readHost decodes host frames. Data goes to the stdin queue (blocking: that
-// is the backpressure towards the host, see enqueueStdin); control, EOF and
-// faults go to the main loop. It stops at the first error: a malformed
-// stream is out of sync.
-func (h *helper) readHost(fr *guardian.FrameReader) {
-	q := stdinEnqueuer{h: h}
-	for {
-		f, err := fr.Next()
-		if err != nil {
-			ev := hostEvent{err: err}
-			if !errors.Is(err, io.EOF) {
-				ev.fault = fmt.Sprintf("host frame stream: %v", err)
-			}
-			h.hostEv <- ev
-			return
-		}
-		switch f.Type {
-		case guardian.FrameStdin:
-			q.enqueue(guardian.GetChunk(f.Payload))
-		case guardian.FrameControl:
-			if len(f.Payload) != 1 || (f.Payload[0] != guardian.ControlClose && f.Payload[0] != guardian.ControlKillDescendants) {
-				h.hostEv <- hostEvent{err: guardian.ErrFrameMalformed, fault: "host frame stream: unknown control code"}
-				return
-			}
-			h.hostEv <- hostEvent{ctrl: f.Payload[0]}
-		default:
-			h.hostEv <- hostEvent{err: guardian.ErrFrameMalformed, fault: fmt.Sprintf("host frame stream: unexpected %s frame", f.Type)}
-			return
-		}
-	}
-}
-
-// stdinEnqueuer is readHost's side of the stdin queue.
-//
-// A full queue blocks readHost: that is the backpressure towards the host.
-// But while it blocks, readHost reads no host frames, and the host's close
-// frame may sit behind a backlog of stdin frames that a target which does
-// not read its stdin will never take. The host closes its end of our stdin
-// right after the close frame (and it closes when it goes away), so a
-// blocked enqueue also watches for that hang-up — visible as POLLHUP on our
-// stdin while unread frames are still in the pipe. Once the host has hung
-// up it can send nothing more, so readHost stops blocking: stdin chunks that
-// do not fit are dropped (and counted) and it reads on to the close frame or
-// EOF. Once cleanup has started, stdin chunks are dropped (and counted) too.
-type stdinEnqueuer struct {
-	h      *helper
-	hungUp bool
-	ticker *time.Ticker // polls for the hang-up while blocked; reused
-}
-
-func (q *stdinEnqueuer) enqueue(b *[]byte) {
-	h := q.h
-	select {
-	case <-h.cleanup:
-		h.dropStdin(b) // stdin is being closed; late bytes have nowhere to go
-		return
-	default:
-	}
-	select {
-	case h.stdinQ <- b:
-		return
-	default:
-	}
-	if q.hungUp || q.hostHungUp() {
-		q.hungUp = true
-		h.dropStdin(b)
-		return
-	}
-	if q.ticker == nil {
-		q.ticker = time.NewTicker(hangupPoll)
-	} else {
-		q.ticker.Reset(hangupPoll)
-	}
-	defer q.ticker.Stop()
-	for {
-		select {
-		case h.stdinQ <- b:
-			return
-		case <-h.cleanup:
-			h.dropStdin(b)
-			return
-		case <-q.ticker.C:
-			if q.hostHungUp() {
-				q.hungUp = true
-				h.dropStdin(b)
-				return
-			}
-		}
-	}
-}
-
-// hostHungUp reports whether the host has closed its end of our stdin,
-// without consuming what is still in the pipe: poll(2) reports POLLHUP on a
-// pipe's read end once it has no writers, whatever data remains.
-func (q *stdinEnqueuer) hostHungUp() bool {
-	rc, err := q.h.hostIn.SyscallConn()
-	if err != nil {
-		return false
-	}
-	hup := false
-	_ = rc.Control(func(fd uintptr) {
-		fds := []unix.PollFd{{Fd: int32(fd)}} // POLLHUP and POLLERR are always reported
-		if n, err := unix.Poll(fds, 0); err == nil && n > 0 {
-			hup = fds[0].Revents&(unix.POLLHUP|unix.POLLERR) != 0
-		}
-	})
-	return hup
-}
-
-// dropStdin counts and recycles a stdin chunk that will not reach the target.
-func (h *helper) dropStdin(b *[]byte) {
-	h.stdinDropped.Add(int64(len(*b)))
-	guardian.PutChunk(b)
-}
-
-// writeStdin owns the target's stdin write end, and closes it.
-func (h *helper) writeStdin() {
-	broken := false
-	write := func(b *[]byte) {
-		defer guardian.PutChunk(b)
-		if broken {
-			h.stdinDropped.Add(int64(len(*b)))
-			return
-		}
-		if n, err := h.stdinW.Write(*b); err != nil {
-			broken = true // EPIPE (target closed stdin), deadline, or closed
-			h.stdinDropped.Add(int64(len(*b) - n))
-		}
-	}
-	for {
-		select {
-		case b := <-h.stdinQ:
-			write(b)
-		case <-h.cleanup:
-			// Flush what the host relayed before its close, within a bound.
-			for {
-				select {
-				case b := <-h.stdinQ:
-					write(b)
-					continue
-				default:
-				}
-				break
-			}
-			// Stamp before closing: the child may see EOF, exit and be
-			// reaped before a stamp taken after Close returned.
-			at := time.Now().UTC()
-			_ = h.stdinW.Close()
-			h.stdinClosed <- at
-			return
-		}
-	}
-}
-
-// pump relays one target output pipe to the host, then reports how it
-// closed. If the host cannot take the bytes any more, it keeps draining so
-// the target never blocks on a full pipe while being cleaned up.
-func (h *helper) pump(r *os.File, t guardian.FrameType, done chan<- pipeResult) {
-	// The frame is built in place: the target's bytes are read after room
-	// for the header, so each chunk is written with one call and no copy.
-	buf := make([]byte, guardian.FrameHeaderLen+guardian.MaxDataChunk)
-	hostOK := true
-	for {
-		n, err := r.Read(buf[guardian.FrameHeaderLen:])
-		if n > 0 && hostOK {
-			if werr := h.out.WriteFrameInPlace(t, buf[:guardian.FrameHeaderLen+n]); werr != nil {
-				hostOK = false
-			}
-		}
-		if err != nil {
-			res := pipeResult{at: time.Now().UTC(), forced: errors.Is(err, os.ErrClosed)}
-			_ = r.Close()
-			if hostOK {
-				_ = h.out.WriteFrame(t, nil) // empty frame: this pipe is closed
-			}
-			done <- res
-			return
-		}
-	}
-}
-
-// serve runs the session until something starts cleanup, and says what.
-func (h *helper) serve() string {
-	tick := time.NewTicker(scanEvery)
-	defer tick.Stop()
-	for {
-		select {
-		case ev := <-h.hostEv:
-			if ev.err != nil {
-				if ev.fault != "" {
-					h.rc.Faults = append(h.rc.Faults, ev.fault)
-					return "protocol_fault"
-				}
-				return "host_eof"
-			}
-			switch ev.ctrl {
-			case guardian.ControlClose:
-				return "close"
-			case guardian.ControlKillDescendants:
-				h.desc.killAll(h.rc.TargetPID)
-			}
-		case x := <-h.exited:
-			h.recordExit(x)
-			return "target_exit"
-		case s := <-h.sigs:
-			if t := h.onSignal(s); t != "" {
-				return t
-			}
-		case <-tick.C:
-			if os.Getppid() != h.ppid0 {
-				return "parent_gone"
-			}
-			h.desc.scan()
-			h.desc.reap()
-		}
-	}
-}
-
-// onSignal maps a signal to a cleanup trigger ("" to keep going).
-func (h *helper) onSignal(s os.Signal) string {
-	switch s {
-	case syscall.SIGPIPE:
-		return "" // the failed write reports it
-	case syscall.SIGUSR1:
-		// Our PR_SET_PDEATHSIG. It also fires when only the host's forking
-		// thread exited; the parent pid tells the two apart.
-		if os.Getppid() != h.ppid0 {
-			return "parent_gone"
-		}
-		h.rc.Faults = append(h.rc.Faults, "parent-death signal while the parent lives (its forking thread exited); ignored")
-		return ""
-	}
-	return "signal"
-}
-
-func (h *helper) recordExit(x exitInfo) {
-	h.reaped = true
-	if x.err != nil || x.state == nil {
-		h.rc.Faults = append(h.rc.Faults, fmt.Sprintf("wait: %v", x.err))
-		return
-	}
-	h.rc.Reaped = true
-	at := x.at
-	h.rc.ReapedAt = &at
-	ws, ok := x.state.Sys().(syscall.WaitStatus)
-	switch {
-	case ok && ws.Signaled():
-		h.rc.ExitCode = -1
-		h.rc.Signal = sigName(ws.Signal())
-	default:
-		h.rc.ExitCode = x.state.ExitCode()
-	}
-}
-
-func sigName(s syscall.Signal) string {
-	n := unix.SignalName(s)
-	if len(n) > 3 && n[:3] == "SIG" {
-		return n[3:]
-	}
-	if n == "" {
-		return fmt.Sprintf("%d", int(s))
-	}
-	return n
-}
-
-// waitExit waits until the child is reaped or the deadline passes, while
-// still serving kill-descendants requests and descendant reaping.
-func (h *helper) waitExit(deadline time.Time) {
-	if h.reaped {
-		return
-	}
-	timer := time.NewTimer(time.Until(deadline))
-	defer timer.Stop()
-	tick := time.NewTicker(scanEvery / 2)
-	defer tick.Stop()
-	for {
-		select {
-		case x := <-h.exited:
-			h.recordExit(x)
-			return
-		case <-timer.C:
-			return
-		case ev := <-h.hostEv:
-			h.duringCleanup(ev)
-		case <-h.sigs:
-			// Cleanup is already running; a second request changes nothing.
-		case <-tick.C:
-			h.desc.scan()
-			h.desc.reap()
-		}
-	}
-}
-
-func (h *helper) duringCleanup(ev hostEvent) {
-	if ev.fault != "" {
-		h.rc.Faults = append(h.rc.Faults, ev.fault)
-	}
-	if ev.err == nil && ev.ctrl == guardian.ControlKillDescendants {
-		h.killReq = true
-	}
-}
-
-// alive asks the kernel, without reaping, whether the direct child has
-// exited. A signal to an exited-but-unreaped child also succeeds, so this is
-// what lets a SignalFact say the signal hit a live process.
-func (h *helper) alive() bool {
-	alive := true
-	err := h.proc.WithHandle(func(fd uintptr) {
-		var info unix.Siginfo
-		if e := unix.Waitid(unix.P_PIDFD, int(fd), &info, unix.WEXITED|unix.WNOWAIT|unix.WNOHANG, nil); e == nil {
-			// With WNOHANG the kernel leaves si_signo zero when no child
-			// is waitable; SIGCHLD there means it has exited.
-			alive = info.Signo == 0
-		} else {
-			alive = false // ECHILD: already reaped by our reaper
-		}
-	})
-	if errors.Is(err, os.ErrProcessDone) {
-		return false
-	}
-	return alive
-}
-
-// signal sends sig to the exact direct child through its pidfd, only while
-// it is unreaped and has not exited.
-func (h *helper) signal(sig syscall.Signal) {
-	if h.reaped || !h.alive() {
-		return
-	}
-	err := h.proc.Signal(sig)
-	if errors.Is(err, os.ErrProcessDone) {
-		return // reaped in between: nothing was sent
-	}
-	if err != nil {
-		h.rc.Faults = append(h.rc.Faults, fmt.Sprintf("signal %s: %v", sigName(sig), err))
-		return
-	}
-	h.rc.Signals = append(h.rc.Signals, guardian.SignalFact{Signal: sigName(sig), At: time.Now().UTC(), Alive: true})
-}
-
-// finish runs the cleanup sequence, sends the receipt and returns the exit
-// code. The sequence is the same whatever triggered it.
-func (h *helper) finish(trigger string) int {
-	h.rc.Trigger = trigger
-	close(h.cleanup)
-	// From here on the host may have stopped reading: bound every write.
-	_ = h.hostOut.SetWriteDeadline(time.Now().Add(hostWriteBound + h.budget()))
-
-	// 1. Close the target's stdin (after a bounded flush).
-	_ = h.stdinW.SetWriteDeadline(time.Now().Add(stdinFlushBound))
-	stdinAt := <-h.stdinClosed
-	h.rc.Stdin = &guardian.PipeFact{ClosedAt: stdinAt}
-
-	// 2. EOF grace: the polite ending for a stdio server.
-	h.waitExit(stdinAt.Add(time.Duration(h.req.EOFGraceNS)))
-	end := time.Now().UTC()
-	if h.rc.ReapedAt != nil && h.rc.ReapedAt.Before(end) {
-		end = *h.rc.ReapedAt
-	}
-	if used := end.Sub(stdinAt); used > 0 {
-		h.rc.EOFGraceUsedNS = min(int64(used), h.req.EOFGraceNS)
-	}
-
-	// 3. TERM, grace; 4. KILL, grace — each only while the child is unreaped.
-	if !h.reaped {
-		h.signal(syscall.SIGTERM)
-		h.waitExit(time.Now().Add(time.Duration(h.req.TermGraceNS)))
-	}
-	if !h.reaped {
-		h.signal(syscall.SIGKILL)
-		h.waitExit(time.Now().Add(time.Duration(h.req.KillGraceNS)))
-	}
-	if !h.reaped {
-		h.rc.Faults = append(h.rc.Faults, "direct child not reaped within the kill grace")
-	}
-
-	// 5. Orphaned descendants: kill them if asked, before waiting for the
-	// pipes they may hold.
-	if h.req.KillDescendants || h.killReq {
-		h.desc.killAll(h.rc.TargetPID)
-	}
-
-	// 6. Pipes: wait for EOF, but never past the pipe deadline — a
-	// descendant holding stdout must not hold the cleanup.
-	h.rc.Stdout, h.rc.Stderr = h.closePipes(time.Now().Add(time.Duration(h.req.PipeGraceNS)))
-
-	h.desc.scan()
-	h.desc.reap()
-	h.desc.fill(&h.rc)
-	// Chunks readHost queued after writeStdin's last drain never reached the
-	// target either.
-	for drained := false; !drained; {
-		select {
-		case b := <-h.stdinQ:
-			h.dropStdin(b)
-		default:
-			drained = true
-		}
-	}
-	h.rc.StdinDroppedBytes = h.stdinDropped.Load()
-	h.rc.FinishedAt = time.Now().UTC()
-
-	b, err := json.Marshal(&h.rc)
-	if err == nil {
-		err = h.out.WriteFrame(guardian.FrameReceipt, b)
-	}
-	_ = h.hostOut.Close()
-	if err != nil {
-		return exitNoReceipt
-	}
-	return exitOK
-}
-
-// budget is the longest the cleanup sequence can take by its graces.
-func (h *helper) budget() time.Duration {
-	return stdinFlushBound + time.Duration(h.req.EOFGraceNS+h.req.TermGraceNS+h.req.KillGraceNS+h.req.PipeGraceNS)
-}
-
-func (h *helper) closePipes(deadline time.Time) (stdout, stderr *guardian.PipeFact) {
-	timer := time.NewTimer(time.Until(deadline))
-	defer timer.Stop()
-	var outRes, errRes *pipeResult
-	for outRes == nil || errRes == nil {
-		select {
-		case r := <-h.stdoutDone:
-			outRes = &r
-		case r := <-h.stderrDone:
-			errRes = &r
-		case ev := <-h.hostEv:
-			h.duringCleanup(ev)
-		case <-timer.C:
-			// Closing our read ends releases the pipes we own; the pumps see
-			// os.ErrClosed and report a forced close.
-			if outRes == nil {
-				_ = h.stdoutR.Close()
-			}
-			if errRes == nil {
-				_ = h.stderrR.Close()
-			}
-		}
-	}
-	return &guardian.PipeFact{ClosedAt: outRes.at, Forced: outRes.forced},
-		&guardian.PipeFact{ClosedAt: errRes.at, Forced: errRes.forced}
 }

@@ -8,12 +8,13 @@
 //	noreceipt     a correct hello and launch answer (pretending its own pid
 //	              is the target's), then exits 0 at close without a receipt
 //	closepipes    like noreceipt, but closes its stdout at close and keeps
-//	              running until its stdin closes
+//	              running, without a receipt, until SIGTERM; then exits 0
 //	deafclose     like noreceipt, but ignores the close frame and its stdin
 //	              EOF; only SIGTERM makes it send a (correlated, complete)
 //	              receipt with trigger "signal" and exit 0
 //
-// It never starts a target, so a test can also prove no target launched.
+// It never starts a target, so a test can also prove no target launched. It
+// speaks the protocol through package wire, as the real helper does.
 package main
 
 import (
@@ -23,91 +24,98 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/leaseledger/leaseledger/guardian"
+	"github.com/leaseledger/leaseledger/guardian/internal/wire"
 )
 
 func main() {
 	mode := os.Getenv("LEASELEDGER_FAKE_HELPER")
-	fw := guardian.NewFrameWriter(os.Stdout)
+	fw := wire.NewWriter(os.Stdout)
+	fr := wire.NewReader(os.Stdin, wire.MaxFrameLen)
 	switch mode {
 	case "wrongversion":
-		b, _ := json.Marshal(guardian.Hello{Protocol: 99, Version: "leaseledger-guardian/9.9.9", PID: os.Getpid()})
-		_ = fw.WriteFrame(guardian.FrameHello, b)
+		b, _ := json.Marshal(wire.Hello{Protocol: 99, Version: "leaseledger-guardian/9.9.9", PID: os.Getpid()})
+		_ = fw.WriteFrame(wire.FrameHello, b)
 		// Wait for the host to end us; a launch frame would be a bug.
-		fr := guardian.NewFrameReader(os.Stdin, guardian.MaxFrameLen)
-		if f, err := fr.Next(); err == nil && f.Type == guardian.FrameLaunch {
+		if f, err := fr.Next(); err == nil && f.Type == wire.FrameLaunch {
 			os.Exit(7)
 		}
 		return
 	case "garbage":
 		_, _ = os.Stdout.Write([]byte("this is not a frame at all\n"))
-		time.Sleep(time.Minute)
+		time.Sleep(time.Minute) // until the host kills us
 		return
 	case "silent":
-		time.Sleep(time.Minute)
+		time.Sleep(time.Minute) // until the host kills us
 		return
 	case "exit":
 		os.Exit(1)
 	case "deafclose":
-		term := make(chan os.Signal, 1)
-		signal.Notify(term, syscall.SIGTERM)
-		b, _ := json.Marshal(guardian.Hello{Protocol: guardian.ProtocolVersion, Version: guardian.HelperVersion, PID: os.Getpid()})
-		_ = fw.WriteFrame(guardian.FrameHello, b)
-		fr := guardian.NewFrameReader(os.Stdin, guardian.MaxFrameLen)
-		f, err := fr.Next()
-		if err != nil || f.Type != guardian.FrameLaunch {
-			os.Exit(2)
-		}
-		var req guardian.LaunchRequest
-		_ = json.Unmarshal(f.Payload, &req)
-		started := time.Now().UTC()
-		b, _ = json.Marshal(guardian.Started{ActivationID: req.ActivationID, HelperPID: os.Getpid(), TargetPID: os.Getpid(), At: started})
-		_ = fw.WriteFrame(guardian.FrameStarted, b)
-		go func() { // read and ignore everything, close frame and EOF included
-			for {
-				if _, err := fr.Next(); err != nil {
-					return
-				}
-			}
-		}()
+		term := notifyTerm()
+		req, started := handshake(fw, fr)
+		go discard(fr) // the close frame and EOF included
 		<-term
 		now := time.Now().UTC()
-		pf := &guardian.PipeFact{ClosedAt: now}
-		b, _ = json.Marshal(guardian.Receipt{ActivationID: req.ActivationID, HelperVersion: guardian.HelperVersion,
-			HelperPID: os.Getpid(), TargetPID: os.Getpid(), StartedAt: started, Trigger: "signal",
+		pf := &wire.PipeFact{ClosedAt: now}
+		b, _ := json.Marshal(wire.Receipt{ActivationID: req.ActivationID, HelperVersion: wire.HelperVersion,
+			HelperPID: os.Getpid(), TargetPID: os.Getpid(), StartedAt: started, Trigger: wire.TriggerSignal,
 			Reaped: true, ReapedAt: &now, Stdin: pf, Stdout: pf, Stderr: pf, FinishedAt: now})
-		_ = fw.WriteFrame(guardian.FrameReceipt, b)
+		_ = fw.WriteFrame(wire.FrameReceipt, b)
 		return
-	case "noreceipt", "closepipes":
-		b, _ := json.Marshal(guardian.Hello{Protocol: guardian.ProtocolVersion, Version: guardian.HelperVersion, PID: os.Getpid()})
-		_ = fw.WriteFrame(guardian.FrameHello, b)
-		fr := guardian.NewFrameReader(os.Stdin, guardian.MaxFrameLen)
-		f, err := fr.Next()
-		if err != nil || f.Type != guardian.FrameLaunch {
-			os.Exit(2)
-		}
-		var req guardian.LaunchRequest
-		_ = json.Unmarshal(f.Payload, &req)
-		b, _ = json.Marshal(guardian.Started{ActivationID: req.ActivationID, HelperPID: os.Getpid(), TargetPID: os.Getpid(), At: time.Now()})
-		_ = fw.WriteFrame(guardian.FrameStarted, b)
-		for {
-			f, err := fr.Next()
-			if err != nil {
-				return
-			}
-			if f.Type == guardian.FrameControl && f.Payload[0] == guardian.ControlClose {
-				if mode == "closepipes" {
-					_ = os.Stdout.Close()
-					for {
-						if _, err := fr.Next(); err != nil {
-							time.Sleep(300 * time.Millisecond)
-							return
-						}
-					}
-				}
-				return
-			}
-		}
+	case "noreceipt":
+		handshake(fw, fr)
+		awaitClose(fr)
+		return
+	case "closepipes":
+		term := notifyTerm()
+		handshake(fw, fr)
+		awaitClose(fr)
+		_ = os.Stdout.Close()
+		go discard(fr)
+		<-term
+		return
 	}
 	os.Exit(2)
+}
+
+// notifyTerm returns a channel that receives SIGTERM.
+func notifyTerm() <-chan os.Signal {
+	term := make(chan os.Signal, 1)
+	signal.Notify(term, syscall.SIGTERM)
+	return term
+}
+
+// handshake sends a correct hello, reads the launch request and answers it
+// as if this process were the target.
+func handshake(fw *wire.Writer, fr *wire.Reader) (wire.LaunchRequest, time.Time) {
+	b, _ := json.Marshal(wire.Hello{Protocol: wire.ProtocolVersion, Version: wire.HelperVersion, PID: os.Getpid()})
+	_ = fw.WriteFrame(wire.FrameHello, b)
+	f, err := fr.Next()
+	if err != nil || f.Type != wire.FrameLaunch {
+		os.Exit(2)
+	}
+	var req wire.LaunchRequest
+	_ = json.Unmarshal(f.Payload, &req)
+	started := time.Now().UTC()
+	b, _ = json.Marshal(wire.Started{ActivationID: req.ActivationID, HelperPID: os.Getpid(), TargetPID: os.Getpid(), At: started})
+	_ = fw.WriteFrame(wire.FrameStarted, b)
+	return req, started
+}
+
+// awaitClose reads host frames until the close frame or the end of input.
+func awaitClose(fr *wire.Reader) {
+	for {
+		f, err := fr.Next()
+		if err != nil || f.Type == wire.FrameControl && len(f.Payload) == 1 && f.Payload[0] == wire.ControlClose {
+			return
+		}
+	}
+}
+
+// discard reads and ignores host frames until the end of input.
+func discard(fr *wire.Reader) {
+	for {
+		if _, err := fr.Next(); err != nil {
+			return
+		}
+	}
 }

@@ -1,4 +1,4 @@
-package guardian
+package wire
 
 import (
 	"bytes"
@@ -10,14 +10,14 @@ import (
 
 func TestFrameRoundTrip(t *testing.T) {
 	var buf bytes.Buffer
-	fw := NewFrameWriter(&buf)
+	fw := NewWriter(&buf)
 	payloads := [][]byte{nil, []byte("x"), bytes.Repeat([]byte("y"), MaxDataChunk)}
 	for i, p := range payloads {
 		if err := fw.WriteFrame(FrameType(FrameStdin+FrameType(i%2)), p); err != nil {
 			t.Fatal(err)
 		}
 	}
-	fr := NewFrameReader(&buf, MaxFrameLen)
+	fr := NewReader(&buf, MaxFrameLen)
 	for i, p := range payloads {
 		f, err := fr.Next()
 		if err != nil {
@@ -51,7 +51,7 @@ func TestFrameFaults(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := NewFrameReader(bytes.NewReader(c.in), MaxFrameLen).Next()
+			_, err := NewReader(bytes.NewReader(c.in), MaxFrameLen).Next()
 			if !errors.Is(err, c.want) {
 				t.Fatalf("got %v, want %v", err, c.want)
 			}
@@ -68,7 +68,7 @@ func TestFrameFaults(t *testing.T) {
 func TestFrameReaderDoesNotAllocateForOversizedHeader(t *testing.T) {
 	in := binary.BigEndian.AppendUint32(nil, 0xFFFFFFF0)
 	allocs := testing.AllocsPerRun(100, func() {
-		fr := FrameReader{r: bytes.NewReader(in), max: MaxFrameLen}
+		fr := Reader{r: bytes.NewReader(in), max: MaxFrameLen}
 		_, _ = fr.Next()
 	})
 	// The FrameError, its message and the reader; nothing proportional to
@@ -97,7 +97,7 @@ func FuzzReadFrame(f *testing.F) {
 		if max <= 0 || max > 1<<16 {
 			max = 1 << 16
 		}
-		fr := NewFrameReader(bytes.NewReader(data), max)
+		fr := NewReader(bytes.NewReader(data), max)
 		consumed := 0
 		for {
 			fm, err := fr.Next()
@@ -123,10 +123,10 @@ func FuzzReadFrame(f *testing.F) {
 // read exactly what WriteFrame and Next do.
 func TestInPlaceFramesAndPooledChunks(t *testing.T) {
 	var wire bytes.Buffer
-	fw := NewFrameWriter(&wire)
+	fw := NewWriter(&wire)
 	payload := bytes.Repeat([]byte("relay"), 1000)
-	buf := append(make([]byte, FrameHeaderLen), payload...)
-	if err := fw.WriteFrameInPlace(FrameStdout, buf); err != nil {
+	buf := append(make([]byte, HeaderLen), payload...)
+	if err := fw.WriteInPlace(FrameStdout, buf); err != nil {
 		t.Fatal(err)
 	}
 	if err := fw.WriteFrame(FrameStdout, payload); err != nil {
@@ -135,10 +135,10 @@ func TestInPlaceFramesAndPooledChunks(t *testing.T) {
 	if err := fw.WriteFrame(FrameControl, []byte{ControlClose}); err != nil {
 		t.Fatal(err)
 	}
-	if err := fw.WriteFrameInPlace(FrameStdout, []byte{1, 2}); err == nil {
+	if err := fw.WriteInPlace(FrameStdout, []byte{1, 2}); err == nil {
 		t.Fatal("a buffer without room for the header was accepted")
 	}
-	fr := NewFrameReader(&wire, MaxFrameLen)
+	fr := NewReader(&wire, MaxFrameLen)
 	var kept []*[]byte
 	for i := range 2 {
 		f, err := fr.NextChunk()
