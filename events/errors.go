@@ -152,15 +152,6 @@ func optCode(field, v string) error {
 	return code(field, v)
 }
 
-func oneOf(field, v string, allowed ...string) error {
-	for _, a := range allowed {
-		if v == a {
-			return nil
-		}
-	}
-	return invalid(field, fmt.Sprintf("want one of %q", allowed))
-}
-
 func id(field, v string) error {
 	if !ValidID(v) {
 		return invalid(field, "want [A-Za-z0-9_-]{1,128}")

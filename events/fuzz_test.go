@@ -78,7 +78,7 @@ func FuzzPrepareRoundTrip(f *testing.F) {
 	f.Fuzz(func(t *testing.T, origin, method, scope string, nanos int64) {
 		at := events.At(time.Unix(0, nanos).AddDate(int(nanos%20000), 0, 0))
 		payloads := []events.Payload{
-			&events.HTTPRegistered{Ref: "r1", Scope: scope, Method: method, Origin: origin},
+			&events.HTTPRegistered{Ref: "r1", Scope: scope, Method: events.HTTPMethod(method), Origin: origin},
 			&events.GuardianSignal{TargetPID: 7, Signal: "TERM", At: at},
 			&events.GuardianReceipt{HelperVersion: origin, TargetPID: 7, Signal: scope, KillSentAt: at},
 			&events.RequestDispatched{Handle: "h", WireID: origin},

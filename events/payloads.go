@@ -90,14 +90,14 @@ func (p *LeaseAcquireFailed) Validate() error {
 
 // LeaseChildStarted records the one child process an acquisition started.
 type LeaseChildStarted struct {
-	PID         int    `json:"pid"`
-	GuardianPID int    `json:"guardian_pid,omitempty"` // 0 when no guardian was used
-	Cleanup     string `json:"cleanup"`                // "verified" (guardian) or "best_effort"
+	PID         int     `json:"pid"`
+	GuardianPID int     `json:"guardian_pid,omitempty"` // 0 when no guardian was used
+	Cleanup     Cleanup `json:"cleanup"`                // "verified" (guardian) or "best_effort"
 }
 
 func (*LeaseChildStarted) Kind() Kind { return "lease.child_started" }
 func (p *LeaseChildStarted) Validate() error {
-	return checks{positive("pid", int64(p.PID)), nonNegative("guardian_pid", int64(p.GuardianPID)), oneOf("cleanup", p.Cleanup, "verified", "best_effort")}.first()
+	return checks{positive("pid", int64(p.PID)), nonNegative("guardian_pid", int64(p.GuardianPID)), member("cleanup", p.Cleanup, "verified, best_effort")}.first()
 }
 
 // LeaseListingPinned records the tool listing a lease is pinned to.
@@ -117,15 +117,15 @@ func (p *LeaseListingPinned) Validate() error {
 // LeasePoisoned records a lease terminated because a call named a tool or
 // schema digest the pinned listing does not have; no tools/call was sent.
 type LeasePoisoned struct {
-	CallID         string `json:"call_id"`
-	Reason         string `json:"reason"` // "name_mismatch" or "digest_mismatch"
-	Tool           string `json:"tool"`
-	ExpectedDigest string `json:"expected_digest"`
+	CallID         string       `json:"call_id"`
+	Reason         PoisonReason `json:"reason"` // "name_mismatch" or "digest_mismatch"
+	Tool           string       `json:"tool"`
+	ExpectedDigest string       `json:"expected_digest"`
 }
 
 func (*LeasePoisoned) Kind() Kind { return "lease.poisoned" }
 func (p *LeasePoisoned) Validate() error {
-	return checks{id("call_id", p.CallID), oneOf("reason", p.Reason, "name_mismatch", "digest_mismatch"),
+	return checks{id("call_id", p.CallID), member("reason", p.Reason, "name_mismatch, digest_mismatch"),
 		toolName("tool", p.Tool), digest("expected_digest", p.ExpectedDigest)}.first()
 }
 
@@ -207,21 +207,21 @@ func (p *CallRefused) Validate() error {
 // CallFinished records the end of an admitted call: sizes and digests of
 // arguments and result, never their content.
 type CallFinished struct {
-	CallID         string `json:"call_id"`
-	Tool           string `json:"tool"`
-	Outcome        string `json:"outcome"` // ok, tool_error, transport_error, cancelled
-	DurationNS     int64  `json:"duration_ns"`
-	ArgsBytes      int64  `json:"args_bytes"`
-	ArgsSHA256     string `json:"args_sha256"`
-	ResultBytes    int64  `json:"result_bytes"`
-	ResultSHA256   string `json:"result_sha256,omitempty"`
-	KilledOnCancel bool   `json:"killed_on_cancel"` // the call observed revocation and killed the child
+	CallID         string      `json:"call_id"`
+	Tool           string      `json:"tool"`
+	Outcome        CallOutcome `json:"outcome"` // ok, tool_error, transport_error, cancelled
+	DurationNS     int64       `json:"duration_ns"`
+	ArgsBytes      int64       `json:"args_bytes"`
+	ArgsSHA256     string      `json:"args_sha256"`
+	ResultBytes    int64       `json:"result_bytes"`
+	ResultSHA256   string      `json:"result_sha256,omitempty"`
+	KilledOnCancel bool        `json:"killed_on_cancel"` // the call observed revocation and killed the child
 }
 
 func (*CallFinished) Kind() Kind { return "call.finished" }
 func (p *CallFinished) Validate() error {
 	return checks{id("call_id", p.CallID), toolName("tool", p.Tool),
-		oneOf("outcome", p.Outcome, "ok", "tool_error", "transport_error", "cancelled"),
+		member("outcome", p.Outcome, "ok, tool_error, transport_error, cancelled"),
 		nonNegative("duration_ns", p.DurationNS), nonNegative("args_bytes", p.ArgsBytes), digest("args_sha256", p.ArgsSHA256),
 		nonNegative("result_bytes", p.ResultBytes), optDigest("result_sha256", p.ResultSHA256)}.first()
 }
@@ -244,17 +244,17 @@ func (p *SessionEnded) Validate() error {
 // RequestRegistered records a handle registered (and acknowledged) before
 // any dispatch.
 type RequestRegistered struct {
-	Handle    string `json:"handle"`
-	Owner     string `json:"owner"`
-	Method    string `json:"method"` // resources/list, resources/templates/list, resources/read
-	URISHA256 string `json:"uri_sha256,omitempty"`
-	TimeoutNS int64  `json:"timeout_ns"`
+	Handle    string        `json:"handle"`
+	Owner     string        `json:"owner"`
+	Method    RequestMethod `json:"method"` // resources/list, resources/templates/list, resources/read
+	URISHA256 string        `json:"uri_sha256,omitempty"`
+	TimeoutNS int64         `json:"timeout_ns"`
 }
 
 func (*RequestRegistered) Kind() Kind { return "request.registered" }
 func (p *RequestRegistered) Validate() error {
 	return checks{id("handle", p.Handle), id("owner", p.Owner),
-		oneOf("method", p.Method, "resources/list", "resources/templates/list", "resources/read"),
+		member("method", p.Method, "resources/list, resources/templates/list, resources/read"),
 		optDigest("uri_sha256", p.URISHA256), positive("timeout_ns", p.TimeoutNS)}.first()
 }
 
@@ -284,14 +284,14 @@ func (p *RequestContinued) Validate() error {
 
 // RequestCompleted records the operation's end as seen by the client.
 type RequestCompleted struct {
-	Handle      string `json:"handle"`
-	Outcome     string `json:"outcome"` // ok, error, timeout
-	ResultBytes int64  `json:"result_bytes"`
+	Handle      string         `json:"handle"`
+	Outcome     RequestOutcome `json:"outcome"` // ok, error, timeout
+	ResultBytes int64          `json:"result_bytes"`
 }
 
 func (*RequestCompleted) Kind() Kind { return "request.completed" }
 func (p *RequestCompleted) Validate() error {
-	return checks{id("handle", p.Handle), oneOf("outcome", p.Outcome, "ok", "error", "timeout"), nonNegative("result_bytes", p.ResultBytes)}.first()
+	return checks{id("handle", p.Handle), member("outcome", p.Outcome, "ok, error, timeout"), nonNegative("result_bytes", p.ResultBytes)}.first()
 }
 
 // RequestAwaitTimedOut records an await that observed no result; the
@@ -310,20 +310,20 @@ func (p *RequestAwaitTimedOut) Validate() error {
 // from transport acceptance and notification delivery. Remote rollback is
 // never promised: "remote" is always "unknown".
 type RequestCancelled struct {
-	Handle                string `json:"handle"`
-	Reason                string `json:"reason"`
-	LocalSettled          bool   `json:"local_settled"`
-	TransportAccepted     string `json:"transport_accepted"`     // yes, no, unknown
-	NotificationDelivered string `json:"notification_delivered"` // yes, no, unknown
-	Remote                string `json:"remote"`                 // unknown
+	Handle                string   `json:"handle"`
+	Reason                string   `json:"reason"`
+	LocalSettled          bool     `json:"local_settled"`
+	TransportAccepted     Delivery `json:"transport_accepted"`     // yes, no, unknown
+	NotificationDelivered Delivery `json:"notification_delivered"` // yes, no, unknown
+	Remote                Remote   `json:"remote"`                 // unknown
 }
 
 func (*RequestCancelled) Kind() Kind { return "request.cancelled" }
 func (p *RequestCancelled) Validate() error {
 	return checks{id("handle", p.Handle), code("reason", p.Reason),
-		oneOf("transport_accepted", p.TransportAccepted, "yes", "no", "unknown"),
-		oneOf("notification_delivered", p.NotificationDelivered, "yes", "no", "unknown"),
-		oneOf("remote", p.Remote, "unknown")}.first()
+		member("transport_accepted", p.TransportAccepted, "yes, no, unknown"),
+		member("notification_delivered", p.NotificationDelivered, "yes, no, unknown"),
+		member("remote", p.Remote, "unknown")}.first()
 }
 
 // RequestOwnerEnded records an owner's end and how many of its handles were
@@ -342,39 +342,39 @@ func (p *RequestOwnerEnded) Validate() error {
 
 // ConnectionOpened records an owned connection of an activation.
 type ConnectionOpened struct {
-	Transport string `json:"transport"` // stdio, http
-	Cleanup   string `json:"cleanup"`   // verified, best_effort
-	OneShot   bool   `json:"one_shot"`
+	Transport Transport `json:"transport"` // stdio, http
+	Cleanup   Cleanup   `json:"cleanup"`   // verified, best_effort
+	OneShot   bool      `json:"one_shot"`
 }
 
 func (*ConnectionOpened) Kind() Kind { return "connection.opened" }
 func (p *ConnectionOpened) Validate() error {
-	return checks{oneOf("transport", p.Transport, "stdio", "http"), oneOf("cleanup", p.Cleanup, "verified", "best_effort")}.first()
+	return checks{member("transport", p.Transport, "stdio, http"), member("cleanup", p.Cleanup, "verified, best_effort")}.first()
 }
 
 // ConnectionPhase records a phase change: active → closing → closed.
 type ConnectionPhase struct {
-	Phase    string `json:"phase"` // closing, closed
-	BudgetNS int64  `json:"budget_ns,omitempty"`
+	Phase    Phase `json:"phase"` // closing, closed
+	BudgetNS int64 `json:"budget_ns,omitempty"`
 }
 
 func (*ConnectionPhase) Kind() Kind { return "connection.phase" }
 func (p *ConnectionPhase) Validate() error {
-	return checks{oneOf("phase", p.Phase, "closing", "closed"), nonNegative("budget_ns", p.BudgetNS)}.first()
+	return checks{member("phase", p.Phase, "closing, closed"), nonNegative("budget_ns", p.BudgetNS)}.first()
 }
 
 // ConnectionBarrier records what one close obligation observed.
 type ConnectionBarrier struct {
-	Obligation string `json:"obligation"` // transport, workers, supervisor, http_requests
-	Outcome    string `json:"outcome"`    // ok, error, timeout, missing, unsupported, pending
-	Detail     string `json:"detail,omitempty"`
-	ElapsedNS  int64  `json:"elapsed_ns"`
+	Obligation Obligation     `json:"obligation"` // transport, workers, supervisor, http_requests
+	Outcome    BarrierOutcome `json:"outcome"`    // ok, error, timeout, missing, unsupported, pending
+	Detail     string         `json:"detail,omitempty"`
+	ElapsedNS  int64          `json:"elapsed_ns"`
 }
 
 func (*ConnectionBarrier) Kind() Kind { return "connection.barrier" }
 func (p *ConnectionBarrier) Validate() error {
-	return checks{oneOf("obligation", p.Obligation, "transport", "workers", "supervisor", "http_requests"),
-		oneOf("outcome", p.Outcome, "ok", "error", "timeout", "missing", "unsupported", "pending"),
+	return checks{member("obligation", p.Obligation, "transport, workers, supervisor, http_requests"),
+		member("outcome", p.Outcome, "ok, error, timeout, missing, unsupported, pending"),
 		optCode("detail", p.Detail), nonNegative("elapsed_ns", p.ElapsedNS)}.first()
 }
 
@@ -406,14 +406,14 @@ func (p *GuardianStarted) Validate() error {
 // GuardianSignal records a signal the guardian sent to its unreaped child.
 type GuardianSignal struct {
 	TargetPID int      `json:"target_pid"`
-	Signal    string   `json:"signal"` // TERM, KILL
+	Signal    Signal   `json:"signal"` // TERM, KILL
 	At        *Instant `json:"at"`
 	Alive     bool     `json:"alive"` // waitid(WNOWAIT) said the child had not exited before the signal
 }
 
 func (*GuardianSignal) Kind() Kind { return "guardian.signal" }
 func (p *GuardianSignal) Validate() error {
-	return checks{positive("target_pid", int64(p.TargetPID)), oneOf("signal", p.Signal, "TERM", "KILL"), instant("at", p.At, true)}.first()
+	return checks{positive("target_pid", int64(p.TargetPID)), member("signal", p.Signal, "TERM, KILL"), instant("at", p.At, true)}.first()
 }
 
 // GuardianReaped records the direct child's wait status.
@@ -474,13 +474,13 @@ func (p *GuardianReceipt) Validate() error {
 // GuardianLost records cleanup whose evidence is incomplete: the receipt was
 // lost, the helper died, its pipes closed early, or the deadline expired.
 type GuardianLost struct {
-	Reason    string `json:"reason"` // receipt_lost, helper_lost, pipes_closed, deadline
-	TargetPID int    `json:"target_pid,omitempty"`
+	Reason    LostReason `json:"reason"` // receipt_lost, helper_lost, pipes_closed, deadline
+	TargetPID int        `json:"target_pid,omitempty"`
 }
 
 func (*GuardianLost) Kind() Kind { return "guardian.lost" }
 func (p *GuardianLost) Validate() error {
-	return checks{oneOf("reason", p.Reason, "receipt_lost", "helper_lost", "pipes_closed", "deadline"), nonNegative("target_pid", int64(p.TargetPID))}.first()
+	return checks{member("reason", p.Reason, "receipt_lost, helper_lost, pipes_closed, deadline"), nonNegative("target_pid", int64(p.TargetPID))}.first()
 }
 
 // ---- http: seed 000, HTTP resources ----
@@ -488,15 +488,15 @@ func (p *GuardianLost) Validate() error {
 // HTTPRegistered records an HTTP allocation registered before the request
 // begins. Ref is the resource reference within the activation.
 type HTTPRegistered struct {
-	Ref    string `json:"ref"`
-	Scope  string `json:"scope"` // aggregate scope, e.g. "request", "sse", "jwks"
-	Method string `json:"method"`
-	Origin string `json:"origin"`
+	Ref    string     `json:"ref"`
+	Scope  string     `json:"scope"` // aggregate scope, e.g. "request", "sse", "jwks"
+	Method HTTPMethod `json:"method"`
+	Origin string     `json:"origin"`
 }
 
 func (*HTTPRegistered) Kind() Kind { return "http.registered" }
 func (p *HTTPRegistered) Validate() error {
-	return checks{id("ref", p.Ref), code("scope", p.Scope), oneOf("method", p.Method, "GET", "POST", "DELETE", "PUT", "PATCH", "HEAD"), text("origin", p.Origin, true)}.first()
+	return checks{id("ref", p.Ref), code("scope", p.Scope), member("method", p.Method, "GET, POST, DELETE, PUT, PATCH, HEAD"), text("origin", p.Origin, true)}.first()
 }
 
 // MaxRedirectHops is the number of 307 hops a request may follow.
@@ -520,29 +520,29 @@ func (p *HTTPRedirect) Validate() error {
 
 // HTTPCompleted records the response the request ended with.
 type HTTPCompleted struct {
-	Ref       string `json:"ref"`
-	Status    int    `json:"status"`  // 0 when no response arrived
-	Outcome   string `json:"outcome"` // ok, error, timeout, aborted
-	BodyBytes int64  `json:"body_bytes"`
+	Ref       string      `json:"ref"`
+	Status    int         `json:"status"`  // 0 when no response arrived
+	Outcome   HTTPOutcome `json:"outcome"` // ok, error, timeout, aborted
+	BodyBytes int64       `json:"body_bytes"`
 }
 
 func (*HTTPCompleted) Kind() Kind { return "http.completed" }
 func (p *HTTPCompleted) Validate() error {
 	return checks{id("ref", p.Ref), between("status", int64(p.Status), 0, 599),
-		oneOf("outcome", p.Outcome, "ok", "error", "timeout", "aborted"), nonNegative("body_bytes", p.BodyBytes)}.first()
+		member("outcome", p.Outcome, "ok, error, timeout, aborted"), nonNegative("body_bytes", p.BodyBytes)}.first()
 }
 
 // HTTPBarrier records what a request-completion barrier returned. Ref names
 // the resource it settles: a request's Ref, or a redirect hop's HopRef
 // (every hop is its own tracked resource and needs its own barrier).
 type HTTPBarrier struct {
-	Ref     string `json:"ref"`
-	Outcome string `json:"outcome"` // ok, error, timeout, unsupported
+	Ref     string             `json:"ref"`
+	Outcome HTTPBarrierOutcome `json:"outcome"` // ok, error, timeout, unsupported
 }
 
 func (*HTTPBarrier) Kind() Kind { return "http.barrier" }
 func (p *HTTPBarrier) Validate() error {
-	return checks{id("ref", p.Ref), oneOf("outcome", p.Outcome, "ok", "error", "timeout", "unsupported")}.first()
+	return checks{id("ref", p.Ref), member("outcome", p.Outcome, "ok, error, timeout, unsupported")}.first()
 }
 
 // HTTPWorkerDown records the owning worker's observed end.

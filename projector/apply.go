@@ -141,7 +141,7 @@ func (s *State) apply(e *event) {
 		}
 	case *events.LeasePoisoned:
 		if l := s.leaseFor(e); l != nil && l.Live() {
-			l.State, l.Reason, l.PoisonTool = LeasePoisoned, p.Reason, p.Tool
+			l.State, l.Reason, l.PoisonTool = LeasePoisoned, string(p.Reason), p.Tool
 		}
 	case *events.LeaseRevoked:
 		if l := s.leaseFor(e); l != nil && (l.State == LeaseStarting || l.State == LeaseReady) {

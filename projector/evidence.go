@@ -17,7 +17,7 @@ func (ev *Evidence) childStarted(activation string, e *event, p *events.LeaseChi
 		ev.late++
 		return
 	}
-	if p.Cleanup == "verified" {
+	if p.Cleanup == events.CleanupVerified {
 		r := ev.track(activation, guardianRef(p.PID), ResourceGuardianChild, ScopeGuardian, e.seq)
 		r.Facts.TargetPID, r.Facts.GuardianPID, r.Facts.Cleanup = p.PID, p.GuardianPID, p.Cleanup
 		if r.Reason == "" {
@@ -71,7 +71,7 @@ func (ev *Evidence) apply(activation string, e *event) {
 			return
 		}
 		r := ev.track(activation, p.Ref, ResourceHTTPRequest, p.Scope, e.seq)
-		r.Facts.Method, r.Facts.Origin = p.Method, p.Origin
+		r.Facts.Method, r.Facts.Origin = string(p.Method), p.Origin
 		r.Reason = "awaiting_barrier"
 	case *events.HTTPRedirect:
 		parent := ev.get(p.Ref, e.seq)
@@ -99,7 +99,7 @@ func (ev *Evidence) apply(activation string, e *event) {
 	case *events.HTTPCompleted:
 		if r := ev.get(p.Ref, e.seq); r != nil {
 			r.Facts.Completed = true
-			r.Facts.CompletionStatus, r.Facts.CompletionResult, r.Facts.BodyBytes = p.Status, p.Outcome, p.BodyBytes
+			r.Facts.CompletionStatus, r.Facts.CompletionResult, r.Facts.BodyBytes = p.Status, string(p.Outcome), p.BodyBytes
 		}
 	case *events.HTTPBarrier:
 		r := ev.get(p.Ref, e.seq)
@@ -112,12 +112,12 @@ func (ev *Evidence) apply(activation string, e *event) {
 			return // terminal: a later barrier cannot restore lost evidence
 		}
 		switch p.Outcome {
-		case "ok":
+		case events.HTTPBarrierOK:
 			ev.settleHTTP(r, e)
-		case "unsupported":
+		case events.HTTPBarrierUnsupported:
 			r.Status, r.Reason = StatusUnsupported, "barrier_unsupported"
 		default: // error, timeout
-			r.Status, r.Reason = StatusMissing, "barrier_"+p.Outcome
+			r.Status, r.Reason = StatusMissing, "barrier_"+string(p.Outcome)
 		}
 	case *events.HTTPWorkerDown:
 		r := ev.get(p.Ref, e.seq)
@@ -131,17 +131,17 @@ func (ev *Evidence) apply(activation string, e *event) {
 			if hop, ok := ev.open[h]; ok && !hop.Facts.WorkerDown {
 				hop.Facts.WorkerDown, hop.Facts.Worker, hop.Facts.WorkerReason = true, p.Worker, "via_parent"
 				hop.UpdatedSeq = e.seq
-				if hop.Facts.Barrier == "ok" && hop.Status == StatusPending {
+				if hop.Facts.Barrier == events.HTTPBarrierOK && hop.Status == StatusPending {
 					ev.settleHTTP(hop, e)
 				}
 			}
 		}
-		if r.Facts.Barrier == "ok" && r.Status == StatusPending {
+		if r.Facts.Barrier == events.HTTPBarrierOK && r.Status == StatusPending {
 			ev.settleHTTP(r, e)
 		}
 	case *events.HTTPLost:
 		if r := ev.get(p.Ref, e.seq); r != nil {
-			r.Status, r.Reason, r.Facts.LostReason = StatusLost, p.Reason, p.Reason
+			r.Status, r.Reason, r.Facts.LostReason = StatusLost, string(p.Reason), string(p.Reason)
 		}
 	case *events.GuardianStarted:
 		r := ev.track(activation, guardianRef(p.TargetPID), ResourceGuardianChild, ScopeGuardian, e.seq)
@@ -153,7 +153,7 @@ func (ev *Evidence) apply(activation string, e *event) {
 	case *events.GuardianSignal:
 		if r := ev.get(guardianRef(p.TargetPID), e.seq); r != nil {
 			if len(r.Facts.Signals) < MaxSignals {
-				r.Facts.Signals = append(r.Facts.Signals, p.Signal)
+				r.Facts.Signals = append(r.Facts.Signals, string(p.Signal))
 			}
 		}
 	case *events.GuardianReaped:
@@ -169,7 +169,7 @@ func (ev *Evidence) apply(activation string, e *event) {
 			ref = ev.soleGuardian()
 		}
 		r := ev.track(activation, ref, ResourceGuardianChild, ScopeGuardian, e.seq)
-		r.Status, r.Reason, r.Facts.LostReason = StatusLost, p.Reason, p.Reason
+		r.Status, r.Reason, r.Facts.LostReason = StatusLost, string(p.Reason), string(p.Reason)
 	}
 }
 
@@ -214,7 +214,7 @@ func (ev *Evidence) receipt(activation string, e *event, p *events.GuardianRecei
 	f.StdoutForced, f.StderrForced, f.StdinDroppedBytes = p.StdoutForced, p.StderrForced, p.StdinDroppedBytes
 	switch {
 	case p.HelperExitCode != 0:
-		r.Status, r.Reason, f.LostReason = StatusLost, "helper_lost", "helper_lost"
+		r.Status, r.Reason, f.LostReason = StatusLost, string(events.LostHelper), string(events.LostHelper)
 	case !p.Reaped:
 		r.Status, r.Reason = StatusMissing, "not_reaped"
 	case p.StdinClosedAt == nil:
@@ -333,25 +333,25 @@ func (a *Activation) obligations(rs *reasons) []ObligationReport {
 	out := make([]ObligationReport, len(Obligations))
 	for i, name := range Obligations {
 		o := ObligationReport{Name: name, Last: c.Barriers[i]}
-		switch c.Barriers[i].Outcome {
+		switch outcome := c.Barriers[i].Outcome; outcome {
 		case "":
 			o.Status, o.Reason = StatusMissing, "no_barrier_observed"
-		case "ok":
+		case events.BarrierOK:
 			o.Status = StatusConfirmed
-		case "error", "timeout":
-			o.Status, o.Reason = StatusFailed, "barrier_"+c.Barriers[i].Outcome
+		case events.BarrierError, events.BarrierTimeout:
+			o.Status, o.Reason = StatusFailed, "barrier_"+string(outcome)
 		default: // missing, unsupported, pending
-			o.Status, o.Reason = Status(c.Barriers[i].Outcome), "barrier_"+c.Barriers[i].Outcome
+			o.Status, o.Reason = Status(outcome), "barrier_"+string(outcome)
 		}
 		switch name {
-		case ObligationSupervisor:
+		case events.ObligationSupervisor:
 			if o.Status == StatusConfirmed && len(guardianOpen) > 0 {
 				o.Status, o.Reason = guardianOpen[0].Status, "child_evidence_"+string(guardianOpen[0].Status)
 			}
-			if o.Status == StatusConfirmed && c.Cleanup == "verified" && !guardianConfirmed {
+			if o.Status == StatusConfirmed && c.Cleanup == events.CleanupVerified && !guardianConfirmed {
 				o.Status, o.Reason = StatusMissing, "no_guardian_receipt"
 			}
-		case ObligationHTTPRequests:
+		case events.ObligationHTTPRequests:
 			if c.Barriers[i].Outcome == "" && !httpSeen {
 				o.Status, o.Reason = StatusConfirmed, "none_owned"
 			}
@@ -360,7 +360,7 @@ func (a *Activation) obligations(rs *reasons) []ObligationReport {
 			}
 		}
 		if o.Status != StatusConfirmed {
-			rs.add("obligation " + name + ": " + string(o.Status) + " (" + o.Reason + ")")
+			rs.add("obligation " + string(name) + ": " + string(o.Status) + " (" + o.Reason + ")")
 		}
 		out[i] = o
 	}

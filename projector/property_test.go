@@ -20,6 +20,9 @@ var t0 = time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
 // random sequences hit every interaction: evidence before registration,
 // redirects, barriers in any order, closes, late events, re-registration
 // after confirmation, leases and request handles.
+// pick draws one of vs (repeat a value to weight it).
+func pick[T any](t *rapid.T, name string, vs ...T) T { return rapid.SampledFrom(vs).Draw(t, name) }
+
 func genDraft(t *rapid.T) events.Draft {
 	act := rapid.SampledFrom([]string{"act-0", "act-1", "act-2"}).Draw(t, "act")
 	sess := rapid.SampledFrom([]string{"s-0", "s-1"}).Draw(t, "sess")
@@ -46,7 +49,7 @@ func genDraft(t *rapid.T) events.Draft {
 	case 2:
 		p = &events.LeaseAcquireFailed{Reason: "spawn_failed", DurationNS: 5}
 	case 3:
-		p = &events.LeaseChildStarted{PID: pid, GuardianPID: pid + 10, Cleanup: outcome("cleanup", "verified", "verified", "best_effort")}
+		p = &events.LeaseChildStarted{PID: pid, GuardianPID: pid + 10, Cleanup: pick(t, "cleanup", events.CleanupVerified, events.CleanupVerified, events.CleanupBestEffort)}
 	case 4:
 		p = &events.LeaseListingPinned{ToolCount: 3, Pages: 1, ListingBytes: 100, ListingDigest: eventgen.Digest}
 	case 5:
@@ -70,7 +73,7 @@ func genDraft(t *rapid.T) events.Draft {
 	case 14:
 		p = &events.RequestContinued{Handle: handle, WireID: "18", Round: rapid.IntRange(1, 10).Draw(t, "round")}
 	case 15:
-		p = &events.RequestCompleted{Handle: handle, Outcome: outcome("rc", "ok", "error", "timeout"), ResultBytes: 3}
+		p = &events.RequestCompleted{Handle: handle, Outcome: pick(t, "rc", events.RequestOK, events.RequestError, events.RequestTimeout), ResultBytes: 3}
 	case 16:
 		p = &events.RequestAwaitTimedOut{Handle: handle, WaitedNS: 3}
 	case 17:
@@ -78,17 +81,17 @@ func genDraft(t *rapid.T) events.Draft {
 	case 18:
 		p = &events.RequestOwnerEnded{Owner: owner, HandlesSettled: 1}
 	case 19:
-		p = &events.ConnectionOpened{Transport: outcome("tr", "stdio", "http"), Cleanup: outcome("cl", "verified", "best_effort")}
+		p = &events.ConnectionOpened{Transport: pick(t, "tr", events.TransportStdio, events.TransportHTTP), Cleanup: pick(t, "cl", events.CleanupVerified, events.CleanupBestEffort)}
 	case 20:
-		p = &events.ConnectionPhase{Phase: outcome("phase", "closing", "closed"), BudgetNS: 7}
+		p = &events.ConnectionPhase{Phase: pick(t, "phase", events.PhaseClosing, events.PhaseClosed), BudgetNS: 7}
 	case 21, 22:
-		p = &events.ConnectionBarrier{Obligation: outcome("ob", projector.Obligations[:]...), Outcome: outcome("bo", "ok", "ok", "ok", "error", "timeout", "missing", "unsupported", "pending"), ElapsedNS: 1}
+		p = &events.ConnectionBarrier{Obligation: pick(t, "ob", projector.Obligations[:]...), Outcome: pick(t, "bo", events.BarrierOK, events.BarrierOK, events.BarrierOK, events.BarrierError, events.BarrierTimeout, events.BarrierMissing, events.BarrierUnsupported, events.BarrierPending), ElapsedNS: 1}
 	case 23:
 		p = &events.ConnectionClosed{ElapsedNS: 9, Repeat: rapid.Bool().Draw(t, "repeat")}
 	case 24:
 		p = &events.GuardianStarted{GuardianPID: pid + 10, TargetPID: pid, HelperVersion: "g/1", PIDFD: true}
 	case 25:
-		p = &events.GuardianSignal{TargetPID: pid, Signal: outcome("sig", "TERM", "KILL"), At: at}
+		p = &events.GuardianSignal{TargetPID: pid, Signal: pick(t, "sig", events.SignalTERM, events.SignalKILL), At: at}
 	case 26:
 		p = &events.GuardianReaped{TargetPID: pid, ExitCode: rapid.IntRange(-1, 2).Draw(t, "exit"), At: at}
 	case 27:
@@ -97,16 +100,16 @@ func genDraft(t *rapid.T) events.Draft {
 			StderrClosedAt: opt("err"), DescendantsSeen: []int{7, 8}[:rapid.IntRange(0, 2).Draw(t, "nd")],
 			HelperExitCode: rapid.SampledFrom([]int{0, 0, 0, 1, -1}).Draw(t, "hx")}
 	case 28:
-		p = &events.GuardianLost{Reason: outcome("gl", "receipt_lost", "helper_lost", "pipes_closed", "deadline"), TargetPID: rapid.SampledFrom([]int{0, pid}).Draw(t, "lpid")}
+		p = &events.GuardianLost{Reason: pick(t, "gl", events.LostReceipt, events.LostHelper, events.LostPipesClosed, events.LostDeadline), TargetPID: rapid.SampledFrom([]int{0, pid}).Draw(t, "lpid")}
 	case 29, 30, 31, 32:
-		p = &events.HTTPRegistered{Ref: ref, Scope: outcome("scope", "request", "sse", "jwks"), Method: "GET", Origin: "https://a.example"}
+		p = &events.HTTPRegistered{Ref: ref, Scope: outcome("scope", "request", "sse", "jwks"), Method: events.HTTPGet, Origin: "https://a.example"}
 	case 33:
 		p = &events.HTTPRedirect{Ref: ref, Hop: rapid.IntRange(1, 3).Draw(t, "hop"), HopRef: rapid.SampledFrom([]string{"h0", "h1"}).Draw(t, "hopref"),
 			Status: 307, Origin: "https://b.example", SameOrigin: rapid.Bool().Draw(t, "same")}
 	case 34:
-		p = &events.HTTPCompleted{Ref: ref, Status: 200, Outcome: outcome("hc", "ok", "error", "timeout", "aborted"), BodyBytes: 10}
+		p = &events.HTTPCompleted{Ref: ref, Status: 200, Outcome: pick(t, "hc", events.HTTPOK, events.HTTPError, events.HTTPTimeout, events.HTTPAborted), BodyBytes: 10}
 	case 35, 36, 37:
-		p = &events.HTTPBarrier{Ref: ref, Outcome: outcome("hb", "ok", "ok", "ok", "error", "timeout", "unsupported")}
+		p = &events.HTTPBarrier{Ref: ref, Outcome: pick(t, "hb", events.HTTPBarrierOK, events.HTTPBarrierOK, events.HTTPBarrierOK, events.HTTPBarrierError, events.HTTPBarrierTimeout, events.HTTPBarrierUnsupported)}
 	case 38, 39:
 		p = &events.HTTPWorkerDown{Ref: ref, Worker: "w1", Reason: "normal"}
 	case 40:

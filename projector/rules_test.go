@@ -48,10 +48,10 @@ func (f *feed) ev(a string) *projector.Evidence {
 var d = eventgen.D
 
 func opened(a string) events.Draft {
-	return d(a, &events.ConnectionOpened{Transport: "http", Cleanup: "best_effort", OneShot: true})
+	return d(a, &events.ConnectionOpened{Transport: events.TransportHTTP, Cleanup: events.CleanupBestEffort, OneShot: true})
 }
 
-func barriers(a string, outcome string) []events.Draft {
+func barriers(a string, outcome events.BarrierOutcome) []events.Draft {
 	var out []events.Draft
 	for _, o := range projector.Obligations {
 		out = append(out, d(a, &events.ConnectionBarrier{Obligation: o, Outcome: outcome, ElapsedNS: 1}))

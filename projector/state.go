@@ -1,7 +1,6 @@
 package projector
 
 import (
-
 	"github.com/leaseledger/leaseledger/events"
 )
 
@@ -96,10 +95,10 @@ type Facts struct {
 	CompletionResult string   `json:"completion_outcome,omitempty"`
 	BodyBytes        int64    `json:"body_bytes,omitempty"`
 	// Barrier is the last request-completion barrier outcome.
-	Barrier    string `json:"barrier,omitempty"`
-	Barriers   int    `json:"barriers,omitempty"` // barrier observations
-	WorkerDown bool   `json:"worker_down,omitempty"`
-	Worker     string `json:"worker,omitempty"`
+	Barrier    events.HTTPBarrierOutcome `json:"barrier,omitempty"`
+	Barriers   int                       `json:"barriers,omitempty"` // barrier observations
+	WorkerDown bool                      `json:"worker_down,omitempty"`
+	Worker     string                    `json:"worker,omitempty"`
 	// WorkerReason is the worker's end reason; "via_parent" marks a hop
 	// whose owning worker's end was observed on its original request.
 	WorkerReason string `json:"worker_reason,omitempty"`
@@ -108,7 +107,7 @@ type Facts struct {
 	// Child and guardian facts.
 	TargetPID         int             `json:"target_pid,omitempty"`
 	GuardianPID       int             `json:"guardian_pid,omitempty"`
-	Cleanup           string          `json:"cleanup,omitempty"`
+	Cleanup           events.Cleanup  `json:"cleanup,omitempty"`
 	HelperVersion     string          `json:"helper_version,omitempty"`
 	PIDFD             bool            `json:"pidfd,omitempty"`
 	Signals           []string        `json:"signals,omitempty"`
@@ -290,8 +289,8 @@ type Phase string
 // Phases, in order.
 const (
 	PhaseActive  Phase = "active"
-	PhaseClosing Phase = "closing"
-	PhaseClosed  Phase = "closed"
+	PhaseClosing Phase = Phase(events.PhaseClosing)
+	PhaseClosed  Phase = Phase(events.PhaseClosed)
 )
 
 func (p Phase) rank() int {
@@ -304,18 +303,11 @@ func (p Phase) rank() int {
 	return 0
 }
 
-// Close obligations, in report order.
-const (
-	ObligationTransport    = "transport"
-	ObligationWorkers      = "workers"
-	ObligationSupervisor   = "supervisor"
-	ObligationHTTPRequests = "http_requests"
-)
-
 // Obligations lists the close obligations in report order.
-var Obligations = [4]string{ObligationTransport, ObligationWorkers, ObligationSupervisor, ObligationHTTPRequests}
+var Obligations = [4]events.Obligation{events.ObligationTransport, events.ObligationWorkers,
+	events.ObligationSupervisor, events.ObligationHTTPRequests}
 
-func obligationIndex(name string) int {
+func obligationIndex(name events.Obligation) int {
 	for i, o := range Obligations {
 		if o == name {
 			return i
@@ -333,21 +325,21 @@ const (
 
 // Observation is the last connection.barrier recorded for one obligation.
 type Observation struct {
-	Outcome      string `json:"outcome,omitempty"` // as recorded: ok, error, timeout, missing, unsupported, pending
-	Detail       string `json:"detail,omitempty"`
-	ElapsedNS    int64  `json:"elapsed_ns,omitempty"`
-	Seq          uint64 `json:"seq,omitempty"`
-	Observations int    `json:"observations,omitempty"`
+	Outcome      events.BarrierOutcome `json:"outcome,omitempty"` // as recorded
+	Detail       string                `json:"detail,omitempty"`
+	ElapsedNS    int64                 `json:"elapsed_ns,omitempty"`
+	Seq          uint64                `json:"seq,omitempty"`
+	Observations int                   `json:"observations,omitempty"`
 }
 
 // Connection is the owned connection of an activation.
 type Connection struct {
-	Opened    bool   `json:"opened"`
-	Transport string `json:"transport,omitempty"`
-	Cleanup   string `json:"cleanup,omitempty"`
-	OneShot   bool   `json:"one_shot,omitempty"`
-	Phase     Phase  `json:"phase"`
-	BudgetNS  int64  `json:"budget_ns,omitempty"`
+	Opened    bool             `json:"opened"`
+	Transport events.Transport `json:"transport,omitempty"`
+	Cleanup   events.Cleanup   `json:"cleanup,omitempty"`
+	OneShot   bool             `json:"one_shot,omitempty"`
+	Phase     Phase            `json:"phase"`
+	BudgetNS  int64            `json:"budget_ns,omitempty"`
 	// Barriers holds the last observation per obligation, in the order of
 	// Obligations.
 	Barriers [4]Observation `json:"barriers"`
@@ -360,10 +352,10 @@ type Connection struct {
 
 // ObligationReport is one close obligation's verdict in a close report.
 type ObligationReport struct {
-	Name   string      `json:"name"`
-	Status Status      `json:"status"`
-	Reason string      `json:"reason,omitempty"`
-	Last   Observation `json:"last"`
+	Name   events.Obligation `json:"name"`
+	Status Status            `json:"status"`
+	Reason string            `json:"reason,omitempty"`
+	Last   Observation       `json:"last"`
 }
 
 // Close report results.
@@ -412,23 +404,23 @@ func (k LeaseKey) String() string { return k.Session + "/" + k.Server }
 
 // Lease is the projection of one lease lifetime at its key.
 type Lease struct {
-	KeySession     string `json:"key_session"`
-	Server         string `json:"server"`
-	Shared         bool   `json:"shared,omitempty"`
-	Session        string `json:"session,omitempty"` // the acquiring session
-	Activation     string `json:"activation_id"`
-	State          string `json:"state"`
-	Fingerprint    string `json:"fingerprint"`
-	ListingDigest  string `json:"listing_digest,omitempty"`
-	ToolCount      int    `json:"tool_count,omitempty"`
-	PID            int    `json:"pid,omitempty"`
-	GuardianPID    int    `json:"guardian_pid,omitempty"`
-	Cleanup        string `json:"cleanup,omitempty"`
-	CallsInFlight  int    `json:"calls_in_flight"`
-	CallsAdmitted  uint64 `json:"calls_admitted,omitempty"`
-	CallsRefused   uint64 `json:"calls_refused,omitempty"`
-	CallsFinished  uint64 `json:"calls_finished,omitempty"`
-	KilledOnCancel uint64 `json:"killed_on_cancel,omitempty"`
+	KeySession     string         `json:"key_session"`
+	Server         string         `json:"server"`
+	Shared         bool           `json:"shared,omitempty"`
+	Session        string         `json:"session,omitempty"` // the acquiring session
+	Activation     string         `json:"activation_id"`
+	State          string         `json:"state"`
+	Fingerprint    string         `json:"fingerprint"`
+	ListingDigest  string         `json:"listing_digest,omitempty"`
+	ToolCount      int            `json:"tool_count,omitempty"`
+	PID            int            `json:"pid,omitempty"`
+	GuardianPID    int            `json:"guardian_pid,omitempty"`
+	Cleanup        events.Cleanup `json:"cleanup,omitempty"`
+	CallsInFlight  int            `json:"calls_in_flight"`
+	CallsAdmitted  uint64         `json:"calls_admitted,omitempty"`
+	CallsRefused   uint64         `json:"calls_refused,omitempty"`
+	CallsFinished  uint64         `json:"calls_finished,omitempty"`
+	KilledOnCancel uint64         `json:"killed_on_cancel,omitempty"`
 	// GateViolations counts calls admitted after the lease was cancelled,
 	// poisoned or terminated: the gate promises none.
 	GateViolations uint64         `json:"gate_violations,omitempty"`
@@ -459,32 +451,32 @@ const (
 // Cancellation is a request's cancellation report: local settlement kept
 // apart from transport acceptance and notification delivery.
 type Cancellation struct {
-	Reason                string `json:"reason"`
-	LocalSettled          bool   `json:"local_settled"`
-	TransportAccepted     string `json:"transport_accepted"`
-	NotificationDelivered string `json:"notification_delivered"`
-	Remote                string `json:"remote"`
-	Seq                   uint64 `json:"seq"`
+	Reason                string          `json:"reason"`
+	LocalSettled          bool            `json:"local_settled"`
+	TransportAccepted     events.Delivery `json:"transport_accepted"`
+	NotificationDelivered events.Delivery `json:"notification_delivered"`
+	Remote                events.Remote   `json:"remote"`
+	Seq                   uint64          `json:"seq"`
 }
 
 // Request is one resource request handle of an owner.
 type Request struct {
-	Handle         string        `json:"handle"`
-	Owner          string        `json:"owner"`
-	Activation     string        `json:"activation_id,omitempty"`
-	Method         string        `json:"method"`
-	URISHA256      string        `json:"uri_sha256,omitempty"`
-	TimeoutNS      int64         `json:"timeout_ns"`
-	State          string        `json:"state"`
-	WireIDs        []string      `json:"wire_ids,omitempty"`
-	WireIDsDropped int           `json:"wire_ids_dropped,omitempty"`
-	Rounds         int           `json:"rounds,omitempty"`
-	Outcome        string        `json:"outcome,omitempty"`
-	ResultBytes    int64         `json:"result_bytes,omitempty"`
-	Completions    int           `json:"completions,omitempty"` // more than one is an anomaly: a result is received once
-	AwaitTimeouts  int           `json:"await_timeouts,omitempty"`
-	Cancellation   *Cancellation `json:"cancellation,omitempty"`
-	RegisteredSeq  uint64        `json:"registered_seq"`
+	Handle         string                `json:"handle"`
+	Owner          string                `json:"owner"`
+	Activation     string                `json:"activation_id,omitempty"`
+	Method         events.RequestMethod  `json:"method"`
+	URISHA256      string                `json:"uri_sha256,omitempty"`
+	TimeoutNS      int64                 `json:"timeout_ns"`
+	State          string                `json:"state"`
+	WireIDs        []string              `json:"wire_ids,omitempty"`
+	WireIDsDropped int                   `json:"wire_ids_dropped,omitempty"`
+	Rounds         int                   `json:"rounds,omitempty"`
+	Outcome        events.RequestOutcome `json:"outcome,omitempty"`
+	ResultBytes    int64                 `json:"result_bytes,omitempty"`
+	Completions    int                   `json:"completions,omitempty"` // more than one is an anomaly: a result is received once
+	AwaitTimeouts  int                   `json:"await_timeouts,omitempty"`
+	Cancellation   *Cancellation         `json:"cancellation,omitempty"`
+	RegisteredSeq  uint64                `json:"registered_seq"`
 }
 
 // OwnerSummary counts an ended owner's handles by final state.

@@ -55,9 +55,9 @@ func D(a string, p events.Payload) events.Draft {
 // that ends confirmed: registered, completed, barrier ok, worker down.
 func ConfirmedRequest(a, ref, scope string) []events.Draft {
 	return []events.Draft{
-		D(a, &events.HTTPRegistered{Ref: ref, Scope: scope, Method: "POST", Origin: "https://mcp.example.com"}),
-		D(a, &events.HTTPCompleted{Ref: ref, Status: 200, Outcome: "ok", BodyBytes: 512}),
-		D(a, &events.HTTPBarrier{Ref: ref, Outcome: "ok"}),
+		D(a, &events.HTTPRegistered{Ref: ref, Scope: scope, Method: events.HTTPPost, Origin: "https://mcp.example.com"}),
+		D(a, &events.HTTPCompleted{Ref: ref, Status: 200, Outcome: events.HTTPOK, BodyBytes: 512}),
+		D(a, &events.HTTPBarrier{Ref: ref, Outcome: events.HTTPBarrierOK}),
 		D(a, &events.HTTPWorkerDown{Ref: ref, Worker: "w-" + ref, Reason: "normal"}),
 	}
 }
@@ -78,11 +78,11 @@ func Workload(n, activations int) []events.Draft {
 		pid := 1000 + ai
 		out = append(out,
 			d(&events.LeaseAcquiring{KeySession: sess, Fingerprint: Digest}),
-			d(&events.LeaseChildStarted{PID: pid, GuardianPID: pid + 1, Cleanup: "verified"}),
+			d(&events.LeaseChildStarted{PID: pid, GuardianPID: pid + 1, Cleanup: events.CleanupVerified}),
 			d(&events.GuardianStarted{GuardianPID: pid + 1, TargetPID: pid, HelperVersion: "leaseledger-guardian/1", PIDFD: true}),
 			d(&events.LeaseListingPinned{ToolCount: 12, Pages: 1, ListingBytes: 4096, ListingDigest: Digest}),
 			d(&events.LeaseAcquired{Fingerprint: Digest, DurationNS: 1000}),
-			d(&events.ConnectionOpened{Transport: "http", Cleanup: "verified", OneShot: true}),
+			d(&events.ConnectionOpened{Transport: events.TransportHTTP, Cleanup: events.CleanupVerified, OneShot: true}),
 		)
 		body := per - 16
 		for i := 0; i < body; {
@@ -99,24 +99,24 @@ func Workload(n, activations int) []events.Draft {
 				call := fmt.Sprintf("c-%d", i)
 				out = append(out,
 					d(&events.CallAdmitted{CallID: call, Tool: "search_issues", Digest: Digest}),
-					d(&events.CallFinished{CallID: call, Tool: "search_issues", Outcome: "ok", DurationNS: 1000,
+					d(&events.CallFinished{CallID: call, Tool: "search_issues", Outcome: events.CallOK, DurationNS: 1000,
 						ArgsBytes: 10, ArgsSHA256: Digest, ResultBytes: 100, ResultSHA256: Digest}))
 				i += 2
 			}
 		}
 		now := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
 		out = append(out,
-			d(&events.ConnectionPhase{Phase: "closing", BudgetNS: 5e9}),
-			d(&events.GuardianSignal{TargetPID: pid, Signal: "TERM", At: events.At(now), Alive: true}),
-			d(&events.GuardianReaped{TargetPID: pid, ExitCode: -1, Signal: "TERM", At: events.At(now)}),
+			d(&events.ConnectionPhase{Phase: events.PhaseClosing, BudgetNS: 5e9}),
+			d(&events.GuardianSignal{TargetPID: pid, Signal: events.SignalTERM, At: events.At(now), Alive: true}),
+			d(&events.GuardianReaped{TargetPID: pid, ExitCode: -1, Signal: string(events.SignalTERM), At: events.At(now)}),
 			d(&events.GuardianReceipt{HelperVersion: "leaseledger-guardian/1", TargetPID: pid, Reaped: true, ExitCode: -1,
-				Signal: "TERM", StdinClosedAt: events.At(now), StdoutClosedAt: events.At(now), StderrClosedAt: events.At(now),
+				Signal: string(events.SignalTERM), StdinClosedAt: events.At(now), StdoutClosedAt: events.At(now), StderrClosedAt: events.At(now),
 				EOFGraceNS: 1e9, TermSentAt: events.At(now), HelperExitCode: 0}),
-			d(&events.ConnectionBarrier{Obligation: "transport", Outcome: "ok", ElapsedNS: 10}),
-			d(&events.ConnectionBarrier{Obligation: "workers", Outcome: "ok", ElapsedNS: 10}),
-			d(&events.ConnectionBarrier{Obligation: "supervisor", Outcome: "ok", ElapsedNS: 10}),
-			d(&events.ConnectionBarrier{Obligation: "http_requests", Outcome: "ok", ElapsedNS: 10}),
-			d(&events.ConnectionPhase{Phase: "closed"}),
+			d(&events.ConnectionBarrier{Obligation: events.ObligationTransport, Outcome: events.BarrierOK, ElapsedNS: 10}),
+			d(&events.ConnectionBarrier{Obligation: events.ObligationWorkers, Outcome: events.BarrierOK, ElapsedNS: 10}),
+			d(&events.ConnectionBarrier{Obligation: events.ObligationSupervisor, Outcome: events.BarrierOK, ElapsedNS: 10}),
+			d(&events.ConnectionBarrier{Obligation: events.ObligationHTTPRequests, Outcome: events.BarrierOK, ElapsedNS: 10}),
+			d(&events.ConnectionPhase{Phase: events.PhaseClosed}),
 			d(&events.ConnectionClosed{ElapsedNS: 100}),
 			d(&events.LeaseTerminated{Reason: "session_ended"}),
 		)

@@ -1,0 +1,326 @@
+package events
+
+// Closed value sets. Every payload field whose values form a closed set has
+// a named type here, with one constant per value and a Valid method;
+// producers, the projector and the generator use the constants, and the
+// payload validators refuse anything else. The JSON form is the plain
+// string, so schemas and stored events are unchanged by the types.
+
+// Cleanup is how a child's cleanup is observed: through the guardian's receipt, or best effort.
+type Cleanup string
+
+// Cleanup values.
+const (
+	CleanupVerified   Cleanup = "verified"
+	CleanupBestEffort Cleanup = "best_effort"
+)
+
+// Valid reports whether v is one of the Cleanup values.
+func (v Cleanup) Valid() bool {
+	switch v {
+	case CleanupVerified, CleanupBestEffort:
+		return true
+	}
+	return false
+}
+
+// PoisonReason is why a lease was poisoned before a call.
+type PoisonReason string
+
+// PoisonReason values.
+const (
+	PoisonNameMismatch   PoisonReason = "name_mismatch"
+	PoisonDigestMismatch PoisonReason = "digest_mismatch"
+)
+
+// Valid reports whether v is one of the PoisonReason values.
+func (v PoisonReason) Valid() bool {
+	switch v {
+	case PoisonNameMismatch, PoisonDigestMismatch:
+		return true
+	}
+	return false
+}
+
+// CallOutcome is how a tools/call ended.
+type CallOutcome string
+
+// CallOutcome values.
+const (
+	CallOK             CallOutcome = "ok"
+	CallToolError      CallOutcome = "tool_error"
+	CallTransportError CallOutcome = "transport_error"
+	CallCancelled      CallOutcome = "cancelled"
+)
+
+// Valid reports whether v is one of the CallOutcome values.
+func (v CallOutcome) Valid() bool {
+	switch v {
+	case CallOK, CallToolError, CallTransportError, CallCancelled:
+		return true
+	}
+	return false
+}
+
+// RequestMethod is the MCP method of a resource request.
+type RequestMethod string
+
+// RequestMethod values.
+const (
+	MethodListResources         RequestMethod = "resources/list"
+	MethodListResourceTemplates RequestMethod = "resources/templates/list"
+	MethodReadResource          RequestMethod = "resources/read"
+)
+
+// Valid reports whether v is one of the RequestMethod values.
+func (v RequestMethod) Valid() bool {
+	switch v {
+	case MethodListResources, MethodListResourceTemplates, MethodReadResource:
+		return true
+	}
+	return false
+}
+
+// RequestOutcome is how a resource request ended.
+type RequestOutcome string
+
+// RequestOutcome values.
+const (
+	RequestOK      RequestOutcome = "ok"
+	RequestError   RequestOutcome = "error"
+	RequestTimeout RequestOutcome = "timeout"
+)
+
+// Valid reports whether v is one of the RequestOutcome values.
+func (v RequestOutcome) Valid() bool {
+	switch v {
+	case RequestOK, RequestError, RequestTimeout:
+		return true
+	}
+	return false
+}
+
+// Delivery is whether a message was accepted or delivered, as far as the host can tell.
+type Delivery string
+
+// Delivery values.
+const (
+	DeliveryYes     Delivery = "yes"
+	DeliveryNo      Delivery = "no"
+	DeliveryUnknown Delivery = "unknown"
+)
+
+// Valid reports whether v is one of the Delivery values.
+func (v Delivery) Valid() bool {
+	switch v {
+	case DeliveryYes, DeliveryNo, DeliveryUnknown:
+		return true
+	}
+	return false
+}
+
+// Remote is what is known of remote execution after a cancel: never a rollback promise.
+type Remote string
+
+// Remote values.
+const (
+	RemoteUnknown Remote = "unknown"
+)
+
+// Valid reports whether v is one of the Remote values.
+func (v Remote) Valid() bool {
+	switch v {
+	case RemoteUnknown:
+		return true
+	}
+	return false
+}
+
+// Transport is a connection's transport.
+type Transport string
+
+// Transport values.
+const (
+	TransportStdio Transport = "stdio"
+	TransportHTTP  Transport = "http"
+)
+
+// Valid reports whether v is one of the Transport values.
+func (v Transport) Valid() bool {
+	switch v {
+	case TransportStdio, TransportHTTP:
+		return true
+	}
+	return false
+}
+
+// Phase is a connection's close phase as recorded by connection.phase.
+type Phase string
+
+// Phase values.
+const (
+	PhaseClosing Phase = "closing"
+	PhaseClosed  Phase = "closed"
+)
+
+// Valid reports whether v is one of the Phase values.
+func (v Phase) Valid() bool {
+	switch v {
+	case PhaseClosing, PhaseClosed:
+		return true
+	}
+	return false
+}
+
+// Obligation is one of the separately confirmed obligations of a connection close.
+type Obligation string
+
+// Obligation values.
+const (
+	ObligationTransport    Obligation = "transport"
+	ObligationWorkers      Obligation = "workers"
+	ObligationSupervisor   Obligation = "supervisor"
+	ObligationHTTPRequests Obligation = "http_requests"
+)
+
+// Valid reports whether v is one of the Obligation values.
+func (v Obligation) Valid() bool {
+	switch v {
+	case ObligationTransport, ObligationWorkers, ObligationSupervisor, ObligationHTTPRequests:
+		return true
+	}
+	return false
+}
+
+// BarrierOutcome is what a close barrier observed for one obligation.
+type BarrierOutcome string
+
+// BarrierOutcome values.
+const (
+	BarrierOK          BarrierOutcome = "ok"
+	BarrierError       BarrierOutcome = "error"
+	BarrierTimeout     BarrierOutcome = "timeout"
+	BarrierMissing     BarrierOutcome = "missing"
+	BarrierUnsupported BarrierOutcome = "unsupported"
+	BarrierPending     BarrierOutcome = "pending"
+)
+
+// Valid reports whether v is one of the BarrierOutcome values.
+func (v BarrierOutcome) Valid() bool {
+	switch v {
+	case BarrierOK, BarrierError, BarrierTimeout, BarrierMissing, BarrierUnsupported, BarrierPending:
+		return true
+	}
+	return false
+}
+
+// Signal is a signal the guardian's cleanup sequence sends.
+type Signal string
+
+// Signal values.
+const (
+	SignalTERM Signal = "TERM"
+	SignalKILL Signal = "KILL"
+)
+
+// Valid reports whether v is one of the Signal values.
+func (v Signal) Valid() bool {
+	switch v {
+	case SignalTERM, SignalKILL:
+		return true
+	}
+	return false
+}
+
+// LostReason is why a guardian's cleanup evidence is incomplete.
+type LostReason string
+
+// LostReason values.
+const (
+	LostReceipt     LostReason = "receipt_lost"
+	LostHelper      LostReason = "helper_lost"
+	LostPipesClosed LostReason = "pipes_closed"
+	LostDeadline    LostReason = "deadline"
+)
+
+// Valid reports whether v is one of the LostReason values.
+func (v LostReason) Valid() bool {
+	switch v {
+	case LostReceipt, LostHelper, LostPipesClosed, LostDeadline:
+		return true
+	}
+	return false
+}
+
+// HTTPMethod is the method of a tracked HTTP request.
+type HTTPMethod string
+
+// HTTPMethod values.
+const (
+	HTTPGet    HTTPMethod = "GET"
+	HTTPPost   HTTPMethod = "POST"
+	HTTPDelete HTTPMethod = "DELETE"
+	HTTPPut    HTTPMethod = "PUT"
+	HTTPPatch  HTTPMethod = "PATCH"
+	HTTPHead   HTTPMethod = "HEAD"
+)
+
+// Valid reports whether v is one of the HTTPMethod values.
+func (v HTTPMethod) Valid() bool {
+	switch v {
+	case HTTPGet, HTTPPost, HTTPDelete, HTTPPut, HTTPPatch, HTTPHead:
+		return true
+	}
+	return false
+}
+
+// HTTPOutcome is how a tracked HTTP request completed.
+type HTTPOutcome string
+
+// HTTPOutcome values.
+const (
+	HTTPOK      HTTPOutcome = "ok"
+	HTTPError   HTTPOutcome = "error"
+	HTTPTimeout HTTPOutcome = "timeout"
+	HTTPAborted HTTPOutcome = "aborted"
+)
+
+// Valid reports whether v is one of the HTTPOutcome values.
+func (v HTTPOutcome) Valid() bool {
+	switch v {
+	case HTTPOK, HTTPError, HTTPTimeout, HTTPAborted:
+		return true
+	}
+	return false
+}
+
+// HTTPBarrierOutcome is what an HTTP completion barrier observed.
+type HTTPBarrierOutcome string
+
+// HTTPBarrierOutcome values.
+const (
+	HTTPBarrierOK          HTTPBarrierOutcome = "ok"
+	HTTPBarrierError       HTTPBarrierOutcome = "error"
+	HTTPBarrierTimeout     HTTPBarrierOutcome = "timeout"
+	HTTPBarrierUnsupported HTTPBarrierOutcome = "unsupported"
+)
+
+// Valid reports whether v is one of the HTTPBarrierOutcome values.
+func (v HTTPBarrierOutcome) Valid() bool {
+	switch v {
+	case HTTPBarrierOK, HTTPBarrierError, HTTPBarrierTimeout, HTTPBarrierUnsupported:
+		return true
+	}
+	return false
+}
+
+// member validates that v is a member of its closed set.
+func member[T interface {
+	~string
+	Valid() bool
+}](field string, v T, allowed string) error {
+	if !v.Valid() {
+		return invalid(field, "want one of "+allowed)
+	}
+	return nil
+}
