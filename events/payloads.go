@@ -49,7 +49,7 @@ var kindList = []func() Payload{
 	func() Payload { return new(HTTPLost) },
 }
 
-// ---- lease: seed 002, session-scoped exact runtime leases ----
+// ---- lease: session-scoped runtime leases ----
 
 // LeaseAcquiring records the start of a single-flight acquisition for the
 // lease key (session or the shared key, server) under a config fingerprint.
@@ -239,7 +239,7 @@ func (p *SessionEnded) Validate() error {
 	return checks{nonNegative("leases_terminated", int64(p.LeasesTerminated)), nonNegative("shared_spared", int64(p.SharedSpared))}.first()
 }
 
-// ---- request: seed 000, caller-owned resource request handles ----
+// ---- request: caller-owned resource request handles ----
 
 // RequestRegistered records a handle registered (and acknowledged) before
 // any dispatch.
@@ -338,7 +338,7 @@ func (p *RequestOwnerEnded) Validate() error {
 	return checks{id("owner", p.Owner), nonNegative("handles_settled", int64(p.HandlesSettled))}.first()
 }
 
-// ---- connection: seed 000, owned connections and close reports ----
+// ---- connection: owned connections and close reports ----
 
 // ConnectionOpened records an owned connection of an activation.
 type ConnectionOpened struct {
@@ -388,7 +388,7 @@ type ConnectionClosed struct {
 func (*ConnectionClosed) Kind() Kind        { return "connection.closed" }
 func (p *ConnectionClosed) Validate() error { return nonNegative("elapsed_ns", p.ElapsedNS) }
 
-// ---- guardian: seed 000, verified stdio ----
+// ---- guardian: verified stdio ----
 
 // GuardianStarted records the guardian helper and its direct child.
 type GuardianStarted struct {
@@ -483,7 +483,7 @@ func (p *GuardianLost) Validate() error {
 	return checks{member("reason", p.Reason, "receipt_lost, helper_lost, pipes_closed, deadline"), nonNegative("target_pid", int64(p.TargetPID))}.first()
 }
 
-// ---- http: seed 000, HTTP resources ----
+// ---- http: HTTP resources ----
 
 // HTTPRegistered records an HTTP allocation registered before the request
 // begins. Ref is the resource reference within the activation.

@@ -1,0 +1,104 @@
+package projector
+
+import "github.com/leaseledger/leaseledger/events"
+
+// Phase is a connection's phase. It only moves forward.
+type Phase string
+
+// Phases, in order.
+const (
+	PhaseActive  Phase = "active"
+	PhaseClosing Phase = Phase(events.PhaseClosing)
+	PhaseClosed  Phase = Phase(events.PhaseClosed)
+)
+
+func (p Phase) rank() int {
+	switch p {
+	case PhaseClosing:
+		return 1
+	case PhaseClosed:
+		return 2
+	}
+	return 0
+}
+
+// Obligations lists the close obligations in report order.
+var Obligations = [4]events.Obligation{events.ObligationTransport, events.ObligationWorkers,
+	events.ObligationSupervisor, events.ObligationHTTPRequests}
+
+func obligationIndex(name events.Obligation) int {
+	for i, o := range Obligations {
+		if o == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// Obligation statuses in a close report, besides pending, confirmed,
+// missing and unsupported.
+const (
+	// StatusFailed: the obligation's barrier returned error or timeout.
+	StatusFailed Status = "failed"
+)
+
+// Observation is the last connection.barrier recorded for one obligation.
+type Observation struct {
+	Outcome      events.BarrierOutcome `json:"outcome,omitempty"` // as recorded
+	Detail       string                `json:"detail,omitempty"`
+	ElapsedNS    int64                 `json:"elapsed_ns,omitempty"`
+	Seq          uint64                `json:"seq,omitempty"`
+	Observations int                   `json:"observations,omitempty"`
+}
+
+// Connection is the owned connection of an activation.
+type Connection struct {
+	Opened    bool             `json:"opened"`
+	Transport events.Transport `json:"transport,omitempty"`
+	Cleanup   events.Cleanup   `json:"cleanup,omitempty"`
+	OneShot   bool             `json:"one_shot,omitempty"`
+	Phase     Phase            `json:"phase"`
+	BudgetNS  int64            `json:"budget_ns,omitempty"`
+	// Barriers holds the last observation per obligation, in the order of
+	// Obligations.
+	Barriers [4]Observation `json:"barriers"`
+	// Regressions counts phase events that would have moved backwards
+	// (ignored) and repeated connection.opened events.
+	Regressions uint64 `json:"regressions,omitempty"`
+	// Report is the retained close report, set once at the close.
+	Report *CloseReport `json:"report,omitempty"`
+}
+
+// ObligationReport is one close obligation's verdict in a close report.
+type ObligationReport struct {
+	Name   events.Obligation `json:"name"`
+	Status Status            `json:"status"`
+	Reason string            `json:"reason,omitempty"`
+	Last   Observation       `json:"last"`
+}
+
+// Close report results.
+const (
+	ResultConfirmed   = "confirmed"
+	ResultUnconfirmed = "unconfirmed"
+)
+
+// CloseReport is the retained version-1 result of closing an activation's
+// connection. It is built once, when the close is first recorded, from the
+// evidence frozen at that moment; later closes observe it unchanged.
+type CloseReport struct {
+	Version     int                `json:"version"`
+	Activation  string             `json:"activation_id"`
+	Result      string             `json:"result"`
+	Reasons     []string           `json:"reasons,omitempty"`
+	Omitted     int                `json:"reasons_omitted,omitempty"`
+	Retained    bool               `json:"retained"` // false: a close against an activation with no retained connection state
+	Obligations []ObligationReport `json:"obligations"`
+	Counts      Counts             `json:"counts"`
+	ClosedSeq   uint64             `json:"closed_seq"`
+	ClosedAt    events.Instant     `json:"closed_at"`
+	ElapsedNS   int64              `json:"elapsed_ns,omitempty"`
+	// CloseCalls counts connection.closed events; every one after the
+	// first observed this stored report.
+	CloseCalls uint64 `json:"close_calls"`
+}
