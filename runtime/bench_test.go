@@ -114,7 +114,7 @@ func benchLease(b *testing.B, ctx context.Context, cfg ServerConfig, appender Ap
 	b.Helper()
 	src := &MapConfigSource{}
 	src.Set("everything", cfg)
-	m, err := NewManager(Options{Config: src, Ledger: appender, HelperPath: bins.helper})
+	m, err := NewManager(Options{Config: src, Ledger: appender, HelperPath: helperBin.Out})
 	if err != nil {
 		b.Fatal(err)
 	}

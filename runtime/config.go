@@ -107,24 +107,24 @@ func (f FileConfigSource) Lookup(ctx context.Context, server string) (ServerConf
 	}
 	fh, err := os.Open(f.Path)
 	if err != nil {
-		return ServerConfig{}, &LeaseError{Op: "config", Server: server, Kind: ErrConfigMissing, cause: err}
+		return ServerConfig{}, &LeaseError{Op: "config", Server: server, Err: ErrConfigMissing, cause: err}
 	}
 	defer fh.Close()
 	data, err := io.ReadAll(io.LimitReader(fh, MaxConfigBytes+1))
 	if err != nil {
-		return ServerConfig{}, &LeaseError{Op: "config", Server: server, Kind: ErrConfigInvalid, cause: err}
+		return ServerConfig{}, &LeaseError{Op: "config", Server: server, Err: ErrConfigInvalid, cause: err}
 	}
 	if len(data) > MaxConfigBytes {
-		return ServerConfig{}, &LeaseError{Op: "config", Server: server, Kind: ErrConfigInvalid,
+		return ServerConfig{}, &LeaseError{Op: "config", Server: server, Err: ErrConfigInvalid,
 			cause: fmt.Errorf("larger than MaxConfigBytes=%d", MaxConfigBytes)}
 	}
 	all, err := ParseConfig(data)
 	if err != nil {
-		return ServerConfig{}, &LeaseError{Op: "config", Server: server, Kind: ErrConfigInvalid, cause: err}
+		return ServerConfig{}, &LeaseError{Op: "config", Server: server, Err: ErrConfigInvalid, cause: err}
 	}
 	c, ok := all[server]
 	if !ok {
-		return ServerConfig{}, &LeaseError{Op: "config", Server: server, Kind: ErrConfigMissing}
+		return ServerConfig{}, &LeaseError{Op: "config", Server: server, Err: ErrConfigMissing}
 	}
 	return c, nil
 }
@@ -184,7 +184,7 @@ func (s *MapConfigSource) Lookup(ctx context.Context, server string) (ServerConf
 	defer s.mu.Unlock()
 	c, ok := s.m[server]
 	if !ok {
-		return ServerConfig{}, &LeaseError{Op: "config", Server: server, Kind: ErrConfigMissing}
+		return ServerConfig{}, &LeaseError{Op: "config", Server: server, Err: ErrConfigMissing}
 	}
 	return c, nil
 }

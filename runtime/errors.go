@@ -5,8 +5,9 @@ import (
 	"strconv"
 )
 
-// Sentinel kinds of *LeaseError; match with errors.Is. Their text is
-// static: no MCP server text ever reaches an error of this package.
+// Sentinel errors of this package, carried in LeaseError.Err; match them
+// with errors.Is. Their text is static: no MCP server text ever reaches an
+// error of this package.
 var (
 	// ErrConfigMissing: the server has no entry in the config source.
 	ErrConfigMissing = errors.New("runtime: server not configured")
@@ -53,24 +54,33 @@ var (
 	ErrLedger = errors.New("runtime: ledger append failed")
 )
 
-// LeaseError is the error type of this package. Kind is one of the Err*
-// sentinels; Session, Server and Activation are local identities; Count is
-// numeric metadata (e.g. the cap for ErrTooManyLeases). The optional cause
-// is only ever a local error (context, file system, guardian sentinel),
-// never text from an MCP server.
+// LeaseError is the one error type of this package, shaped like
+// *os.PathError: the operation, the identities it concerned, and Err, one of
+// the Err* sentinels that callers branch on with errors.Is. The optional
+// wrapped cause is only ever a local error (context, file system, ledger,
+// guardian launch errors), never text from an MCP server; errors.Is and
+// errors.As see both Err and the cause.
 type LeaseError struct {
-	Op         string // acquire, call, revoke, config, ...
+	// Op is the operation that failed: new, open_session, session,
+	// config, acquire, call, revoke, append.
+	Op string
+	// Session is the lease key's session (a session or SharedSessionKey);
+	// Server the server name; Activation the lease's activation, when one
+	// exists. All are local identifiers.
 	Session    string
 	Server     string
 	Activation string
-	Kind       error
-	Count      int
-	cause      error
+	// Err is the sentinel (ErrTooManyLeases, ErrRevoked, ...).
+	Err error
+	// Count is numeric metadata: the cap for ErrTooManyLeases, the number
+	// of failures not kept for ErrLedger from Close and TerminateAll.
+	Count int
+	cause error
 }
 
 // Error returns static text with the local identities.
 func (e *LeaseError) Error() string {
-	s := e.Kind.Error()
+	s := e.Err.Error()
 	if e.Op != "" {
 		s += " (" + e.Op
 		if e.Session != "" {
@@ -93,16 +103,16 @@ func (e *LeaseError) Error() string {
 	return s
 }
 
-// Unwrap exposes the kind and the local cause to errors.Is/As.
+// Unwrap exposes the sentinel and the local cause to errors.Is/As.
 func (e *LeaseError) Unwrap() []error {
 	if e.cause != nil {
-		return []error{e.Kind, e.cause}
+		return []error{e.Err, e.cause}
 	}
-	return []error{e.Kind}
+	return []error{e.Err}
 }
 
-func newErr(op string, k *leaseKey, kind error, cause error) *LeaseError {
-	e := &LeaseError{Op: op, Kind: kind, cause: cause}
+func newErr(op string, k *leaseKey, sentinel error, cause error) *LeaseError {
+	e := &LeaseError{Op: op, Err: sentinel, cause: cause}
 	if k != nil {
 		e.Session, e.Server = k.session, k.server
 	}

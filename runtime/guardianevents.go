@@ -11,14 +11,14 @@ import (
 // turns them into guardian.* events (docs/guardian.md, "Mapping to
 // events"). Every event carries the lease's activation ID.
 
-// GuardianStartedDraft is the guardian.started event for a launched session.
-func GuardianStartedDraft(activation, session, server string, s *guardian.Session) events.Draft {
+// guardianStartedDraft is the guardian.started event of a launched child.
+func guardianStartedDraft(activation, session, server string, f childFacts) events.Draft {
 	return events.Draft{Activation: activation, Session: session, Server: server, Payload: &events.GuardianStarted{
-		GuardianPID: s.HelperPID(), TargetPID: s.TargetPID(), HelperVersion: s.HelperVersion(), PIDFD: s.PIDFD(),
+		GuardianPID: f.HelperPID, TargetPID: f.TargetPID, HelperVersion: f.HelperVersion, PIDFD: f.PIDFD,
 	}}
 }
 
-// GuardianCleanupDrafts turns one CleanupResult into events, in order: one
+// guardianCleanupDrafts turns one CleanupResult into events, in order: one
 // guardian.signal per signal sent and guardian.reaped (when the child's
 // wait status is known), both only from a correlated receipt; then either
 // guardian.receipt (confirmed cleanup) or guardian.lost (anything else).
@@ -33,7 +33,7 @@ func GuardianStartedDraft(activation, session, server string, s *guardian.Sessio
 // guardian.receipt / guardian.lost is emitted per cleanup. An auditor
 // recomputes the verdict from these facts; guardian.lost records the
 // host's reason.
-func GuardianCleanupDrafts(activation, session, server string, r guardian.CleanupResult) []events.Draft {
+func guardianCleanupDrafts(activation, session, server string, r guardian.CleanupResult) []events.Draft {
 	d := func(p events.Payload) events.Draft {
 		return events.Draft{Activation: activation, Session: session, Server: server, Payload: p}
 	}
@@ -44,7 +44,7 @@ func GuardianCleanupDrafts(activation, session, server string, r guardian.Cleanu
 		rc.TargetPID == r.TargetPID && rc.HelperPID == r.HelperPID
 	if correlated {
 		for _, s := range rc.Signals {
-			out = append(out, d(&events.GuardianSignal{TargetPID: rc.TargetPID, Signal: s.Signal, At: events.At(s.At), Alive: s.Alive}))
+			out = append(out, d(&events.GuardianSignal{TargetPID: rc.TargetPID, Signal: events.Signal(s.Signal), At: events.At(s.At), Alive: s.Alive}))
 		}
 		if rc.Reaped && rc.ReapedAt != nil {
 			out = append(out, d(&events.GuardianReaped{TargetPID: rc.TargetPID, ExitCode: clampCode(rc.ExitCode), Signal: rc.Signal, At: events.At(*rc.ReapedAt)}))
@@ -88,7 +88,7 @@ func GuardianCleanupDrafts(activation, session, server string, r guardian.Cleanu
 	default:
 		reason = string(guardian.ReasonReceiptLost)
 	}
-	return append(out, d(&events.GuardianLost{Reason: reason, TargetPID: max(r.TargetPID, 0)}))
+	return append(out, d(&events.GuardianLost{Reason: events.LostReason(reason), TargetPID: max(r.TargetPID, 0)}))
 }
 
 func clampCode(c int) int {

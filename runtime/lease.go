@@ -2,18 +2,13 @@ package runtime
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/leaseledger/leaseledger/events"
 	"github.com/leaseledger/leaseledger/guardian"
-	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -39,9 +34,10 @@ func (s leaseState) String() string {
 	}
 }
 
-// lease is one child MCP server. Fields above ready are fixed at creation;
-// err, gs, cs, wire and listing are written by the acquirer before ready
-// is closed and only read after; the gate fields are guarded by mu.
+// lease is one child MCP server under the lease policy. Fields above ready
+// are fixed at creation; err, child, cs, wire and listing are written by
+// the acquirer before ready is closed and only read after; the gate fields
+// are guarded by mu.
 type lease struct {
 	m           *Manager
 	key         leaseKey
@@ -54,10 +50,10 @@ type lease struct {
 	// acquirerCancelled: the acquisition failed while the acquirer's own
 	// context had ended (waiters with a live context retry).
 	acquirerCancelled bool
-	gs                *guardian.Session
+	child             child
 	cs                *mcp.ClientSession
 	wire              wireStats
-	listing           *Listing
+	listing           *pinnedListing
 
 	// mu is the per-lease call gate.
 	mu         sync.Mutex
@@ -79,6 +75,10 @@ type lease struct {
 	termOnce sync.Once
 	termDone chan struct{}
 	cleanup  guardian.CleanupResult
+	// termErr is what of the termination failed to record, written before
+	// termDone is closed; termErrTaken makes sure one caller reports it.
+	termErr      error
+	termErrTaken atomic.Bool
 }
 
 func newLease(m *Manager, key leaseKey, cfg ServerConfig, fp string) *lease {
@@ -99,11 +99,11 @@ func (l *lease) isReady() bool {
 	}
 }
 
-// childGone reports whether the guardian session already ended (the child
+// childGone reports whether the child's session already ended (the child
 // exited, or the helper was lost).
 func (l *lease) childGone() bool {
 	select {
-	case <-l.gs.Done():
+	case <-l.child.done():
 		return true
 	default:
 		return false
@@ -119,9 +119,10 @@ func (l *lease) markGone(reason string) {
 	l.mu.Unlock()
 }
 
-// start does the acquisition I/O: one child through the guardian, MCP
-// initialize, one listing. Every step is an event; on failure the started
-// child is terminated (with its guardian evidence) before returning.
+// start does the acquisition I/O: one child through the manager's
+// launcher, MCP initialize, one listing. Every step is an event; on failure
+// the started child is terminated (with its guardian evidence) before
+// returning.
 func (l *lease) start(ctx context.Context) error {
 	m := l.m
 	t0 := m.opts.Now()
@@ -131,26 +132,27 @@ func (l *lease) start(ctx context.Context) error {
 		return err
 	}
 	fail := func(reason string, kind error, cause error) error {
-		_ = m.emitFact(ctx, l.draft(&events.LeaseAcquireFailed{Fingerprint: l.fingerprint, Reason: reason, DurationNS: since(m.opts.Now(), t0)}))
-		if l.gs != nil {
-			l.terminate(ctx, "acquire_failed")
+		m.keep(m.emitFact(ctx, l.draft(&events.LeaseAcquireFailed{Fingerprint: l.fingerprint, Reason: reason, DurationNS: since(m.opts.Now(), t0)})))
+		if l.child != nil {
+			m.keep(l.terminate(ctx, "acquire_failed"))
 		}
 		e := newErr("acquire", &l.key, kind, cause)
 		e.Activation = l.activation
 		return e
 	}
-	gs, err := guardian.Launch(ctx, m.launchSpec(l))
+	c, err := m.launch(ctx, m.launchSpec(l))
 	if err != nil {
 		// guardian errors are our own words (no child output), so keep them.
 		return fail("spawn_failed", ErrSpawn, err)
 	}
-	l.gs = gs
-	if err := m.emit(ctx, GuardianStartedDraft(l.activation, l.key.session, l.key.server, gs),
-		l.draft(&events.LeaseChildStarted{PID: gs.TargetPID(), GuardianPID: gs.HelperPID(), Cleanup: "verified"}),
+	l.child = c
+	f := c.facts()
+	if err := m.emit(ctx, guardianStartedDraft(l.activation, l.key.session, l.key.server, f),
+		l.draft(&events.LeaseChildStarted{PID: f.TargetPID, GuardianPID: f.HelperPID, Cleanup: "verified"}),
 		l.draft(&events.ConnectionOpened{Transport: "stdio", Cleanup: "verified"})); err != nil {
 		return fail("ledger_failed", ErrLedger, nil)
 	}
-	cs, err := m.client.Connect(ctx, &guardianTransport{stream: gs.Stream(), wire: &l.wire}, &mcp.ClientSessionOptions{ProtocolVersion: ProtocolVersion})
+	cs, err := m.client.Connect(ctx, &streamTransport{stream: c.stream(), wire: &l.wire}, &mcp.ClientSessionOptions{ProtocolVersion: ProtocolVersion})
 	if err != nil {
 		return fail("initialize_failed", ErrInitialize, ctxCause(ctx))
 	}
@@ -178,10 +180,14 @@ func (l *lease) start(ctx context.Context) error {
 func ctxCause(ctx context.Context) error { return ctx.Err() }
 
 // terminate ends the lease once: lease.terminated, then the client and the
-// guardian session are closed and the cleanup facts appended. Concurrent
-// callers wait for the first. The caller has already taken the lease out
-// of the map and out of service (or it never entered service).
-func (l *lease) terminate(ctx context.Context, reason string) guardian.CleanupResult {
+// child are closed and the cleanup facts appended. Concurrent callers wait
+// for the first. The caller has already taken the lease out of the map and
+// out of service (or it never entered service).
+//
+// It returns what of the termination failed to record to the first caller
+// that asks and nil to every later one, so each failure is reported once;
+// a caller with no one to report to hands it to Manager.keep.
+func (l *lease) terminate(ctx context.Context, reason string) error {
 	l.termOnce.Do(func() {
 		m := l.m
 		defer close(l.termDone)
@@ -190,18 +196,19 @@ func (l *lease) terminate(ctx context.Context, reason string) guardian.CleanupRe
 		l.admitting.Wait()
 		budget := m.launchSpec(l).CleanupBudget() + time.Second
 		first := []events.Draft{l.draft(&events.LeaseTerminated{Reason: reason})}
-		if l.gs != nil {
+		if l.child != nil {
 			first = append(first, l.draft(&events.ConnectionPhase{Phase: "closing", BudgetNS: int64(budget)}))
 		}
-		_ = m.emitFact(ctx, first...)
-		if l.gs == nil {
+		firstErr := m.emitFact(ctx, first...)
+		if l.child == nil {
+			l.termErr = firstErr
 			return
 		}
-		// The close obligations of the activation's connection (seed 000's
-		// close report, computed by the projector): transport = the MCP
-		// client session, workers = its goroutines and the guardian
-		// session's (both gone when Close returns), supervisor = the
-		// guardian's verified cleanup of the child.
+		// The close obligations of the activation's connection, from which
+		// the projector computes its close report: transport = the MCP
+		// client session, workers = its goroutines and the child's (both
+		// gone when close returns), supervisor = the guardian's verified
+		// cleanup of the child.
 		t0 := time.Now()
 		transport := "ok"
 		l.mu.Lock()
@@ -210,10 +217,10 @@ func (l *lease) terminate(ctx context.Context, reason string) guardian.CleanupRe
 		if busy {
 			// Calls are still in flight (TerminateAll or Close on a revoked
 			// lease whose calls hang): the client session's Close would
-			// wait for them. Detach the guardian stream first, which
-			// unblocks the connection's reads and writes, so those calls
-			// fail now; the child's cleanup below is unchanged.
-			_ = l.gs.Stream().Close()
+			// wait for them. Detach the stream first, which unblocks the
+			// connection's reads and writes, so those calls fail now; the
+			// child's cleanup below is unchanged.
+			_ = l.child.stream().Close()
 		}
 		if l.cs != nil {
 			if err := l.cs.Close(); err != nil && !errors.Is(err, mcp.ErrConnectionClosed) {
@@ -222,7 +229,7 @@ func (l *lease) terminate(ctx context.Context, reason string) guardian.CleanupRe
 		}
 		tTransport := time.Since(t0)
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), budget)
-		l.cleanup = l.gs.Close(cctx)
+		l.cleanup = l.child.close(cctx)
 		cancel()
 		elapsed := time.Since(t0)
 		supervisor := "ok"
@@ -233,21 +240,26 @@ func (l *lease) terminate(ctx context.Context, reason string) guardian.CleanupRe
 		default:
 			supervisor = "error"
 		}
-		facts := GuardianCleanupDrafts(l.activation, l.key.session, l.key.server, l.cleanup)
+		facts := guardianCleanupDrafts(l.activation, l.key.session, l.key.server, l.cleanup)
 		facts = append(facts,
-			l.draft(&events.ConnectionBarrier{Obligation: "transport", Outcome: transport, ElapsedNS: int64(tTransport)}),
+			l.draft(&events.ConnectionBarrier{Obligation: "transport", Outcome: events.BarrierOutcome(transport), ElapsedNS: int64(tTransport)}),
 			l.draft(&events.ConnectionBarrier{Obligation: "workers", Outcome: "ok", ElapsedNS: int64(elapsed)}),
-			l.draft(&events.ConnectionBarrier{Obligation: "supervisor", Outcome: supervisor, ElapsedNS: int64(elapsed)}),
+			l.draft(&events.ConnectionBarrier{Obligation: "supervisor", Outcome: events.BarrierOutcome(supervisor), ElapsedNS: int64(elapsed)}),
 			l.draft(&events.ConnectionClosed{ElapsedNS: int64(elapsed)}))
-		_ = m.emitFact(ctx, facts...)
+		l.termErr = errors.Join(firstErr, m.emitFact(ctx, facts...))
 	})
 	<-l.termDone
-	return l.cleanup
+	if l.termErrTaken.Swap(true) {
+		return nil
+	}
+	return l.termErr
 }
 
 // revoke marks the lease cancelled under the gate. After the state change
 // no call passes; lease.revoked is appended after every call already past
-// the gate has its admission recorded.
+// the gate has its admission recorded. The error joins what failed to
+// record: lease.revoked and, when revoke ends the child itself, its
+// termination.
 func (l *lease) revoke(ctx context.Context, reason string) error {
 	l.mu.Lock()
 	switch l.state {
@@ -256,6 +268,9 @@ func (l *lease) revoke(ctx context.Context, reason string) error {
 		// Revoked by a concurrent caller: return, like it, only once
 		// lease.revoked is durable.
 		l.mu.Unlock()
+		if h := l.m.testHookRevokeWaiting; h != nil {
+			h()
+		}
 		select {
 		case <-l.revokedLogged:
 			return nil
@@ -275,148 +290,7 @@ func (l *lease) revoke(ctx context.Context, reason string) error {
 	close(l.revokedLogged)
 	if inflight == 0 {
 		// Nobody will complete a call on it: end the child now.
-		l.terminate(ctx, "revoked")
+		err = errors.Join(err, l.terminate(ctx, "revoked"))
 	}
 	return err
-}
-
-// CallRequest is one tool call the host already authorized: the exact
-// runtime tool name and the canonical schema digest it authorized.
-type CallRequest struct {
-	Server string
-	Tool   string
-	Digest string
-	// Arguments are encoded as JSON (a json.RawMessage is sent as is); nil
-	// sends {}.
-	Arguments any
-}
-
-// call runs one request through the gate of l.
-func (l *lease) call(ctx context.Context, req CallRequest, args []byte) (*mcp.CallToolResult, error) {
-	m := l.m
-	callID := l.activation + "-c" + strconv.FormatUint(l.calls.Add(1), 10)
-	refuse := func(reason string, kind error) error {
-		_ = m.emitFact(ctx, l.draft(&events.CallRefused{CallID: callID, Tool: req.Tool, Reason: reason}))
-		e := newErr("call", &l.key, kind, nil)
-		e.Activation = l.activation
-		return e
-	}
-
-	// The gate: state check, exact name and digest check, admission.
-	l.mu.Lock()
-	switch l.state {
-	case stateRevoked:
-		l.mu.Unlock()
-		// The refusal is recorded after the revocation it is caused by.
-		<-l.revokedLogged
-		return nil, refuse("cancelled", ErrRevoked)
-	case statePoisoned:
-		l.mu.Unlock()
-		return nil, refuse("poisoned", ErrPoisoned)
-	case stateGone:
-		l.mu.Unlock()
-		return nil, refuse("terminated", ErrTerminated)
-	}
-	pt, ok := l.listing.Tools[req.Tool]
-	if !ok || pt.Digest != req.Digest {
-		reason, kind := "name_mismatch", ErrNameMismatch
-		if ok {
-			reason, kind = "digest_mismatch", ErrDigestMismatch
-		}
-		l.state = statePoisoned
-		l.mu.Unlock()
-		m.removeIf(l)
-		_ = m.emitFact(ctx, l.draft(&events.CallRefused{CallID: callID, Tool: req.Tool, Reason: reason}),
-			l.draft(&events.LeasePoisoned{CallID: callID, Reason: reason, Tool: req.Tool, ExpectedDigest: req.Digest}))
-		l.terminate(ctx, "poisoned")
-		e := newErr("call", &l.key, kind, nil)
-		e.Activation = l.activation
-		return nil, e
-	}
-	l.inflight++
-	l.admitting.Add(1)
-	l.mu.Unlock()
-
-	argSum := sha256.Sum256(args)
-	err := m.emit(ctx, l.draft(&events.CallAdmitted{CallID: callID, Tool: req.Tool, Digest: req.Digest}))
-	l.admitting.Done()
-	t0 := m.opts.Now()
-	var res *mcp.CallToolResult
-	if err == nil {
-		res, err = l.cs.CallTool(ctx, &mcp.CallToolParams{Name: req.Tool, Arguments: json.RawMessage(args)})
-	} else {
-		// Not durably admitted: do not call. Record nothing further about
-		// the call (the ledger is what failed).
-		l.release()
-		return nil, err
-	}
-	end := m.opts.Now()
-
-	fin := &events.CallFinished{CallID: callID, Tool: req.Tool, DurationNS: since(end, t0),
-		ArgsBytes: int64(len(args)), ArgsSHA256: hex.EncodeToString(argSum[:])}
-	var callErr error
-	transportFailed := false
-	switch {
-	case err == nil:
-		fin.Outcome = "ok"
-		if res.IsError {
-			fin.Outcome = "tool_error"
-		}
-		if b, merr := json.Marshal(res); merr == nil {
-			s := sha256.Sum256(b)
-			fin.ResultBytes, fin.ResultSHA256 = int64(len(b)), hex.EncodeToString(s[:])
-		}
-	case ctx.Err() != nil:
-		fin.Outcome = "cancelled"
-		callErr = newErr("call", &l.key, ErrCallFailed, ctx.Err())
-	default:
-		fin.Outcome = "transport_error"
-		var we *jsonrpc.Error
-		transportFailed = !errors.As(err, &we) || we.Code == -32003 || we.Code == -32004
-		callErr = newErr("call", &l.key, ErrCallFailed, nil)
-	}
-	if callErr != nil {
-		callErr.(*LeaseError).Activation = l.activation
-	}
-
-	// Leave the gate; the last call out of a revoked lease kills the child.
-	l.mu.Lock()
-	l.inflight--
-	l.lastUsed = end
-	killer := l.state == stateRevoked && l.inflight == 0
-	if transportFailed && l.state == stateActive {
-		l.state, l.goneReason = stateGone, "transport_error"
-	} else {
-		transportFailed = false
-	}
-	l.mu.Unlock()
-	fin.KilledOnCancel = killer
-	if killer {
-		<-l.revokedLogged
-	}
-	if transportFailed {
-		// Out of the map before the failure is recorded: no caller finds
-		// the dead lease after its call.finished.
-		m.removeIf(l)
-	}
-	_ = m.emitFact(ctx, l.draft(fin))
-	switch {
-	case killer:
-		l.terminate(ctx, "revoked")
-	case transportFailed:
-		l.terminate(ctx, "transport_error")
-	}
-	return res, callErr
-}
-
-// release leaves the gate after a call that never reached tools/call.
-func (l *lease) release() {
-	l.mu.Lock()
-	l.inflight--
-	killer := l.state == stateRevoked && l.inflight == 0
-	l.mu.Unlock()
-	if killer {
-		<-l.revokedLogged
-		l.terminate(context.Background(), "revoked")
-	}
 }

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"sort"
 
+	"github.com/leaseledger/leaseledger/events"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -33,19 +34,20 @@ type PinnedTool struct {
 	Tool *mcp.Tool
 }
 
-// Listing is the tool listing a lease pinned at acquisition.
-type Listing struct {
+// pinnedListing is the tool listing a lease pinned at acquisition.
+type pinnedListing struct {
 	Tools  map[string]PinnedTool
 	Digest string // SHA-256 over the sorted "name\x00digest\n" lines
 	Pages  int
 	Bytes  int64
-	// Unnamed counts listed tools whose names are not valid runtime tool
-	// names ([A-Za-z0-9_./-]{1,128}); they are not callable through a lease.
+	// Unnamed counts listed tools whose names events.ValidToolName refuses:
+	// they could not be named in call.* events, so they are not callable
+	// through a lease.
 	Unnamed int
 }
 
-// Sorted returns the pinned tools sorted by name.
-func (l *Listing) Sorted() []PinnedTool {
+// sorted returns the pinned tools sorted by name.
+func (l *pinnedListing) sorted() []PinnedTool {
 	out := make([]PinnedTool, 0, len(l.Tools))
 	for _, t := range l.Tools {
 		out = append(out, t)
@@ -113,8 +115,8 @@ func canonicalJSON(v any) ([]byte, error) {
 
 // fetchListing lists every page of tools once and pins them. Errors are
 // ErrListing or ErrListingTooLarge kinds, without server text.
-func fetchListing(ctx context.Context, cs *mcp.ClientSession) (*Listing, error) {
-	l := &Listing{Tools: make(map[string]PinnedTool)}
+func fetchListing(ctx context.Context, cs *mcp.ClientSession) (*pinnedListing, error) {
+	l := &pinnedListing{Tools: make(map[string]PinnedTool)}
 	cursor := ""
 	for {
 		if l.Pages >= MaxListingPages {
@@ -147,7 +149,7 @@ func fetchListing(ctx context.Context, cs *mcp.ClientSession) (*Listing, error) 
 			if l.Bytes > MaxListingBytes {
 				return nil, ErrListingTooLarge
 			}
-			if !validToolName(t.Name) {
+			if !events.ValidToolName(t.Name) {
 				l.Unnamed++
 				continue
 			}
@@ -165,7 +167,7 @@ func fetchListing(ctx context.Context, cs *mcp.ClientSession) (*Listing, error) 
 		cursor = res.NextCursor
 	}
 	h := sha256.New()
-	for _, t := range l.Sorted() {
+	for _, t := range l.sorted() {
 		h.Write([]byte(t.Name))
 		h.Write([]byte{0})
 		h.Write([]byte(t.Digest))
@@ -173,32 +175,4 @@ func fetchListing(ctx context.Context, cs *mcp.ClientSession) (*Listing, error) 
 	}
 	l.Digest = hex.EncodeToString(h.Sum(nil))
 	return l, nil
-}
-
-// validToolName mirrors the events catalogue's tool-name rule, so every
-// pinned tool can be named in call.* and lease.poisoned events.
-func validToolName(s string) bool {
-	if len(s) < 1 || len(s) > 128 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.' || c == '/') {
-			return false
-		}
-	}
-	return true
-}
-
-func validDigest(s string) bool {
-	if len(s) != 64 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-			return false
-		}
-	}
-	return true
 }

@@ -5,7 +5,6 @@ package runtime
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,43 +19,27 @@ import (
 	"github.com/leaseledger/leaseledger/projector"
 )
 
-// Binaries built once by TestMain: the guardian helper (as shipped) and our
-// go-sdk test server.
-var bins struct{ dir, helper, testserver string }
+// Binaries built once by TestMain (testproc.Main): the guardian helper (as
+// shipped) and our go-sdk test server. Their Out fields hold the absolute
+// paths once the tests run.
+var (
+	helperBin     = &testproc.Binary{Out: guardian.HelperName, Pkg: "github.com/leaseledger/leaseledger/cmd/leaseledger-guardian"}
+	testserverBin = &testproc.Binary{Out: "testserver", Pkg: "github.com/leaseledger/leaseledger/runtime/internal/testserver"}
+)
 
-// everythingPath is where CI installs @modelcontextprotocol/server-everything.
+// everythingPath is where `npm ci` installs @modelcontextprotocol/server-everything.
 var everythingPath string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "runtime-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	bins.dir = dir
-	bins.helper = filepath.Join(dir, guardian.HelperName)
-	bins.testserver = filepath.Join(dir, "testserver")
-	if err := testproc.Build(
-		testproc.Binary{Out: bins.helper, Pkg: "github.com/leaseledger/leaseledger/cmd/leaseledger-guardian"},
-		testproc.Binary{Out: bins.testserver, Pkg: "github.com/leaseledger/leaseledger/runtime/internal/testserver"},
-	); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
 	if wd, err := os.Getwd(); err == nil {
 		everythingPath = filepath.Join(filepath.Dir(wd), "node_modules", "@modelcontextprotocol", "server-everything", "dist", "index.js")
 	}
-	code := m.Run()
-	if code == 0 {
-		if err := testproc.Leftovers(); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			code = 1
-		}
-	}
-	os.RemoveAll(dir)
-	os.Exit(code)
+	testproc.Main(m, helperBin, testserverBin)
 }
+
+// BuiltBinaries returns the paths of the guardian helper and the go-sdk
+// test server TestMain built, for the examples (package runtime_test).
+func BuiltBinaries() (helper, testserver string) { return helperBin.Out, testserverBin.Out }
 
 // everything returns the config entry for server-everything over stdio. It
 // fails (never skips) when the npm package is missing: CI installs it.
@@ -74,7 +57,7 @@ func everything(t testing.TB) ServerConfig {
 
 // testServer returns a config entry for our go-sdk test server.
 func testServer(env map[string]string) ServerConfig {
-	return ServerConfig{Command: bins.testserver, Env: env}
+	return ServerConfig{Command: testserverBin.Out, Env: env}
 }
 
 // childrenOf lists the processes whose parent is pid.
@@ -103,7 +86,7 @@ func newEnv(t *testing.T, tweak func(*Options)) *env {
 	}
 	e := &env{t: t, l: l, cfg: &MapConfigSource{}, clock: &fakeClock{}}
 	opts := Options{
-		Config: e.cfg, Ledger: l, HelperPath: bins.helper, Now: e.clock.Now,
+		Config: e.cfg, Ledger: l, HelperPath: helperBin.Out, Now: e.clock.Now,
 		EOFGrace: time.Second, TermGrace: 500 * time.Millisecond, KillGrace: time.Second, PipeGrace: 200 * time.Millisecond,
 	}
 	if tweak != nil {
@@ -117,7 +100,9 @@ func newEnv(t *testing.T, tweak func(*Options)) *env {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		m.Close(ctx)
+		if err := m.Close(ctx); err != nil {
+			t.Errorf("Close: %v", err)
+		}
 		if kids := childrenOf(os.Getpid()); len(kids) > 0 {
 			t.Errorf("child processes remain after Close: %v", kids)
 		}
@@ -174,49 +159,56 @@ func count(evs []ev, kind events.Kind, pred func(ev) bool) int {
 	return n
 }
 
-// checkCleanupsConfirmed is the audit: every activation that started a
-// guardian has a guardian.receipt and no guardian.lost.
+// checkCleanupsConfirmed audits the test's ledger (auditEnvelopes).
 func (e *env) checkCleanupsConfirmed() {
 	e.t.Helper()
-	evs := e.events()
+	var envs []events.Envelope
+	for env, err := range e.l.Events(context.Background(), ledger.Query{}) {
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		envs = append(envs, env)
+	}
+	auditEnvelopes(e.t, envs)
+}
+
+// auditEnvelopes is the audit run after every test: every activation that
+// started a guardian has a guardian.receipt and no guardian.lost, the
+// projector (replaying the events alone) says confirmed for each, and its
+// lease table has no live lease and no gate violation.
+func auditEnvelopes(t *testing.T, envs []events.Envelope) {
+	t.Helper()
 	started := map[string]bool{}
 	receipt := map[string]bool{}
-	for _, x := range evs {
+	st := projector.New()
+	for i := range envs {
+		x := &envs[i]
 		switch x.Kind {
 		case "guardian.started":
 			started[x.Activation] = true
 		case "guardian.receipt":
 			receipt[x.Activation] = true
 		case "guardian.lost":
-			e.t.Errorf("activation %s: guardian.lost %+v", x.Activation, x.Payload)
+			t.Errorf("activation %s: guardian.lost at seq %d", x.Activation, x.Seq)
+		}
+		if err := st.Apply(x); err != nil {
+			t.Fatal(err)
 		}
 	}
 	for a := range started {
 		if !receipt[a] {
-			e.t.Errorf("activation %s: no guardian.receipt", a)
+			t.Errorf("activation %s: no guardian.receipt", a)
 		}
-	}
-	// The audit verdict, recomputed by the projector from the log alone.
-	st := projector.New()
-	for env, err := range e.l.Events(context.Background(), ledger.Query{}) {
-		if err != nil {
-			e.t.Fatal(err)
-		}
-		if err := st.Apply(&env); err != nil {
-			e.t.Fatal(err)
-		}
-	}
-	for a := range started {
 		if v, reasons, _ := st.Verdict(a); v != projector.ResultConfirmed {
-			e.t.Errorf("activation %s: audit verdict %s: %v", a, v, reasons)
+			t.Errorf("activation %s: audit verdict %s: %v", a, v, reasons)
 		}
 	}
 	for _, l := range st.Leases() {
 		if l.Live() {
-			e.t.Errorf("projector lease table: %s still %s after Close", l.Key(), l.State)
+			t.Errorf("projector lease table: %s still %s after Close", l.Key(), l.State)
 		}
 		if l.GateViolations != 0 {
-			e.t.Errorf("projector lease %s: %d gate violations", l.Key(), l.GateViolations)
+			t.Errorf("projector lease %s: %d gate violations", l.Key(), l.GateViolations)
 		}
 	}
 }
@@ -246,4 +238,12 @@ func (m *Manager) leaseOf(session, server string) *lease {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.leases[leaseKey{session, server}]
+}
+
+// mapped returns how many leases the manager's map holds (ready or
+// starting).
+func (m *Manager) mapped() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.leases)
 }

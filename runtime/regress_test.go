@@ -241,7 +241,7 @@ func TestBackgroundReapRacingClose(t *testing.T) {
 // cancellation; a waiter whose context is live retries and succeeds.
 func TestWaiterSurvivesAcquirerCancellation(t *testing.T) {
 	e := newEnv(t, nil)
-	e.cfg.Set("ts", ServerConfig{Command: "/bin/sh", Args: []string{"-c", "sleep 1; exec " + bins.testserver}})
+	e.cfg.Set("ts", ServerConfig{Command: "/bin/sh", Args: []string{"-c", "sleep 1; exec " + testserverBin.Out}})
 	ctx := ctxT(t, 60*time.Second)
 	a, err := e.m.OpenSession(ctx, "s1")
 	if err != nil {
@@ -375,7 +375,7 @@ func TestGuardianCleanupDraftsProjectorCounts(t *testing.T) {
 			defer l.Close()
 			ctx := ctxT(t, 10*time.Second)
 			drafts := []events.Draft{{Activation: act, Session: "s1", Server: "x", Payload: &events.GuardianStarted{GuardianPID: hpid, TargetPID: pid, HelperVersion: "1"}}}
-			drafts = append(drafts, GuardianCleanupDrafts(act, "s1", "x", r)...)
+			drafts = append(drafts, guardianCleanupDrafts(act, "s1", "x", r)...)
 			if _, err := l.Append(ctx, drafts...); err != nil {
 				t.Fatal(err)
 			}

@@ -216,7 +216,7 @@ func TestMismatchPoisonsWithoutCalling(t *testing.T) {
 				t.Fatalf("events: %s", kinds)
 			}
 			for _, x := range e.events() {
-				if p, ok := x.Payload.(*events.LeasePoisoned); ok && p.Reason != tc.reason {
+				if p, ok := x.Payload.(*events.LeasePoisoned); ok && string(p.Reason) != tc.reason {
 					t.Fatalf("poison reason %q", p.Reason)
 				}
 			}
@@ -473,7 +473,7 @@ func TestIdleReapAndCap(t *testing.T) {
 	if got := count(evs, "lease.reaped", nil); got != capN {
 		t.Fatalf("reaped %d, want %d", got, capN)
 	}
-	if got := len(e.m.Leases()); got != 1 {
+	if got := e.m.mapped(); got != 1 {
 		t.Fatalf("live leases %d, want 1", got)
 	}
 	if got := count(evs, "lease.acquire_failed", func(x ev) bool { return x.Payload.(*events.LeaseAcquireFailed).Reason == "too_many_leases" }); got != 1 {
@@ -564,8 +564,10 @@ func TestSessionEndLastOwnerSparesShared(t *testing.T) {
 	if _, err := b.Capability().Tools(ctx, "shared"); err != nil {
 		t.Fatal(err)
 	}
-	e.m.TerminateAll(ctx)
-	if len(e.m.Leases()) != 0 || len(childrenOf(os.Getpid())) != 0 {
+	if err := e.m.TerminateAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if e.m.mapped() != 0 || len(childrenOf(os.Getpid())) != 0 {
 		t.Fatal("TerminateAll left leases or children")
 	}
 	if count(e.events(), "lease.terminated", func(x ev) bool { return x.Payload.(*events.LeaseTerminated).Reason == "terminate_all" }) != 1 {
@@ -588,8 +590,8 @@ func TestReapIdleIncludesShared(t *testing.T) {
 	if _, err := s.Capability().Tools(ctx, "shared"); err != nil {
 		t.Fatal(err)
 	}
-	if n := e.m.ReapIdle(ctx, time.Nanosecond); n != 1 {
-		t.Fatalf("ReapIdle reaped %d", n)
+	if n, err := e.m.ReapIdle(ctx, time.Nanosecond); n != 1 || err != nil {
+		t.Fatalf("ReapIdle reaped %d: %v", n, err)
 	}
 	if e.m.leaseOf(SharedSessionKey, "shared") != nil {
 		t.Fatal("shared lease survived ReapIdle")

@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"sync/atomic"
 
 	"github.com/leaseledger/leaseledger/events"
@@ -64,12 +65,15 @@ func (s *SessionScope) Clone() (*SessionScope, error) {
 }
 
 // Release gives up this owner; releasing twice is a no-op. The release of
-// the last owner ends the session (see SessionScope) before returning.
-func (s *SessionScope) Release(ctx context.Context) {
+// the last owner ends the session (see SessionScope) before returning, and
+// its error joins what of that failed to record (session.ended, the
+// terminations); nil when everything was recorded or the session goes on.
+// The leases are ended either way.
+func (s *SessionScope) Release(ctx context.Context) error {
 	if s.released.Swap(true) {
-		return
+		return nil
 	}
-	s.m.release(ctx, s.st)
+	return s.m.release(ctx, s.st)
 }
 
 // Capability returns the typed lease capability of this session for tool
@@ -87,12 +91,14 @@ func (m *Manager) retain(st *sessionState) error {
 	return nil
 }
 
-func (m *Manager) release(ctx context.Context, st *sessionState) {
+// release gives up one owner of st; the last owner's release ends the
+// session and returns what of that failed to record.
+func (m *Manager) release(ctx context.Context, st *sessionState) error {
 	m.mu.Lock()
 	st.owners--
 	if st.owners > 0 || st.ended {
 		m.mu.Unlock()
-		return
+		return nil
 	}
 	st.ended = true
 	if m.sessions[st.id] == st {
@@ -115,8 +121,8 @@ func (m *Manager) release(ctx context.Context, st *sessionState) {
 	// Tools release with the caller's context): session-end cleanup is
 	// detached from that cancellation (emitFact and terminateAll bound it
 	// on their own), so it always completes.
-	_ = m.emitFact(ctx, events.Draft{Session: st.id, Payload: &events.SessionEnded{LeasesTerminated: len(mine), SharedSpared: spared}})
-	terminateAll(ctx, mine, "session_ended")
+	err := m.emitFact(ctx, events.Draft{Session: st.id, Payload: &events.SessionEnded{LeasesTerminated: len(mine), SharedSpared: spared}})
+	return errors.Join(err, terminateAll(ctx, mine, "session_ended"))
 }
 
 // LeaseCapability is the typed per-session handle given to tool contexts:
@@ -138,12 +144,14 @@ func (c LeaseCapability) Tools(ctx context.Context, server string) ([]PinnedTool
 	if err := c.m.retain(c.st); err != nil {
 		return nil, err
 	}
-	defer c.m.release(ctx, c.st)
+	// A release ending the session here has no caller to report to: its
+	// failures are kept for the next TerminateAll or Close.
+	defer func() { c.m.keep(c.m.release(ctx, c.st)) }()
 	l, err := c.m.leaseFor(ctx, c.st.id, server)
 	if err != nil {
 		return nil, err
 	}
-	return l.listing.Sorted(), nil
+	return l.listing.sorted(), nil
 }
 
 // Call runs one authorized tool call on the lease of req.Server for this
@@ -152,7 +160,7 @@ func (c LeaseCapability) Tools(ctx context.Context, server string) ([]PinnedTool
 // sent), admitted through the lease's call gate, with every step recorded.
 // A tool error is returned as a result with IsError set, not as an error.
 func (c LeaseCapability) Call(ctx context.Context, req CallRequest) (*mcp.CallToolResult, error) {
-	if !validToolName(req.Tool) || !validDigest(req.Digest) || !events.ValidID(req.Server) {
+	if !events.ValidToolName(req.Tool) || !events.ValidDigest(req.Digest) || !events.ValidID(req.Server) {
 		return nil, newErr("call", &leaseKey{c.st.id, req.Server}, ErrInvalidRequest, nil)
 	}
 	var args []byte
@@ -171,7 +179,7 @@ func (c LeaseCapability) Call(ctx context.Context, req CallRequest) (*mcp.CallTo
 	if err := c.m.retain(c.st); err != nil {
 		return nil, err
 	}
-	defer c.m.release(ctx, c.st)
+	defer func() { c.m.keep(c.m.release(ctx, c.st)) }()
 	for attempt := 0; ; attempt++ {
 		l, err := c.m.leaseFor(ctx, c.st.id, req.Server)
 		if err != nil {
@@ -185,36 +193,4 @@ func (c LeaseCapability) Call(ctx context.Context, req CallRequest) (*mcp.CallTo
 		}
 		return res, err
 	}
-}
-
-func isGoneRefusal(err error) bool {
-	le, ok := err.(*LeaseError)
-	return ok && le.Kind == ErrTerminated && le.Op == "call"
-}
-
-// leaseFor looks up the server's current config and returns a ready lease
-// pinned to it, after an opportunistic reap pass.
-func (m *Manager) leaseFor(ctx context.Context, session, server string) (*lease, error) {
-	m.maybeReap(ctx)
-	cfg, err := m.lookup(ctx, session, server)
-	if err != nil {
-		return nil, err
-	}
-	return m.acquire(ctx, session, server, cfg)
-}
-
-// lookup reads the server's current config entry.
-func (m *Manager) lookup(ctx context.Context, session, server string) (ServerConfig, error) {
-	cfg, err := m.opts.Config.Lookup(ctx, server)
-	if err != nil {
-		if le, ok := err.(*LeaseError); ok {
-			le.Session = session
-			return ServerConfig{}, le
-		}
-		return ServerConfig{}, newErr("config", &leaseKey{session, server}, ErrConfigInvalid, nil)
-	}
-	if cfg.Command == "" {
-		return ServerConfig{}, newErr("config", &leaseKey{session, server}, ErrConfigInvalid, nil)
-	}
-	return cfg, nil
 }

@@ -13,21 +13,21 @@ import (
 // child; a longer line fails the connection instead of growing a buffer.
 const MaxMessageBytes = 8 << 20
 
-// ProtocolVersion is the MCP protocol version pinned for every lease: a
-// plain initialize, no server/discover probe (see FIELD-NOTES: go-sdk).
+// ProtocolVersion is the MCP protocol version pinned for every lease. The
+// client sends a plain initialize with this version and no discovery
+// probe first, so every child sees the same handshake.
 const ProtocolVersion = "2025-11-25"
 
-// guardianTransport is an mcp.Transport over a guardian session's stdio
-// stream. The framing (newline-delimited JSON-RPC) is the go-sdk's own
+// streamTransport is an mcp.Transport over a child's stdio stream. The framing (newline-delimited JSON-RPC) is the go-sdk's own
 // IOTransport; we wrap the resulting Connection to observe every wire
 // message instead of writing JSON-RPC by hand.
-type guardianTransport struct {
+type streamTransport struct {
 	stream io.ReadWriteCloser
 	wire   *wireStats
 }
 
 // Connect implements mcp.Transport.
-func (t *guardianTransport) Connect(ctx context.Context) (mcp.Connection, error) {
+func (t *streamTransport) Connect(ctx context.Context) (mcp.Connection, error) {
 	inner, err := (&mcp.IOTransport{Reader: t.stream, Writer: t.stream, MaxLineLength: MaxMessageBytes}).Connect(ctx)
 	if err != nil {
 		return nil, err

@@ -13,14 +13,63 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"testing"
 
 	"go.uber.org/goleak"
 )
 
 // Binary names one package to build and where to put it.
 type Binary struct {
-	Out string // output path
+	// Out is the output path. Main takes a relative Out inside its
+	// temporary directory and rewrites it to the absolute path.
+	Out string
 	Pkg string // import path
+}
+
+// Main is the body of a suite's TestMain: it builds bins into a fresh
+// temporary directory, runs the tests, and when they pass checks that they
+// left nothing behind (Leftovers: goroutines, child processes), failing
+// the run otherwise. It removes the directory and exits with the result;
+// it does not return.
+//
+// A relative Out is placed inside the temporary directory and rewritten
+// in place to the absolute path, so the suite reads its binaries' paths
+// from the same *Binary values it passed:
+//
+//	var helper = &testproc.Binary{Out: "helper", Pkg: "example.com/cmd/helper"}
+//
+//	func TestMain(m *testing.M) { testproc.Main(m, helper) }
+func Main(m *testing.M, bins ...*Binary) {
+	os.Exit(run(m, bins))
+}
+
+// run is Main without the exit, so deferred cleanups run first.
+func run(m *testing.M, bins []*Binary) int {
+	dir, err := os.MkdirTemp("", "testproc-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "testproc:", err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	list := make([]Binary, 0, len(bins))
+	for _, b := range bins {
+		if !filepath.IsAbs(b.Out) {
+			b.Out = filepath.Join(dir, b.Out)
+		}
+		list = append(list, *b)
+	}
+	if err := Build(list...); err != nil {
+		fmt.Fprintln(os.Stderr, "testproc:", err)
+		return 1
+	}
+	code := m.Run()
+	if code == 0 {
+		if err := Leftovers(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			code = 1
+		}
+	}
+	return code
 }
 
 // Build builds each binary with CGO_ENABLED=0 (the guardian ships static),

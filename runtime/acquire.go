@@ -1,0 +1,214 @@
+package runtime
+
+import (
+	"context"
+
+	"github.com/leaseledger/leaseledger/events"
+)
+
+// leaseFor looks up the server's current config and returns a ready lease
+// pinned to it, after an opportunistic reap pass.
+func (m *Manager) leaseFor(ctx context.Context, session, server string) (*lease, error) {
+	m.maybeReap(ctx)
+	cfg, err := m.lookup(ctx, session, server)
+	if err != nil {
+		return nil, err
+	}
+	return m.acquire(ctx, session, server, cfg)
+}
+
+// lookup reads the server's current config entry.
+func (m *Manager) lookup(ctx context.Context, session, server string) (ServerConfig, error) {
+	cfg, err := m.opts.Config.Lookup(ctx, server)
+	if err != nil {
+		if le, ok := err.(*LeaseError); ok {
+			le.Session = session
+			return ServerConfig{}, le
+		}
+		return ServerConfig{}, newErr("config", &leaseKey{session, server}, ErrConfigInvalid, nil)
+	}
+	if cfg.Command == "" {
+		return ServerConfig{}, newErr("config", &leaseKey{session, server}, ErrConfigInvalid, nil)
+	}
+	return cfg, nil
+}
+
+// acquire returns a ready lease of server for session pinned to cfg's
+// fingerprint, starting one if needed. Single-flight: the first caller
+// inserts a starting placeholder and does the I/O without the map lock;
+// others wait on its ready channel.
+func (m *Manager) acquire(ctx context.Context, session, server string, cfg ServerConfig) (*lease, error) {
+	key, fp := keyFor(session, server, cfg), cfg.Fingerprint()
+	capTried := false
+	for attempt := 0; ; attempt++ {
+		if attempt >= maxAcquireAttempts {
+			return nil, newErr("acquire", &key, ErrTerminated, nil)
+		}
+		m.mu.Lock()
+		if m.closed {
+			m.mu.Unlock()
+			return nil, newErr("acquire", &key, ErrClosed, nil)
+		}
+		if l := m.leases[key]; l != nil {
+			m.mu.Unlock()
+			if h := m.testHookWaiting; h != nil && !l.isReady() {
+				h(key.session, key.server)
+			}
+			select {
+			case <-l.ready:
+			case <-ctx.Done():
+				return nil, newErr("acquire", &key, ErrTerminated, ctx.Err())
+			}
+			if l.err != nil {
+				if l.acquirerCancelled && ctx.Err() == nil {
+					// Only the acquirer's own context ended: that is no
+					// verdict on this caller's acquisition. Try again (not
+					// counted: each such retry consumed another caller's
+					// cancellation).
+					attempt--
+					continue
+				}
+				return nil, l.err
+			}
+			if l.fingerprint != fp {
+				// The pinned entry differs from ours. Ours may be the stale
+				// one (read before a change a newer lease is pinned to), so
+				// decide against the current entry: only a lease whose
+				// fingerprint differs from the current entry is replaced.
+				cur, err := m.lookup(ctx, session, server)
+				if err != nil {
+					return nil, err
+				}
+				if curFP := cur.Fingerprint(); curFP != fp {
+					cfg, fp, key = cur, curFP, keyFor(session, server, cur)
+					continue
+				}
+				// Ours is current: a call must never run on the old child.
+				// Take it out of service first, then record and end it.
+				if m.removeIf(l) {
+					l.markGone("stale_config")
+					m.keep(m.emitFact(ctx, l.draft(&events.LeaseStaleReplaced{OldFingerprint: l.fingerprint, NewFingerprint: fp})))
+					m.keep(l.terminate(ctx, "stale_config"))
+				}
+				continue
+			}
+			if l.childGone() {
+				if m.removeIf(l) {
+					l.markGone("child_exited")
+					m.keep(l.terminate(ctx, "child_exited"))
+				}
+				continue
+			}
+			return l, nil
+		}
+		if len(m.leases)+len(m.detached) >= m.maxLive {
+			ending := m.endingLocked()
+			m.mu.Unlock()
+			if !capTried {
+				// Once per acquisition: reap idle leases now, and wait for
+				// detached leases already being terminated (a background
+				// reap, a stale or poisoned lease) to free their slots.
+				capTried = true
+				n, err := m.reapPass(ctx, m.opts.IdleMax, true)
+				m.keep(err)
+				if n > 0 || waitTerminated(ctx, ending) > 0 {
+					continue
+				}
+			}
+			act := newActivationID()
+			m.keep(m.emit(ctx, events.Draft{Activation: act, Session: key.session, Server: key.server,
+				Payload: &events.LeaseAcquireFailed{Fingerprint: fp, Reason: "too_many_leases"}}))
+			e := newErr("acquire", &key, ErrTooManyLeases, nil)
+			e.Count = m.maxLive
+			return nil, e
+		}
+		l := newLease(m, key, cfg, fp)
+		m.leases[key] = l
+		m.mu.Unlock()
+
+		err := l.start(ctx)
+		if err == nil && !m.stillMapped(l) {
+			// Removed while starting (session end, TerminateAll): the
+			// remover saw a placeholder, so ending the child is ours.
+			l.markGone("terminated")
+			m.keep(l.terminate(ctx, "terminated"))
+			le := newErr("acquire", &key, ErrTerminated, nil)
+			le.Activation = l.activation
+			err = le
+		}
+		if err != nil {
+			m.removeIf(l)
+			m.settled(l)
+			l.err = err
+			// Waiters whose own context is live retry rather than share a
+			// failure that was only this caller's cancellation.
+			l.acquirerCancelled = ctx.Err() != nil
+		}
+		close(l.ready) // wakes every waiter; a closed channel cannot be missed
+		if err != nil {
+			return nil, err
+		}
+		return l, nil
+	}
+}
+
+// removeIf deletes l from the map if it is still the entry for its key;
+// it stays tracked as detached until its termination completes.
+func (m *Manager) removeIf(l *lease) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.leases[l.key] == l {
+		delete(m.leases, l.key)
+		m.detached[l] = struct{}{}
+		return true
+	}
+	return false
+}
+
+// endingLocked returns the detached ready leases whose termination is
+// under way or imminent: every one except revoked leases with calls still
+// in flight (those end when their last call returns, which may be never).
+// m.mu is held (lock order m.mu, then l.mu).
+func (m *Manager) endingLocked() []*lease {
+	var out []*lease
+	for l := range m.detached {
+		if !l.isReady() || l.err != nil {
+			continue
+		}
+		l.mu.Lock()
+		if l.state != stateRevoked || l.inflight == 0 {
+			out = append(out, l)
+		}
+		l.mu.Unlock()
+	}
+	return out
+}
+
+// waitTerminated waits (bounded by ctx) for the terminations of ls and
+// returns how many completed.
+func waitTerminated(ctx context.Context, ls []*lease) int {
+	n := 0
+	for _, l := range ls {
+		select {
+		case <-l.termDone:
+			n++
+		case <-ctx.Done():
+			return n
+		}
+	}
+	return n
+}
+
+// settled forgets a detached lease whose termination completed (or whose
+// acquisition failed, so it has no child).
+func (m *Manager) settled(l *lease) {
+	m.mu.Lock()
+	delete(m.detached, l)
+	m.mu.Unlock()
+}
+
+func (m *Manager) stillMapped(l *lease) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.leases[l.key] == l
+}
