@@ -29,7 +29,7 @@ func BenchmarkRelayVsDirect(b *testing.B) {
 	var dDirect, dGuard, rDirect, rGuard time.Duration
 	for b.Loop() {
 		// Direct pipe.
-		cmd := exec.Command(bins.target, "echo")
+		cmd := exec.Command(targetBin.Out, "echo")
 		in, err := cmd.StdinPipe()
 		if err != nil {
 			b.Fatal(err)
@@ -47,7 +47,7 @@ func BenchmarkRelayVsDirect(b *testing.B) {
 		_ = cmd.Wait()
 
 		// Through the guardian.
-		sp := Spec{Command: bins.target, Args: []string{"echo"}, ActivationID: "bench", HelperPath: bins.helper}
+		sp := Spec{Command: targetBin.Out, Args: []string{"echo"}, ActivationID: "bench", HelperPath: helperBin.Out}
 		s, err := Launch(context.Background(), sp)
 		if err != nil {
 			b.Fatal(err)

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -19,11 +18,13 @@ import (
 	"github.com/leaseledger/leaseledger/internal/testproc"
 )
 
-// Binaries the tests build once, into a temporary directory: the real
-// helper (static, as shipped), the test target and the fake helper.
-var bins struct {
-	dir, helper, target, fake string
-}
+// Binaries the tests build once (testproc.Main): the real helper (static,
+// as shipped), the test target and the fake helper.
+var (
+	helperBin = &testproc.Binary{Out: HelperName, Pkg: "github.com/leaseledger/leaseledger/cmd/leaseledger-guardian"}
+	targetBin = &testproc.Binary{Out: "testtarget", Pkg: "github.com/leaseledger/leaseledger/guardian/internal/testtarget"}
+	fakeBin   = &testproc.Binary{Out: "fakehelper", Pkg: "github.com/leaseledger/leaseledger/guardian/internal/fakehelper"}
+)
 
 // hostModeEnv makes the test binary act as a host process (see hostMain).
 const hostModeEnv = "GUARDIAN_TEST_HOST_MODE"
@@ -32,33 +33,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(hostModeEnv) != "" {
 		os.Exit(hostMain())
 	}
-	dir, err := os.MkdirTemp("", "guardian-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	bins.dir = dir
-	bins.helper = filepath.Join(dir, HelperName)
-	bins.target = filepath.Join(dir, "testtarget")
-	bins.fake = filepath.Join(dir, "fakehelper")
-	if err := testproc.Build(
-		testproc.Binary{Out: bins.helper, Pkg: "github.com/leaseledger/leaseledger/cmd/leaseledger-guardian"},
-		testproc.Binary{Out: bins.target, Pkg: "github.com/leaseledger/leaseledger/guardian/internal/testtarget"},
-		testproc.Binary{Out: bins.fake, Pkg: "github.com/leaseledger/leaseledger/guardian/internal/fakehelper"},
-	); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	code := m.Run()
-	if code == 0 {
-		if err := testproc.Leftovers(); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			code = 1
-		}
-	}
-	os.RemoveAll(dir)
-	os.Exit(code)
+	testproc.Main(m, helperBin, targetBin, fakeBin)
 }
 
 // hostMain is a minimal host: it launches an echo target under the helper,
@@ -191,7 +166,7 @@ func spec(t *testing.T, args ...string) Spec {
 		id = id[:100]
 	}
 	return Spec{
-		Command: bins.target, Args: args, ActivationID: "act-" + id, HelperPath: bins.helper,
+		Command: targetBin.Out, Args: args, ActivationID: "act-" + id, HelperPath: helperBin.Out,
 		EOFGrace: 300 * time.Millisecond, TermGrace: 300 * time.Millisecond,
 		KillGrace: time.Second, PipeGrace: 200 * time.Millisecond,
 	}

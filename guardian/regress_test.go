@@ -149,7 +149,7 @@ func TestCloseDuringControlWriteKeepsItsBound(t *testing.T) {
 // rather than being SIGKILLed at the deadline with the result unconfirmed.
 func TestCloseFrameNotActedOnGetsLateSIGTERM(t *testing.T) {
 	sp := spec(t, "echo")
-	sp.HelperPath = bins.fake
+	sp.HelperPath = fakeBin.Out
 	t.Setenv("LEASELEDGER_FAKE_HELPER", "deafclose")
 	s := launch(t, sp)
 	start := time.Now()

@@ -259,7 +259,7 @@ func TestHelperKilledIsUnconfirmedAndTargetDies(t *testing.T) {
 
 func TestHostKilledHelperCleansUpTarget(t *testing.T) {
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), hostModeEnv+"=1", "GUARDIAN_TEST_TARGET="+bins.target, "GUARDIAN_TEST_HELPER="+bins.helper)
+	cmd.Env = append(os.Environ(), hostModeEnv+"=1", "GUARDIAN_TEST_TARGET="+targetBin.Out, "GUARDIAN_TEST_HELPER="+helperBin.Out)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -449,7 +449,7 @@ func markerSpec(t *testing.T) (Spec, string) {
 func requireNoMarker(t *testing.T, marker string) {
 	t.Helper()
 	for _, pid := range childrenOf(os.Getpid()) {
-		if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); strings.TrimSpace(string(comm)) == filepath.Base(bins.target) {
+		if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); strings.TrimSpace(string(comm)) == filepath.Base(targetBin.Out) {
 			t.Fatalf("a target (pid %d) was started by the host", pid)
 		}
 	}
@@ -504,7 +504,7 @@ func TestDefaultHelperLocationIsBesideExecutable(t *testing.T) {
 
 func TestWrongHelperVersionIsTypedAndStartsNothing(t *testing.T) {
 	sp, marker := markerSpec(t)
-	sp.HelperPath = bins.fake
+	sp.HelperPath = fakeBin.Out
 	t.Setenv("LEASELEDGER_FAKE_HELPER", "wrongversion")
 	_, err := Launch(context.Background(), sp)
 	var he *HelperError
@@ -518,7 +518,7 @@ func TestUnsupportedHelpersAreTypedAndStartNothing(t *testing.T) {
 	for _, mode := range []string{"garbage", "silent", "exit"} {
 		t.Run(mode, func(t *testing.T) {
 			sp, marker := markerSpec(t)
-			sp.HelperPath = bins.fake
+			sp.HelperPath = fakeBin.Out
 			sp.HelloTimeout = 300 * time.Millisecond
 			t.Setenv("LEASELEDGER_FAKE_HELPER", mode)
 			start := time.Now()
@@ -536,7 +536,7 @@ func TestUnsupportedHelpersAreTypedAndStartNothing(t *testing.T) {
 
 func TestLaunchHonoursContext(t *testing.T) {
 	sp, marker := markerSpec(t)
-	sp.HelperPath = bins.fake
+	sp.HelperPath = fakeBin.Out
 	t.Setenv("LEASELEDGER_FAKE_HELPER", "silent")
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
@@ -570,7 +570,7 @@ func TestInvalidSpec(t *testing.T) {
 
 func TestReceiptLostIsUnconfirmed(t *testing.T) {
 	sp := spec(t, "echo")
-	sp.HelperPath = bins.fake
+	sp.HelperPath = fakeBin.Out
 	t.Setenv("LEASELEDGER_FAKE_HELPER", "noreceipt")
 	s := launch(t, sp)
 	r := closeWithin(t, s, 5*time.Second)
@@ -581,7 +581,7 @@ func TestReceiptLostIsUnconfirmed(t *testing.T) {
 
 func TestPrematurePipeClosureIsUnconfirmed(t *testing.T) {
 	sp := spec(t, "echo")
-	sp.HelperPath = bins.fake
+	sp.HelperPath = fakeBin.Out
 	t.Setenv("LEASELEDGER_FAKE_HELPER", "closepipes")
 	s := launch(t, sp)
 	// The fake closes its stdout at the close frame and runs on until
