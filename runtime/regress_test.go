@@ -18,7 +18,9 @@ import (
 	"github.com/leaseledger/leaseledger/projector"
 )
 
-// Regression tests for reviewed defects of the lease manager.
+// Regression tests for defects found in review of the lease manager, with
+// real guardian-run children. Each names the behaviour it pins down; the
+// policy tests (policy_test.go) cover the same paths with fake children.
 
 // hookAppender runs before (when set) ahead of every append, so a test can
 // observe the manager's state at the moment an event is recorded, or delay
@@ -67,7 +69,7 @@ func terminated(l *lease) bool {
 	}
 }
 
-// Item 1: the last owner's release with an already-cancelled context (a
+// the last owner's release with an already-cancelled context (a
 // cancelled Call whose deferred release ends the session) must still
 // terminate every lease of the session.
 func TestSessionEndWithCancelledContextTerminates(t *testing.T) {
@@ -114,7 +116,7 @@ func TestSessionEndWithCancelledContextTerminates(t *testing.T) {
 	}
 }
 
-// Item 2: a revoked lease whose call hangs is out of the map; Close (and
+// a revoked lease whose call hangs is out of the map; Close (and
 // TerminateAll) must still kill its child, and the hung call then fails.
 func TestCloseKillsRevokedLeaseWithHungCall(t *testing.T) {
 	e := newEnv(t, nil)
@@ -157,7 +159,7 @@ func TestCloseKillsRevokedLeaseWithHungCall(t *testing.T) {
 	scope.Release(ctx)
 }
 
-// Item 2: a revoked lease with a call in flight still has a live child and
+// a revoked lease with a call in flight still has a live child and
 // counts toward MaxLiveLeases.
 func TestRevokedLeaseCountsTowardCap(t *testing.T) {
 	e := newEnv(t, func(o *Options) { o.MaxLiveLeases = 1 })
@@ -195,7 +197,7 @@ func TestRevokedLeaseCountsTowardCap(t *testing.T) {
 	}
 }
 
-// Item 6: an opportunistic reap pass racing Close: Close must not return
+// an opportunistic reap pass racing Close: Close must not return
 // before the reaped lease is terminated.
 func TestBackgroundReapRacingClose(t *testing.T) {
 	e := newEnv(t, func(o *Options) { o.IdleMax = time.Minute })
@@ -213,21 +215,21 @@ func TestBackgroundReapRacingClose(t *testing.T) {
 	e.clock.Advance(2 * time.Minute)
 
 	closed := make(chan struct{})
+	closing := make(chan struct{})
+	var once sync.Once
 	var victimDoneAtClose atomic.Bool
+	e.m.testHookCloseWaiting = func() { once.Do(func() { close(closing) }) }
 	e.m.testHookReapScanned = func() {
 		e.m.testHookReapScanned = nil
 		go func() {
-			e.m.Close(ctx)
+			_ = e.m.Close(ctx)
 			victimDoneAtClose.Store(terminated(victim))
 			close(closed)
 		}()
-		// Let Close run in the window between the scan and the start of
-		// the background termination.
-		waitFor(t, func() bool { e.m.mu.Lock(); defer e.m.mu.Unlock(); return e.m.closed })
-		select {
-		case <-closed:
-		case <-time.After(300 * time.Millisecond):
-		}
+		// Close runs in the window between the scan and the start of the
+		// background termination: it has ended what it found and is about
+		// to wait for background work.
+		<-closing
 	}
 	e.m.maybeReap(ctx)
 	<-closed
@@ -237,7 +239,7 @@ func TestBackgroundReapRacingClose(t *testing.T) {
 	waitFor(t, func() bool { return terminated(victim) })
 }
 
-// Item 7: single-flight waiters do not inherit the acquirer's own
+// single-flight waiters do not inherit the acquirer's own
 // cancellation; a waiter whose context is live retries and succeeds.
 func TestWaiterSurvivesAcquirerCancellation(t *testing.T) {
 	e := newEnv(t, nil)
@@ -249,6 +251,9 @@ func TestWaiterSurvivesAcquirerCancellation(t *testing.T) {
 	}
 	defer a.Release(ctx)
 	capa := a.Capability()
+	parked := make(chan struct{})
+	var once sync.Once
+	e.m.testHookWaiting = func(string, string) { once.Do(func() { close(parked) }) }
 	acqCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	acqDone := make(chan error, 1)
@@ -262,7 +267,7 @@ func TestWaiterSurvivesAcquirerCancellation(t *testing.T) {
 		_, err := capa.Tools(ctx, "ts")
 		waiterDone <- err
 	}()
-	time.Sleep(100 * time.Millisecond) // the waiter is parked on the placeholder
+	<-parked // the waiter is parked on the placeholder
 	cancel()
 	if err := <-acqDone; err == nil {
 		t.Log("acquirer finished before its cancellation")
@@ -286,7 +291,7 @@ func (s *staleOnce) Lookup(ctx context.Context, server string) (ServerConfig, er
 	return s.MapConfigSource.Lookup(ctx, server)
 }
 
-// Item 3: a caller holding an old config must not tear down the lease
+// a caller holding an old config must not tear down the lease
 // pinned to the current config, nor start a child on the stale one.
 func TestStaleCallerKeepsCurrentLease(t *testing.T) {
 	src := &staleOnce{MapConfigSource: &MapConfigSource{}}
@@ -328,7 +333,7 @@ func TestStaleCallerKeepsCurrentLease(t *testing.T) {
 	}
 }
 
-// Item 4: the guardian adapter, checked against the real projector.
+// the guardian adapter, checked against the real projector.
 func TestGuardianCleanupDraftsProjectorCounts(t *testing.T) {
 	const act, pid, hpid = "act-1", 4242, 4241
 	now := time.Now().UTC()
@@ -407,7 +412,7 @@ func TestGuardianCleanupDraftsProjectorCounts(t *testing.T) {
 	}
 }
 
-// Item 8: a call refused as cancelled during a revocation is recorded after
+// a call refused as cancelled during a revocation is recorded after
 // lease.revoked, and a second Revoke returns only once lease.revoked is
 // durable.
 func TestRevokeOrderingWithSlowLedger(t *testing.T) {
@@ -424,12 +429,15 @@ func TestRevokeOrderingWithSlowLedger(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := e.m.leaseOf("s1", "ts")
-	var revokedDurable atomic.Bool
+	// lease.revoked's append is held until the second Revoke waits for it.
+	hold := make(chan struct{})
 	h.set(func(ds []events.Draft) {
 		if hasKind(ds, "lease.revoked") {
-			time.Sleep(300 * time.Millisecond)
+			<-hold
 		}
 	})
+	waiting := make(chan struct{})
+	e.m.testHookRevokeWaiting = func() { close(waiting) }
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
@@ -437,10 +445,17 @@ func TestRevokeOrderingWithSlowLedger(t *testing.T) {
 		if err := l.revoke(ctx, "host_revoked"); err != nil {
 			t.Error(err)
 		}
-		revokedDurable.Store(true)
 	}()
 	waitFor(t, func() bool { l.mu.Lock(); defer l.mu.Unlock(); return l.state == stateRevoked })
-	if err := l.revoke(ctx, "host_revoked"); err != nil {
+	second := make(chan error, 1)
+	go func() { second <- l.revoke(ctx, "host_revoked") }()
+	select {
+	case <-second:
+		t.Fatal("second Revoke returned before lease.revoked was recorded")
+	case <-waiting:
+	}
+	close(hold)
+	if err := <-second; err != nil {
 		t.Fatal(err)
 	}
 	if count(e.events(), "lease.revoked", nil) != 1 {
@@ -464,7 +479,7 @@ func TestRevokeOrderingWithSlowLedger(t *testing.T) {
 	}
 }
 
-// Item 8: on a transport error the lease leaves the map before
+// on a transport error the lease leaves the map before
 // call.finished is recorded; on a stale config the lease is out of
 // service before lease.stale_replaced is recorded.
 func TestRecordedAfterOutOfService(t *testing.T) {

@@ -336,7 +336,8 @@ func TestRevokeRace(t *testing.T) {
 			}
 		}()
 	}
-	time.Sleep(5 * time.Millisecond)
+	// Revoke once some call is past the gate, so both sides of it are seen.
+	waitFor(t, func() bool { l.mu.Lock(); defer l.mu.Unlock(); return l.inflight > 0 })
 	if err := e.m.Revoke(ctx, "s1", "ts", "host_revoked"); err != nil {
 		t.Fatal(err)
 	}
@@ -653,6 +654,9 @@ func TestFaults(t *testing.T) {
 	}
 }
 
+// waitFor polls an observable state until cond holds, failing the test
+// after a deadline. It is for states no hook announces (process tables,
+// counters), never as a pause.
 func waitFor(t testing.TB, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
