@@ -1,7 +1,8 @@
 // Package runtime is what a host calls to run MCP servers for its sessions:
-// session-scoped, exact runtime leases (seed 002) over the verified-stdio
-// guardian, on the official go-sdk client, with every decision appended to
-// the ledger as an event.
+// session-scoped, exact runtime leases over the verified-stdio guardian, on
+// the official go-sdk client, with every decision appended as an event
+// through an Appender (a *ledger.Ledger, or anything that appends durably;
+// this package names no ledger type).
 //
 // A lease is one child MCP server, keyed by (session, server) — or by
 // SharedSessionKey for servers configured "shared": true — and pinned to
@@ -20,12 +21,24 @@
 // Revoke returns, and the last completing call kills the child.
 //
 // Idle leases are reaped opportunistically on acquire and call, scanning at
-// most ReapScanMax entries per pass; there is no background goroutine. A
-// session's leases end when the last owner of its SessionScope releases it;
-// shared leases survive session end and are ended by ReapIdle or
-// TerminateAll.
+// most MaxLiveLeases entries per pass (ReapScanMax for the default cap);
+// there is no background goroutine. A session's leases end when the last
+// owner of its SessionScope releases it; shared leases survive session end
+// and are ended by ReapIdle or TerminateAll.
 //
-// Errors are typed (*LeaseError, matched with errors.Is against the Err*
-// sentinels) and carry only static text, local identities and numbers —
-// never text from an MCP server. See docs/runtime.md.
+// Cleanup never stops at a failed append: Release, ReapIdle, Revoke,
+// TerminateAll and Close end their leases and return errors.Join of what
+// failed to record (nil when everything was recorded). Failures of work no
+// caller waited for (background reaps, a session end run by a call's own
+// release) are returned by the next TerminateAll or Close.
+//
+// Errors are *LeaseError values, shaped like *os.PathError (Op, identities,
+// Err: one of the Err* sentinels, matched with errors.Is), and carry only
+// static text, local identities and numbers — never text from an MCP
+// server.
+//
+// The package examples (Example for a whole host: ledger, manager, session,
+// listing, call, release, close; ExampleToolDigest, ExampleParseConfig,
+// ExampleServerConfig_Fingerprint, ExampleLeaseError) are in
+// example_test.go; `go doc -http` shows them. See docs/runtime.md.
 package runtime

@@ -21,6 +21,7 @@ const (
 	stateGone                // terminated for another reason (goneReason)
 )
 
+// String names the state in test failures and debug output.
 func (s leaseState) String() string {
 	switch s {
 	case stateActive:

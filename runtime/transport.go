@@ -49,6 +49,7 @@ type observedConn struct {
 	wire *wireStats
 }
 
+// Read counts every message received.
 func (c *observedConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 	m, err := c.Connection.Read(ctx)
 	if err == nil {
@@ -57,6 +58,8 @@ func (c *observedConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 	return m, err
 }
 
+// Write counts every message sent, and tools/call and tools/list
+// requests on their own.
 func (c *observedConn) Write(ctx context.Context, m jsonrpc.Message) error {
 	if r, ok := m.(*jsonrpc.Request); ok {
 		switch r.Method {
