@@ -16,6 +16,7 @@ import (
 
 	"github.com/leaseledger/leaseledger/events"
 	"github.com/leaseledger/leaseledger/ledger"
+	"github.com/leaseledger/leaseledger/ledger/verify"
 )
 
 const crashChildEnv = "LEASELEDGER_CRASH_CHILD_DIR"
@@ -124,7 +125,7 @@ func TestCrashDurability(t *testing.T) {
 				t.Fatalf("round %d: seq %d has ULID %s, acknowledged %s", round, seq, env.ID, id)
 			}
 		}
-		rep, err := l.Verify(context.Background(), nil)
+		rep, err := verify.Ledger(context.Background(), l, verify.Options{})
 		if err != nil {
 			t.Fatalf("round %d: %v", round, err)
 		}

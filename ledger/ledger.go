@@ -1,14 +1,18 @@
 // Package ledger owns the durable event log: a Pebble database in which
-// every event is stored under e/<seq> with gapless sequence numbers and a
-// SHA-256 hash chain, appended by one committer goroutine that group-commits
-// everything queued with a single fsync and acknowledges nothing before that
-// fsync. It also owns the read side (ranges and secondary indexes by
-// activation, session and kind), verification of the whole chain, and the
-// embedded NATS bus on which committed events are published (see Bus).
+// every event is stored with a gapless sequence number and a SHA-256 hash
+// chain, appended by one committer goroutine that group-commits everything
+// queued with a single fsync and acknowledges nothing before that fsync
+// (see commit.go). It also owns the read side (Get, Scan and Events over
+// ranges and the secondary indexes by activation, session and kind), Watch
+// for committed batches, projection snapshots and the ledger's counters.
+//
+// Around it, and not linked by it: ledger/bus publishes committed events on
+// an embedded NATS server and serves replay, head and append over it;
+// ledger/verify re-checks a whole log and makes and checks signed
+// checkpoints; ledger/ledgermetrics exports Stats to Prometheus.
 package ledger
 
 import (
-	"context"
 	crand "crypto/rand"
 	"errors"
 	"fmt"
@@ -17,6 +21,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -24,6 +29,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/leaseledger/leaseledger/events"
+	"github.com/leaseledger/leaseledger/ledger/internal/keys"
 	"github.com/oklog/ulid/v2"
 )
 
@@ -70,10 +76,6 @@ const (
 	// MaxAppendEvents bounds the events in one Append call, so that a single
 	// call always fits one batch and is committed atomically.
 	MaxAppendEvents = DefaultMaxBatchEvents
-	// inflightBatches is how many batches may be applied to Pebble with
-	// their fsync not yet observed. One is classic group commit: everything
-	// that queues during an fsync goes into the next batch.
-	inflightBatches = 1
 )
 
 // Errors callers branch on.
@@ -100,7 +102,30 @@ var (
 	// ErrNoLedger is returned by Open with NoCreate when the directory holds
 	// no ledger.
 	ErrNoLedger = errors.New("ledger: no ledger in directory")
+	// ErrNoDir is returned by Open when Options.Dir is empty.
+	ErrNoDir = errors.New("ledger: Options.Dir is required")
 )
+
+// Error records a failed operation of a ledger, shaped like *os.PathError:
+// what was being done, the event concerned (0 when none) and why. Err is a
+// sentinel of this package (ErrNotFound, ErrCorrupt, ErrUnacknowledged, …),
+// an error of package events (for a refused draft) or an underlying cause;
+// errors.Is sees through it.
+type Error struct {
+	Op  string // "open", "append", "get", "scan", "save snapshot", "load snapshot"
+	Seq Seq    // the event concerned; 0 when none
+	Err error
+}
+
+func (e *Error) Error() string {
+	if e.Seq == 0 {
+		return e.Op + ": " + e.Err.Error()
+	}
+	return e.Op + " seq " + strconv.FormatUint(uint64(e.Seq), 10) + ": " + e.Err.Error()
+}
+
+// Unwrap returns Err.
+func (e *Error) Unwrap() error { return e.Err }
 
 // Options configures Open.
 type Options struct {
@@ -125,6 +150,10 @@ type Options struct {
 	// NoCreate makes Open fail with ErrNoLedger instead of creating a new
 	// ledger (read-side tools must not turn a mistyped path into one).
 	NoCreate bool
+
+	// hooks are called at points of the commit pipeline that tests must
+	// synchronise with (see export_test.go); nil outside tests.
+	hooks *testHooks
 }
 
 // Ledger is an open log. It is safe for concurrent use.
@@ -170,29 +199,11 @@ type Ledger struct {
 	entropy *ulid.MonotonicEntropy
 }
 
-type appendReq struct {
-	prepared []events.Prepared
-	acks     []Ack
-	err      error
-	done     chan struct{}
-}
-
-// pending is a batch: open (being sealed into) or in flight (applied,
-// fsync not yet observed).
-type pending struct {
-	batch     *pebble.Batch
-	reqs      []*appendReq
-	records   []Record
-	events    int
-	head      Head
-	appliedAt time.Time
-}
-
 // Open opens (creating if needed) the ledger in opts.Dir and starts its
 // committer. A directory held by another process yields ErrLocked.
 func Open(opts Options) (*Ledger, error) {
 	if opts.Dir == "" {
-		return nil, errors.New("ledger: Options.Dir is required")
+		return nil, &Error{Op: "open", Err: ErrNoDir}
 	}
 	if opts.QueueLen <= 0 {
 		opts.QueueLen = DefaultQueueLen
@@ -244,7 +255,7 @@ func Open(opts Options) (*Ledger, error) {
 		if err != nil || !env.CheckHash() || env.Hash != head.Hash {
 			db.Close()
 			lock.Close()
-			return nil, fmt.Errorf("%w: the last event (seq %d) does not match m/head or does not hash; run verify", ErrCorrupt, head.Seq)
+			return nil, &Error{Op: "open", Seq: head.Seq, Err: fmt.Errorf("%w: the last event does not match m/head or does not hash; run verify", ErrCorrupt)}
 		}
 		l.lastT = env.Time
 	}
@@ -323,15 +334,15 @@ func openPebble(opts Options) (*pebble.DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ledger: open %s: %w", opts.Dir, err)
 	}
-	if v, closer, err := db.Get([]byte(keyFormat)); err == nil {
+	if v, closer, err := db.Get([]byte(keys.Format)); err == nil {
 		format := string(v)
 		closer.Close()
-		if format != keyspaceFormat {
+		if format != keys.FormatVersion {
 			db.Close()
-			return nil, fmt.Errorf("%w: keyspace format %q, this build reads %q", ErrCorrupt, format, keyspaceFormat)
+			return nil, fmt.Errorf("%w: keyspace format %q, this build reads %q", ErrCorrupt, format, keys.FormatVersion)
 		}
 	} else if errors.Is(err, pebble.ErrNotFound) {
-		if err := db.Set([]byte(keyFormat), []byte(keyspaceFormat), pebble.Sync); err != nil {
+		if err := db.Set([]byte(keys.Format), []byte(keys.FormatVersion), pebble.Sync); err != nil {
 			db.Close()
 			return nil, fmt.Errorf("ledger: write format: %w", err)
 		}
@@ -346,31 +357,31 @@ func openPebble(opts Options) (*pebble.DB, error) {
 // head pointing past the log (or a log past its head) is caught at open.
 func (l *Ledger) loadHead() (Head, error) {
 	var head Head
-	v, closer, err := l.db.Get([]byte(keyHead))
+	v, closer, err := l.db.Get([]byte(keys.Head))
 	switch {
 	case errors.Is(err, pebble.ErrNotFound):
 	case err != nil:
 		return Head{}, fmt.Errorf("ledger: read head: %w", err)
 	default:
-		h, ok := decodeHead(v)
+		seq, hash, ok := keys.DecodeHead(v)
 		closer.Close()
 		if !ok {
-			return Head{}, fmt.Errorf("%w: malformed m/head", ErrCorrupt)
+			return Head{}, &Error{Op: "open", Err: fmt.Errorf("%w: malformed m/head", ErrCorrupt)}
 		}
-		head = h
+		head = Head{Seq: seq, Hash: hash}
 	}
 	last, err := l.lastEventSeq()
 	if err != nil {
 		return Head{}, err
 	}
 	if last != head.Seq {
-		return Head{}, fmt.Errorf("%w: m/head says seq %d but the last stored event is seq %d", ErrCorrupt, head.Seq, last)
+		return Head{}, &Error{Op: "open", Seq: last, Err: fmt.Errorf("%w: m/head says seq %d but the last stored event is this one", ErrCorrupt, head.Seq)}
 	}
 	return head, nil
 }
 
 func (l *Ledger) lastEventSeq() (Seq, error) {
-	it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: []byte(prefixEvent), UpperBound: upperBound([]byte(prefixEvent))})
+	it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: []byte(keys.PrefixEvent), UpperBound: keys.UpperBound([]byte(keys.PrefixEvent))})
 	if err != nil {
 		return 0, fmt.Errorf("ledger: iterate: %w", err)
 	}
@@ -378,7 +389,7 @@ func (l *Ledger) lastEventSeq() (Seq, error) {
 	if !it.Last() {
 		return 0, it.Error()
 	}
-	seq, _ := seqFromKey(it.Key())
+	seq, _ := keys.SeqOf(it.Key())
 	return seq, nil
 }
 
@@ -426,271 +437,6 @@ func (l *Ledger) Watch(o Observer) (unwatch func()) {
 	}
 }
 
-// Append validates drafts, appends them as consecutive events and returns
-// their seqs once they are durable. Invalid drafts are refused with an error
-// wrapping events.ErrInvalid and nothing of the call is written.
-func (l *Ledger) Append(ctx context.Context, drafts ...events.Draft) ([]Seq, error) {
-	acks, err := l.AppendAcks(ctx, drafts...)
-	if err != nil {
-		return nil, err
-	}
-	seqs := make([]Seq, len(acks))
-	for i, a := range acks {
-		seqs[i] = a.Seq
-	}
-	return seqs, nil
-}
-
-// AppendAcks is Append returning each event's seq, ULID and hash.
-func (l *Ledger) AppendAcks(ctx context.Context, drafts ...events.Draft) ([]Ack, error) {
-	if len(drafts) == 0 {
-		return nil, nil
-	}
-	if len(drafts) > MaxAppendEvents {
-		return nil, fmt.Errorf("%w: %d, limit MaxAppendEvents=%d", ErrTooManyEvents, len(drafts), MaxAppendEvents)
-	}
-	prepared := make([]events.Prepared, len(drafts))
-	for i, d := range drafts {
-		p, err := events.Prepare(d)
-		if err != nil {
-			return nil, fmt.Errorf("ledger: event %d of %d: %w", i, len(drafts), err)
-		}
-		prepared[i] = p
-	}
-	return l.appendPrepared(ctx, prepared)
-}
-
-func (l *Ledger) appendPrepared(ctx context.Context, prepared []events.Prepared) ([]Ack, error) {
-	req := &appendReq{prepared: prepared, done: make(chan struct{})}
-	if err := l.enqueue(ctx, req); err != nil {
-		return nil, err
-	}
-	select {
-	case <-req.done:
-		return req.acks, req.err
-	case <-ctx.Done():
-		return nil, fmt.Errorf("%w: %w", ErrUnacknowledged, ctx.Err())
-	}
-}
-
-func (l *Ledger) enqueue(ctx context.Context, req *appendReq) error {
-	l.mu.RLock()
-	defer l.mu.RUnlock()
-	if l.closed {
-		return ErrClosed
-	}
-	if err := l.failed(); err != nil {
-		return err
-	}
-	// select picks at random among ready cases: without this check a call
-	// whose context is already done could still be queued and committed,
-	// and a context error would not mean "not written".
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	select {
-	case l.queue <- req:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-func (l *Ledger) failed() error {
-	if p := l.failure.Load(); p != nil {
-		return *p
-	}
-	return nil
-}
-
-func (l *Ledger) fail(err error) error {
-	err = fmt.Errorf("%w: %w", ErrFailed, err)
-	l.failure.CompareAndSwap(nil, &err)
-	return *l.failure.Load()
-}
-
-// The commit pipeline is classic group commit with the sealing overlapped:
-// exactly one batch is in flight (applied to Pebble with a Sync commit,
-// its fsync awaited by the syncer) while the committer seals every request
-// that arrives meanwhile into the next open batch (seqs, ULIDs, times, chain
-// hashes, index entries). When the fsync completes, the syncer hands the
-// token back and the committer applies the whole open batch at once: one
-// Pebble commit, one fsync for everything queued during the previous one.
-
-// committer owns the chain state (tail, lastT, entropy) and the open batch.
-func (l *Ledger) committer(syncerDone <-chan struct{}) {
-	defer close(l.done)
-	defer func() { <-syncerDone }()
-	defer close(l.inflight)
-	var open *pending
-	for {
-		if open == nil {
-			select {
-			case r := <-l.queue:
-				open = l.add(open, r)
-			case <-l.stop:
-				l.drainOnStop(open)
-				return
-			}
-			continue
-		}
-		select {
-		case r := <-l.queue:
-			open = l.add(open, r)
-		case <-l.token:
-			l.flush(open)
-			open = nil
-		case <-l.stop:
-			l.drainOnStop(open)
-			return
-		}
-	}
-}
-
-// drainOnStop runs after Close set closed under the write lock, so nothing
-// is being enqueued any more: it seals what is left and flushes it.
-func (l *Ledger) drainOnStop(open *pending) {
-	for {
-		select {
-		case r := <-l.queue:
-			open = l.add(open, r)
-			continue
-		default:
-		}
-		break
-	}
-	if open != nil {
-		<-l.token
-		l.flush(open)
-	}
-}
-
-// add seals r's events into the open batch (starting one when open is nil)
-// and returns the open batch. A request that would overflow the batch first
-// waits for the token and flushes the open batch: one Append call is always
-// committed atomically, in one batch.
-func (l *Ledger) add(open *pending, r *appendReq) *pending {
-	if err := l.failed(); err != nil {
-		r.err = err
-		close(r.done)
-		return open
-	}
-	// One clock reading per request: its events share a time. A clock the
-	// canonical layout cannot represent fails the request, not the ledger.
-	t := l.opts.Now().UTC()
-	if t.Before(l.lastT) {
-		t = l.lastT // event times never go backwards
-	}
-	if !events.ValidTime(t) {
-		r.err = fmt.Errorf("%w: %s", ErrClock, t.Format(time.RFC3339))
-		close(r.done)
-		return open
-	}
-	if open != nil && open.events+len(r.prepared) > l.opts.MaxBatchEvents {
-		<-l.token
-		l.flush(open)
-		open = nil
-	}
-	if open == nil {
-		open = &pending{batch: l.db.NewBatch()}
-	}
-	open.reqs = append(open.reqs, r)
-	open.events += len(r.prepared)
-	r.acks = make([]Ack, len(r.prepared))
-	for i, ev := range r.prepared {
-		env, raw := l.seal(ev, t)
-		r.acks[i] = Ack{Seq: Seq(env.Seq), ID: env.ID, Hash: env.Hash}
-		open.records = append(open.records, Record{Env: env, Raw: raw})
-		for j, k := range KeysFor(&env) {
-			if j == 0 {
-				_ = open.batch.Set(k, raw, nil) // e/<seq>
-			} else {
-				_ = open.batch.Set(k, nil, nil) // index entries
-			}
-		}
-	}
-	open.head = l.tail
-	return open
-}
-
-// flush applies the open batch with a Sync commit and hands it to the
-// syncer, which returns the token once its fsync is done. The caller holds
-// the token.
-func (l *Ledger) flush(p *pending) {
-	err := l.failed() // an earlier batch failed: applying this one would leave a gap
-	if err == nil {
-		_ = p.batch.Set([]byte(keyHead), encodeHead(p.head), nil)
-		p.appliedAt = time.Now()
-		if aerr := l.db.ApplyNoSyncWait(p.batch, pebble.Sync); aerr != nil {
-			err = l.fail(fmt.Errorf("commit: %w", aerr))
-		}
-	}
-	if err != nil {
-		p.batch.Close()
-		for _, r := range p.reqs {
-			r.acks, r.err = nil, err
-			close(r.done)
-		}
-		l.token <- struct{}{} // nothing in flight
-		return
-	}
-	l.inflight <- p
-}
-
-// seal assigns the next seq, a ULID and time t (checked by add) to p and
-// chains it after the tail.
-func (l *Ledger) seal(p events.Prepared, t time.Time) (events.Envelope, []byte) {
-	l.lastT = t
-	id, err := ulid.New(ulid.Timestamp(t), l.entropy)
-	if err != nil {
-		// Monotonic entropy overflows only after 2^80 IDs in one
-		// millisecond; fall back to fresh entropy rather than fail.
-		id = ulid.MustNew(ulid.Timestamp(t), crand.Reader)
-	}
-	seq := l.tail.Seq + 1
-	env, raw := events.Seal(p, seq, id, t, l.tail.Hash)
-	l.tail = Head{Seq: seq, Hash: env.Hash}
-	return env, raw
-}
-
-// syncer waits for the in-flight batch's fsync, publishes the new durable
-// head, returns the token, and acknowledges the batch's appenders.
-func (l *Ledger) syncer(done chan<- struct{}) {
-	defer close(done)
-	for p := range l.inflight {
-		err := p.batch.SyncWait()
-		p.batch.Close()
-		if err != nil {
-			err = l.fail(fmt.Errorf("sync: %w", err))
-			l.token <- struct{}{}
-			for _, r := range p.reqs {
-				r.acks, r.err = nil, err
-				close(r.done)
-			}
-			continue
-		}
-		head := p.head
-		l.head.Store(&head)
-		l.commits.Add(1)
-		l.eventsDone.Add(uint64(len(p.records)))
-		l.commitNanos.Add(uint64(time.Since(p.appliedAt)))
-		// The next batch may be applied now: it is ordered after this one in
-		// Pebble's WAL, and this goroutine acknowledges batches in order.
-		l.token <- struct{}{}
-		if l.opts.BeforeAck != nil {
-			l.opts.BeforeAck.Committed(p.records)
-		}
-		for _, r := range p.reqs {
-			close(r.done)
-		}
-		l.obsRun.Lock()
-		for _, o := range *l.observers.Load() {
-			o.Committed(p.records)
-		}
-		l.obsRun.Unlock()
-	}
-}
-
 // Close stops accepting appends, commits everything already queued, waits
 // for the committer to finish and closes the database. It is idempotent and
 // safe to call concurrently with Append.
@@ -701,6 +447,7 @@ func (l *Ledger) Close() error {
 		l.mu.Unlock()
 		close(l.stop)
 		<-l.done
+		l.opts.hooks.call(hookCloseWaitsReaders)
 		l.readers.Wait() // Pebble's Close must not race reads
 		if err := l.db.Close(); err != nil {
 			l.closeErr = fmt.Errorf("ledger: close: %w", err)
@@ -737,11 +484,6 @@ func (l *Ledger) Stats() Stats {
 
 // Dir is the data directory the ledger was opened in.
 func (l *Ledger) Dir() string { return l.opts.Dir }
-
-// DB exposes the underlying Pebble database for tooling that must work
-// below the ledger (benchmarks, tamper tests). Writing to it bypasses the
-// chain.
-func (l *Ledger) DB() *pebble.DB { return l.db }
 
 // quietLogger routes Pebble's informational logs to slog at debug level.
 // A nil logger means slog.Default.

@@ -6,15 +6,18 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/leaseledger/leaseledger/events"
 	"github.com/leaseledger/leaseledger/ledger"
-	"github.com/prometheus/client_golang/prometheus"
+	"github.com/leaseledger/leaseledger/ledger/internal/keys"
+	"github.com/leaseledger/leaseledger/ledger/verify"
 	"go.uber.org/goleak"
 )
 
@@ -135,7 +138,7 @@ func TestAppendReadReopen(t *testing.T) {
 	if e4, _ := l.Get(4); e5.Time.Before(e4.Time) {
 		t.Fatal("time went backwards across reopen")
 	}
-	if rep, err := l.Verify(ctx, nil); err != nil || rep.Events != 5 {
+	if rep, err := verify.Ledger(ctx, l, verify.Options{}); err != nil || rep.Events != 5 {
 		t.Fatalf("Verify: %+v %v", rep, err)
 	}
 }
@@ -213,60 +216,128 @@ func TestConcurrentAppendersGapless(t *testing.T) {
 			t.Fatalf("gap at %d", s)
 		}
 	}
-	if _, err := l.Verify(ctx, nil); err != nil {
+	if _, err := verify.Ledger(ctx, l, verify.Options{}); err != nil {
 		t.Fatal(err)
 	}
 }
 
-// blockingObserver holds the syncer until released, to fill the pipeline.
+// blockingObserver holds the syncer in BeforeAck until released; entered
+// is closed when it first does.
 type blockingObserver struct {
-	release chan struct{}
-	once    sync.Once
+	release, entered chan struct{}
+	once             sync.Once
 }
 
-func (b *blockingObserver) Committed([]ledger.Record) { <-b.release }
+func (b *blockingObserver) Committed([]ledger.Record) {
+	b.once.Do(func() { close(b.entered) })
+	<-b.release
+}
 
+// TestQueueBackpressure fills the pipeline and counts exactly how many
+// Append calls it takes in before an appender blocks: with one event per
+// batch and the syncer held in BeforeAck, that is
+//
+//	1                       the batch being acknowledged (held in BeforeAck)
+//	+ InflightBatches       batches applied, their fsync not yet acknowledged
+//	+ 1                     the open batch (one event: MaxBatchEvents is 1)
+//	+ 1                     the call in the committer's hand that does not fit it
+//	+ QueueLen              the queue
+//
+// An appender beyond that blocks and gives up with its context, never
+// growing memory; everything taken in is committed once the syncer is
+// released.
 func TestQueueBackpressure(t *testing.T) {
-	obs := &blockingObserver{release: make(chan struct{})}
-	l, err := ledger.Open(ledger.Options{Dir: t.TempDir(), QueueLen: 2, MaxBatchEvents: 1, BeforeAck: obs})
+	const queueLen = 2
+	capacity := 1 + ledger.InflightBatches + 1 + 1 + queueLen
+	obs := &blockingObserver{release: make(chan struct{}), entered: make(chan struct{})}
+	// stuck: the committer waits for a token after the syncer entered the
+	// observer, so no token will ever come back and nothing leaves the
+	// queue. full: after that, an appender found the queue full.
+	stuck, full := make(chan struct{}), make(chan struct{})
+	var stuckOnce, fullOnce sync.Once
+	var probing atomicBool
+	hooks := ledger.Hooks{
+		TokenWait: func() {
+			select {
+			case <-obs.entered:
+				stuckOnce.Do(func() { close(stuck) })
+			default:
+			}
+		},
+		QueueFull: func() {
+			if probing.Load() {
+				fullOnce.Do(func() { close(full) })
+			}
+		},
+	}
+	l, err := ledger.Open(ledger.WithHooks(ledger.Options{Dir: t.TempDir(), QueueLen: queueLen, MaxBatchEvents: 1, BeforeAck: obs}, hooks))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	defer close(obs.release)
-	// Fill: one batch blocked in the syncer, the in-flight channel, the
-	// committer's hand, and the queue. Then an append must block and give up
-	// with its context, not grow memory.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	var wg sync.WaitGroup
-	results := make(chan error, 64)
-	for range 64 {
+	results := make(chan error, 2*capacity+1)
+	appendOne := func() {
 		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-			defer cancel()
 			_, err := l.Append(ctx, draft("a", "s", 1))
 			results <- err
 		})
 	}
+	for range 2 * capacity {
+		appendOne()
+	}
+	waitFor(t, "the committer to block for good", stuck)
+	// Once stuck, the queue only fills; wait until it holds QueueLen calls.
+	for l.Stats().Queued < queueLen {
+		runtime.Gosched()
+	}
+	// A probe appended now must find the queue full (a queue that held more
+	// than QueueLen would take it in instead).
+	probing.Store(true)
+	appendOne()
+	waitFor(t, "the probe to find the queue full", full)
+	if q := l.Stats().Queued; q != queueLen {
+		t.Fatalf("%d calls queued, QueueLen is %d", q, queueLen)
+	}
+	cancel()
 	wg.Wait()
 	close(results)
-	var queuedTimeout, notQueued int
+	var takenIn, refused int
 	for err := range results {
 		switch {
 		case errors.Is(err, ledger.ErrUnacknowledged):
-			queuedTimeout++
-		case errors.Is(err, context.DeadlineExceeded):
-			notQueued++
+			takenIn++
+		case errors.Is(err, context.Canceled):
+			refused++
 		default:
 			t.Errorf("unexpected result %v", err)
 		}
 	}
-	// Capacity with one event per batch: one batch in the syncer, four
-	// applied, one in the applier's hand, four sealed, one in the committer's
-	// hand, two in the queue.
-	if queuedTimeout > 13 || notQueued != 64-queuedTimeout {
-		t.Fatalf("%d appends queued, %d refused by the full queue; want at most 13 queued", queuedTimeout, notQueued)
+	if takenIn != capacity || refused != 2*capacity+1-capacity {
+		t.Fatalf("%d appends taken in, %d refused by the full queue; want exactly %d taken in", takenIn, refused, capacity)
+	}
+	close(obs.release)
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	l = open(t, l.Dir())
+	defer l.Close()
+	if h := l.Head().Seq; int(h) != capacity {
+		t.Fatalf("%d events committed, want the %d taken in", h, capacity)
 	}
 }
+
+func waitFor(t *testing.T, what string, ch <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("timed out waiting for %s", what)
+	}
+}
+
+type atomicBool = atomic.Bool
 
 func TestLockedDirectory(t *testing.T) {
 	dir := t.TempDir()
@@ -279,7 +350,16 @@ func TestLockedDirectory(t *testing.T) {
 }
 
 func TestCloseDrainsQueue(t *testing.T) {
-	l := open(t, t.TempDir())
+	// Hold the first batch in BeforeAck until every appender is queued or
+	// blocked on the full queue, so that Close certainly meets a full queue.
+	obs := &blockingObserver{release: make(chan struct{}), entered: make(chan struct{})}
+	var queueFull sync.Once
+	full := make(chan struct{})
+	l, err := ledger.Open(ledger.WithHooks(ledger.Options{Dir: t.TempDir(), QueueLen: 8, MaxBatchEvents: 1, BeforeAck: obs},
+		ledger.Hooks{QueueFull: func() { queueFull.Do(func() { close(full) }) }}))
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx := context.Background()
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -296,14 +376,21 @@ func TestCloseDrainsQueue(t *testing.T) {
 			}
 		})
 	}
-	time.Sleep(time.Millisecond)
-	if err := l.Close(); err != nil {
+	waitFor(t, "the queue to fill", full)
+	closed := make(chan error, 1)
+	go func() { closed <- l.Close() }()
+	close(obs.release)
+	if err := <-closed; err != nil {
 		t.Fatal(err)
 	}
 	wg.Wait()
-	// Everything acknowledged before Close returned is durable.
+	// Everything acknowledged before Close returned is durable, and Close
+	// committed what was queued.
 	l2 := open(t, l.Dir())
 	defer l2.Close()
+	if len(acked) < 1+ledger.InflightBatches+1+1+8 || int(l2.Head().Seq) < len(acked) {
+		t.Fatalf("%d appends acknowledged, head %d", len(acked), l2.Head().Seq)
+	}
 	for _, s := range acked {
 		if _, err := l2.Get(s); err != nil {
 			t.Fatalf("acked seq %d lost: %v", s, err)
@@ -334,35 +421,8 @@ func TestSnapshots(t *testing.T) {
 	if err != nil || covers != 7 || string(data) != "state" {
 		t.Fatalf("LoadSnapshot = %d %q %v", covers, data, err)
 	}
-	if _, err := l.Verify(context.Background(), nil); err != nil {
+	if _, err := verify.Ledger(context.Background(), l, verify.Options{}); err != nil {
 		t.Fatalf("snapshots disturb verification: %v", err)
-	}
-}
-
-func TestMetrics(t *testing.T) {
-	l := open(t, t.TempDir())
-	defer l.Close()
-	appendN(t, l, 250)
-	reg := prometheus.NewPedanticRegistry()
-	if err := reg.Register(ledger.NewCollector(l)); err != nil {
-		t.Fatal(err)
-	}
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]float64{}
-	for _, mf := range mfs {
-		m := mf.GetMetric()[0]
-		if m.GetCounter() != nil {
-			got[mf.GetName()] = m.GetCounter().GetValue()
-		} else {
-			got[mf.GetName()] = m.GetGauge().GetValue()
-		}
-	}
-	if got["leaseledger_head_seq"] != 250 || got["leaseledger_appended_events_total"] != 250 ||
-		got["leaseledger_commits_total"] < 1 || got["leaseledger_commits_total"] > 250 || got["leaseledger_failed"] != 0 {
-		t.Fatalf("metrics %v", got)
 	}
 }
 
@@ -405,15 +465,17 @@ func TestNoCreate(t *testing.T) {
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Fatal("NoCreate created the directory")
 	}
-	if _, err := ledger.VerifyDir(context.Background(), dir, nil); !errors.Is(err, ledger.ErrNoLedger) {
-		t.Fatalf("VerifyDir on a missing dir: %v", err)
-	}
 }
 
 // A read callback may call the ledger (here: Append) while Close runs:
 // no deadlock, and the nested call gets ErrClosed or succeeds.
 func TestReadCallbackReentersDuringClose(t *testing.T) {
-	l := open(t, t.TempDir())
+	closeWaits := make(chan struct{})
+	l, err := ledger.Open(ledger.WithHooks(ledger.Options{Dir: t.TempDir()},
+		ledger.Hooks{CloseWaitsReaders: func() { close(closeWaits) }}))
+	if err != nil {
+		t.Fatal(err)
+	}
 	appendN(t, l, 3)
 	inCallback := make(chan struct{})
 	closing := make(chan struct{})
@@ -425,7 +487,7 @@ func TestReadCallbackReentersDuringClose(t *testing.T) {
 				first = false
 				close(inCallback)
 				<-closing
-				time.Sleep(20 * time.Millisecond) // let Close start waiting
+				<-closeWaits // Close waits for this very read
 			}
 			_, err := l.Append(context.Background(), draft("a", "s", 9))
 			if err != nil && !errors.Is(err, ledger.ErrClosed) {
@@ -460,16 +522,30 @@ func TestOpenRefusesHeadHashMismatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, closer, err := db.Get([]byte("m/head"))
+	v, closer, err := db.Get([]byte(keys.Head))
 	if err != nil {
 		t.Fatal(err)
 	}
 	bad := append([]byte(nil), v...)
 	closer.Close()
 	bad[len(bad)-1] ^= 1
-	_ = db.Set([]byte("m/head"), bad, pebble.Sync)
+	_ = db.Set([]byte(keys.Head), bad, pebble.Sync)
 	db.Close()
 	if _, err := ledger.Open(ledger.Options{Dir: dir}); !errors.Is(err, ledger.ErrCorrupt) {
 		t.Fatalf("Open with a corrupted head hash: %v", err)
+	}
+}
+
+func appendN(t *testing.T, l *ledger.Ledger, n int) {
+	t.Helper()
+	const per = 100
+	for i := 0; i < n; i += per {
+		ds := make([]events.Draft, min(per, n-i))
+		for j := range ds {
+			ds[j] = draft(fmt.Sprintf("a%d", (i+j)%5), "s", i+j)
+		}
+		if _, err := l.Append(context.Background(), ds...); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/leaseledger/leaseledger/events"
+	"github.com/leaseledger/leaseledger/ledger/internal/keys"
 )
 
 // ErrNotFound is returned by Get for a seq beyond the durable head.
@@ -46,7 +47,7 @@ func (l *Ledger) Get(seq Seq) (events.Envelope, error) {
 	}
 	env, err := events.Decode(raw)
 	if err != nil {
-		return events.Envelope{}, fmt.Errorf("ledger: seq %d: %w", seq, err)
+		return events.Envelope{}, &Error{Op: "get", Seq: seq, Err: err}
 	}
 	return env, nil
 }
@@ -58,15 +59,15 @@ func (l *Ledger) GetRaw(seq Seq) ([]byte, error) {
 		return nil, err
 	}
 	defer end()
-	if seq == 0 || seq > l.Head().Seq {
-		return nil, fmt.Errorf("%w: seq %d (head %d)", ErrNotFound, seq, l.Head().Seq)
+	if head := l.Head().Seq; seq == 0 || seq > head {
+		return nil, &Error{Op: "get", Seq: seq, Err: fmt.Errorf("%w (head %d)", ErrNotFound, head)}
 	}
-	v, closer, err := l.db.Get(eventKey(seq))
+	v, closer, err := l.db.Get(keys.Event(seq))
 	if err != nil {
 		if errors.Is(err, pebble.ErrNotFound) {
-			return nil, fmt.Errorf("%w: seq %d is missing below the head", ErrCorrupt, seq)
+			return nil, &Error{Op: "get", Seq: seq, Err: fmt.Errorf("%w: missing below the head", ErrCorrupt)}
 		}
-		return nil, fmt.Errorf("ledger: get seq %d: %w", seq, err)
+		return nil, &Error{Op: "get", Seq: seq, Err: err}
 	}
 	defer closer.Close()
 	return append([]byte(nil), v...), nil
@@ -98,13 +99,13 @@ func (l *Ledger) Scan(ctx context.Context, q Query, fn func(seq Seq, raw []byte)
 	)
 	switch {
 	case q.Activation != "":
-		prefix = indexPrefix(prefixActivation, q.Activation)
+		prefix = keys.IndexPrefix(keys.PrefixActivation, q.Activation)
 		filters = boolInt(q.Session != "") + boolInt(q.Kind != "")
 	case q.Session != "":
-		prefix = indexPrefix(prefixSession, q.Session)
+		prefix = keys.IndexPrefix(keys.PrefixSession, q.Session)
 		filters = boolInt(q.Kind != "")
 	case q.Kind != "":
-		prefix = indexPrefix(prefixKind, string(q.Kind))
+		prefix = keys.IndexPrefix(keys.PrefixKind, string(q.Kind))
 	}
 	match := func(raw []byte) (bool, error) {
 		if filters == 0 {
@@ -119,21 +120,21 @@ func (l *Ledger) Scan(ctx context.Context, q Query, fn func(seq Seq, raw []byte)
 
 	// Without an index the iteration is over e/ itself and the value is at
 	// hand; with one, each index key names a seq whose e/ value is fetched.
-	lower, upper := eventKey(from), eventKey(to+1)
+	lower, upper := keys.Event(from), keys.Event(to+1)
 	if prefix != nil {
-		lower = append(append([]byte(nil), prefix...), lower[len(prefixEvent):]...)
-		upper = append(append([]byte(nil), prefix...), upper[len(prefixEvent):]...)
+		lower = append(append([]byte(nil), prefix...), lower[len(keys.PrefixEvent):]...)
+		upper = append(append([]byte(nil), prefix...), upper[len(keys.PrefixEvent):]...)
 	}
 	it, err := l.db.NewIterWithContext(ctx, &pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {
-		return fmt.Errorf("ledger: iterate: %w", err)
+		return &Error{Op: "scan", Err: err}
 	}
 	defer it.Close()
 	for ok := it.First(); ok; ok = it.Next() {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		seq, _ := seqFromKey(it.Key())
+		seq, _ := keys.SeqOf(it.Key())
 		if err := l.visit(it, prefix != nil, seq, match, fn); err != nil {
 			return err
 		}
@@ -146,16 +147,16 @@ func (l *Ledger) Scan(ctx context.Context, q Query, fn func(seq Seq, raw []byte)
 func (l *Ledger) visit(it *pebble.Iterator, indexed bool, seq Seq, match func([]byte) (bool, error), fn func(Seq, []byte) error) error {
 	var raw []byte
 	if indexed {
-		v, closer, err := l.db.Get(eventKey(seq))
+		v, closer, err := l.db.Get(keys.Event(seq))
 		if err != nil {
-			return fmt.Errorf("ledger: index points to seq %d: %w", seq, err)
+			return &Error{Op: "scan", Seq: seq, Err: fmt.Errorf("the index names this event: %w", err)}
 		}
 		defer closer.Close()
 		raw = v
 	} else {
 		v, err := it.ValueAndErr()
 		if err != nil {
-			return fmt.Errorf("ledger: read seq %d: %w", seq, err)
+			return &Error{Op: "scan", Seq: seq, Err: err}
 		}
 		raw = v
 	}
@@ -174,7 +175,7 @@ func (l *Ledger) Events(ctx context.Context, q Query) iter.Seq2[events.Envelope,
 		err := l.Scan(ctx, q, func(seq Seq, raw []byte) error {
 			env, err := events.Decode(raw)
 			if err != nil {
-				yield(events.Envelope{}, fmt.Errorf("ledger: seq %d: %w", seq, err))
+				yield(events.Envelope{}, &Error{Op: "scan", Seq: seq, Err: err})
 				return stopped
 			}
 			if !yield(env, nil) {

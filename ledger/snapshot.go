@@ -7,6 +7,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/leaseledger/leaseledger/events"
+	"github.com/leaseledger/leaseledger/ledger/internal/keys"
 )
 
 // MaxSnapshotBytes bounds one stored projection snapshot.
@@ -35,7 +36,7 @@ func (l *Ledger) SaveSnapshot(name string, covers Seq, data []byte) error {
 		return fmt.Errorf("ledger: snapshot covers seq %d beyond the durable head %d", covers, head)
 	}
 	v := binary.BigEndian.AppendUint64(make([]byte, 0, 8+len(data)), uint64(covers))
-	if err := l.db.Set([]byte(prefixSnapshot+name), append(v, data...), pebble.Sync); err != nil {
+	if err := l.db.Set([]byte(keys.PrefixSnapshot+name), append(v, data...), pebble.Sync); err != nil {
 		return fmt.Errorf("ledger: save snapshot %s: %w", name, err)
 	}
 	return nil
@@ -52,7 +53,7 @@ func (l *Ledger) LoadSnapshot(name string) (Seq, []byte, error) {
 		return 0, nil, err
 	}
 	defer end()
-	v, closer, err := l.db.Get([]byte(prefixSnapshot + name))
+	v, closer, err := l.db.Get([]byte(keys.PrefixSnapshot + name))
 	if errors.Is(err, pebble.ErrNotFound) {
 		return 0, nil, ErrNoSnapshot
 	}

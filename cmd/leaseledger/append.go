@@ -10,6 +10,7 @@ import (
 
 	"github.com/leaseledger/leaseledger/events"
 	"github.com/leaseledger/leaseledger/ledger"
+	"github.com/leaseledger/leaseledger/ledger/bus"
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 )
@@ -50,7 +51,7 @@ instead of a data directory.`,
 					return err
 				}
 				defer nc.Close()
-				sink = natsSink{ledger.NewClient(nc)}
+				sink = natsSink{bus.NewClient(nc)}
 			} else {
 				l, err := ledger.Open(ledger.Options{Dir: a.dataDir, Logger: a.logger})
 				if err != nil {
@@ -81,7 +82,7 @@ func (s ledgerSink) append(ctx context.Context, _ [][]byte, drafts []events.Draf
 	return s.l.AppendAcks(ctx, drafts...)
 }
 
-type natsSink struct{ c *ledger.Client }
+type natsSink struct{ c *bus.Client }
 
 func (s natsSink) append(ctx context.Context, lines [][]byte, _ []events.Draft) ([]ledger.Ack, error) {
 	var body []byte
@@ -260,7 +261,7 @@ func (c *natsCreds) connect(url string) (*nats.Conn, error) {
 	if pw == "" {
 		pw = getenv("LEASELEDGER_NATS_PASSWORD")
 	}
-	opts = append(opts, ledger.UserOptions(c.user, pw)...)
+	opts = append(opts, bus.UserOptions(c.user, pw)...)
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", url, err)

@@ -188,7 +188,7 @@ func printReport(w io.Writer, out *auditOutput) {
 			rep.Version, rep.Result, rep.ClosedSeq, rep.ClosedAt.UTC().Format(events.TimeLayout), rep.ElapsedNS, rep.CloseCalls, rep.Retained)
 		tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 		for _, o := range rep.Obligations {
-			fmt.Fprintf(tw, "  %s\t%s\t%s\tlast barrier: %s\n", o.Name, o.Status, orNone(o.Reason), orNone(o.Last.Outcome))
+			fmt.Fprintf(tw, "  %s\t%s\t%s\tlast barrier: %s\n", o.Name, o.Status, orNone(o.Reason), orNone(string(o.Last.Outcome)))
 		}
 		tw.Flush()
 	} else {

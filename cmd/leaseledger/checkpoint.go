@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/leaseledger/leaseledger/ledger"
+	"github.com/leaseledger/leaseledger/ledger/verify"
 	"github.com/spf13/cobra"
 	"golang.org/x/mod/sumdb/note"
 )
@@ -40,7 +41,7 @@ distrusts whoever can write the directory.`,
 				return err
 			}
 			defer l.Close()
-			c, err := l.Checkpoint(cmd.Context(), origin)
+			c, err := verify.NewCheckpoint(cmd.Context(), l, origin)
 			if err != nil {
 				return err
 			}
@@ -89,7 +90,7 @@ distrusts whoever can write the directory.`,
 }
 
 // readCheckpoints opens and signature-checks checkpoint files.
-func readCheckpoints(files []string, vkey string) ([]ledger.Checkpoint, error) {
+func readCheckpoints(files []string, vkey string) ([]verify.Checkpoint, error) {
 	if len(files) == 0 {
 		return nil, nil
 	}
@@ -100,13 +101,13 @@ func readCheckpoints(files []string, vkey string) ([]ledger.Checkpoint, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--vkey: %w", err)
 	}
-	var out []ledger.Checkpoint
+	var out []verify.Checkpoint
 	for _, f := range files {
 		b, err := os.ReadFile(f)
 		if err != nil {
 			return nil, fmt.Errorf("--checkpoint: %w", err)
 		}
-		c, err := ledger.ParseCheckpoint(b, v)
+		c, err := verify.ParseCheckpoint(b, v)
 		if err != nil {
 			return nil, fmt.Errorf("--checkpoint %s: %w", f, err)
 		}

@@ -10,6 +10,8 @@ import (
 
 	"github.com/leaseledger/leaseledger/events"
 	"github.com/leaseledger/leaseledger/ledger"
+	"github.com/leaseledger/leaseledger/ledger/bus"
+	"github.com/leaseledger/leaseledger/ledger/verify"
 	"github.com/spf13/cobra"
 )
 
@@ -29,7 +31,7 @@ func newHeadCmd(a *app) *cobra.Command {
 					return err
 				}
 				defer nc.Close()
-				h, err := ledger.NewClient(nc).Head(cmd.Context())
+				h, err := bus.NewClient(nc).Head(cmd.Context())
 				if err != nil {
 					return err
 				}
@@ -72,7 +74,7 @@ duplicate; without it, it prints only events committed from now on.`,
 				return err
 			}
 			defer nc.Close()
-			c := ledger.NewClient(nc)
+			c := bus.NewClient(nc)
 			from := ledger.Seq(fromSeq)
 			if !cmd.Flags().Changed("from-seq") {
 				h, err := c.Head(cmd.Context())
@@ -82,7 +84,7 @@ duplicate; without it, it prints only events committed from now on.`,
 				from = ledger.Seq(h.Seq + 1)
 			}
 			out := bufio.NewWriter(a.stdout)
-			err = c.Tail(cmd.Context(), from, ledger.TailFilter{Kind: events.Kind(kind), Activation: activation},
+			err = c.Tail(cmd.Context(), from, bus.TailFilter{Kind: events.Kind(kind), Activation: activation},
 				func(_ ledger.Seq, raw []byte) error {
 					out.Write(raw)
 					out.WriteByte('\n')
@@ -122,8 +124,8 @@ and prints them as JSON Lines. Unlike tail it stops at the end of the range
 			}
 			defer nc.Close()
 			out := bufio.NewWriterSize(a.stdout, 256<<10)
-			_, err = ledger.NewClient(nc).Replay(cmd.Context(), ledger.Seq(from), ledger.Seq(to),
-				ledger.TailFilter{Kind: events.Kind(kind), Activation: activation},
+			_, err = bus.NewClient(nc).Replay(cmd.Context(), ledger.Seq(from), ledger.Seq(to),
+				bus.TailFilter{Kind: events.Kind(kind), Activation: activation},
 				func(_ ledger.Seq, raw []byte) error {
 					out.Write(raw)
 					return out.WriteByte('\n')
@@ -158,14 +160,14 @@ the last event; every index entry must match. The exit status is 1 on any
 fault and the message names the first bad seq.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var report ledger.Progress
+			var report verify.Progress
 			var p *progress
 			if !quiet {
 				p = newProgress(a.stderr, "verify")
 				report = p.update
 			}
 			var err error
-			vo := ledger.VerifyOptions{Progress: report}
+			vo := verify.Options{Progress: report}
 			for _, s := range anchors {
 				h, err := parseHead(s)
 				if err != nil {
@@ -177,7 +179,7 @@ fault and the message names the first bad seq.`,
 				return err
 			}
 			start := time.Now()
-			rep, err := ledger.VerifyDirWith(cmd.Context(), a.dataDir, vo)
+			rep, err := verify.Dir(cmd.Context(), a.dataDir, vo)
 			if p != nil {
 				p.finish()
 			}
@@ -248,7 +250,7 @@ func newExportCmd(a *app) *cobra.Command {
 // busFilterFlags are the flags of the commands that read a running 'serve'
 // over NATS with the bus's filters (tail, replay).
 func busFilterFlags(f flagSet, natsURL, kind, activation *string, creds *natsCreds) {
-	f.StringVar(natsURL, "nats", fmt.Sprintf("nats://127.0.0.1:%d", ledger.DefaultBusPort), "NATS URL of a running 'serve'")
+	f.StringVar(natsURL, "nats", fmt.Sprintf("nats://127.0.0.1:%d", bus.DefaultBusPort), "NATS URL of a running 'serve'")
 	f.StringVar(kind, "kind", "", "only events of this kind, e.g. lease.revoked")
 	f.StringVar(activation, "activation", "", "only events of this activation")
 	creds.flags(f)

@@ -13,13 +13,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/leaseledger/leaseledger/ledger"
+	"github.com/leaseledger/leaseledger/ledger/bus"
+	"github.com/leaseledger/leaseledger/ledger/ledgermetrics"
 	"github.com/leaseledger/leaseledger/projector/live"
 	"github.com/spf13/cobra"
 )
 
 func newServeCmd(a *app) *cobra.Command {
 	var (
-		opts        ledger.BusOptions
+		opts        bus.Options
 		metricsAddr string
 	)
 	cmd := &cobra.Command{
@@ -47,11 +49,11 @@ and append requests, and shuts down cleanly on SIGINT or SIGTERM.`,
 			}
 			defer proj.Close()
 			l := proj.Ledger()
-			bus, err := ledger.StartBus(l, opts)
+			b, err := bus.Start(l, opts)
 			if err != nil {
 				return err
 			}
-			defer bus.Close()
+			defer b.Close()
 			if metricsAddr != "" {
 				stop, addr, err := serveMetrics(l, metricsAddr)
 				if err != nil {
@@ -64,13 +66,13 @@ and append requests, and shuts down cleanly on SIGINT or SIGTERM.`,
 			fmt.Fprintf(a.stdout, "leaseledger: ledger %s at seq %d\n", a.dataDir, h.Seq)
 			fmt.Fprintf(a.stdout, "leaseledger: projection from snapshot at seq %d plus %d replayed event(s)%s\n",
 				st.SnapshotSeq, st.Replayed, ignoredNote(st.SnapshotIgnored))
-			fmt.Fprintf(a.stdout, "leaseledger: NATS listening on %s\n", bus.ClientURL())
-			if ws := bus.WebSocketURL(); ws != "" {
+			fmt.Fprintf(a.stdout, "leaseledger: NATS listening on %s\n", b.ClientURL())
+			if ws := b.WebSocketURL(); ws != "" {
 				fmt.Fprintf(a.stdout, "leaseledger: NATS WebSocket on %s\n", ws)
 			}
 			<-cmd.Context().Done()
 			fmt.Fprintln(a.stdout, "leaseledger: shutting down")
-			if err := bus.Close(); err != nil {
+			if err := b.Close(); err != nil {
 				return err
 			}
 			head := l.Head().Seq
@@ -83,7 +85,7 @@ and append requests, and shuts down cleanly on SIGINT or SIGTERM.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&opts.Host, "host", "127.0.0.1", "address the NATS server listens on")
-	f.IntVar(&opts.Port, "port", ledger.DefaultBusPort, "NATS client port (-1: any free port)")
+	f.IntVar(&opts.Port, "port", bus.DefaultBusPort, "NATS client port (-1: any free port)")
 	f.IntVar(&opts.WebSocketPort, "ws-port", 0, "NATS WebSocket port for browser dashboards (0: off, -1: any free port)")
 	f.StringVar(&opts.ReadOnlyUser, "read-only-user", "", "add a read-only NATS user (subscribe to events, call replay/head)")
 	f.StringVar(&opts.ReadOnlyPassword, "read-only-password", "", "password of --read-only-user (env LEASELEDGER_READONLY_PASSWORD)")
@@ -105,7 +107,7 @@ func ignoredNote(why string) string {
 // on addr until stop is called.
 func serveMetrics(l *ledger.Ledger, addr string) (stop func(), bound string, err error) {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(ledger.NewCollector(l), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(ledgermetrics.NewCollector(l), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, "", fmt.Errorf("metrics: %w", err)

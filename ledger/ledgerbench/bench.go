@@ -28,6 +28,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/leaseledger/leaseledger/events"
 	"github.com/leaseledger/leaseledger/ledger"
+	"github.com/leaseledger/leaseledger/ledger/internal/keys"
 )
 
 // Config describes one benchmark run.
@@ -128,8 +129,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		env, raw := events.Seal(p, events.Seq(i+1), [16]byte{}, time.Now(), prev)
 		prev = env.Hash
 		res.EventBytes = len(raw)
-		keys := ledger.KeysFor(&env)
-		for j, k := range keys {
+		for j, k := range keys.For(&env) {
 			v := []byte(nil)
 			if j == 0 {
 				v = raw
@@ -138,7 +138,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		}
 		records[i] = same[i][:1]
 	}
-	head := kv{[]byte("m/head"), make([]byte, 40)}
+	head := kv{[]byte(keys.Head), keys.EncodeHead(0, events.Hash{})}
 
 	for round := range cfg.Rounds {
 		// Alternate which side goes first, so that neither always meets a

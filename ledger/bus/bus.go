@@ -1,12 +1,17 @@
-package ledger
+// Package bus owns the ledger's NATS side: an embedded NATS server on
+// which every committed event is published after its fsync, the users and
+// permissions of that server, the request/reply API it answers (replay,
+// head, append) and the clients of that API — Client (replay, head, tail
+// and raw JSON Lines append) and Appender (the ledger's Append, remotely).
+//
+// Subjects come from package events (events.Subject); the reserved API
+// subjects and headers are the constants below.
+package bus
 
 import (
-	"bytes"
 	"context"
 	crand "crypto/rand"
 	"encoding/hex"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -15,6 +20,7 @@ import (
 	"time"
 
 	"github.com/leaseledger/leaseledger/events"
+	"github.com/leaseledger/leaseledger/ledger"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 )
@@ -61,8 +67,8 @@ const (
 	RandomPort = -1
 )
 
-// BusOptions configures StartBus.
-type BusOptions struct {
+// Options configures Start.
+type Options struct {
 	// Host to listen on; 127.0.0.1 when empty. Loopback by default: the bus
 	// is for the local host and its dashboards.
 	Host string
@@ -97,8 +103,8 @@ type Bus struct {
 	srv     *server.Server
 	nc      *nats.Conn // publishes events
 	api     *nats.Conn // answers API requests
-	l       *Ledger
-	opts    BusOptions
+	l       *ledger.Ledger
+	opts    Options
 	unwatch func()
 	subs    []*nats.Subscription
 
@@ -114,10 +120,10 @@ type Bus struct {
 // waits for its own fsync, so concurrency is what lets them share one.
 const DefaultMaxConcurrentAppends = 256
 
-// StartBus starts an embedded NATS server, connects the ledger to it and
+// Start starts an embedded NATS server, connects the ledger to it and
 // starts publishing every event committed from now on. Close it before the
 // ledger.
-func StartBus(l *Ledger, opts BusOptions) (*Bus, error) {
+func Start(l *ledger.Ledger, opts Options) (*Bus, error) {
 	if opts.Host == "" {
 		opts.Host = "127.0.0.1"
 	}
@@ -142,14 +148,14 @@ func StartBus(l *Ledger, opts BusOptions) (*Bus, error) {
 			continue
 		}
 		if !events.ValidID(u.name) || u.name == internalUser || u.name == apiUser || u.name == anonymousUser {
-			return nil, fmt.Errorf("ledger: bus: the %s user name must match [A-Za-z0-9_-]{1,128} and not be reserved", u.flag)
+			return nil, &Error{Op: "start", Err: fmt.Errorf("%w: the %s user name must match [A-Za-z0-9_-]{1,128} and not be reserved", ErrOptions, u.flag)}
 		}
 		if u.pass == "" {
-			return nil, fmt.Errorf("ledger: bus: the %s user needs a password", u.flag)
+			return nil, &Error{Op: "start", Err: fmt.Errorf("%w: the %s user needs a password", ErrOptions, u.flag)}
 		}
 	}
 	if opts.WriterUser != "" && opts.WriterUser == opts.ReadOnlyUser {
-		return nil, errors.New("ledger: bus: the writer and read-only users must differ")
+		return nil, &Error{Op: "start", Err: fmt.Errorf("%w: the writer and read-only users must differ", ErrOptions)}
 	}
 	if opts.MaxConcurrentAppends <= 0 {
 		opts.MaxConcurrentAppends = DefaultMaxConcurrentAppends
@@ -216,13 +222,13 @@ func StartBus(l *Ledger, opts BusOptions) (*Bus, error) {
 	}
 	srv, err := server.NewServer(sopts)
 	if err != nil {
-		return nil, fmt.Errorf("ledger: bus: %w", err)
+		return nil, &Error{Op: "start", Err: err}
 	}
 	go srv.Start()
 	if !srv.ReadyForConnections(10 * time.Second) {
 		srv.Shutdown()
 		srv.WaitForShutdown()
-		return nil, fmt.Errorf("ledger: bus: not ready to accept connections on %s:%d", opts.Host, opts.Port)
+		return nil, &Error{Op: "start", Err: fmt.Errorf("not ready to accept connections on %s:%d", opts.Host, opts.Port)}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	b := &Bus{srv: srv, l: l, opts: opts, ctx: ctx, cancel: cancel, appendSlots: make(chan struct{}, opts.MaxConcurrentAppends)}
@@ -231,19 +237,19 @@ func StartBus(l *Ledger, opts BusOptions) (*Bus, error) {
 	}
 	if err != nil {
 		b.Close()
-		return nil, fmt.Errorf("ledger: bus: connect: %w", err)
+		return nil, &Error{Op: "start", Err: err}
 	}
 	for subj, h := range map[string]nats.MsgHandler{ReplaySubject: b.serveReplay, HeadSubject: b.serveHead, AppendSubject: b.serveAppend} {
 		sub, err := b.api.Subscribe(subj, h)
 		if err != nil {
 			b.Close()
-			return nil, fmt.Errorf("ledger: bus: subscribe %s: %w", subj, err)
+			return nil, &Error{Op: "start", Subject: subj, Err: err}
 		}
 		b.subs = append(b.subs, sub)
 	}
 	if err := b.api.Flush(); err != nil {
 		b.Close()
-		return nil, fmt.Errorf("ledger: bus: flush: %w", err)
+		return nil, &Error{Op: "start", Err: err}
 	}
 	b.unwatch = l.Watch(b)
 	return b, nil
@@ -274,7 +280,7 @@ func isInbox(subject string) bool { return strings.HasPrefix(subject, "_INBOX") 
 func randomSecret() (string, error) {
 	var b [16]byte
 	if _, err := crand.Read(b[:]); err != nil {
-		return "", fmt.Errorf("ledger: bus: random secret: %w", err)
+		return "", &Error{Op: "start", Err: err}
 	}
 	return hex.EncodeToString(b[:]), nil
 }
@@ -294,10 +300,10 @@ func (b *Bus) WebSocketURL() string {
 // embedding hosts: nats.Connect("", nats.InProcessServer(b.Server()))).
 func (b *Bus) Server() *server.Server { return b.srv }
 
-// Committed implements Observer: it publishes each event on its subject.
+// Committed implements ledger.Observer: it publishes each event on its subject.
 // Core NATS publication buffers and never blocks the committer for long; a
 // failure is logged, and subscribers recover through replay.
-func (b *Bus) Committed(batch []Record) {
+func (b *Bus) Committed(batch []ledger.Record) {
 	for i := range batch {
 		r := &batch[i]
 		msg := &nats.Msg{Subject: r.Env.Subject(), Data: r.Raw, Header: nats.Header{
@@ -305,7 +311,7 @@ func (b *Bus) Committed(batch []Record) {
 			HeaderSeq:   []string{strconv.FormatUint(uint64(r.Env.Seq), 10)},
 		}}
 		if err := b.nc.PublishMsg(msg); err != nil {
-			b.opts.Logger.Warn("ledger: bus: publish failed", "seq", r.Env.Seq, "err", err)
+			b.opts.Logger.Warn("bus: publish failed", "seq", r.Env.Seq, "err", err)
 		}
 	}
 }
@@ -338,173 +344,4 @@ func (b *Bus) Close() error {
 	b.srv.Shutdown()
 	b.srv.WaitForShutdown()
 	return nil
-}
-
-// ReplayRequest is the JSON body of a request on ReplaySubject. From and To
-// are inclusive (To 0: the head at the time of the request). Kind and
-// Activation filter. The reply holds at most one chunk; ask again from
-// HeaderNext until HeaderEnd is "true".
-type ReplayRequest struct {
-	From       uint64      `json:"from"`
-	To         uint64      `json:"to,omitempty"`
-	Kind       events.Kind `json:"kind,omitempty"`
-	Activation string      `json:"activation,omitempty"`
-	MaxEvents  int         `json:"max_events,omitempty"`
-}
-
-// MaxReplayScan bounds the events one replay request may examine: a chunk
-// ends there even if it holds fewer than the chunk bounds (the client asks
-// again from HeaderNext), so no request can keep the responder busy for
-// long.
-const MaxReplayScan = 64 << 10
-
-// errChunkFull stops a chunk's scan.
-var errChunkFull = errors.New("chunk full")
-
-func (b *Bus) serveReplay(m *nats.Msg) {
-	if !isInbox(m.Reply) {
-		return
-	}
-	reply := nats.NewMsg(m.Reply)
-	var req ReplayRequest
-	if err := strictJSON(m.Data, &req); err != nil {
-		reply.Header.Set(HeaderError, "malformed replay request")
-		_ = m.RespondMsg(reply)
-		return
-	}
-	q := Query{From: Seq(req.From), To: Seq(req.To), Kind: req.Kind, Activation: req.Activation}
-	if err := q.Validate(); err != nil {
-		reply.Header.Set(HeaderError, "invalid replay request: "+err.Error())
-		_ = m.RespondMsg(reply)
-		return
-	}
-	head := b.l.Head().Seq
-	if q.To == 0 || q.To > head {
-		q.To = head
-	}
-	maxEvents := b.opts.ReplayChunkEvents
-	if req.MaxEvents > 0 && req.MaxEvents < maxEvents {
-		maxEvents = req.MaxEvents
-	}
-	// With both filters, the activation index is walked and the kind is
-	// checked here, so that the work of one request is bounded by
-	// MaxReplayScan events even when few of them match.
-	kind := q.Kind
-	if q.Activation != "" {
-		q.Kind = ""
-	}
-	var body bytes.Buffer
-	count, scanned := 0, 0
-	next := max(q.From, 1)
-	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
-	defer cancel()
-	err := b.l.Scan(ctx, q, func(seq Seq, raw []byte) error {
-		if count == maxEvents || body.Len()+len(raw)+1 > b.opts.ReplayChunkBytes || scanned == MaxReplayScan {
-			return errChunkFull
-		}
-		scanned++
-		next = seq + 1
-		if kind != "" && q.Kind == "" && !events.KindIs(raw, kind) {
-			return nil
-		}
-		body.Write(raw)
-		body.WriteByte('\n')
-		count++
-		return nil
-	})
-	end := err == nil
-	if err != nil && !errors.Is(err, errChunkFull) {
-		reply.Header.Set(HeaderError, "replay failed")
-		b.opts.Logger.Error("ledger: bus: replay", "err", err)
-		_ = m.RespondMsg(reply)
-		return
-	}
-	if end {
-		next = q.To + 1
-	}
-	reply.Data = body.Bytes()
-	reply.Header.Set(HeaderNext, strconv.FormatUint(uint64(max(next, 1)), 10))
-	reply.Header.Set(HeaderEnd, strconv.FormatBool(end))
-	reply.Header.Set(HeaderHead, strconv.FormatUint(uint64(head), 10))
-	_ = m.RespondMsg(reply)
-}
-
-// HeadReply is the JSON body of a reply on HeadSubject.
-type HeadReply struct {
-	Seq  uint64 `json:"seq"`
-	Hash string `json:"hash"`
-}
-
-func (b *Bus) serveHead(m *nats.Msg) {
-	if !isInbox(m.Reply) {
-		return
-	}
-	h := b.l.Head()
-	data, _ := json.Marshal(HeadReply{Seq: uint64(h.Seq), Hash: h.Hash.String()})
-	_ = m.Respond(data)
-}
-
-func strictJSON(b []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	return dec.Decode(v)
-}
-
-func (b *Bus) serveAppend(m *nats.Msg) {
-	if !isInbox(m.Reply) {
-		return
-	}
-	b.appendsMu.Lock()
-	if b.closing {
-		b.appendsMu.Unlock()
-		return
-	}
-	b.appends.Add(1)
-	b.appendsMu.Unlock()
-	select {
-	case b.appendSlots <- struct{}{}:
-	case <-b.ctx.Done():
-		b.appends.Done()
-		return
-	}
-	go func() {
-		defer b.appends.Done()
-		defer func() { <-b.appendSlots }()
-		reply := nats.NewMsg(m.Reply)
-		acks, err := b.appendLines(m.Data)
-		if err != nil {
-			reply.Header.Set(HeaderError, err.Error())
-		}
-		var body bytes.Buffer
-		for _, a := range acks {
-			fmt.Fprintf(&body, "%d %s\n", a.Seq, a.ID)
-		}
-		reply.Data = body.Bytes()
-		_ = m.RespondMsg(reply)
-	}()
-}
-
-// appendLines parses JSON Lines of input-form events and appends them in one
-// call: all or nothing. Error texts name the line and the field, never the
-// offending value.
-func (b *Bus) appendLines(data []byte) ([]Ack, error) {
-	var drafts []events.Draft
-	n := 0
-	for line := range bytes.SplitSeq(data, []byte{'\n'}) {
-		n++
-		if len(bytes.TrimSpace(line)) == 0 {
-			continue
-		}
-		if len(drafts) == MaxAppendEvents {
-			return nil, fmt.Errorf("%w: limit MaxAppendEvents=%d", ErrTooManyEvents, MaxAppendEvents)
-		}
-		d, err := events.ParseInput(line)
-		if err != nil {
-			return nil, fmt.Errorf("line %d: %w", n, err)
-		}
-		drafts = append(drafts, d)
-	}
-	// Not b.ctx: an append taken in is finished and answered even while the
-	// bus closes (Close waits for it), so "error" always means "not written".
-	return b.l.AppendAcks(context.Background(), drafts...)
 }

@@ -1,4 +1,4 @@
-package ledger
+package verify
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/leaseledger/leaseledger/events"
+	"github.com/leaseledger/leaseledger/ledger"
+	"github.com/leaseledger/leaseledger/ledger/internal/keys"
 	"golang.org/x/mod/sumdb/note"
 )
 
@@ -34,7 +36,7 @@ func checkpointFixture(t *testing.T, n int) (*pebble.DB, Checkpoint) {
 	t.Helper()
 	signer, verifier := testKeys(t)
 	dir := t.TempDir()
-	l, err := Open(Options{Dir: dir})
+	l, err := ledger.Open(ledger.Options{Dir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +46,7 @@ func checkpointFixture(t *testing.T, n int) (*pebble.DB, Checkpoint) {
 			t.Fatal(err)
 		}
 	}
-	c, err := l.Checkpoint(context.Background(), "leaseledger.test/log")
+	c, err := NewCheckpoint(context.Background(), l, "leaseledger.test/log")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,13 +58,13 @@ func checkpointFixture(t *testing.T, n int) (*pebble.DB, Checkpoint) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if parsed.Size != Seq(n) || parsed.Head != l.Head().Hash || parsed.Text() != c.Text() {
+	if parsed.Size != ledger.Seq(n) || parsed.Head != l.Head().Hash || parsed.Text() != c.Text() {
 		t.Fatalf("parsed checkpoint %+v, head %+v", parsed, l.Head())
 	}
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	db, err := pebble.Open(dir, &pebble.Options{FormatMajorVersion: pebble.FormatNewest, Logger: quietLogger{nil}})
+	db, err := pebble.Open(dir, &pebble.Options{FormatMajorVersion: pebble.FormatNewest, Logger: silent{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,12 +74,12 @@ func checkpointFixture(t *testing.T, n int) (*pebble.DB, Checkpoint) {
 
 func TestCheckpointVerifies(t *testing.T) {
 	db, c := checkpointFixture(t, 20)
-	if _, err := verifyDB(context.Background(), db, VerifyOptions{Checkpoints: []Checkpoint{c}}); err != nil {
+	if _, err := verifyDB(context.Background(), db, Options{Checkpoints: []Checkpoint{c}}); err != nil {
 		t.Fatal(err)
 	}
 	// A checkpoint of the empty log verifies against any log.
 	empty := Checkpoint{Origin: "x", Root: hasher.EmptyRoot()}
-	if _, err := verifyDB(context.Background(), db, VerifyOptions{Checkpoints: []Checkpoint{empty}}); err != nil {
+	if _, err := verifyDB(context.Background(), db, Options{Checkpoints: []Checkpoint{empty}}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -88,8 +90,8 @@ func TestCheckpointVerifies(t *testing.T) {
 func TestCheckpointCatchesResealedChain(t *testing.T) {
 	db, c := checkpointFixture(t, 20)
 	var prev events.Hash
-	for seq := Seq(1); seq <= 20; seq++ {
-		env, err := events.Decode(mustGet(t, db, eventKey(seq)))
+	for seq := ledger.Seq(1); seq <= 20; seq++ {
+		env, err := events.Decode(mustGet(t, db, keys.Event(seq)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -103,14 +105,14 @@ func TestCheckpointCatchesResealedChain(t *testing.T) {
 		}
 		sealed, raw := events.Seal(prep, seq, env.ID, env.Time, prev)
 		prev = sealed.Hash
-		_ = db.Set(eventKey(seq), raw, pebble.NoSync)
+		_ = db.Set(keys.Event(seq), raw, pebble.NoSync)
 	}
-	_ = db.Set([]byte(keyHead), encodeHead(Head{Seq: 20, Hash: prev}), pebble.NoSync)
-	if _, err := verifyDB(context.Background(), db, VerifyOptions{}); err != nil {
+	_ = db.Set([]byte(keys.Head), keys.EncodeHead(20, prev), pebble.NoSync)
+	if _, err := verifyDB(context.Background(), db, Options{}); err != nil {
 		t.Fatalf("the re-sealed chain should be self-consistent: %v", err)
 	}
-	_, err := verifyDB(context.Background(), db, VerifyOptions{Checkpoints: []Checkpoint{c}})
-	var ve *VerifyError
+	_, err := verifyDB(context.Background(), db, Options{Checkpoints: []Checkpoint{c}})
+	var ve *Error
 	if !errors.As(err, &ve) || ve.Fault != FaultCheckpoint || ve.Seq != 20 {
 		t.Fatalf("verify with the checkpoint: %v", err)
 	}
@@ -118,14 +120,14 @@ func TestCheckpointCatchesResealedChain(t *testing.T) {
 
 func TestCheckpointCatchesTruncation(t *testing.T) {
 	db, c := checkpointFixture(t, 10)
-	env9, _ := events.Decode(mustGet(t, db, eventKey(9)))
-	env10, _ := events.Decode(mustGet(t, db, eventKey(10)))
-	for _, k := range KeysFor(&env10) {
+	env9, _ := events.Decode(mustGet(t, db, keys.Event(9)))
+	env10, _ := events.Decode(mustGet(t, db, keys.Event(10)))
+	for _, k := range keys.For(&env10) {
 		_ = db.Delete(k, pebble.NoSync)
 	}
-	_ = db.Set([]byte(keyHead), encodeHead(Head{Seq: 9, Hash: env9.Hash}), pebble.NoSync)
-	_, err := verifyDB(context.Background(), db, VerifyOptions{Checkpoints: []Checkpoint{c}})
-	var ve *VerifyError
+	_ = db.Set([]byte(keys.Head), keys.EncodeHead(9, env9.Hash), pebble.NoSync)
+	_, err := verifyDB(context.Background(), db, Options{Checkpoints: []Checkpoint{c}})
+	var ve *Error
 	if !errors.As(err, &ve) || ve.Fault != FaultCheckpoint || ve.Seq != 10 {
 		t.Fatalf("verify of a truncated log with the checkpoint: %v", err)
 	}

@@ -1,16 +1,16 @@
-package ledger
+package verify
 
 import (
 	"context"
 	"crypto"
 	_ "crypto/sha256" // registers SHA-256 for the RFC 6962 hasher
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 
 	"github.com/leaseledger/leaseledger/events"
+	"github.com/leaseledger/leaseledger/ledger"
 	"github.com/transparency-dev/merkle/compact"
 	"github.com/transparency-dev/merkle/rfc6962"
 	"golang.org/x/mod/sumdb/note"
@@ -35,26 +35,23 @@ import (
 // Checkpoint is the content of a signed checkpoint.
 type Checkpoint struct {
 	Origin string      // who keeps the log, e.g. "leaseledger.example/prod"
-	Size   Seq         // number of events covered (seqs 1..Size)
+	Size   ledger.Seq  // number of events covered (seqs 1..Size)
 	Root   []byte      // RFC 6962 Merkle tree hash over their canonical bytes
 	Head   events.Hash // hash chain value of event Size
 }
 
-// ErrCheckpoint is wrapped by every checkpoint verification failure.
-var ErrCheckpoint = errors.New("ledger: checkpoint does not match the log")
-
 var hasher = rfc6962.New(crypto.SHA256)
 
 // merkleRoot computes the RFC 6962 root over events 1..size read from scan.
-func merkleRoot(ctx context.Context, size Seq, scan func(context.Context, Query, func(Seq, []byte) error) error) ([]byte, events.Hash, error) {
+func merkleRoot(ctx context.Context, size ledger.Seq, scan func(context.Context, ledger.Query, func(ledger.Seq, []byte) error) error) ([]byte, events.Hash, error) {
 	if size == 0 {
 		return hasher.EmptyRoot(), events.Hash{}, nil
 	}
 	rf := &compact.RangeFactory{Hash: hasher.HashChildren}
 	r := rf.NewEmptyRange(0)
 	var last events.Hash
-	next := Seq(1)
-	err := scan(ctx, Query{From: 1, To: size}, func(seq Seq, raw []byte) error {
+	next := ledger.Seq(1)
+	err := scan(ctx, ledger.Query{From: 1, To: size}, func(seq ledger.Seq, raw []byte) error {
 		if seq != next {
 			return fmt.Errorf("%w: seq %d missing", ErrCheckpoint, next)
 		}
@@ -76,8 +73,9 @@ func merkleRoot(ctx context.Context, size Seq, scan func(context.Context, Query,
 	return root, last, err
 }
 
-// Checkpoint computes the checkpoint of the durable head under origin.
-func (l *Ledger) Checkpoint(ctx context.Context, origin string) (Checkpoint, error) {
+// NewCheckpoint computes the checkpoint of l's durable head under origin.
+// Sign it and keep it outside the data directory.
+func NewCheckpoint(ctx context.Context, l *ledger.Ledger, origin string) (Checkpoint, error) {
 	if err := checkOrigin(origin); err != nil {
 		return Checkpoint{}, err
 	}
@@ -91,7 +89,7 @@ func (l *Ledger) Checkpoint(ctx context.Context, origin string) (Checkpoint, err
 
 func checkOrigin(origin string) error {
 	if origin == "" || len(origin) > 256 || strings.ContainsAny(origin, "\n\r") {
-		return errors.New("ledger: checkpoint origin must be one non-empty line of at most 256 bytes")
+		return fmt.Errorf("%w: the origin must be one non-empty line of at most 256 bytes", ErrCheckpoint)
 	}
 	return nil
 }
@@ -111,24 +109,24 @@ func (c Checkpoint) Sign(signer note.Signer) ([]byte, error) {
 func ParseCheckpoint(signed []byte, verifier note.Verifier) (Checkpoint, error) {
 	n, err := note.Open(signed, note.VerifierList(verifier))
 	if err != nil {
-		return Checkpoint{}, fmt.Errorf("ledger: checkpoint signature: %w", err)
+		return Checkpoint{}, fmt.Errorf("%w: signature: %w", ErrCheckpoint, err)
 	}
 	lines := strings.Split(strings.TrimSuffix(n.Text, "\n"), "\n")
 	if len(lines) < 4 || !strings.HasPrefix(lines[3], "chain ") {
-		return Checkpoint{}, errors.New("ledger: checkpoint text: want origin, size, root and chain lines")
+		return Checkpoint{}, fmt.Errorf("%w: text: want origin, size, root and chain lines", ErrCheckpoint)
 	}
 	var c Checkpoint
 	c.Origin = lines[0]
 	size, err := strconv.ParseUint(lines[1], 10, 64)
 	if err != nil {
-		return Checkpoint{}, errors.New("ledger: checkpoint text: malformed size")
+		return Checkpoint{}, fmt.Errorf("%w: text: malformed size", ErrCheckpoint)
 	}
-	c.Size = Seq(size)
+	c.Size = ledger.Seq(size)
 	if c.Root, err = base64.StdEncoding.DecodeString(lines[2]); err != nil || len(c.Root) != 32 {
-		return Checkpoint{}, errors.New("ledger: checkpoint text: malformed root")
+		return Checkpoint{}, fmt.Errorf("%w: text: malformed root", ErrCheckpoint)
 	}
 	if err := c.Head.UnmarshalText([]byte(strings.TrimPrefix(lines[3], "chain "))); err != nil {
-		return Checkpoint{}, errors.New("ledger: checkpoint text: malformed chain hash")
+		return Checkpoint{}, fmt.Errorf("%w: text: malformed chain hash", ErrCheckpoint)
 	}
 	return c, nil
 }

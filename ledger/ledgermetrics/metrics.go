@@ -1,16 +1,22 @@
-package ledger
+// Package ledgermetrics owns the Prometheus view of a ledger: a Collector
+// that reads ledger.Stats at scrape time, so that package ledger itself does
+// not link Prometheus and metrics add nothing to the append path.
+package ledgermetrics
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/leaseledger/leaseledger/ledger"
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // Collector exports a ledger's Stats as Prometheus metrics. It reads Stats
 // at scrape time, so it adds nothing to the append path.
 type Collector struct {
-	l                                                    *Ledger
+	l                                                    *ledger.Ledger
 	head, events, commits, commitSeconds, queued, failed *prometheus.Desc
 }
 
 // NewCollector returns a prometheus.Collector for l.
-func NewCollector(l *Ledger) *Collector {
+func NewCollector(l *ledger.Ledger) *Collector {
 	d := func(name, help string) *prometheus.Desc {
 		return prometheus.NewDesc("leaseledger_"+name, help, nil, nil)
 	}

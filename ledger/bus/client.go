@@ -1,4 +1,4 @@
-package ledger
+package bus
 
 import (
 	"bytes"
@@ -10,12 +10,10 @@ import (
 	"time"
 
 	"github.com/leaseledger/leaseledger/events"
+	"github.com/leaseledger/leaseledger/ledger"
 	"github.com/nats-io/nats.go"
 	"github.com/oklog/ulid/v2"
 )
-
-// ErrRemote is wrapped by errors the bus reports in HeaderError.
-var ErrRemote = errors.New("ledger: bus request failed")
 
 // Client reads a ledger over its NATS bus: replay, head, and tail (catch up
 // by replay, then go live, without gap or duplicate). It needs only the
@@ -51,11 +49,11 @@ func NewClient(nc *nats.Conn) *Client { return &Client{nc: nc} }
 func (c *Client) Head(ctx context.Context) (HeadReply, error) {
 	m, err := c.request(ctx, HeadSubject, nil)
 	if err != nil {
-		return HeadReply{}, fmt.Errorf("ledger: head: %w", err)
+		return HeadReply{}, &Error{Op: "head", Subject: HeadSubject, Err: err}
 	}
 	var h HeadReply
 	if err := json.Unmarshal(m.Data, &h); err != nil {
-		return HeadReply{}, fmt.Errorf("ledger: head: malformed reply: %w", err)
+		return HeadReply{}, &Error{Op: "head", Subject: HeadSubject, Err: ErrMalformedReply}
 	}
 	return h, nil
 }
@@ -77,13 +75,13 @@ func (f TailFilter) Subject() string {
 }
 
 func (f TailFilter) validate() error {
-	return Query{Kind: f.Kind, Activation: f.Activation}.Validate()
+	return ledger.Query{Kind: f.Kind, Activation: f.Activation}.Validate()
 }
 
 // Replay calls fn with every stored event in [from, to] (to 0: the head at
 // the time of each request) that f selects, chunk by chunk, and returns the
 // next seq to ask for: one past the range it covered.
-func (c *Client) Replay(ctx context.Context, from, to Seq, f TailFilter, fn func(seq Seq, raw []byte) error) (Seq, error) {
+func (c *Client) Replay(ctx context.Context, from, to ledger.Seq, f TailFilter, fn func(seq ledger.Seq, raw []byte) error) (ledger.Seq, error) {
 	if err := f.validate(); err != nil {
 		return from, err
 	}
@@ -92,14 +90,14 @@ func (c *Client) Replay(ctx context.Context, from, to Seq, f TailFilter, fn func
 		req, _ := json.Marshal(ReplayRequest{From: uint64(from), To: uint64(to), Kind: f.Kind, Activation: f.Activation})
 		m, err := c.request(ctx, ReplaySubject, req)
 		if err != nil {
-			return from, fmt.Errorf("ledger: replay from %d: %w", from, err)
+			return from, &Error{Op: "replay", Subject: ReplaySubject, Err: err}
 		}
 		if e := m.Header.Get(HeaderError); e != "" {
-			return from, fmt.Errorf("%w: %s", ErrRemote, e)
+			return from, &Error{Op: "replay", Subject: ReplaySubject, Reply: e, Err: ErrRemote}
 		}
 		next, err := strconv.ParseUint(m.Header.Get(HeaderNext), 10, 64)
 		if err != nil {
-			return from, fmt.Errorf("ledger: replay: malformed %s header", HeaderNext)
+			return from, &Error{Op: "replay", Subject: ReplaySubject, Err: ErrMalformedReply}
 		}
 		for line := range bytes.SplitSeq(m.Data, []byte{'\n'}) {
 			if len(line) == 0 {
@@ -107,14 +105,14 @@ func (c *Client) Replay(ctx context.Context, from, to Seq, f TailFilter, fn func
 			}
 			seq, err := events.PeekSeq(line)
 			if err != nil {
-				return from, err
+				return from, &Error{Op: "replay", Subject: ReplaySubject, Err: fmt.Errorf("%w: %w", ErrMalformedReply, err)}
 			}
 			if err := fn(seq, line); err != nil {
 				return from, err
 			}
 		}
-		if Seq(next) > from {
-			from = Seq(next)
+		if ledger.Seq(next) > from {
+			from = ledger.Seq(next)
 		}
 		if m.Header.Get(HeaderEnd) == "true" {
 			return from, nil
@@ -128,20 +126,20 @@ func (c *Client) Replay(ctx context.Context, from, to Seq, f TailFilter, fn func
 // subscription is made before the replay, so nothing committed meanwhile is
 // missed; events already replayed are skipped by seq. If the subscription
 // drops messages (a slow consumer), the hole is filled by replay.
-func (c *Client) Tail(ctx context.Context, from Seq, f TailFilter, fn func(seq Seq, raw []byte) error) error {
+func (c *Client) Tail(ctx context.Context, from ledger.Seq, f TailFilter, fn func(seq ledger.Seq, raw []byte) error) error {
 	if err := f.validate(); err != nil {
 		return err
 	}
 	sub, err := c.nc.SubscribeSync(f.Subject())
 	if err != nil {
-		return fmt.Errorf("ledger: tail: subscribe: %w", err)
+		return &Error{Op: "tail", Subject: f.Subject(), Err: err}
 	}
 	defer sub.Unsubscribe()
 	if err := c.nc.FlushTimeout(DefaultRequestTimeout); err != nil {
-		return fmt.Errorf("ledger: tail: flush: %w", err)
+		return &Error{Op: "tail", Subject: f.Subject(), Err: err}
 	}
 	next := max(from, 1)
-	deliver := func(seq Seq, raw []byte) error {
+	deliver := func(seq ledger.Seq, raw []byte) error {
 		if seq < next {
 			return nil // already delivered
 		}
@@ -163,7 +161,7 @@ func (c *Client) Tail(ctx context.Context, from Seq, f TailFilter, fn func(seq S
 			if errors.Is(err, nats.ErrSlowConsumer) {
 				continue // the hole is filled below, on the next message
 			}
-			return fmt.Errorf("ledger: tail: %w", err)
+			return &Error{Op: "tail", Subject: f.Subject(), Err: err}
 		}
 		// Only the ledger can publish on event subjects, but be strict
 		// anyway: a message whose header and body disagree is skipped, not
@@ -175,7 +173,7 @@ func (c *Client) Tail(ctx context.Context, from Seq, f TailFilter, fn func(seq S
 		if bodySeq, err := events.PeekSeq(m.Data); err != nil || uint64(bodySeq) != seq64 {
 			continue
 		}
-		seq := Seq(seq64)
+		seq := ledger.Seq(seq64)
 		if seq < next {
 			continue
 		}
@@ -198,30 +196,43 @@ func (c *Client) Tail(ctx context.Context, from Seq, f TailFilter, fn func(seq S
 
 // Append sends JSON Lines of input-form events to the bus's append API and
 // returns their acknowledgements (seq and ULID; Hash is left zero). The
-// connection's user must be the bus's writer.
-func (c *Client) Append(ctx context.Context, lines []byte) ([]Ack, error) {
+// connection's user must be the bus's writer. The server appends the lines
+// in one call, all or nothing, and names the first bad line in its error
+// (an *Error wrapping ErrRemote, the text in Reply). An error after the
+// request was sent (a timeout, a lost connection) does not say whether the
+// events were written; Appender.Append reports that case as ErrInDoubt.
+func (c *Client) Append(ctx context.Context, lines []byte) ([]ledger.Ack, error) {
 	m, err := c.request(ctx, AppendSubject, lines)
 	if err != nil {
-		return nil, fmt.Errorf("ledger: append: %w", err)
+		return nil, &Error{Op: "append", Subject: AppendSubject, Err: err}
 	}
 	if e := m.Header.Get(HeaderError); e != "" {
-		return nil, fmt.Errorf("%w: %s", ErrRemote, e)
+		return nil, &Error{Op: "append", Subject: AppendSubject, Reply: e, Err: ErrRemote}
 	}
-	var acks []Ack
-	for line := range bytes.SplitSeq(m.Data, []byte{'\n'}) {
+	acks, err := parseAcks(m.Data)
+	if err != nil {
+		return nil, &Error{Op: "append", Subject: AppendSubject, Err: err}
+	}
+	return acks, nil
+}
+
+// parseAcks reads the append API's reply: "<seq> <ulid>" per event.
+func parseAcks(data []byte) ([]ledger.Ack, error) {
+	var acks []ledger.Ack
+	for line := range bytes.SplitSeq(data, []byte{'\n'}) {
 		if len(line) == 0 {
 			continue
 		}
 		seqText, idText, ok := bytes.Cut(line, []byte{' '})
 		seq, err := strconv.ParseUint(string(seqText), 10, 64)
 		if !ok || err != nil {
-			return nil, fmt.Errorf("ledger: append: malformed acknowledgement")
+			return nil, ErrMalformedReply
 		}
 		id, err := ulid.ParseStrict(string(idText))
 		if err != nil {
-			return nil, fmt.Errorf("ledger: append: malformed acknowledgement")
+			return nil, ErrMalformedReply
 		}
-		acks = append(acks, Ack{Seq: Seq(seq), ID: id})
+		acks = append(acks, ledger.Ack{Seq: ledger.Seq(seq), ID: id})
 	}
 	return acks, nil
 }

@@ -1,4 +1,4 @@
-package ledger_test
+package bus_test
 
 import (
 	"context"
@@ -12,14 +12,35 @@ import (
 
 	"github.com/leaseledger/leaseledger/events"
 	"github.com/leaseledger/leaseledger/ledger"
+	"github.com/leaseledger/leaseledger/ledger/bus"
 	"github.com/nats-io/nats.go"
+	"go.uber.org/goleak"
 )
 
-func startBus(t *testing.T, opts ledger.BusOptions) (*ledger.Ledger, *ledger.Bus) {
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var fp = strings.Repeat("ab", 32)
+
+// draft returns a small valid event for activation a, session s.
+func draft(a, s string, i int) events.Draft {
+	return events.Draft{Activation: a, Session: s, Server: "srv",
+		Payload: &events.CallAdmitted{CallID: fmt.Sprintf("c%d", i), Tool: "echo", Digest: fp}}
+}
+
+func open(t testing.TB, dir string) *ledger.Ledger {
+	t.Helper()
+	l, err := ledger.Open(ledger.Options{Dir: dir})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	return l
+}
+
+func startBus(t *testing.T, opts bus.Options) (*ledger.Ledger, *bus.Bus) {
 	t.Helper()
 	l := open(t, t.TempDir())
-	opts.Port = ledger.RandomPort
-	b, err := ledger.StartBus(l, opts)
+	opts.Port = bus.RandomPort
+	b, err := bus.Start(l, opts)
 	if err != nil {
 		l.Close()
 		t.Fatal(err)
@@ -42,12 +63,12 @@ func connect(t *testing.T, url string, opts ...nats.Option) *nats.Conn {
 }
 
 func TestBusPublishesAfterCommit(t *testing.T) {
-	l, b := startBus(t, ledger.BusOptions{})
+	l, b := startBus(t, bus.Options{})
 	if !strings.HasPrefix(b.ClientURL(), "nats://127.0.0.1:") {
 		t.Fatalf("bus not on loopback: %s", b.ClientURL())
 	}
 	nc := connect(t, b.ClientURL())
-	sub, err := nc.SubscribeSync(ledger.EventSubjects)
+	sub, err := nc.SubscribeSync(bus.EventSubjects)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,10 +87,10 @@ func TestBusPublishesAfterCommit(t *testing.T) {
 		if m.Subject != want {
 			t.Errorf("subject %q, want %q", m.Subject, want)
 		}
-		if m.Header.Get(ledger.HeaderMsgID) != acks[i].ID.String() || m.Header.Get(ledger.HeaderSeq) != strconv.Itoa(int(acks[i].Seq)) {
+		if m.Header.Get(bus.HeaderMsgID) != acks[i].ID.String() || m.Header.Get(bus.HeaderSeq) != strconv.Itoa(int(acks[i].Seq)) {
 			t.Errorf("headers %v, ack %+v", m.Header, acks[i])
 		}
-		seq, _ := strconv.Atoi(m.Header.Get(ledger.HeaderSeq))
+		seq, _ := strconv.Atoi(m.Header.Get(bus.HeaderSeq))
 		if raw, err := l.GetRaw(ledger.Seq(seq)); err != nil || string(raw) != string(m.Data) {
 			t.Errorf("published bytes differ from the durable event: %v", err)
 		}
@@ -91,12 +112,12 @@ func appendN(t *testing.T, l *ledger.Ledger, n int) {
 }
 
 func TestReplayChunks(t *testing.T) {
-	l, b := startBus(t, ledger.BusOptions{ReplayChunkEvents: 64})
+	l, b := startBus(t, bus.Options{ReplayChunkEvents: 64})
 	appendN(t, l, 1000)
-	c := ledger.NewClient(connect(t, b.ClientURL()))
+	c := bus.NewClient(connect(t, b.ClientURL()))
 	ctx := context.Background()
 	var got []ledger.Seq
-	next, err := c.Replay(ctx, 1, 0, ledger.TailFilter{}, func(seq ledger.Seq, raw []byte) error {
+	next, err := c.Replay(ctx, 1, 0, bus.TailFilter{}, func(seq ledger.Seq, raw []byte) error {
 		got = append(got, seq)
 		return nil
 	})
@@ -112,7 +133,7 @@ func TestReplayChunks(t *testing.T) {
 		}
 	}
 	got = got[:0]
-	if _, err := c.Replay(ctx, 100, 300, ledger.TailFilter{Activation: "a2"}, func(seq ledger.Seq, raw []byte) error {
+	if _, err := c.Replay(ctx, 100, 300, bus.TailFilter{Activation: "a2"}, func(seq ledger.Seq, raw []byte) error {
 		if !strings.Contains(string(raw), `"activation":"a2"`) {
 			t.Errorf("filtered replay returned %s", raw)
 		}
@@ -124,7 +145,7 @@ func TestReplayChunks(t *testing.T) {
 	if len(got) != 40 || got[0] != 103 || got[39] != 298 {
 		t.Fatalf("activation replay: %d events %v…", len(got), got[:min(3, len(got))])
 	}
-	if _, err := c.Replay(ctx, 1, 0, ledger.TailFilter{Kind: "no.such"}, func(ledger.Seq, []byte) error { return nil }); !errors.Is(err, events.ErrInvalid) {
+	if _, err := c.Replay(ctx, 1, 0, bus.TailFilter{Kind: "no.such"}, func(ledger.Seq, []byte) error { return nil }); !errors.Is(err, events.ErrInvalid) {
 		t.Fatalf("unknown kind: %v", err)
 	}
 	h, err := c.Head(ctx)
@@ -136,7 +157,7 @@ func TestReplayChunks(t *testing.T) {
 // TestTailNoGapNoDuplicate tails from seq 1 while writers keep appending:
 // the subscriber sees 1..N exactly once each, in order.
 func TestTailNoGapNoDuplicate(t *testing.T) {
-	l, b := startBus(t, ledger.BusOptions{ReplayChunkEvents: 50})
+	l, b := startBus(t, bus.Options{ReplayChunkEvents: 50})
 	appendN(t, l, 500)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -153,10 +174,10 @@ func TestTailNoGapNoDuplicate(t *testing.T) {
 		})
 	}
 	total := ledger.Seq(500 + writers*per)
-	c := ledger.NewClient(connect(t, b.ClientURL()))
+	c := bus.NewClient(connect(t, b.ClientURL()))
 	var got []ledger.Seq
 	done := errors.New("done")
-	err := c.Tail(ctx, 1, ledger.TailFilter{}, func(seq ledger.Seq, raw []byte) error {
+	err := c.Tail(ctx, 1, bus.TailFilter{}, func(seq ledger.Seq, raw []byte) error {
 		got = append(got, seq)
 		if seq == total {
 			return done
@@ -180,7 +201,7 @@ func TestTailNoGapNoDuplicate(t *testing.T) {
 	go func() {
 		_, _ = l.Append(context.Background(), draft("w3", "s", 9999))
 	}()
-	err = c.Tail(fctx, 600, ledger.TailFilter{Activation: "w3", Kind: "call.admitted"}, func(seq ledger.Seq, raw []byte) error {
+	err = c.Tail(fctx, 600, bus.TailFilter{Activation: "w3", Kind: "call.admitted"}, func(seq ledger.Seq, raw []byte) error {
 		if !strings.Contains(string(raw), `"activation":"w3"`) {
 			t.Errorf("filtered tail returned %s", raw)
 		}
@@ -205,16 +226,16 @@ func countBelow(l *ledger.Ledger, activation string, below ledger.Seq) int {
 }
 
 func TestReadOnlyUsers(t *testing.T) {
-	l, b := startBus(t, ledger.BusOptions{ReadOnlyUser: "dash", ReadOnlyPassword: "pw"})
+	l, b := startBus(t, bus.Options{ReadOnlyUser: "dash", ReadOnlyPassword: "pw"})
 	appendN(t, l, 10)
 	for name, opts := range map[string][]nats.Option{
-		"named":     ledger.UserOptions("dash", "pw"),
+		"named":     bus.UserOptions("dash", "pw"),
 		"anonymous": nil,
 	} {
 		perm := make(chan error, 4)
 		opts = append(opts, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { perm <- err }))
 		nc := connect(t, b.ClientURL(), opts...)
-		if err := nc.Publish("leaseledger.events.lease.terminated._", []byte("{}")); err != nil {
+		if err := nc.Publish(events.Subject("lease.terminated", events.NoActivation), []byte("{}")); err != nil {
 			t.Fatal(err)
 		}
 		_ = nc.Flush()
@@ -227,7 +248,7 @@ func TestReadOnlyUsers(t *testing.T) {
 			t.Fatalf("%s: publishing on an event subject was not refused", name)
 		}
 		n := 0
-		if _, err := ledger.NewClient(nc).Replay(context.Background(), 1, 0, ledger.TailFilter{}, func(ledger.Seq, []byte) error { n++; return nil }); err != nil || n != 10 {
+		if _, err := bus.NewClient(nc).Replay(context.Background(), 1, 0, bus.TailFilter{}, func(ledger.Seq, []byte) error { n++; return nil }); err != nil || n != 10 {
 			t.Fatalf("%s: replay %d events: %v", name, n, err)
 		}
 	}
@@ -237,21 +258,21 @@ func TestReadOnlyUsers(t *testing.T) {
 }
 
 func TestDenyAnonymous(t *testing.T) {
-	_, b := startBus(t, ledger.BusOptions{ReadOnlyUser: "dash", ReadOnlyPassword: "pw", DenyAnonymous: true})
+	_, b := startBus(t, bus.Options{ReadOnlyUser: "dash", ReadOnlyPassword: "pw", DenyAnonymous: true})
 	if nc, err := nats.Connect(b.ClientURL()); err == nil {
 		nc.Close()
 		t.Fatal("anonymous client admitted")
 	}
-	connect(t, b.ClientURL(), ledger.UserOptions("dash", "pw")...)
+	connect(t, b.ClientURL(), bus.UserOptions("dash", "pw")...)
 }
 
 func TestAppendOverBus(t *testing.T) {
-	l, b := startBus(t, ledger.BusOptions{ReadOnlyUser: "dash", ReadOnlyPassword: "pw", WriterUser: "host", WriterPassword: "pw2"})
+	l, b := startBus(t, bus.Options{ReadOnlyUser: "dash", ReadOnlyPassword: "pw", WriterUser: "host", WriterPassword: "pw2"})
 	ctx := context.Background()
 	lines := []byte(`{"kind":"lease.terminated","activation":"a1","data":{"reason":"revoked"}}
 {"kind":"session.ended","session":"s1","data":{"leases_terminated":2,"shared_spared":1}}
 `)
-	w := ledger.NewClient(connect(t, b.ClientURL(), ledger.UserOptions("host", "pw2")...))
+	w := bus.NewClient(connect(t, b.ClientURL(), bus.UserOptions("host", "pw2")...))
 	acks, err := w.Append(ctx, lines)
 	if err != nil || len(acks) != 2 || acks[0].Seq != 1 || acks[1].Seq != 2 {
 		t.Fatalf("append: %v %v", acks, err)
@@ -268,8 +289,8 @@ func TestAppendOverBus(t *testing.T) {
 		t.Fatalf("a refused request wrote events: head %d", l.Head().Seq)
 	}
 	// Read-only and anonymous users cannot append.
-	for _, opts := range [][]nats.Option{ledger.UserOptions("dash", "pw"), nil} {
-		ro := ledger.NewClient(connect(t, b.ClientURL(), opts...))
+	for _, opts := range [][]nats.Option{bus.UserOptions("dash", "pw"), nil} {
+		ro := bus.NewClient(connect(t, b.ClientURL(), opts...))
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		_, err := ro.Append(rctx, lines)
 		cancel()
@@ -285,20 +306,20 @@ func TestAppendOverBus(t *testing.T) {
 // A reply subject is chosen by the requester: naming an event subject must
 // not make the ledger publish there (it would poison every tail).
 func TestReplyInjectionRefused(t *testing.T) {
-	l, b := startBus(t, ledger.BusOptions{ReadOnlyUser: "dash", ReadOnlyPassword: "pw", WriterUser: "w", WriterPassword: "pw2"})
+	l, b := startBus(t, bus.Options{ReadOnlyUser: "dash", ReadOnlyPassword: "pw", WriterUser: "w", WriterPassword: "pw2"})
 	appendN(t, l, 5)
 	watcher := connect(t, b.ClientURL())
 	// Only the injected subject: the five events appended above may still
 	// be on their way to subscribers of everything.
-	sub, err := watcher.SubscribeSync("leaseledger.events.lease.revoked.act-9")
+	sub, err := watcher.SubscribeSync(events.Subject("lease.revoked", "act-9"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	_ = watcher.Flush()
-	for _, opts := range [][]nats.Option{nil, ledger.UserOptions("dash", "pw"), ledger.UserOptions("w", "pw2")} {
+	for _, opts := range [][]nats.Option{nil, bus.UserOptions("dash", "pw"), bus.UserOptions("w", "pw2")} {
 		nc := connect(t, b.ClientURL(), append(opts, nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))...)
-		for _, subj := range []string{ledger.ReplaySubject, ledger.HeadSubject, ledger.AppendSubject} {
-			_ = nc.PublishRequest(subj, "leaseledger.events.lease.revoked.act-9", []byte(`{"from":1}`))
+		for _, subj := range []string{bus.ReplaySubject, bus.HeadSubject, bus.AppendSubject} {
+			_ = nc.PublishRequest(subj, events.Subject("lease.revoked", "act-9"), []byte(`{"from":1}`))
 		}
 		_ = nc.Flush()
 	}
@@ -313,10 +334,10 @@ func TestReplyInjectionRefused(t *testing.T) {
 // Named users read replies only on their own inbox prefix: another user
 // (or an anonymous client) cannot subscribe to them.
 func TestInboxesArePrivate(t *testing.T) {
-	_, b := startBus(t, ledger.BusOptions{ReadOnlyUser: "dash", ReadOnlyPassword: "pw", WriterUser: "w", WriterPassword: "pw2"})
+	_, b := startBus(t, bus.Options{ReadOnlyUser: "dash", ReadOnlyPassword: "pw", WriterUser: "w", WriterPassword: "pw2"})
 	perm := make(chan error, 8)
-	spy := connect(t, b.ClientURL(), append(ledger.UserOptions("dash", "pw"), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { perm <- err }))...)
-	if _, err := spy.SubscribeSync(ledger.InboxPrefix("w") + ".>"); err != nil {
+	spy := connect(t, b.ClientURL(), append(bus.UserOptions("dash", "pw"), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { perm <- err }))...)
+	if _, err := spy.SubscribeSync(bus.InboxPrefix("w") + ".>"); err != nil {
 		t.Fatal(err)
 	}
 	_ = spy.Flush()
@@ -333,9 +354,9 @@ func TestInboxesArePrivate(t *testing.T) {
 func TestEmptyPasswordsRefused(t *testing.T) {
 	l := open(t, t.TempDir())
 	defer l.Close()
-	for _, o := range []ledger.BusOptions{{WriterUser: "w"}, {ReadOnlyUser: "r"}, {ReadOnlyUser: "a.b", ReadOnlyPassword: "x"}} {
-		o.Port = ledger.RandomPort
-		if b, err := ledger.StartBus(l, o); err == nil {
+	for _, o := range []bus.Options{{WriterUser: "w"}, {ReadOnlyUser: "r"}, {ReadOnlyUser: "a.b", ReadOnlyPassword: "x"}} {
+		o.Port = bus.RandomPort
+		if b, err := bus.Start(l, o); err == nil {
 			b.Close()
 			t.Fatalf("StartBus(%+v) accepted", o)
 		}

@@ -1,4 +1,4 @@
-package ledger
+package verify
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/leaseledger/leaseledger/events"
+	"github.com/leaseledger/leaseledger/ledger"
+	"github.com/leaseledger/leaseledger/ledger/internal/keys"
 )
 
 // tamperFixture writes n events through the ledger, closes it and reopens
@@ -17,7 +19,7 @@ import (
 func tamperFixture(t *testing.T, n int) *pebble.DB {
 	t.Helper()
 	dir := t.TempDir()
-	l, err := Open(Options{Dir: dir})
+	l, err := ledger.Open(ledger.Options{Dir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,12 +34,12 @@ func tamperFixture(t *testing.T, n int) *pebble.DB {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	db, err := pebble.Open(dir, &pebble.Options{FormatMajorVersion: pebble.FormatNewest, Logger: quietLogger{nil}})
+	db, err := pebble.Open(dir, &pebble.Options{FormatMajorVersion: pebble.FormatNewest, Logger: silent{}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	if _, err := verifyDB(context.Background(), db, VerifyOptions{}); err != nil {
+	if _, err := verifyDB(context.Background(), db, Options{}); err != nil {
 		t.Fatalf("fixture does not verify: %v", err)
 	}
 	return db
@@ -53,12 +55,12 @@ func mustGet(t *testing.T, db *pebble.DB, key []byte) []byte {
 	return append([]byte(nil), v...)
 }
 
-func expectFault(t *testing.T, db *pebble.DB, seq Seq, what string) *VerifyError {
+func expectFault(t *testing.T, db *pebble.DB, seq ledger.Seq, what string) *Error {
 	t.Helper()
-	_, err := verifyDB(context.Background(), db, VerifyOptions{})
-	var ve *VerifyError
+	_, err := verifyDB(context.Background(), db, Options{})
+	var ve *Error
 	if !errors.As(err, &ve) || !errors.Is(err, ErrVerify) {
-		t.Fatalf("%s: verify = %v, want a *VerifyError", what, err)
+		t.Fatalf("%s: verify = %v, want a *Error", what, err)
 	}
 	if ve.Seq != seq {
 		t.Fatalf("%s: verify named seq %d (%v), want %d", what, ve.Seq, ve, seq)
@@ -70,8 +72,8 @@ func expectFault(t *testing.T, db *pebble.DB, seq Seq, what string) *VerifyError
 func TestVerifyFindsEveryFlippedByte(t *testing.T) {
 	db := tamperFixture(t, 30)
 	rng := rand.New(rand.NewPCG(1, 2))
-	for _, seq := range []Seq{1, 17, 30} {
-		key := eventKey(seq)
+	for _, seq := range []ledger.Seq{1, 17, 30} {
+		key := keys.Event(seq)
 		orig := mustGet(t, db, key)
 		for off := range orig {
 			mut := append([]byte(nil), orig...)
@@ -85,14 +87,14 @@ func TestVerifyFindsEveryFlippedByte(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := verifyDB(context.Background(), db, VerifyOptions{}); err != nil {
+	if _, err := verifyDB(context.Background(), db, Options{}); err != nil {
 		t.Fatalf("restored log does not verify: %v", err)
 	}
 }
 
 func TestVerifyFindsDeletion(t *testing.T) {
 	db := tamperFixture(t, 10)
-	if err := db.Delete(eventKey(4), pebble.NoSync); err != nil {
+	if err := db.Delete(keys.Event(4), pebble.NoSync); err != nil {
 		t.Fatal(err)
 	}
 	if ve := expectFault(t, db, 4, "delete seq 4"); ve.Fault != FaultGap {
@@ -102,7 +104,7 @@ func TestVerifyFindsDeletion(t *testing.T) {
 
 func TestVerifyFindsTruncatedTail(t *testing.T) {
 	db := tamperFixture(t, 10)
-	if err := db.Delete(eventKey(10), pebble.NoSync); err != nil {
+	if err := db.Delete(keys.Event(10), pebble.NoSync); err != nil {
 		t.Fatal(err)
 	}
 	if ve := expectFault(t, db, 10, "delete last"); ve.Fault != FaultHeadMismatch {
@@ -112,9 +114,9 @@ func TestVerifyFindsTruncatedTail(t *testing.T) {
 
 func TestVerifyFindsSwap(t *testing.T) {
 	db := tamperFixture(t, 10)
-	a, b := mustGet(t, db, eventKey(3)), mustGet(t, db, eventKey(7))
-	_ = db.Set(eventKey(3), b, pebble.NoSync)
-	_ = db.Set(eventKey(7), a, pebble.NoSync)
+	a, b := mustGet(t, db, keys.Event(3)), mustGet(t, db, keys.Event(7))
+	_ = db.Set(keys.Event(3), b, pebble.NoSync)
+	_ = db.Set(keys.Event(7), a, pebble.NoSync)
 	if ve := expectFault(t, db, 3, "swap 3 and 7"); ve.Fault != FaultSeqMismatch {
 		t.Fatalf("fault %s, want seq_mismatch", ve.Fault)
 	}
@@ -124,13 +126,13 @@ func TestVerifyFindsSwap(t *testing.T) {
 // successor, which names the successor's seq.
 func TestVerifyFindsResealedEvent(t *testing.T) {
 	db := tamperFixture(t, 10)
-	env, err := events.Decode(mustGet(t, db, eventKey(5)))
+	env, err := events.Decode(mustGet(t, db, keys.Event(5)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	p, _ := events.Prepare(events.Draft{Activation: env.Activation, Session: env.Session, Payload: &events.LeaseTerminated{Reason: "forged"}})
 	_, forged := events.Seal(p, 5, env.ID, env.Time, env.Prev)
-	_ = db.Set(eventKey(5), forged, pebble.NoSync)
+	_ = db.Set(keys.Event(5), forged, pebble.NoSync)
 	if ve := expectFault(t, db, 6, "resealed 5"); ve.Fault != FaultBrokenLink {
 		t.Fatalf("fault %s, want broken_link", ve.Fault)
 	}
@@ -139,14 +141,14 @@ func TestVerifyFindsResealedEvent(t *testing.T) {
 func TestVerifyFindsIndexTampering(t *testing.T) {
 	db := tamperFixture(t, 10)
 	// seq 4 has activation a0 (i=3): point its entry at a1 instead.
-	_ = db.Delete(indexKey(prefixActivation, "a0", 4), pebble.NoSync)
-	_ = db.Set(indexKey(prefixActivation, "a1", 4), nil, pebble.NoSync)
+	_ = db.Delete(keys.Index(keys.PrefixActivation, "a0", 4), pebble.NoSync)
+	_ = db.Set(keys.Index(keys.PrefixActivation, "a1", 4), nil, pebble.NoSync)
 	if ve := expectFault(t, db, 4, "moved index entry"); ve.Fault != FaultIndex {
 		t.Fatalf("fault %s, want index", ve.Fault)
 	}
-	_ = db.Delete(indexKey(prefixActivation, "a1", 4), pebble.NoSync)
-	_, err := verifyDB(context.Background(), db, VerifyOptions{})
-	var ve *VerifyError
+	_ = db.Delete(keys.Index(keys.PrefixActivation, "a1", 4), pebble.NoSync)
+	_, err := verifyDB(context.Background(), db, Options{})
+	var ve *Error
 	if !errors.As(err, &ve) || ve.Fault != FaultIndex {
 		t.Fatalf("missing index entry: %v", err)
 	}
@@ -155,7 +157,7 @@ func TestVerifyFindsIndexTampering(t *testing.T) {
 func TestVerifyReportsProgress(t *testing.T) {
 	db := tamperFixture(t, 5)
 	var last, total uint64
-	if _, err := verifyDB(context.Background(), db, VerifyOptions{Progress: func(d, tt uint64) { last, total = d, tt }}); err != nil {
+	if _, err := verifyDB(context.Background(), db, Options{Progress: func(d, tt uint64) { last, total = d, tt }}); err != nil {
 		t.Fatal(err)
 	}
 	if last != 5 || total != 5 {
@@ -168,37 +170,37 @@ func TestVerifyReportsProgress(t *testing.T) {
 func TestVerifyAnchorFindsRewrittenTail(t *testing.T) {
 	db := tamperFixture(t, 10)
 	anchor := mustHead(t, db)
-	seq9, err := events.Decode(mustGet(t, db, eventKey(9)))
+	seq9, err := events.Decode(mustGet(t, db, keys.Event(9)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	env10, _ := events.Decode(mustGet(t, db, eventKey(10)))
-	for _, k := range KeysFor(&env10) {
+	env10, _ := events.Decode(mustGet(t, db, keys.Event(10)))
+	for _, k := range keys.For(&env10) {
 		_ = db.Delete(k, pebble.NoSync)
 	}
-	_ = db.Set([]byte(keyHead), encodeHead(Head{Seq: 9, Hash: seq9.Hash}), pebble.NoSync)
-	if _, err := verifyDB(context.Background(), db, VerifyOptions{}); err != nil {
+	_ = db.Set([]byte(keys.Head), keys.EncodeHead(9, seq9.Hash), pebble.NoSync)
+	if _, err := verifyDB(context.Background(), db, Options{}); err != nil {
 		t.Fatalf("without an anchor the shorter chain is consistent, got %v", err)
 	}
-	_, err = verifyDB(context.Background(), db, VerifyOptions{Anchors: []Head{anchor}})
-	var ve *VerifyError
+	_, err = verifyDB(context.Background(), db, Options{Anchors: []ledger.Head{anchor}})
+	var ve *Error
 	if !errors.As(err, &ve) || ve.Fault != FaultAnchor || ve.Seq != 10 {
 		t.Fatalf("anchored verify: %v", err)
 	}
 	// A correct anchor inside the chain passes; a wrong hash at it fails.
-	if _, err := verifyDB(context.Background(), db, VerifyOptions{Anchors: []Head{{Seq: 9, Hash: seq9.Hash}}}); err != nil {
+	if _, err := verifyDB(context.Background(), db, Options{Anchors: []ledger.Head{{Seq: 9, Hash: seq9.Hash}}}); err != nil {
 		t.Fatal(err)
 	}
-	_, err = verifyDB(context.Background(), db, VerifyOptions{Anchors: []Head{{Seq: 9, Hash: anchor.Hash}}})
+	_, err = verifyDB(context.Background(), db, Options{Anchors: []ledger.Head{{Seq: 9, Hash: anchor.Hash}}})
 	if !errors.As(err, &ve) || ve.Fault != FaultAnchor || ve.Seq != 9 {
 		t.Fatalf("wrong anchor hash: %v", err)
 	}
 }
 
-func mustHead(t *testing.T, db *pebble.DB) Head {
-	h, ok := decodeHead(mustGet(t, db, []byte(keyHead)))
+func mustHead(t *testing.T, db *pebble.DB) ledger.Head {
+	seq, hash, ok := keys.DecodeHead(mustGet(t, db, []byte(keys.Head)))
 	if !ok {
 		t.Fatal("bad head")
 	}
-	return h
+	return ledger.Head{Seq: seq, Hash: hash}
 }

@@ -1,0 +1,189 @@
+package bus
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/leaseledger/leaseledger/events"
+	"github.com/leaseledger/leaseledger/ledger"
+	"github.com/nats-io/nats.go"
+)
+
+// The request/reply API. Each handler answers only inbox reply subjects
+// (the API's connection may publish nowhere else), bounds its own work and
+// reports failures in HeaderError with static text that never echoes the
+// request.
+
+// ReplayRequest is the JSON body of a request on ReplaySubject. From and To
+// are inclusive (To 0: the head at the time of the request). Kind and
+// Activation filter. The reply holds at most one chunk; ask again from
+// HeaderNext until HeaderEnd is "true".
+type ReplayRequest struct {
+	From       uint64      `json:"from"`
+	To         uint64      `json:"to,omitempty"`
+	Kind       events.Kind `json:"kind,omitempty"`
+	Activation string      `json:"activation,omitempty"`
+	MaxEvents  int         `json:"max_events,omitempty"`
+}
+
+// MaxReplayScan bounds the events one replay request may examine: a chunk
+// ends there even if it holds fewer than the chunk bounds (the client asks
+// again from HeaderNext), so no request can keep the responder busy for
+// long.
+const MaxReplayScan = 64 << 10
+
+// errChunkFull stops a chunk's scan.
+var errChunkFull = errors.New("chunk full")
+
+func (b *Bus) serveReplay(m *nats.Msg) {
+	if !isInbox(m.Reply) {
+		return
+	}
+	reply := nats.NewMsg(m.Reply)
+	var req ReplayRequest
+	if err := strictJSON(m.Data, &req); err != nil {
+		reply.Header.Set(HeaderError, "malformed replay request")
+		_ = m.RespondMsg(reply)
+		return
+	}
+	q := ledger.Query{From: ledger.Seq(req.From), To: ledger.Seq(req.To), Kind: req.Kind, Activation: req.Activation}
+	if err := q.Validate(); err != nil {
+		reply.Header.Set(HeaderError, "invalid replay request: "+err.Error())
+		_ = m.RespondMsg(reply)
+		return
+	}
+	head := b.l.Head().Seq
+	if q.To == 0 || q.To > head {
+		q.To = head
+	}
+	maxEvents := b.opts.ReplayChunkEvents
+	if req.MaxEvents > 0 && req.MaxEvents < maxEvents {
+		maxEvents = req.MaxEvents
+	}
+	// With both filters, the activation index is walked and the kind is
+	// checked here, so that the work of one request is bounded by
+	// MaxReplayScan events even when few of them match.
+	kind := q.Kind
+	if q.Activation != "" {
+		q.Kind = ""
+	}
+	var body bytes.Buffer
+	count, scanned := 0, 0
+	next := max(q.From, 1)
+	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
+	defer cancel()
+	err := b.l.Scan(ctx, q, func(seq ledger.Seq, raw []byte) error {
+		if count == maxEvents || body.Len()+len(raw)+1 > b.opts.ReplayChunkBytes || scanned == MaxReplayScan {
+			return errChunkFull
+		}
+		scanned++
+		next = seq + 1
+		if kind != "" && q.Kind == "" && !events.KindIs(raw, kind) {
+			return nil
+		}
+		body.Write(raw)
+		body.WriteByte('\n')
+		count++
+		return nil
+	})
+	end := err == nil
+	if err != nil && !errors.Is(err, errChunkFull) {
+		reply.Header.Set(HeaderError, "replay failed")
+		b.opts.Logger.Error("bus: replay", "err", err)
+		_ = m.RespondMsg(reply)
+		return
+	}
+	if end {
+		next = q.To + 1
+	}
+	reply.Data = body.Bytes()
+	reply.Header.Set(HeaderNext, strconv.FormatUint(uint64(max(next, 1)), 10))
+	reply.Header.Set(HeaderEnd, strconv.FormatBool(end))
+	reply.Header.Set(HeaderHead, strconv.FormatUint(uint64(head), 10))
+	_ = m.RespondMsg(reply)
+}
+
+// HeadReply is the JSON body of a reply on HeadSubject.
+type HeadReply struct {
+	Seq  uint64 `json:"seq"`
+	Hash string `json:"hash"`
+}
+
+func (b *Bus) serveHead(m *nats.Msg) {
+	if !isInbox(m.Reply) {
+		return
+	}
+	h := b.l.Head()
+	data, _ := json.Marshal(HeadReply{Seq: uint64(h.Seq), Hash: h.Hash.String()})
+	_ = m.Respond(data)
+}
+
+func strictJSON(b []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	return dec.Decode(v)
+}
+
+func (b *Bus) serveAppend(m *nats.Msg) {
+	if !isInbox(m.Reply) {
+		return
+	}
+	b.appendsMu.Lock()
+	if b.closing {
+		b.appendsMu.Unlock()
+		return
+	}
+	b.appends.Add(1)
+	b.appendsMu.Unlock()
+	select {
+	case b.appendSlots <- struct{}{}:
+	case <-b.ctx.Done():
+		b.appends.Done()
+		return
+	}
+	go func() {
+		defer b.appends.Done()
+		defer func() { <-b.appendSlots }()
+		reply := nats.NewMsg(m.Reply)
+		acks, err := b.appendLines(m.Data)
+		if err != nil {
+			reply.Header.Set(HeaderError, err.Error())
+		}
+		var body bytes.Buffer
+		for _, a := range acks {
+			fmt.Fprintf(&body, "%d %s\n", a.Seq, a.ID)
+		}
+		reply.Data = body.Bytes()
+		_ = m.RespondMsg(reply)
+	}()
+}
+
+// appendLines parses JSON Lines of input-form events and appends them in one
+// call: all or nothing. Error texts name the line and the field, never the
+// offending value.
+func (b *Bus) appendLines(data []byte) ([]ledger.Ack, error) {
+	var drafts []events.Draft
+	n := 0
+	for line := range bytes.SplitSeq(data, []byte{'\n'}) {
+		n++
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		if len(drafts) == ledger.MaxAppendEvents {
+			return nil, fmt.Errorf("%w: limit MaxAppendEvents=%d", ledger.ErrTooManyEvents, ledger.MaxAppendEvents)
+		}
+		d, err := events.ParseInput(line)
+		if err != nil {
+			return nil, fmt.Errorf("line %d: %w", n, err)
+		}
+		drafts = append(drafts, d)
+	}
+	// Not b.ctx: an append taken in is finished and answered even while the
+	// bus closes (Close waits for it), so "error" always means "not written".
+	return b.l.AppendAcks(context.Background(), drafts...)
+}

@@ -1,0 +1,359 @@
+package ledger
+
+// The commit pipeline. Its invariants, one per line; every change to this
+// file must keep all of them:
+//
+//   - Ack means durable: an Append returns its seqs only after the fsync of
+//     the batch holding its events; nothing is published, observed or
+//     readable through this package before that fsync either.
+//   - Seqs are gapless: the committer alone assigns seqs, one after the
+//     other, and a batch that fails leaves the ledger failed, never a hole.
+//   - Calls are atomic: one Append call is sealed into one batch and is all
+//     written or not at all.
+//   - Failure is sticky: after Pebble refuses a commit or a sync, every later
+//     append fails with ErrFailed; only reopening recovers.
+//   - Observers see batches in seq order after fsync: BeforeAck before the
+//     batch's appenders are woken, Watch observers after, batch after batch.
+//   - A context error before enqueueing means "not written"; after it,
+//     ErrUnacknowledged means "in doubt".
+//   - Memory is bounded: beyond the QueueLen calls waiting in the queue
+//     there are only one call in the committer's hand, one open batch of at
+//     most MaxBatchEvents events, inflightBatches applied batches awaiting
+//     their fsync and one batch being acknowledged; a full queue blocks the
+//     appender until its context ends.
+//   - Close drains: everything enqueued before Close is committed.
+//
+// The commit pipeline is classic group commit with the sealing overlapped:
+// exactly one batch is in flight (applied to Pebble with a Sync commit,
+// its fsync awaited by the syncer) while the committer seals every request
+// that arrives meanwhile into the next open batch (seqs, ULIDs, times, chain
+// hashes, index entries). When the fsync completes, the syncer hands the
+// token back and the committer applies the whole open batch at once: one
+// Pebble commit, one fsync for everything queued during the previous one.
+
+import (
+	"context"
+	crand "crypto/rand"
+	"fmt"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/leaseledger/leaseledger/events"
+	"github.com/leaseledger/leaseledger/ledger/internal/keys"
+	"github.com/oklog/ulid/v2"
+)
+
+// inflightBatches is how many batches may be applied to Pebble with their
+// fsync not yet observed. One is classic group commit: everything that
+// queues during an fsync goes into the next batch.
+const inflightBatches = 1
+
+type appendReq struct {
+	prepared []events.Prepared
+	acks     []Ack
+	err      error
+	done     chan struct{}
+}
+
+// pending is a batch: open (being sealed into) or in flight (applied,
+// fsync not yet observed).
+type pending struct {
+	batch     *pebble.Batch
+	reqs      []*appendReq
+	records   []Record
+	events    int
+	head      Head
+	appliedAt time.Time
+}
+
+// Append validates drafts, appends them as consecutive events and returns
+// their seqs once they are durable. Invalid drafts are refused with an error
+// wrapping events.ErrInvalid and nothing of the call is written.
+func (l *Ledger) Append(ctx context.Context, drafts ...events.Draft) ([]Seq, error) {
+	acks, err := l.AppendAcks(ctx, drafts...)
+	if err != nil {
+		return nil, err
+	}
+	seqs := make([]Seq, len(acks))
+	for i, a := range acks {
+		seqs[i] = a.Seq
+	}
+	return seqs, nil
+}
+
+// AppendAcks is Append returning each event's seq, ULID and hash.
+func (l *Ledger) AppendAcks(ctx context.Context, drafts ...events.Draft) ([]Ack, error) {
+	if len(drafts) == 0 {
+		return nil, nil
+	}
+	if len(drafts) > MaxAppendEvents {
+		return nil, &Error{Op: "append", Err: fmt.Errorf("%w: %d, limit MaxAppendEvents=%d", ErrTooManyEvents, len(drafts), MaxAppendEvents)}
+	}
+	prepared := make([]events.Prepared, len(drafts))
+	for i, d := range drafts {
+		p, err := events.Prepare(d)
+		if err != nil {
+			return nil, &Error{Op: "append", Err: fmt.Errorf("event %d of %d: %w", i, len(drafts), err)}
+		}
+		prepared[i] = p
+	}
+	return l.appendPrepared(ctx, prepared)
+}
+
+func (l *Ledger) appendPrepared(ctx context.Context, prepared []events.Prepared) ([]Ack, error) {
+	req := &appendReq{prepared: prepared, done: make(chan struct{})}
+	if err := l.enqueue(ctx, req); err != nil {
+		return nil, err
+	}
+	select {
+	case <-req.done:
+		return req.acks, req.err
+	case <-ctx.Done():
+		return nil, &Error{Op: "append", Err: fmt.Errorf("%w: %w", ErrUnacknowledged, ctx.Err())}
+	}
+}
+
+func (l *Ledger) enqueue(ctx context.Context, req *appendReq) error {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.closed {
+		return ErrClosed
+	}
+	if err := l.failed(); err != nil {
+		return err
+	}
+	// select picks at random among ready cases: without this check a call
+	// whose context is already done could still be queued and committed,
+	// and a context error would not mean "not written".
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	select {
+	case l.queue <- req:
+		return nil
+	default:
+	}
+	l.opts.hooks.call(hookQueueFull)
+	select {
+	case l.queue <- req:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (l *Ledger) failed() error {
+	if p := l.failure.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+func (l *Ledger) fail(err error) error {
+	err = fmt.Errorf("%w: %w", ErrFailed, err)
+	l.failure.CompareAndSwap(nil, &err)
+	return *l.failure.Load()
+}
+
+// committer owns the chain state (tail, lastT, entropy) and the open batch.
+func (l *Ledger) committer(syncerDone <-chan struct{}) {
+	defer close(l.done)
+	defer func() { <-syncerDone }()
+	defer close(l.inflight)
+	var open *pending
+	for {
+		if open == nil {
+			select {
+			case r := <-l.queue:
+				open = l.add(open, r)
+			case <-l.stop:
+				l.drainOnStop(open)
+				return
+			}
+			continue
+		}
+		select {
+		case r := <-l.queue:
+			open = l.add(open, r)
+		case <-l.token:
+			l.flush(open)
+			open = nil
+		case <-l.stop:
+			l.drainOnStop(open)
+			return
+		}
+	}
+}
+
+// drainOnStop runs after Close set closed under the write lock, so nothing
+// is being enqueued any more: it seals what is left and flushes it.
+func (l *Ledger) drainOnStop(open *pending) {
+	for {
+		select {
+		case r := <-l.queue:
+			open = l.add(open, r)
+			continue
+		default:
+		}
+		break
+	}
+	if open != nil {
+		<-l.token
+		l.flush(open)
+	}
+}
+
+// add seals r's events into the open batch (starting one when open is nil)
+// and returns the open batch. A request that would overflow the batch first
+// waits for the token and flushes the open batch: one Append call is always
+// committed atomically, in one batch.
+func (l *Ledger) add(open *pending, r *appendReq) *pending {
+	if err := l.failed(); err != nil {
+		r.err = err
+		close(r.done)
+		return open
+	}
+	// One clock reading per request: its events share a time. A clock the
+	// canonical layout cannot represent fails the request, not the ledger.
+	t := l.opts.Now().UTC()
+	if t.Before(l.lastT) {
+		t = l.lastT // event times never go backwards
+	}
+	if !events.ValidTime(t) {
+		r.err = fmt.Errorf("%w: %s", ErrClock, t.Format(time.RFC3339))
+		close(r.done)
+		return open
+	}
+	if open != nil && open.events+len(r.prepared) > l.opts.MaxBatchEvents {
+		select {
+		case <-l.token:
+		default:
+			l.opts.hooks.call(hookTokenWait)
+			<-l.token
+		}
+		l.flush(open)
+		open = nil
+	}
+	if open == nil {
+		open = &pending{batch: l.db.NewBatch()}
+	}
+	open.reqs = append(open.reqs, r)
+	open.events += len(r.prepared)
+	r.acks = make([]Ack, len(r.prepared))
+	for i, ev := range r.prepared {
+		env, raw := l.seal(ev, t)
+		r.acks[i] = Ack{Seq: Seq(env.Seq), ID: env.ID, Hash: env.Hash}
+		open.records = append(open.records, Record{Env: env, Raw: raw})
+		for j, k := range keys.For(&env) {
+			if j == 0 {
+				_ = open.batch.Set(k, raw, nil) // e/<seq>
+			} else {
+				_ = open.batch.Set(k, nil, nil) // index entries
+			}
+		}
+	}
+	open.head = l.tail
+	return open
+}
+
+// flush applies the open batch with a Sync commit and hands it to the
+// syncer, which returns the token once its fsync is done. The caller holds
+// the token.
+func (l *Ledger) flush(p *pending) {
+	err := l.failed() // an earlier batch failed: applying this one would leave a gap
+	if err == nil {
+		_ = p.batch.Set([]byte(keys.Head), keys.EncodeHead(p.head.Seq, p.head.Hash), nil)
+		p.appliedAt = time.Now()
+		if aerr := l.db.ApplyNoSyncWait(p.batch, pebble.Sync); aerr != nil {
+			err = l.fail(fmt.Errorf("commit: %w", aerr))
+		}
+	}
+	if err != nil {
+		p.batch.Close()
+		for _, r := range p.reqs {
+			r.acks, r.err = nil, err
+			close(r.done)
+		}
+		l.token <- struct{}{} // nothing in flight
+		return
+	}
+	l.inflight <- p
+}
+
+// seal assigns the next seq, a ULID and time t (checked by add) to p and
+// chains it after the tail.
+func (l *Ledger) seal(p events.Prepared, t time.Time) (events.Envelope, []byte) {
+	l.lastT = t
+	id, err := ulid.New(ulid.Timestamp(t), l.entropy)
+	if err != nil {
+		// Monotonic entropy overflows only after 2^80 IDs in one
+		// millisecond; fall back to fresh entropy rather than fail.
+		id = ulid.MustNew(ulid.Timestamp(t), crand.Reader)
+	}
+	seq := l.tail.Seq + 1
+	env, raw := events.Seal(p, seq, id, t, l.tail.Hash)
+	l.tail = Head{Seq: seq, Hash: env.Hash}
+	return env, raw
+}
+
+// syncer waits for the in-flight batch's fsync, publishes the new durable
+// head, returns the token, and acknowledges the batch's appenders.
+func (l *Ledger) syncer(done chan<- struct{}) {
+	defer close(done)
+	for p := range l.inflight {
+		err := p.batch.SyncWait()
+		p.batch.Close()
+		if err != nil {
+			err = l.fail(fmt.Errorf("sync: %w", err))
+			l.token <- struct{}{}
+			for _, r := range p.reqs {
+				r.acks, r.err = nil, err
+				close(r.done)
+			}
+			continue
+		}
+		head := p.head
+		l.head.Store(&head)
+		l.commits.Add(1)
+		l.eventsDone.Add(uint64(len(p.records)))
+		l.commitNanos.Add(uint64(time.Since(p.appliedAt)))
+		// The next batch may be applied now: it is ordered after this one in
+		// Pebble's WAL, and this goroutine acknowledges batches in order.
+		l.token <- struct{}{}
+		if l.opts.BeforeAck != nil {
+			l.opts.BeforeAck.Committed(p.records)
+		}
+		for _, r := range p.reqs {
+			close(r.done)
+		}
+		l.obsRun.Lock()
+		for _, o := range *l.observers.Load() {
+			o.Committed(p.records)
+		}
+		l.obsRun.Unlock()
+	}
+}
+
+// Points of the pipeline a test can wait for (see Options.hooks).
+const (
+	// hookQueueFull: an appender found the queue full and is about to block.
+	hookQueueFull = iota
+	// hookTokenWait: the committer holds a call that does not fit the open
+	// batch, no token is free, and it is about to block until the syncer
+	// returns one.
+	hookTokenWait
+	// hookCloseWaitsReaders: Close has stopped the committer and is about
+	// to wait for reads in progress.
+	hookCloseWaitsReaders
+	numHooks
+)
+
+// testHooks are functions called at the points above; nil entries and a
+// nil *testHooks are skipped.
+type testHooks [numHooks]func()
+
+func (h *testHooks) call(point int) {
+	if h != nil && h[point] != nil {
+		h[point]()
+	}
+}

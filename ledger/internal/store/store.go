@@ -1,0 +1,56 @@
+// Package store is the private door from the packages under ledger/ (verify)
+// to a ledger's Pebble database, so that the database never appears in
+// package ledger's public API.
+//
+// The door is a pair of hooks that package ledger installs in its init:
+// this package cannot import ledger (ledger imports it to install them), and
+// verify imports ledger anyway, so by the time verify runs the hooks are set.
+// The ledger is passed as an opaque value and checked by ledger's hook; a
+// value that is not an open *ledger.Ledger is refused with an error.
+package store
+
+import (
+	"errors"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// Access is read access to a ledger's database. Release it when done; until
+// then the ledger cannot finish closing.
+type Access struct {
+	// DB is the database. Readers must treat it as read-only: writing to it
+	// bypasses the chain.
+	DB *pebble.DB
+	// Release ends the access.
+	Release func() error
+}
+
+var (
+	ofLedger func(l any) (Access, error)
+	ofDir    func(dir string) (Access, error)
+)
+
+// Install sets the hooks; package ledger calls it once, from its init.
+func Install(ledgerHook func(l any) (Access, error), dirHook func(dir string) (Access, error)) {
+	ofLedger, ofDir = ledgerHook, dirHook
+}
+
+var errNotInstalled = errors.New("ledger/internal/store: package ledger is not linked")
+
+// OfLedger gives read access to the database of an open *ledger.Ledger.
+func OfLedger(l any) (Access, error) {
+	if ofLedger == nil {
+		return Access{}, errNotInstalled
+	}
+	return ofLedger(l)
+}
+
+// OfDir takes the directory lock of the ledger in dir and opens its
+// database read-only, without the checks ledger.Open makes on the head (a
+// verifier must be able to open a damaged log to name the damage).
+func OfDir(dir string) (Access, error) {
+	if ofDir == nil {
+		return Access{}, errNotInstalled
+	}
+	return ofDir(dir)
+}

@@ -1,0 +1,366 @@
+// Package verify owns the checks of a ledger that do not trust it: it
+// re-reads a whole log (every event canonical, gapless, hashed, linked and
+// valid against its JSON Schema; the head; every index entry) and it makes,
+// signs, parses and checks signed checkpoints (an RFC 6962 Merkle root and
+// the chain hash in a C2SP signed note).
+//
+// There is one entry point per input: Ledger for an open ledger, Dir for a
+// data directory that no process has open. Both take Options.
+package verify
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/leaseledger/leaseledger/events"
+	"github.com/leaseledger/leaseledger/ledger"
+	"github.com/leaseledger/leaseledger/ledger/internal/keys"
+	"github.com/leaseledger/leaseledger/ledger/internal/store"
+	"github.com/leaseledger/leaseledger/schemas"
+	"github.com/transparency-dev/merkle/compact"
+)
+
+// Fault names what a verification found wrong with an event.
+type Fault string
+
+// Faults, in the order they are checked for each event.
+const (
+	// FaultGap: the stored keys skip this seq (an event was deleted).
+	FaultGap Fault = "gap"
+	// FaultUndecodable: the bytes are not a canonical envelope of a known kind.
+	FaultUndecodable Fault = "undecodable"
+	// FaultSeqMismatch: the envelope's seq differs from its key (moved or swapped).
+	FaultSeqMismatch Fault = "seq_mismatch"
+	// FaultBadHash: the hash is not SHA-256(prev ‖ canonical bytes without hash).
+	FaultBadHash Fault = "bad_hash"
+	// FaultBrokenLink: prev is not the previous event's hash.
+	FaultBrokenLink Fault = "broken_link"
+	// FaultSchemaInvalid: the event does not validate against its JSON Schema.
+	FaultSchemaInvalid Fault = "schema_invalid"
+	// FaultHeadMismatch: m/head does not name the last stored event.
+	FaultHeadMismatch Fault = "head_mismatch"
+	// FaultIndex: a secondary index entry points to an event that does not
+	// carry that activation, session or kind.
+	FaultIndex Fault = "index"
+	// FaultAnchor: the chain does not contain an anchor head given to Verify
+	// (it was rewritten or truncated after the anchor was recorded).
+	FaultAnchor Fault = "anchor"
+	// FaultCheckpoint: the log does not match a signed checkpoint given in
+	// Options (an event up to its size changed, or the log is shorter).
+	FaultCheckpoint Fault = "checkpoint"
+)
+
+// Errors callers branch on.
+var (
+	// ErrVerify is wrapped by every *Error: the log does not pass.
+	ErrVerify = errors.New("verify: verification failed")
+	// ErrCheckpoint is wrapped by every failure to make, sign or parse a
+	// checkpoint, and by a checkpoint a log cannot satisfy when it is made.
+	ErrCheckpoint = errors.New("verify: checkpoint")
+)
+
+// Error names the first fault found and where, shaped like *os.PathError:
+// Op is the check that failed ("chain", "head", "indexes", "anchor",
+// "checkpoint"), Seq the first bad seq (0 when the fault is not one
+// event's), Fault what is wrong and Detail a human explanation. Err is
+// ErrVerify, so errors.Is(err, ErrVerify) holds for every fault.
+type Error struct {
+	Op     string
+	Seq    ledger.Seq
+	Fault  Fault
+	Detail string
+	Err    error
+}
+
+func (e *Error) Error() string {
+	s := fmt.Sprintf("verify %s: failed at seq %d: %s", e.Op, e.Seq, e.Fault)
+	if e.Detail != "" {
+		s += ": " + e.Detail
+	}
+	return s
+}
+
+// Unwrap returns Err (ErrVerify).
+func (e *Error) Unwrap() error { return e.Err }
+
+// fault builds the *Error of a failed check.
+func fault(op string, seq ledger.Seq, f Fault, detail string) *Error {
+	return &Error{Op: op, Seq: seq, Fault: f, Detail: detail, Err: ErrVerify}
+}
+
+// Report summarises a successful verification.
+type Report struct {
+	Events  ledger.Seq  // events checked
+	Head    ledger.Head // the verified head
+	Indexes int         // index entries checked
+}
+
+// Progress is called periodically during long operations with the number
+// of events done and the total expected.
+type Progress func(done, total uint64)
+
+// progressEvery is how many events pass between Progress calls.
+const progressEvery = 4096
+
+// Options configures a verification.
+type Options struct {
+	// Progress, when set, is called periodically.
+	Progress Progress
+	// Anchors are heads recorded earlier, outside this directory (a head
+	// printed by `leaseledger head`, a published checkpoint). The chain must
+	// contain each one: same seq, same hash. The chain alone cannot reveal
+	// that its tail was cut off and m/head rewritten to match — only an
+	// anchor kept elsewhere can.
+	Anchors []ledger.Head
+	// Checkpoints are signature-checked checkpoints (see ParseCheckpoint):
+	// the Merkle root over the first Size events and the chain hash of event
+	// Size must match each one.
+	Checkpoints []Checkpoint
+}
+
+// BytesPerEvent is the memory a verification needs per event: three 64-bit
+// index fingerprints. A log of 10^8 events needs 2.4 GB to verify.
+const BytesPerEvent = 24
+
+// Ledger verifies an open ledger while it keeps serving: it reads a Pebble
+// snapshot, so appends made meanwhile are neither checked nor disturbed.
+// The first fault is returned as an *Error naming the seq.
+func Ledger(ctx context.Context, l *ledger.Ledger, o Options) (Report, error) {
+	a, err := store.OfLedger(l)
+	if err != nil {
+		return Report{}, err
+	}
+	defer a.Release()
+	return verifyDB(ctx, a.DB, o)
+}
+
+// Dir verifies the ledger in dir without opening it for appends: it takes
+// the directory lock (ledger.ErrLocked while a process has it open;
+// ledger.ErrNoLedger when there is none), opens the database read-only and
+// runs the same checks as Ledger. Unlike ledger.Open it does not refuse a
+// log whose head is inconsistent: finding and naming that is its job.
+func Dir(ctx context.Context, dir string, o Options) (Report, error) {
+	a, err := store.OfDir(dir)
+	if err != nil {
+		return Report{}, err
+	}
+	defer a.Release()
+	return verifyDB(ctx, a.DB, o)
+}
+
+// Every check reads one Pebble snapshot of db: event records, then m/head,
+// anchors and checkpoints, then the index entries against fingerprints
+// collected in the first pass.
+func verifyDB(ctx context.Context, db *pebble.DB, vo Options) (Report, error) {
+	progress := vo.Progress
+	anchors := map[ledger.Seq]events.Hash{}
+	for _, a := range vo.Anchors {
+		anchors[a.Seq] = a.Hash
+	}
+	checkpoints := map[ledger.Seq][]Checkpoint{}
+	for _, c := range vo.Checkpoints {
+		checkpoints[c.Size] = append(checkpoints[c.Size], c)
+	}
+	var tree *compact.Range // Merkle range over the events, only with checkpoints
+	if len(checkpoints) > 0 {
+		tree = (&compact.RangeFactory{Hash: hasher.HashChildren}).NewEmptyRange(0)
+	}
+	validator, err := schemas.Default()
+	if err != nil {
+		return Report{}, fmt.Errorf("verify: load schemas: %w", err)
+	}
+	snap := db.NewSnapshot()
+	defer snap.Close()
+
+	var stored ledger.Head
+	if v, closer, err := snap.Get([]byte(keys.Head)); err == nil {
+		seq, hash, ok := keys.DecodeHead(v)
+		closer.Close()
+		if !ok {
+			return Report{}, fault("head", 0, FaultHeadMismatch, "m/head is malformed")
+		}
+		stored = ledger.Head{Seq: seq, Hash: hash}
+	} else if !errors.Is(err, pebble.ErrNotFound) {
+		return Report{}, fmt.Errorf("verify: read head: %w", err)
+	}
+
+	it, err := snap.NewIterWithContext(ctx, &pebble.IterOptions{LowerBound: []byte(keys.PrefixEvent), UpperBound: keys.UpperBound([]byte(keys.PrefixEvent))})
+	if err != nil {
+		return Report{}, fmt.Errorf("verify: iterate: %w", err)
+	}
+	defer it.Close()
+
+	var prev events.Hash
+	var want ledger.Seq = 1
+	fps := &indexFingerprints{seed: maphash.MakeSeed()}
+	var rep Report
+	for ok := it.First(); ok; ok = it.Next() {
+		if err := ctx.Err(); err != nil {
+			return rep, err
+		}
+		key := it.Key()
+		seq, ok := keys.SeqOf(key)
+		if !ok || len(key) != len(keys.PrefixEvent)+8 {
+			return rep, fault("chain", want, FaultUndecodable, "malformed event key")
+		}
+		if seq != want {
+			return rep, fault("chain", want, FaultGap, fmt.Sprintf("next stored event is seq %d", seq))
+		}
+		raw, err := it.ValueAndErr()
+		if err != nil {
+			return rep, fmt.Errorf("verify: read seq %d: %w", seq, err)
+		}
+		env, err := events.Decode(raw)
+		if err != nil {
+			return rep, fault("chain", seq, FaultUndecodable, err.Error())
+		}
+		if env.Seq != seq {
+			return rep, fault("chain", seq, FaultSeqMismatch, fmt.Sprintf("envelope says seq %d", env.Seq))
+		}
+		if !env.CheckHash() {
+			return rep, fault("chain", seq, FaultBadHash, "")
+		}
+		if env.Prev != prev {
+			return rep, fault("chain", seq, FaultBrokenLink, "prev is not the hash of seq "+fmt.Sprint(seq-1))
+		}
+		if err := validator.ValidateEnvelope(raw); err != nil {
+			return rep, fault("chain", seq, FaultSchemaInvalid, err.Error())
+		}
+		if tree != nil {
+			if err := tree.Append(hasher.HashLeaf(raw), nil); err != nil {
+				return rep, fmt.Errorf("verify: merkle: %w", err)
+			}
+			if cs := checkpoints[seq]; len(cs) > 0 {
+				root, err := tree.GetRootHash(nil)
+				if err != nil {
+					return rep, fmt.Errorf("verify: merkle: %w", err)
+				}
+				for _, c := range cs {
+					if !bytes.Equal(root, c.Root) || c.Head != env.Hash {
+						return rep, fault("checkpoint", seq, FaultCheckpoint,
+							fmt.Sprintf("the Merkle root or chain hash over seqs 1..%d differs from the checkpoint of %q", seq, c.Origin))
+					}
+				}
+				delete(checkpoints, seq)
+			}
+		}
+		if want, ok := anchors[seq]; ok {
+			if want != env.Hash {
+				return rep, fault("anchor", seq, FaultAnchor, "hash differs from the anchor")
+			}
+			delete(anchors, seq)
+		}
+		prev = env.Hash
+		fps.add(&env)
+		rep.Events = seq
+		want++
+		if progress != nil && seq%progressEvery == 0 {
+			progress(uint64(seq), uint64(max(stored.Seq, seq)))
+		}
+	}
+	if err := it.Error(); err != nil {
+		return rep, fmt.Errorf("verify: iterate: %w", err)
+	}
+	last := ledger.Head{Seq: want - 1, Hash: prev}
+	if stored != last {
+		// A truncated tail (deleted last events) shows up here: the head was
+		// written in the same batch as the event it names.
+		return rep, fault("head", min(stored.Seq, last.Seq)+1, FaultHeadMismatch,
+			fmt.Sprintf("m/head names seq %d but the chain ends at seq %d", stored.Seq, last.Seq))
+	}
+	for size, cs := range checkpoints {
+		if size == 0 {
+			if !bytes.Equal(cs[0].Root, hasher.EmptyRoot()) {
+				return rep, fault("checkpoint", 0, FaultCheckpoint, "empty checkpoint with a non-empty root")
+			}
+			continue
+		}
+		return rep, fault("checkpoint", min(size, last.Seq+1), FaultCheckpoint,
+			fmt.Sprintf("the chain ends at seq %d but a checkpoint covers %d events", last.Seq, size))
+	}
+	for seq := range anchors {
+		// An anchored seq beyond the chain's end: events were cut off.
+		return rep, fault("anchor", min(seq, last.Seq+1), FaultAnchor,
+			fmt.Sprintf("the chain ends at seq %d but an anchor names seq %d", last.Seq, seq))
+	}
+	rep.Head = last
+	n, err := verifyIndexes(ctx, snap, fps)
+	rep.Indexes = n
+	if err != nil {
+		return rep, err
+	}
+	if progress != nil {
+		progress(uint64(last.Seq), uint64(last.Seq))
+	}
+	return rep, nil
+}
+
+// indexFingerprints holds, per seq, a fingerprint of the identifier each
+// index should hold for it (0: no entry). The fingerprint is a 64-bit
+// maphash under a seed drawn at random for each verification, so nobody can
+// prepare an identifier that collides with another: a forged index entry is
+// caught, and the index pass need not decode events again.
+type indexFingerprints struct {
+	seed maphash.Seed
+	fps  [][3]uint64
+}
+
+func (f *indexFingerprints) fingerprint(id string) uint64 {
+	if id == "" {
+		return 0
+	}
+	return maphash.String(f.seed, id) | 1
+}
+
+func (f *indexFingerprints) add(env *events.Envelope) {
+	f.fps = append(f.fps, [3]uint64{f.fingerprint(env.Activation), f.fingerprint(env.Session), f.fingerprint(string(env.Kind))})
+}
+
+// verifyIndexes checks that every index entry names an existing event
+// carrying the indexed identifier, and that no entry is missing.
+func verifyIndexes(ctx context.Context, snap *pebble.Snapshot, f *indexFingerprints) (int, error) {
+	n := 0
+	fps := f.fps
+	for i, prefix := range keys.IndexPrefixes {
+		want := 0
+		for _, fp := range fps {
+			if fp[i] != 0 {
+				want++
+			}
+		}
+		it, err := snap.NewIterWithContext(ctx, &pebble.IterOptions{LowerBound: []byte(prefix), UpperBound: keys.UpperBound([]byte(prefix))})
+		if err != nil {
+			return n, fmt.Errorf("verify: iterate index: %w", err)
+		}
+		got := 0
+		for ok := it.First(); ok; ok = it.Next() {
+			key := it.Key()
+			seq, ok := keys.SeqOf(key)
+			if !ok || len(key) < len(prefix)+2+8 || key[len(key)-9] != '/' {
+				it.Close()
+				return n, fault("indexes", 0, FaultIndex, prefix+" index: malformed key")
+			}
+			if seq == 0 || int(seq) > len(fps) {
+				it.Close()
+				return n, fault("indexes", seq, FaultIndex, prefix+" index entry beyond the head")
+			}
+			if f.fingerprint(string(key[len(prefix):len(key)-9])) != fps[seq-1][i] {
+				it.Close()
+				return n, fault("indexes", seq, FaultIndex, prefix+" index entry does not match the event")
+			}
+			got++
+			n++
+		}
+		if err := it.Close(); err != nil {
+			return n, fmt.Errorf("verify: iterate index: %w", err)
+		}
+		if got != want {
+			return n, fault("indexes", 0, FaultIndex, fmt.Sprintf("%s index has %d entries, the events need %d", prefix, got, want))
+		}
+	}
+	return n, nil
+}
