@@ -42,7 +42,7 @@ func accessDir(dir string) (store.Access, error) {
 	db, err := pebble.Open(dir, &pebble.Options{ReadOnly: true, Logger: quietLogger{slog.Default()}})
 	if err != nil {
 		lock.Close()
-		return store.Access{}, fmt.Errorf("ledger: open %s read-only: %w", dir, err)
+		return store.Access{}, &Error{Op: "open", Err: fmt.Errorf("%s read-only: %w", dir, err)}
 	}
 	return store.Access{DB: db, Release: func() error {
 		err := db.Close()

@@ -10,6 +10,10 @@
 // an embedded NATS server and serves replay, head and append over it;
 // ledger/verify re-checks a whole log and makes and checks signed
 // checkpoints; ledger/ledgermetrics exports Stats to Prometheus.
+//
+// The examples, which run as tests, show the whole cycle: Example opens a
+// ledger in a temporary directory, appends and reads back by seq and by
+// index; ExampleLedger_Watch observes committed batches.
 package ledger
 
 import (
@@ -112,7 +116,7 @@ var (
 // an error of package events (for a refused draft) or an underlying cause;
 // errors.Is sees through it.
 type Error struct {
-	Op  string // "open", "append", "get", "scan", "save snapshot", "load snapshot"
+	Op  string // "open", "append", "get", "query", "scan", "save snapshot", "load snapshot", "close"
 	Seq Seq    // the event concerned; 0 when none
 	Err error
 }
@@ -263,7 +267,7 @@ func Open(opts Options) (*Ledger, error) {
 	if _, err := crand.Read(seed[:]); err != nil {
 		db.Close()
 		lock.Close()
-		return nil, fmt.Errorf("ledger: seed ULID entropy: %w", err)
+		return nil, &Error{Op: "open", Err: fmt.Errorf("seed ULID entropy: %w", err)}
 	}
 	l.entropy = ulid.Monotonic(rand.NewChaCha8(seed), 0)
 	empty := []Observer{}
@@ -298,25 +302,25 @@ const lockFile = "LEASELEDGER.LOCK"
 // requireLedger checks that dir exists and holds a Pebble database.
 func requireLedger(dir string) error {
 	if _, err := os.Stat(filepath.Join(dir, lockFile)); err != nil {
-		return fmt.Errorf("%w: %s", ErrNoLedger, dir)
+		return &Error{Op: "open", Err: fmt.Errorf("%w: %s", ErrNoLedger, dir)}
 	}
 	return nil
 }
 
 func lockDir(dir string) (*os.File, error) {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
-		return nil, fmt.Errorf("ledger: create %s: %w", dir, err)
+		return nil, &Error{Op: "open", Err: err}
 	}
 	f, err := os.OpenFile(filepath.Join(dir, lockFile), os.O_RDWR|os.O_CREATE, 0o640)
 	if err != nil {
-		return nil, fmt.Errorf("ledger: open lock file: %w", err)
+		return nil, &Error{Op: "open", Err: err}
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, fmt.Errorf("%w: %s", ErrLocked, dir)
+			return nil, &Error{Op: "open", Err: fmt.Errorf("%w: %s", ErrLocked, dir)}
 		}
-		return nil, fmt.Errorf("ledger: lock %s: %w", dir, err)
+		return nil, &Error{Op: "open", Err: fmt.Errorf("lock %s: %w", dir, err)}
 	}
 	return f, nil
 }
@@ -332,23 +336,23 @@ func openPebble(opts Options) (*pebble.DB, error) {
 	}
 	db, err := pebble.Open(opts.Dir, po)
 	if err != nil {
-		return nil, fmt.Errorf("ledger: open %s: %w", opts.Dir, err)
+		return nil, &Error{Op: "open", Err: fmt.Errorf("%s: %w", opts.Dir, err)}
 	}
 	if v, closer, err := db.Get([]byte(keys.Format)); err == nil {
 		format := string(v)
 		closer.Close()
 		if format != keys.FormatVersion {
 			db.Close()
-			return nil, fmt.Errorf("%w: keyspace format %q, this build reads %q", ErrCorrupt, format, keys.FormatVersion)
+			return nil, &Error{Op: "open", Err: fmt.Errorf("%w: keyspace format %q, this build reads %q", ErrCorrupt, format, keys.FormatVersion)}
 		}
 	} else if errors.Is(err, pebble.ErrNotFound) {
 		if err := db.Set([]byte(keys.Format), []byte(keys.FormatVersion), pebble.Sync); err != nil {
 			db.Close()
-			return nil, fmt.Errorf("ledger: write format: %w", err)
+			return nil, &Error{Op: "open", Err: fmt.Errorf("write format: %w", err)}
 		}
 	} else {
 		db.Close()
-		return nil, fmt.Errorf("ledger: read format: %w", err)
+		return nil, &Error{Op: "open", Err: fmt.Errorf("read format: %w", err)}
 	}
 	return db, nil
 }
@@ -361,7 +365,7 @@ func (l *Ledger) loadHead() (Head, error) {
 	switch {
 	case errors.Is(err, pebble.ErrNotFound):
 	case err != nil:
-		return Head{}, fmt.Errorf("ledger: read head: %w", err)
+		return Head{}, &Error{Op: "open", Err: fmt.Errorf("read head: %w", err)}
 	default:
 		seq, hash, ok := keys.DecodeHead(v)
 		closer.Close()
@@ -383,7 +387,7 @@ func (l *Ledger) loadHead() (Head, error) {
 func (l *Ledger) lastEventSeq() (Seq, error) {
 	it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: []byte(keys.PrefixEvent), UpperBound: keys.UpperBound([]byte(keys.PrefixEvent))})
 	if err != nil {
-		return 0, fmt.Errorf("ledger: iterate: %w", err)
+		return 0, &Error{Op: "open", Err: err}
 	}
 	defer it.Close()
 	if !it.Last() {
@@ -450,7 +454,7 @@ func (l *Ledger) Close() error {
 		l.opts.hooks.call(hookCloseWaitsReaders)
 		l.readers.Wait() // Pebble's Close must not race reads
 		if err := l.db.Close(); err != nil {
-			l.closeErr = fmt.Errorf("ledger: close: %w", err)
+			l.closeErr = &Error{Op: "close", Err: err}
 		}
 		l.lock.Close() // releases the flock
 	})

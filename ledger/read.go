@@ -28,13 +28,13 @@ type Query struct {
 // its index.
 func (q Query) Validate() error {
 	if q.Activation != "" && !events.ValidID(q.Activation) {
-		return fmt.Errorf("ledger: query: %w", &events.FieldError{Field: "activation", Reason: "want [A-Za-z0-9_-]{1,128}"})
+		return &Error{Op: "query", Err: &events.FieldError{Field: "activation", Reason: "want [A-Za-z0-9_-]{1,128}"}}
 	}
 	if q.Session != "" && !events.ValidID(q.Session) {
-		return fmt.Errorf("ledger: query: %w", &events.FieldError{Field: "session", Reason: "want [A-Za-z0-9_-]{1,128}"})
+		return &Error{Op: "query", Err: &events.FieldError{Field: "session", Reason: "want [A-Za-z0-9_-]{1,128}"}}
 	}
 	if q.Kind != "" && !events.Known(q.Kind) {
-		return fmt.Errorf("ledger: query: %w: %q", events.ErrUnknownKind, q.Kind)
+		return &Error{Op: "query", Err: fmt.Errorf("%w: %q", events.ErrUnknownKind, q.Kind)}
 	}
 	return nil
 }

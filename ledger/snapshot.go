@@ -13,8 +13,16 @@ import (
 // MaxSnapshotBytes bounds one stored projection snapshot.
 const MaxSnapshotBytes = 256 << 20
 
-// ErrNoSnapshot is returned by LoadSnapshot when none is stored.
-var ErrNoSnapshot = errors.New("ledger: no snapshot")
+// Snapshot errors.
+var (
+	// ErrNoSnapshot is returned by LoadSnapshot when none is stored.
+	ErrNoSnapshot = errors.New("ledger: no snapshot")
+	// ErrSnapshotTooLarge is wrapped when a snapshot exceeds MaxSnapshotBytes.
+	ErrSnapshotTooLarge = errors.New("ledger: snapshot too large")
+	// ErrBeyondHead is wrapped when a snapshot would cover events that are
+	// not durable.
+	ErrBeyondHead = errors.New("ledger: beyond the durable head")
+)
 
 // SaveSnapshot durably stores a projection's serialised state under
 // p/<name>, together with the seq it covers (every event up to and
@@ -22,10 +30,10 @@ var ErrNoSnapshot = errors.New("ledger: no snapshot")
 // head: a snapshot never claims events that are not acknowledged.
 func (l *Ledger) SaveSnapshot(name string, covers Seq, data []byte) error {
 	if !events.ValidID(name) {
-		return fmt.Errorf("ledger: snapshot name: %w", &events.FieldError{Field: "name", Reason: "want [A-Za-z0-9_-]{1,128}"})
+		return &Error{Op: "save snapshot", Err: &events.FieldError{Field: "name", Reason: "want [A-Za-z0-9_-]{1,128}"}}
 	}
 	if len(data) > MaxSnapshotBytes {
-		return fmt.Errorf("ledger: snapshot of %d bytes over MaxSnapshotBytes=%d", len(data), MaxSnapshotBytes)
+		return &Error{Op: "save snapshot", Err: fmt.Errorf("%w: %d bytes, limit MaxSnapshotBytes=%d", ErrSnapshotTooLarge, len(data), MaxSnapshotBytes)}
 	}
 	end, err := l.beginRead()
 	if err != nil {
@@ -33,11 +41,11 @@ func (l *Ledger) SaveSnapshot(name string, covers Seq, data []byte) error {
 	}
 	defer end()
 	if head := l.Head().Seq; covers > head {
-		return fmt.Errorf("ledger: snapshot covers seq %d beyond the durable head %d", covers, head)
+		return &Error{Op: "save snapshot", Seq: covers, Err: fmt.Errorf("%w (head %d)", ErrBeyondHead, head)}
 	}
 	v := binary.BigEndian.AppendUint64(make([]byte, 0, 8+len(data)), uint64(covers))
 	if err := l.db.Set([]byte(keys.PrefixSnapshot+name), append(v, data...), pebble.Sync); err != nil {
-		return fmt.Errorf("ledger: save snapshot %s: %w", name, err)
+		return &Error{Op: "save snapshot", Err: err}
 	}
 	return nil
 }
@@ -46,7 +54,7 @@ func (l *Ledger) SaveSnapshot(name string, covers Seq, data []byte) error {
 // it covers, or ErrNoSnapshot.
 func (l *Ledger) LoadSnapshot(name string) (Seq, []byte, error) {
 	if !events.ValidID(name) {
-		return 0, nil, fmt.Errorf("ledger: snapshot name: %w", &events.FieldError{Field: "name", Reason: "want [A-Za-z0-9_-]{1,128}"})
+		return 0, nil, &Error{Op: "load snapshot", Err: &events.FieldError{Field: "name", Reason: "want [A-Za-z0-9_-]{1,128}"}}
 	}
 	end, err := l.beginRead()
 	if err != nil {
@@ -58,15 +66,15 @@ func (l *Ledger) LoadSnapshot(name string) (Seq, []byte, error) {
 		return 0, nil, ErrNoSnapshot
 	}
 	if err != nil {
-		return 0, nil, fmt.Errorf("ledger: load snapshot %s: %w", name, err)
+		return 0, nil, &Error{Op: "load snapshot", Err: err}
 	}
 	defer closer.Close()
 	if len(v) < 8 {
-		return 0, nil, fmt.Errorf("%w: snapshot %s is malformed", ErrCorrupt, name)
+		return 0, nil, &Error{Op: "load snapshot", Err: fmt.Errorf("%w: snapshot %s is malformed", ErrCorrupt, name)}
 	}
 	covers := Seq(binary.BigEndian.Uint64(v[:8]))
 	if covers > l.Head().Seq {
-		return 0, nil, fmt.Errorf("%w: snapshot %s covers seq %d beyond the head %d", ErrCorrupt, name, covers, l.Head().Seq)
+		return 0, nil, &Error{Op: "load snapshot", Seq: covers, Err: fmt.Errorf("%w: snapshot %s covers an event beyond the head %d", ErrCorrupt, name, l.Head().Seq)}
 	}
 	return covers, append([]byte(nil), v[8:]...), nil
 }
