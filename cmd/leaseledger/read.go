@@ -250,7 +250,7 @@ func newExportCmd(a *app) *cobra.Command {
 // busFilterFlags are the flags of the commands that read a running 'serve'
 // over NATS with the bus's filters (tail, replay).
 func busFilterFlags(f flagSet, natsURL, kind, activation *string, creds *natsCreds) {
-	f.StringVar(natsURL, "nats", fmt.Sprintf("nats://127.0.0.1:%d", bus.DefaultBusPort), "NATS URL of a running 'serve'")
+	f.StringVar(natsURL, "nats", fmt.Sprintf("nats://127.0.0.1:%d", bus.DefaultPort), "NATS URL of a running 'serve'")
 	f.StringVar(kind, "kind", "", "only events of this kind, e.g. lease.revoked")
 	f.StringVar(activation, "activation", "", "only events of this activation")
 	creds.flags(f)

@@ -85,7 +85,7 @@ and append requests, and shuts down cleanly on SIGINT or SIGTERM.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&opts.Host, "host", "127.0.0.1", "address the NATS server listens on")
-	f.IntVar(&opts.Port, "port", bus.DefaultBusPort, "NATS client port (-1: any free port)")
+	f.IntVar(&opts.Port, "port", bus.DefaultPort, "NATS client port (-1: any free port)")
 	f.IntVar(&opts.WebSocketPort, "ws-port", 0, "NATS WebSocket port for browser dashboards (0: off, -1: any free port)")
 	f.StringVar(&opts.ReadOnlyUser, "read-only-user", "", "add a read-only NATS user (subscribe to events, call replay/head)")
 	f.StringVar(&opts.ReadOnlyPassword, "read-only-password", "", "password of --read-only-user (env LEASELEDGER_READONLY_PASSWORD)")

@@ -61,8 +61,8 @@ const (
 	DefaultReplayChunkEvents = 1024
 	// DefaultReplayChunkBytes bounds the body of one replay reply.
 	DefaultReplayChunkBytes = 512 << 10
-	// DefaultBusPort is the client port `serve` listens on by default.
-	DefaultBusPort = 4248
+	// DefaultPort is the client port `serve` listens on by default.
+	DefaultPort = 4248
 	// RandomPort asks the bus to pick a free port (tests).
 	RandomPort = -1
 )
@@ -72,7 +72,7 @@ type Options struct {
 	// Host to listen on; 127.0.0.1 when empty. Loopback by default: the bus
 	// is for the local host and its dashboards.
 	Host string
-	// Port to listen on; DefaultBusPort when zero, RandomPort for any free port.
+	// Port to listen on; DefaultPort when zero, RandomPort for any free port.
 	Port int
 	// WebSocketPort, when non-zero, also serves NATS over WebSocket (for
 	// browser dashboards) on Host; RandomPort for any free port.
@@ -128,7 +128,7 @@ func Start(l *ledger.Ledger, opts Options) (*Bus, error) {
 		opts.Host = "127.0.0.1"
 	}
 	if opts.Port == 0 {
-		opts.Port = DefaultBusPort
+		opts.Port = DefaultPort
 	}
 	if opts.ReplayChunkEvents <= 0 {
 		opts.ReplayChunkEvents = DefaultReplayChunkEvents

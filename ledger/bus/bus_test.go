@@ -316,14 +316,36 @@ func TestReplyInjectionRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = watcher.Flush()
-	for _, opts := range [][]nats.Option{nil, bus.UserOptions("dash", "pw"), bus.UserOptions("w", "pw2")} {
+	ctx := context.Background()
+	for i, opts := range [][]nats.Option{nil, bus.UserOptions("dash", "pw"), bus.UserOptions("w", "pw2")} {
 		nc := connect(t, b.ClientURL(), append(opts, nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))...)
 		for _, subj := range []string{bus.ReplaySubject, bus.HeadSubject, bus.AppendSubject} {
 			_ = nc.PublishRequest(subj, events.Subject("lease.revoked", "act-9"), []byte(`{"from":1}`))
 		}
-		_ = nc.Flush()
+		// A barrier instead of a wait: each API subject is served in order,
+		// so once a proper request on it is answered, the injected one
+		// before it has been handled (and anything it published was sent
+		// before that answer).
+		c := bus.NewClient(nc)
+		if _, err := c.Head(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Replay(ctx, 1, 1, bus.TailFilter{}, func(ledger.Seq, []byte) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if i == 2 { // only the writer may call append at all
+			if _, err := c.Append(ctx, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
-	if m, err := sub.NextMsg(500 * time.Millisecond); err == nil {
+	// A round trip from the watcher: everything the server sent it before
+	// is in the subscription's queue now.
+	if err := watcher.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if n, _, _ := sub.Pending(); n != 0 {
+		m, _ := sub.NextMsg(0)
 		t.Fatalf("the ledger published %q on an event subject at a requester's bidding", m.Subject)
 	}
 	if l.Head().Seq != 5 {
@@ -358,7 +380,7 @@ func TestEmptyPasswordsRefused(t *testing.T) {
 		o.Port = bus.RandomPort
 		if b, err := bus.Start(l, o); err == nil {
 			b.Close()
-			t.Fatalf("StartBus(%+v) accepted", o)
+			t.Fatalf("Start(%+v) accepted", o)
 		}
 	}
 }

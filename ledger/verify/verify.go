@@ -46,7 +46,7 @@ const (
 	// FaultIndex: a secondary index entry points to an event that does not
 	// carry that activation, session or kind.
 	FaultIndex Fault = "index"
-	// FaultAnchor: the chain does not contain an anchor head given to Verify
+	// FaultAnchor: the chain does not contain an anchor head given in Options
 	// (it was rewritten or truncated after the anchor was recorded).
 	FaultAnchor Fault = "anchor"
 	// FaultCheckpoint: the log does not match a signed checkpoint given in
