@@ -91,19 +91,19 @@ func (l *lease) call(ctx context.Context, req CallRequest, args []byte) (*mcp.Ca
 	transportFailed := false
 	switch {
 	case err == nil:
-		fin.Outcome = "ok"
+		fin.Outcome = events.CallOK
 		if res.IsError {
-			fin.Outcome = "tool_error"
+			fin.Outcome = events.CallToolError
 		}
 		if b, merr := json.Marshal(res); merr == nil {
 			s := sha256.Sum256(b)
 			fin.ResultBytes, fin.ResultSHA256 = int64(len(b)), hex.EncodeToString(s[:])
 		}
 	case ctx.Err() != nil:
-		fin.Outcome = "cancelled"
+		fin.Outcome = events.CallCancelled
 		callErr = newErr("call", &l.key, ErrCallFailed, ctx.Err())
 	default:
-		fin.Outcome = "transport_error"
+		fin.Outcome = events.CallTransportError
 		var we *jsonrpc.Error
 		transportFailed = !errors.As(err, &we) || we.Code == -32003 || we.Code == -32004
 		callErr = newErr("call", &l.key, ErrCallFailed, nil)

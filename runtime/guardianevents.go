@@ -79,16 +79,20 @@ func guardianCleanupDrafts(activation, session, server string, r guardian.Cleanu
 		}
 		return append(out, d(p))
 	}
-	reason := string(r.Reason)
+	// The guardian's reasons map one to one onto the recorded ones; a
+	// receipt that does not belong to this child, or a reason the guardian
+	// added later, is recorded as a lost receipt (never as confirmed).
+	reason := events.LostReceipt
 	switch {
 	case rc != nil && !correlated:
-		reason = string(guardian.ReasonReceiptLost)
-	case r.Reason == guardian.ReasonDeadline, r.Reason == guardian.ReasonHelperLost,
-		r.Reason == guardian.ReasonPipesClosed, r.Reason == guardian.ReasonReceiptLost:
-	default:
-		reason = string(guardian.ReasonReceiptLost)
+	case r.Reason == guardian.ReasonDeadline:
+		reason = events.LostDeadline
+	case r.Reason == guardian.ReasonHelperLost:
+		reason = events.LostHelper
+	case r.Reason == guardian.ReasonPipesClosed:
+		reason = events.LostPipesClosed
 	}
-	return append(out, d(&events.GuardianLost{Reason: events.LostReason(reason), TargetPID: max(r.TargetPID, 0)}))
+	return append(out, d(&events.GuardianLost{Reason: reason, TargetPID: max(r.TargetPID, 0)}))
 }
 
 func clampCode(c int) int {

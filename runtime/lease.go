@@ -149,8 +149,8 @@ func (l *lease) start(ctx context.Context) error {
 	l.child = c
 	f := c.facts()
 	if err := m.emit(ctx, guardianStartedDraft(l.activation, l.key.session, l.key.server, f),
-		l.draft(&events.LeaseChildStarted{PID: f.TargetPID, GuardianPID: f.HelperPID, Cleanup: "verified"}),
-		l.draft(&events.ConnectionOpened{Transport: "stdio", Cleanup: "verified"})); err != nil {
+		l.draft(&events.LeaseChildStarted{PID: f.TargetPID, GuardianPID: f.HelperPID, Cleanup: events.CleanupVerified}),
+		l.draft(&events.ConnectionOpened{Transport: events.TransportStdio, Cleanup: events.CleanupVerified})); err != nil {
 		return fail("ledger_failed", ErrLedger, nil)
 	}
 	cs, err := m.client.Connect(ctx, &streamTransport{stream: c.stream(), wire: &l.wire}, &mcp.ClientSessionOptions{ProtocolVersion: ProtocolVersion})
@@ -198,7 +198,7 @@ func (l *lease) terminate(ctx context.Context, reason string) error {
 		budget := m.launchSpec(l).CleanupBudget() + time.Second
 		first := []events.Draft{l.draft(&events.LeaseTerminated{Reason: reason})}
 		if l.child != nil {
-			first = append(first, l.draft(&events.ConnectionPhase{Phase: "closing", BudgetNS: int64(budget)}))
+			first = append(first, l.draft(&events.ConnectionPhase{Phase: events.PhaseClosing, BudgetNS: int64(budget)}))
 		}
 		firstErr := m.emitFact(ctx, first...)
 		if l.child == nil {
@@ -211,7 +211,7 @@ func (l *lease) terminate(ctx context.Context, reason string) error {
 		// gone when close returns), supervisor = the guardian's verified
 		// cleanup of the child.
 		t0 := time.Now()
-		transport := "ok"
+		transport := events.BarrierOK
 		l.mu.Lock()
 		busy := l.inflight > 0
 		l.mu.Unlock()
@@ -225,7 +225,7 @@ func (l *lease) terminate(ctx context.Context, reason string) error {
 		}
 		if l.cs != nil {
 			if err := l.cs.Close(); err != nil && !errors.Is(err, mcp.ErrConnectionClosed) {
-				transport = "error"
+				transport = events.BarrierError
 			}
 		}
 		tTransport := time.Since(t0)
@@ -233,19 +233,19 @@ func (l *lease) terminate(ctx context.Context, reason string) error {
 		l.cleanup = l.child.close(cctx)
 		cancel()
 		elapsed := time.Since(t0)
-		supervisor := "ok"
+		supervisor := events.BarrierOK
 		switch {
 		case l.cleanup.Confirmed:
 		case l.cleanup.Reason == guardian.ReasonDeadline:
-			supervisor = "timeout"
+			supervisor = events.BarrierTimeout
 		default:
-			supervisor = "error"
+			supervisor = events.BarrierError
 		}
 		facts := guardianCleanupDrafts(l.activation, l.key.session, l.key.server, l.cleanup)
 		facts = append(facts,
-			l.draft(&events.ConnectionBarrier{Obligation: "transport", Outcome: events.BarrierOutcome(transport), ElapsedNS: int64(tTransport)}),
-			l.draft(&events.ConnectionBarrier{Obligation: "workers", Outcome: "ok", ElapsedNS: int64(elapsed)}),
-			l.draft(&events.ConnectionBarrier{Obligation: "supervisor", Outcome: events.BarrierOutcome(supervisor), ElapsedNS: int64(elapsed)}),
+			l.draft(&events.ConnectionBarrier{Obligation: events.ObligationTransport, Outcome: transport, ElapsedNS: int64(tTransport)}),
+			l.draft(&events.ConnectionBarrier{Obligation: events.ObligationWorkers, Outcome: events.BarrierOK, ElapsedNS: int64(elapsed)}),
+			l.draft(&events.ConnectionBarrier{Obligation: events.ObligationSupervisor, Outcome: supervisor, ElapsedNS: int64(elapsed)}),
 			l.draft(&events.ConnectionClosed{ElapsedNS: int64(elapsed)}))
 		l.termErr = errors.Join(firstErr, m.emitFact(ctx, facts...))
 	})
