@@ -29,7 +29,9 @@ import (
 // its zero value is ready.
 //
 // A payload returned by the fast path is reused by the next decode of the
-// same kind: callers copy what they keep and never retain the payload.
+// same kind: callers copy what they keep and never retain the payload
+// itself. What its fields point to (an *Instant, a []int, a string) is
+// never reused and may be kept.
 type Decoder struct {
 	scratch  []reflect.Value
 	names    map[string]string
@@ -101,7 +103,7 @@ type fieldInfo struct {
 }
 
 type codec struct {
-	idx    int // index into State.scratch
+	idx    int // index into Decoder.scratch
 	typ    reflect.Type
 	fields []fieldInfo
 }
@@ -210,10 +212,7 @@ func (c *codec) decode(d *Decoder, data []byte) (Payload, bool) {
 	if len(data) < 2 || data[0] != '{' || data[len(data)-1] != '}' {
 		return nil, false
 	}
-	i, fi := 1, 0
-	if data[1] == '}' {
-		i = 2
-	}
+	i, fi := 1, 0 // "{}" ends the loop at once; "{}" followed by more fails below
 	for i < len(data)-1 {
 		if i > 1 {
 			if data[i] != ',' {
@@ -331,10 +330,23 @@ func hasPrefixAt(b []byte, i int, p string) bool {
 	return true
 }
 
-// plainBytes reads a JSON string starting at b[i] that has no escapes;
-// it returns the string's bytes (aliasing b) and the index after it. Raw
-// control characters are not looked for: the canonical encoder escapes
-// them, and bytes that are not canonical are the verifier's finding.
+// plainByte marks the bytes encoding/json writes as themselves inside a
+// string: printable ASCII except the quote, the backslash and the three
+// bytes it escapes for HTML safety (<, >, &). Everything else — control
+// bytes, escapes, and all non-ASCII (which may be invalid UTF-8 or U+2028
+// and U+2029, both escaped) — sends the string to the strict decoder.
+var plainByte = func() (t [256]bool) {
+	for c := 0x20; c < 0x7f; c++ {
+		t[c] = true
+	}
+	for _, c := range `"\<>&` {
+		t[c] = false
+	}
+	return t
+}()
+
+// plainBytes reads a JSON string starting at b[i] made of plainByte bytes
+// only; it returns the string's bytes (aliasing b) and the index after it.
 func plainBytes(b []byte, i int) ([]byte, int, bool) {
 	if i >= len(b) || b[i] != '"' {
 		return nil, 0, false
@@ -344,8 +356,10 @@ func plainBytes(b []byte, i int) ([]byte, int, bool) {
 		return nil, 0, false
 	}
 	s := b[i+1 : i+1+j]
-	if bytes.IndexByte(s, '\\') >= 0 {
-		return nil, 0, false
+	for _, c := range s {
+		if !plainByte[c] {
+			return nil, 0, false
+		}
 	}
 	return s, i + 2 + j, true
 }
@@ -472,7 +486,13 @@ func (d *Decoder) fast(raw []byte, h *Header) (Payload, bool) {
 	if i+ulid.EncodedSize > len(raw) {
 		return nil, false
 	}
-	if _, err := ulid.ParseStrict(string(raw[i : i+ulid.EncodedSize])); err != nil {
+	id := raw[i : i+ulid.EncodedSize]
+	for _, c := range id { // the canonical form is uppercase; ParseStrict also takes lowercase
+		if !('0' <= c && c <= '9' || 'A' <= c && c <= 'Z') {
+			return nil, false
+		}
+	}
+	if _, err := ulid.ParseStrict(string(id)); err != nil {
 		return nil, false
 	}
 	i += ulid.EncodedSize

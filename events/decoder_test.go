@@ -113,15 +113,81 @@ func TestDecoderFallsBackToStrict(t *testing.T) {
 	}
 }
 
+// mutants are canonical events altered in ways the strict decoder refuses
+// and a careless fast path would read: a leading empty object in data,
+// bytes encoding/json escapes, a lowercase ULID, invalid UTF-8.
+func mutants(t testing.TB) [][]byte {
+	var raw []byte // the first example with a free-text field
+	for _, r := range sealExamples(t) {
+		if bytes.Contains(r, []byte(`"origin":"`)) {
+			raw = r
+			break
+		}
+	}
+	var out [][]byte
+	swap := func(old, new string) {
+		if m := bytes.Replace(raw, []byte(old), []byte(new), 1); !bytes.Equal(m, raw) {
+			out = append(out, m)
+		}
+	}
+	swap(`"data":{`, `"data":{},`)
+	swap(`"data":{"`, `"data":{}"`)
+	swap(`"origin":"`, `"origin":"<&>`)
+	swap(`"origin":"`, "\"origin\":\"\x01")
+	swap(`"origin":"`, "\"origin\":\"\u2028")
+	swap(`"origin":"`, "\"origin\":\"\xff")
+	i := bytes.Index(raw, []byte(`"id":"`)) + len(`"id":"`)
+	lower := bytes.Clone(raw)
+	copy(lower[i:], bytes.ToLower(raw[i:i+26]))
+	if !bytes.Equal(lower, raw) {
+		out = append(out, lower)
+	}
+	if len(out) < 6 {
+		t.Fatalf("only %d mutants: the first example changed shape", len(out))
+	}
+	return out
+}
+
+// The mutants are refused by the strict decoder and by the Decoder alike.
+func TestDecoderRefusesWhatStrictRefuses(t *testing.T) {
+	var d events.Decoder
+	for _, m := range mutants(t) {
+		if _, err := events.Decode(m); err == nil {
+			t.Fatalf("strict decoder accepted mutant %q", m)
+		}
+		agree(t, &d, m, false)
+	}
+}
+
 // FuzzDecoderMatchesStrict mutates canonical events: whatever the strict
 // decoder accepts, the fast path declines or reads identically, and the
 // Decoder never accepts what the strict decoder refuses. It never panics.
 func FuzzDecoderMatchesStrict(f *testing.F) {
-	for _, raw := range sealExamples(f) {
+	for _, raw := range append(sealExamples(f), mutants(f)...) {
 		f.Add(raw)
 	}
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		var d events.Decoder
 		agree(t, &d, raw, false)
+	})
+}
+
+// FuzzWarmDecoderMatchesStrict is the same property for a Decoder whose
+// caches (interned names, last identities, cached day, scratch payloads)
+// are warm: every example is decoded first, then the input.
+func FuzzWarmDecoderMatchesStrict(f *testing.F) {
+	examples := sealExamples(f)
+	for _, raw := range append(examples, mutants(f)...) {
+		f.Add(raw)
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		var d events.Decoder
+		for _, ex := range examples {
+			agree(t, &d, ex, true)
+		}
+		agree(t, &d, raw, false)
+		for _, ex := range examples { // and the caches still give the right answers after it
+			agree(t, &d, ex, true)
+		}
 	})
 }

@@ -36,9 +36,12 @@ func (e *FieldError) Unwrap() error { return ErrInvalid }
 
 func invalid(field, reason string) error { return &FieldError{Field: field, Reason: reason} }
 
+// IDRule is the identifier rule as error messages and docs state it.
+const IDRule = "[A-Za-z0-9_-]{1,128}"
+
 // ValidID reports whether s is a valid activation, session or server
-// identifier: [A-Za-z0-9_-]{1,128}. Such identifiers become NATS subject
-// tokens, so nothing else is accepted.
+// identifier: [IDRule]. Such identifiers become NATS subject tokens, so
+// nothing else is accepted.
 func ValidID(s string) bool { return matchClass(s, 1, MaxIDLen, isIDByte) }
 
 // ValidToolName reports whether s is a valid MCP tool name as the host names
@@ -87,7 +90,7 @@ func isToolByte(c byte) bool { return isIDByte(c) || c == '.' || c == '/' }
 func validateIDs(activation, session, server string) error {
 	for _, f := range [...]struct{ name, v string }{{"activation", activation}, {"session", session}, {"server", server}} {
 		if f.v != "" && !ValidID(f.v) {
-			return invalid(f.name, "want [A-Za-z0-9_-]{1,128}")
+			return invalid(f.name, "want "+IDRule)
 		}
 	}
 	if activation == NoActivation {
@@ -154,7 +157,7 @@ func optCode(field, v string) error {
 
 func id(field, v string) error {
 	if !ValidID(v) {
-		return invalid(field, "want [A-Za-z0-9_-]{1,128}")
+		return invalid(field, "want "+IDRule)
 	}
 	return nil
 }

@@ -1,5 +1,7 @@
 package events
 
+import "strings"
+
 // Closed value sets. Every payload field whose values form a closed set has
 // a named type here, with one constant per value and a Valid method;
 // producers, the projector and the generator use the constants, and the
@@ -24,6 +26,9 @@ func (v Cleanup) Valid() bool {
 	return false
 }
 
+// values lists the Cleanup values in catalogue order.
+func (Cleanup) values() []Cleanup { return []Cleanup{CleanupVerified, CleanupBestEffort} }
+
 // PoisonReason is why a lease was poisoned before a call.
 type PoisonReason string
 
@@ -40,6 +45,11 @@ func (v PoisonReason) Valid() bool {
 		return true
 	}
 	return false
+}
+
+// values lists the PoisonReason values in catalogue order.
+func (PoisonReason) values() []PoisonReason {
+	return []PoisonReason{PoisonNameMismatch, PoisonDigestMismatch}
 }
 
 // CallOutcome is how a tools/call ended.
@@ -62,6 +72,11 @@ func (v CallOutcome) Valid() bool {
 	return false
 }
 
+// values lists the CallOutcome values in catalogue order.
+func (CallOutcome) values() []CallOutcome {
+	return []CallOutcome{CallOK, CallToolError, CallTransportError, CallCancelled}
+}
+
 // RequestMethod is the MCP method of a resource request.
 type RequestMethod string
 
@@ -79,6 +94,11 @@ func (v RequestMethod) Valid() bool {
 		return true
 	}
 	return false
+}
+
+// values lists the RequestMethod values in catalogue order.
+func (RequestMethod) values() []RequestMethod {
+	return []RequestMethod{MethodListResources, MethodListResourceTemplates, MethodReadResource}
 }
 
 // RequestOutcome is how a resource request ended.
@@ -100,6 +120,11 @@ func (v RequestOutcome) Valid() bool {
 	return false
 }
 
+// values lists the RequestOutcome values in catalogue order.
+func (RequestOutcome) values() []RequestOutcome {
+	return []RequestOutcome{RequestOK, RequestError, RequestTimeout}
+}
+
 // Delivery is whether a message was accepted or delivered, as far as the host can tell.
 type Delivery string
 
@@ -119,6 +144,9 @@ func (v Delivery) Valid() bool {
 	return false
 }
 
+// values lists the Delivery values in catalogue order.
+func (Delivery) values() []Delivery { return []Delivery{DeliveryYes, DeliveryNo, DeliveryUnknown} }
+
 // Remote is what is known of remote execution after a cancel: never a rollback promise.
 type Remote string
 
@@ -135,6 +163,9 @@ func (v Remote) Valid() bool {
 	}
 	return false
 }
+
+// values lists the Remote values in catalogue order.
+func (Remote) values() []Remote { return []Remote{RemoteUnknown} }
 
 // Transport is a connection's transport.
 type Transport string
@@ -154,6 +185,9 @@ func (v Transport) Valid() bool {
 	return false
 }
 
+// values lists the Transport values in catalogue order.
+func (Transport) values() []Transport { return []Transport{TransportStdio, TransportHTTP} }
+
 // Phase is a connection's close phase as recorded by connection.phase.
 type Phase string
 
@@ -171,6 +205,9 @@ func (v Phase) Valid() bool {
 	}
 	return false
 }
+
+// values lists the Phase values in catalogue order.
+func (Phase) values() []Phase { return []Phase{PhaseClosing, PhaseClosed} }
 
 // Obligation is one of the separately confirmed obligations of a connection close.
 type Obligation string
@@ -190,6 +227,11 @@ func (v Obligation) Valid() bool {
 		return true
 	}
 	return false
+}
+
+// values lists the Obligation values in catalogue order.
+func (Obligation) values() []Obligation {
+	return []Obligation{ObligationTransport, ObligationWorkers, ObligationSupervisor, ObligationHTTPRequests}
 }
 
 // BarrierOutcome is what a close barrier observed for one obligation.
@@ -214,6 +256,11 @@ func (v BarrierOutcome) Valid() bool {
 	return false
 }
 
+// values lists the BarrierOutcome values in catalogue order.
+func (BarrierOutcome) values() []BarrierOutcome {
+	return []BarrierOutcome{BarrierOK, BarrierError, BarrierTimeout, BarrierMissing, BarrierUnsupported, BarrierPending}
+}
+
 // Signal is a signal the guardian's cleanup sequence sends.
 type Signal string
 
@@ -231,6 +278,9 @@ func (v Signal) Valid() bool {
 	}
 	return false
 }
+
+// values lists the Signal values in catalogue order.
+func (Signal) values() []Signal { return []Signal{SignalTERM, SignalKILL} }
 
 // LostReason is why a guardian's cleanup evidence is incomplete.
 type LostReason string
@@ -250,6 +300,11 @@ func (v LostReason) Valid() bool {
 		return true
 	}
 	return false
+}
+
+// values lists the LostReason values in catalogue order.
+func (LostReason) values() []LostReason {
+	return []LostReason{LostReceipt, LostHelper, LostPipesClosed, LostDeadline}
 }
 
 // HTTPMethod is the method of a tracked HTTP request.
@@ -274,6 +329,11 @@ func (v HTTPMethod) Valid() bool {
 	return false
 }
 
+// values lists the HTTPMethod values in catalogue order.
+func (HTTPMethod) values() []HTTPMethod {
+	return []HTTPMethod{HTTPGet, HTTPPost, HTTPDelete, HTTPPut, HTTPPatch, HTTPHead}
+}
+
 // HTTPOutcome is how a tracked HTTP request completed.
 type HTTPOutcome string
 
@@ -292,6 +352,11 @@ func (v HTTPOutcome) Valid() bool {
 		return true
 	}
 	return false
+}
+
+// values lists the HTTPOutcome values in catalogue order.
+func (HTTPOutcome) values() []HTTPOutcome {
+	return []HTTPOutcome{HTTPOK, HTTPError, HTTPTimeout, HTTPAborted}
 }
 
 // HTTPBarrierOutcome is what an HTTP completion barrier observed.
@@ -314,13 +379,28 @@ func (v HTTPBarrierOutcome) Valid() bool {
 	return false
 }
 
-// member validates that v is a member of its closed set.
+// values lists the HTTPBarrierOutcome values in catalogue order.
+func (HTTPBarrierOutcome) values() []HTTPBarrierOutcome {
+	return []HTTPBarrierOutcome{HTTPBarrierOK, HTTPBarrierError, HTTPBarrierTimeout, HTTPBarrierUnsupported}
+}
+
+// member validates that v is a member of its closed set; the message lists
+// the set from its constants.
 func member[T interface {
 	~string
 	Valid() bool
-}](field string, v T, allowed string) error {
-	if !v.Valid() {
-		return invalid(field, "want one of "+allowed)
+	values() []T
+}](field string, v T) error {
+	if v.Valid() {
+		return nil
 	}
-	return nil
+	var b strings.Builder
+	b.WriteString("want one of ")
+	for i, x := range v.values() {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(string(x))
+	}
+	return invalid(field, b.String())
 }

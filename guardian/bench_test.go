@@ -14,8 +14,8 @@ import (
 // BenchmarkRelayVsDirect measures, in one run, the same echo target reached
 // through the guardian and through a direct pipe: bulk throughput and the
 // round-trip latency of one small newline-delimited message. It reports
-// both sides and their ratios; the goal is throughput ≥ 0.5 of direct and
-// an added round-trip under 100 µs.
+// both sides and their ratios; the targets are throughput of at least half
+// of direct and an added round-trip under 100 µs.
 //
 //	go test -run '^$' -bench RelayVsDirect -benchtime 3x ./guardian/
 func BenchmarkRelayVsDirect(b *testing.B) {

@@ -21,7 +21,7 @@ import (
 // guardian relay) against a plain go-sdk client over CommandTransport
 // calling the same tool on the same server (server-everything's echo), in
 // one run, interleaved in chunks so machine noise hits both alike. It
-// reports both latencies and their ratio (goal ≤ 1.25), plus the lease
+// reports both latencies and their ratio (target: at most 1.25), plus the lease
 // path with events validated and encoded but not written (prepareOnly), to
 // separate the two durable appends per call from the rest.
 //

@@ -71,7 +71,12 @@ func (l *lease) call(ctx context.Context, req CallRequest, args []byte) (*mcp.Ca
 	l.mu.Unlock()
 
 	argSum := sha256.Sum256(args)
-	err := m.emit(ctx, l.draft(&events.CallAdmitted{CallID: callID, Tool: req.Tool, Digest: req.Digest}))
+	// The admission is appended detached from the caller's cancellation
+	// (bounded by factTimeout): an append abandoned halfway can still
+	// become durable (the appender reports it in doubt), and a durable
+	// call.admitted must always be followed by its call.finished. A caller
+	// that gives up meanwhile sees its call finish as cancelled.
+	err := m.emitFact(ctx, l.draft(&events.CallAdmitted{CallID: callID, Tool: req.Tool, Digest: req.Digest}))
 	l.admitting.Done()
 	t0 := m.opts.Now()
 	var res *mcp.CallToolResult

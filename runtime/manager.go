@@ -52,9 +52,13 @@ const (
 )
 
 // Appender appends events durably and returns their seqs; it returns only
-// once they are durable, or an error when nothing of the call was written.
-// *ledger.Ledger implements it, and so can a remote appender: the runtime
-// names no ledger type.
+// once they are durable. An error means either that nothing of the call
+// was written or, when the append was abandoned after it was handed over
+// (a cancelled wait, a lost reply), that it is in doubt: it may be durable.
+// The runtime therefore appends every record it must pair with a later one
+// (a call's admission) detached from the caller's cancellation.
+// *ledger.Ledger implements it, and so does the remote bus appender: the
+// runtime names no ledger type.
 type Appender interface {
 	Append(ctx context.Context, drafts ...events.Draft) ([]events.Seq, error)
 }

@@ -18,7 +18,7 @@ import (
 	"github.com/leaseledger/leaseledger/projector"
 )
 
-// Regression tests for defects found in review of the lease manager, with
+// Regression tests for past defects of the lease manager, with
 // real guardian-run children. Each names the behaviour it pins down; the
 // policy tests (policy_test.go) cover the same paths with fake children.
 
