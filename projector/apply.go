@@ -109,6 +109,11 @@ func (s *State) apply(e *event) {
 		}
 		a.LastSeq = e.seq
 		a.Events++
+		switch e.payload.(type) {
+		case *events.LeaseAcquiring, *events.LeaseAcquireFailed:
+		default:
+			a.Started = true
+		}
 	}
 	switch p := e.payload.(type) {
 	// lease and call
@@ -125,6 +130,12 @@ func (s *State) apply(e *event) {
 			l.ReadyAt = events.Instant{Time: e.time}
 		}
 	case *events.LeaseAcquireFailed:
+		if a != nil && a.Refused == "" {
+			a.Refused = p.Reason
+		}
+		if _, acquiring := s.leaseOf[e.activation]; !acquiring && e.activation != "" {
+			break // refused before acquiring (the live-lease cap): no lease to end
+		}
 		if l := s.leaseFor(e); l != nil {
 			s.endLease(l, e, p.Reason)
 		}

@@ -81,6 +81,10 @@ type ObligationReport struct {
 const (
 	ResultConfirmed   = "confirmed"
 	ResultUnconfirmed = "unconfirmed"
+	// ResultNeverStarted is the verdict of an activation whose acquisition
+	// was refused or failed before anything was started: no resource, so
+	// no cleanup to confirm.
+	ResultNeverStarted = "never_started"
 )
 
 // CloseReport is the retained version-1 result of closing an activation's

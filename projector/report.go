@@ -13,7 +13,7 @@ type ActivationReport struct {
 	FirstSeq   uint64 `json:"first_seq"`
 	LastSeq    uint64 `json:"last_seq"`
 	Events     uint64 `json:"events"`
-	// Verdict is ResultConfirmed or ResultUnconfirmed.
+	// Verdict is ResultConfirmed, ResultUnconfirmed or ResultNeverStarted.
 	Verdict        string              `json:"verdict"`
 	Reasons        []string            `json:"reasons,omitempty"`
 	ReasonsOmitted int                 `json:"reasons_omitted,omitempty"`
@@ -50,7 +50,10 @@ func (s *State) Report(id string) (ActivationReport, bool) {
 // Verdict returns the verdict of activation id and every reason (at most
 // MaxReasons, then the number omitted) it is not confirmed. An activation
 // is confirmed only by its retained close report; without one it is
-// unconfirmed ("not_closed"), with the reasons the report would list now.
+// unconfirmed ("not_closed"), with the reasons the report would list now —
+// unless all it ever recorded is an acquisition refused or failed before
+// anything started (a cap refusal, a missing command): that is
+// ResultNeverStarted, a fact with no cleanup obligation.
 func (s *State) Verdict(id string) (verdict string, reasons []string, omitted int) {
 	a, ok := s.activations[id]
 	if !ok {
@@ -62,6 +65,9 @@ func (s *State) Verdict(id string) (verdict string, reasons []string, omitted in
 func (s *State) verdict(a *Activation) (string, []string, int) {
 	if r := a.Connection.Report; r != nil {
 		return r.Result, append([]string(nil), r.Reasons...), r.Omitted
+	}
+	if a.Refused != "" && !a.Started {
+		return ResultNeverStarted, []string{"never_started: lease.acquire_failed (" + a.Refused + "), nothing was started"}, 0
 	}
 	var rs reasons
 	rs.add("not_closed: no close report retained (phase " + string(a.Connection.Phase) + ")")

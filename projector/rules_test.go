@@ -475,9 +475,13 @@ func TestOutOfOrderAndUndecodable(t *testing.T) {
 func TestSnapshotFormat(t *testing.T) {
 	s := projector.New()
 	b, _ := projector.Marshal(s)
-	old := bytes.Replace(b, []byte(`"version":1`), []byte(`"version":0`), 1)
+	current := []byte(`"version":` + strconv.Itoa(projector.SnapshotVersion))
+	if !bytes.Contains(b, current) {
+		t.Fatalf("snapshot without %s", current)
+	}
+	old := bytes.Replace(b, current, []byte(`"version":1`), 1) // the layout before never-started activations
 	var fe *projector.FormatError
-	if _, err := projector.Unmarshal(old); !errors.As(err, &fe) || !errors.Is(err, projector.ErrSnapshotFormat) || fe.Version != 0 {
+	if _, err := projector.Unmarshal(old); !errors.As(err, &fe) || !errors.Is(err, projector.ErrSnapshotFormat) || fe.Version != 1 {
 		t.Fatalf("old version: %v", err)
 	}
 	if _, err := projector.Unmarshal([]byte(`{"format":"other","version":1}`)); !errors.Is(err, projector.ErrSnapshotFormat) {
@@ -565,4 +569,48 @@ func TestGuardianReceiptForcedFacts(t *testing.T) {
 	c := eventgen.NewChain(t0)
 	env, raw := c.Seal(eventgen.D("act-1", r))
 	checkDecode(t, env, raw)
+}
+
+// A refusal at the live-lease cap (lease.acquire_failed with no acquiring)
+// and a spawn failure (acquiring, then acquire_failed) start nothing: their
+// verdict is never_started, not an unconfirmed cleanup, and the cap
+// refusal is no orphan-lease anomaly. Anything more makes the activation
+// started, judged by its close report; a snapshot keeps the distinction.
+func TestNeverStarted(t *testing.T) {
+	f := newFeed(t)
+	f.apply(
+		eventgen.D("act-cap", &events.LeaseAcquireFailed{Fingerprint: eventgen.Digest, Reason: "too_many_leases"}),
+		d("act-spawn", &events.LeaseAcquiring{KeySession: "s-1", Fingerprint: eventgen.Digest}),
+		d("act-spawn", &events.LeaseAcquireFailed{Fingerprint: eventgen.Digest, Reason: "spawn_failed", DurationNS: 5}),
+		d("act-init", &events.LeaseAcquiring{KeySession: "s-1", Fingerprint: eventgen.Digest}),
+		d("act-init", &events.GuardianStarted{GuardianPID: 6, TargetPID: 7, HelperVersion: "g/1"}),
+		d("act-init", &events.LeaseAcquireFailed{Fingerprint: eventgen.Digest, Reason: "initialize_failed", DurationNS: 5}),
+		d("act-pending", &events.LeaseAcquiring{KeySession: "s-1", Fingerprint: eventgen.Digest}),
+	)
+	check := func(s *projector.State) {
+		t.Helper()
+		for act, want := range map[string]string{"act-cap": projector.ResultNeverStarted, "act-spawn": projector.ResultNeverStarted,
+			"act-init": projector.ResultUnconfirmed, "act-pending": projector.ResultUnconfirmed} {
+			v, reasons, _ := s.Verdict(act)
+			if v != want {
+				t.Errorf("%s: verdict %s %v, want %s", act, v, reasons, want)
+			}
+			if want == projector.ResultNeverStarted && (len(reasons) != 1 || !strings.HasPrefix(reasons[0], "never_started:")) {
+				t.Errorf("%s: reasons %v", act, reasons)
+			}
+		}
+		if an := s.Anomalies(); an.OrphanLease != 0 {
+			t.Errorf("anomalies %+v", an)
+		}
+	}
+	check(f.s)
+	b, err := projector.Marshal(f.s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	restored, err := projector.Unmarshal(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(restored)
 }

@@ -15,7 +15,7 @@ import (
 // trusting an older layout half-way.
 const (
 	SnapshotFormat  = "leaseledger-projector"
-	SnapshotVersion = 1
+	SnapshotVersion = 2
 )
 
 // Errors of Unmarshal.
@@ -65,6 +65,8 @@ type activationWire struct {
 	Events     uint64       `json:"events"`
 	Evidence   evidenceWire `json:"evidence"`
 	Connection Connection   `json:"connection"`
+	Refused    string       `json:"refused,omitempty"`
+	Started    bool         `json:"started,omitempty"`
 }
 
 type evidenceWire struct {
@@ -89,7 +91,7 @@ func Marshal(s *State) ([]byte, error) {
 	for id, a := range s.activations {
 		ev := &a.Evidence
 		w.Activations[id] = &activationWire{Session: a.Session, Server: a.Server, FirstSeq: a.FirstSeq,
-			LastSeq: a.LastSeq, Events: a.Events, Connection: a.Connection,
+			LastSeq: a.LastSeq, Events: a.Events, Connection: a.Connection, Refused: a.Refused, Started: a.Started,
 			Evidence: evidenceWire{Resources: ev.open, Recent: ev.Recent(), Aggregates: ev.aggregates,
 				Confirmed: ev.confirmed, Frozen: ev.frozen, FrozenSeq: ev.frozenSeq, Late: ev.late, Anomalies: ev.anomalies}}
 	}
@@ -131,7 +133,7 @@ func Unmarshal(b []byte) (*State, error) {
 			return nil, corrupt("activation entry")
 		}
 		a := &Activation{ID: id, Session: aw.Session, Server: aw.Server, FirstSeq: aw.FirstSeq,
-			LastSeq: aw.LastSeq, Events: aw.Events, Connection: aw.Connection}
+			LastSeq: aw.LastSeq, Events: aw.Events, Connection: aw.Connection, Refused: aw.Refused, Started: aw.Started}
 		if a.Connection.Phase.rank() == 0 && a.Connection.Phase != PhaseActive {
 			return nil, corrupt("activation %s: phase", id)
 		}

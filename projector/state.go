@@ -293,6 +293,14 @@ type Activation struct {
 	Events     uint64
 	Evidence   Evidence
 	Connection Connection
+	// Refused is the reason of the activation's first lease.acquire_failed
+	// (a cap refusal, a spawn failure); with Started false it makes the
+	// activation never-started: a refusal with no cleanup obligation.
+	Refused string
+	// Started is set by any event other than lease.acquiring and
+	// lease.acquire_failed: from then on the activation may own resources
+	// and is judged by its close report like any other.
+	Started bool
 }
 
 // Anomalies counts events the projection could not attribute. They are

@@ -152,7 +152,7 @@ func auditOne(cmd *cobra.Command, a *app, l *ledger.Ledger, id string, asJSON bo
 	} else {
 		printReport(a.stdout, &out)
 	}
-	if rep.Verdict != projector.ResultConfirmed {
+	if rep.Verdict == projector.ResultUnconfirmed {
 		return &exitError{code: exitUnconfirmed, err: fmt.Errorf("activation %s: unconfirmed", id)}
 	}
 	return nil
@@ -263,13 +263,13 @@ func auditAll(cmd *cobra.Command, a *app, l *ledger.Ledger, asJSON bool, limit i
 	}
 	pb.update(done, head)
 	pb.finish()
-	out := auditAllOutput{Events: done, Verdicts: map[string]int{projector.ResultConfirmed: 0, projector.ResultUnconfirmed: 0},
+	out := auditAllOutput{Events: done, Verdicts: map[string]int{projector.ResultConfirmed: 0, projector.ResultUnconfirmed: 0, projector.ResultNeverStarted: 0},
 		Unconfirmed: []auditAllEntry{}, Anomalies: s.Anomalies()}
 	for _, id := range s.ActivationIDs() {
 		out.Activations++
 		v, reasons, _ := s.Verdict(id)
 		out.Verdicts[v]++
-		if v == projector.ResultConfirmed {
+		if v != projector.ResultUnconfirmed { // confirmed, or never started: no cleanup owed
 			continue
 		}
 		_, closed := s.CloseReport(id)
@@ -289,8 +289,9 @@ func auditAll(cmd *cobra.Command, a *app, l *ledger.Ledger, asJSON bool, limit i
 			return err
 		}
 	} else {
-		fmt.Fprintf(a.stdout, "events: %d\nactivations: %d\nconfirmed: %d\nunconfirmed: %d (not closed: %d)\n",
-			out.Events, out.Activations, out.Verdicts[projector.ResultConfirmed], out.Verdicts[projector.ResultUnconfirmed], out.NotClosed)
+		fmt.Fprintf(a.stdout, "events: %d\nactivations: %d\nconfirmed: %d\nunconfirmed: %d (not closed: %d)\nnever started: %d\n",
+			out.Events, out.Activations, out.Verdicts[projector.ResultConfirmed], out.Verdicts[projector.ResultUnconfirmed], out.NotClosed,
+			out.Verdicts[projector.ResultNeverStarted])
 		if an := out.Anomalies; an != (projector.Anomalies{}) {
 			fmt.Fprintf(a.stdout, "anomalies: unattributed %d, orphan lease events %d, orphan request events %d, unknown %d\n",
 				an.Unattributed, an.OrphanLease, an.OrphanRequest, an.Unknown)

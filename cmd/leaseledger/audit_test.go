@@ -115,3 +115,37 @@ func TestAudit(t *testing.T) {
 		t.Fatalf("no args: %+v", r)
 	}
 }
+
+// A refusal at the lease cap and a spawn failure are facts with no cleanup
+// obligation: `audit --all` counts them as never started and exits 0 when
+// everything else is confirmed; `audit <activation>` says so and exits 0.
+func TestAuditNeverStarted(t *testing.T) {
+	dir := t.TempDir()
+	l, err := ledger.Open(ledger.Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fp := auditDigest
+	_, err = l.Append(context.Background(),
+		events.Draft{Activation: "act-cap", Session: "s-1", Server: "github",
+			Payload: &events.LeaseAcquireFailed{Fingerprint: fp, Reason: "too_many_leases"}},
+		events.Draft{Activation: "act-spawn", Session: "s-1", Server: "missing",
+			Payload: &events.LeaseAcquiring{KeySession: "s-1", Fingerprint: fp}},
+		events.Draft{Activation: "act-spawn", Session: "s-1", Server: "missing",
+			Payload: &events.LeaseAcquireFailed{Fingerprint: fp, Reason: "spawn_failed", DurationNS: 1}})
+	if cerr := l.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	r := runCLI(t, ctx, "", "--data-dir", dir, "audit", "--all")
+	if r.code != 0 || !strings.Contains(r.stdout, "unconfirmed: 0 (not closed: 0)\nnever started: 2") {
+		t.Fatalf("audit --all: %+v", r)
+	}
+	r = runCLI(t, ctx, "", "--data-dir", dir, "audit", "act-spawn")
+	if r.code != 0 || !strings.Contains(r.stdout, "verdict: never_started") || !strings.Contains(r.stdout, "spawn_failed") {
+		t.Fatalf("audit act-spawn: %+v", r)
+	}
+}
