@@ -174,8 +174,9 @@ func (e *env) checkCleanupsConfirmed() {
 
 // auditEnvelopes is the audit run after every test: every activation that
 // started a guardian has a guardian.receipt and no guardian.lost, the
-// projector (replaying the events alone) says confirmed for each, and its
-// lease table has no live lease and no gate violation.
+// projector (replaying the events alone) says confirmed for each and
+// never_started for every other, and its lease table has no live lease and
+// no gate violation.
 func auditEnvelopes(t *testing.T, envs []events.Envelope) {
 	t.Helper()
 	started := map[string]bool{}
@@ -201,6 +202,13 @@ func auditEnvelopes(t *testing.T, envs []events.Envelope) {
 		}
 		if v, reasons, _ := st.Verdict(a); v != projector.ResultConfirmed {
 			t.Errorf("activation %s: audit verdict %s: %v", a, v, reasons)
+		}
+	}
+	// Every other activation (a cap refusal, a spawn failure) started
+	// nothing: the audit must say so, not count it as unconfirmed.
+	for _, a := range st.ActivationIDs() {
+		if v, reasons, _ := st.Verdict(a); !started[a] && v != projector.ResultNeverStarted && v != projector.ResultConfirmed {
+			t.Errorf("activation %s (no guardian started): audit verdict %s: %v", a, v, reasons)
 		}
 	}
 	for _, l := range st.Leases() {
