@@ -7,7 +7,8 @@
 // for committed batches, projection snapshots and the ledger's counters.
 //
 // Around it, and not linked by it: ledger/bus publishes committed events on
-// an embedded NATS server and serves replay, head and append over it;
+// an embedded NATS server and serves replay, head and append over it, whose
+// protocol and clients are ledger/busclient (which links no ledger);
 // ledger/verify re-checks a whole log and makes and checks signed
 // checkpoints; ledger/ledgermetrics exports Stats to Prometheus.
 //

@@ -10,8 +10,9 @@ import (
 
 	"github.com/leaseledger/leaseledger/events"
 	"github.com/leaseledger/leaseledger/ledger"
-	"github.com/leaseledger/leaseledger/ledger/bus"
+	"github.com/leaseledger/leaseledger/ledger/busclient"
 	"github.com/nats-io/nats.go"
+	"github.com/oklog/ulid/v2"
 	"github.com/spf13/cobra"
 )
 
@@ -51,7 +52,7 @@ instead of a data directory.`,
 					return err
 				}
 				defer nc.Close()
-				sink = natsSink{bus.NewClient(nc)}
+				sink = natsSink{busclient.NewClient(nc)}
 			} else {
 				l, err := ledger.Open(ledger.Options{Dir: a.dataDir, Logger: a.logger})
 				if err != nil {
@@ -73,23 +74,45 @@ instead of a data directory.`,
 
 // appendSink is where appended events go: a data directory or a bus.
 type appendSink interface {
-	append(ctx context.Context, lines [][]byte, drafts []events.Draft) ([]ledger.Ack, error)
+	append(ctx context.Context, lines [][]byte, drafts []events.Draft) ([]ack, error)
+}
+
+// ack is what a sink acknowledged for one durable event.
+type ack struct {
+	seq events.Seq
+	id  ulid.ULID
 }
 
 type ledgerSink struct{ l *ledger.Ledger }
 
-func (s ledgerSink) append(ctx context.Context, _ [][]byte, drafts []events.Draft) ([]ledger.Ack, error) {
-	return s.l.AppendAcks(ctx, drafts...)
+func (s ledgerSink) append(ctx context.Context, _ [][]byte, drafts []events.Draft) ([]ack, error) {
+	acks, err := s.l.AppendAcks(ctx, drafts...)
+	out := make([]ack, len(acks))
+	for i, a := range acks {
+		out[i] = ack{a.Seq, a.ID}
+	}
+	return out, err
 }
 
-type natsSink struct{ c *bus.Client }
+type natsSink struct{ c *busclient.Client }
 
-func (s natsSink) append(ctx context.Context, lines [][]byte, _ []events.Draft) ([]ledger.Ack, error) {
+func (s natsSink) append(ctx context.Context, lines [][]byte, _ []events.Draft) ([]ack, error) {
 	var body []byte
 	for _, l := range lines {
 		body = append(append(body, l...), '\n')
 	}
-	return s.c.Append(ctx, body)
+	acks, err := s.c.Append(ctx, body)
+	out := make([]ack, len(acks))
+	for i, a := range acks {
+		out[i] = ack{a.Seq, a.ID}
+	}
+	return out, err
+}
+
+// inDoubt reports whether a failed append may nevertheless have been
+// written: the ledger's or the bus's "in doubt" errors.
+func inDoubt(err error) bool {
+	return errors.Is(err, busclient.ErrInDoubt) || errors.Is(err, ledger.ErrUnacknowledged) || errors.Is(err, ledger.ErrFailed)
 }
 
 type appendJob struct {
@@ -121,11 +144,15 @@ func appendStream(parent context.Context, a *app, sink appendSink, concurrency, 
 				acks, err := sink.append(appendCtx, job.lines, job.drafts)
 				outMu.Lock()
 				if err != nil {
-					failures = append(failures, fmt.Errorf("lines %d–%d not appended: %w", job.firstLine, job.firstLine+len(job.lines)-1, err))
+					what := "not appended"
+					if inDoubt(err) {
+						what = "in doubt (they may or may not be in the log: read it to find out)"
+					}
+					failures = append(failures, fmt.Errorf("lines %d–%d %s: %w", job.firstLine, job.firstLine+len(job.lines)-1, what, err))
 					stopReading()
 				}
-				for _, ack := range acks {
-					fmt.Fprintf(out, "%d %s\n", ack.Seq, ack.ID)
+				for _, a := range acks {
+					fmt.Fprintf(out, "%d %s\n", a.seq, a.id)
 				}
 				// Flushed as soon as acknowledged: a reader of our stdout may
 				// treat every line it sees as durable.
@@ -261,7 +288,7 @@ func (c *natsCreds) connect(url string) (*nats.Conn, error) {
 	if pw == "" {
 		pw = getenv("LEASELEDGER_NATS_PASSWORD")
 	}
-	opts = append(opts, bus.UserOptions(c.user, pw)...)
+	opts = append(opts, busclient.UserOptions(c.user, pw)...)
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", url, err)

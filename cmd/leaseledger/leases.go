@@ -8,7 +8,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/leaseledger/leaseledger/ledger"
-	"github.com/leaseledger/leaseledger/ledger/bus"
+	"github.com/leaseledger/leaseledger/ledger/busclient"
 	"github.com/leaseledger/leaseledger/projector"
 	"github.com/spf13/cobra"
 )
@@ -40,7 +40,7 @@ stay in the table until their session ends; --live shows only live ones.`,
 					return err
 				}
 				defer nc.Close()
-				if _, err := bus.NewClient(nc).Replay(cmd.Context(), 1, 0, bus.TailFilter{}, apply); err != nil {
+				if _, err := busclient.NewClient(nc).Replay(cmd.Context(), 1, 0, busclient.TailFilter{}, apply); err != nil {
 					return err
 				}
 			} else if err := scanDataDir(cmd.Context(), a, apply); err != nil {

@@ -254,17 +254,17 @@ type failingSink struct {
 	next  uint64
 }
 
-func (s *failingSink) append(_ context.Context, _ [][]byte, drafts []events.Draft) ([]ledger.Ack, error) {
+func (s *failingSink) append(_ context.Context, _ [][]byte, drafts []events.Draft) ([]ack, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.calls++
 	if s.calls == 3 {
 		return nil, errors.New("refused by the sink")
 	}
-	acks := make([]ledger.Ack, len(drafts))
+	acks := make([]ack, len(drafts))
 	for i := range acks {
 		s.next++
-		acks[i] = ledger.Ack{Seq: ledger.Seq(s.next)}
+		acks[i] = ack{seq: events.Seq(s.next)}
 	}
 	return acks, nil
 }

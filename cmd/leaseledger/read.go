@@ -11,6 +11,7 @@ import (
 	"github.com/leaseledger/leaseledger/events"
 	"github.com/leaseledger/leaseledger/ledger"
 	"github.com/leaseledger/leaseledger/ledger/bus"
+	"github.com/leaseledger/leaseledger/ledger/busclient"
 	"github.com/leaseledger/leaseledger/ledger/verify"
 	"github.com/spf13/cobra"
 )
@@ -31,7 +32,7 @@ func newHeadCmd(a *app) *cobra.Command {
 					return err
 				}
 				defer nc.Close()
-				h, err := bus.NewClient(nc).Head(cmd.Context())
+				h, err := busclient.NewClient(nc).Head(cmd.Context())
 				if err != nil {
 					return err
 				}
@@ -74,17 +75,17 @@ duplicate; without it, it prints only events committed from now on.`,
 				return err
 			}
 			defer nc.Close()
-			c := bus.NewClient(nc)
+			c := busclient.NewClient(nc)
 			from := ledger.Seq(fromSeq)
 			if !cmd.Flags().Changed("from-seq") {
 				h, err := c.Head(cmd.Context())
 				if err != nil {
 					return err
 				}
-				from = ledger.Seq(h.Seq + 1)
+				from = h.Seq + 1
 			}
 			out := bufio.NewWriter(a.stdout)
-			err = c.Tail(cmd.Context(), from, bus.TailFilter{Kind: events.Kind(kind), Activation: activation},
+			err = c.Tail(cmd.Context(), from, busclient.TailFilter{Kind: events.Kind(kind), Activation: activation},
 				func(_ ledger.Seq, raw []byte) error {
 					out.Write(raw)
 					out.WriteByte('\n')
@@ -124,8 +125,8 @@ and prints them as JSON Lines. Unlike tail it stops at the end of the range
 			}
 			defer nc.Close()
 			out := bufio.NewWriterSize(a.stdout, 256<<10)
-			_, err = bus.NewClient(nc).Replay(cmd.Context(), ledger.Seq(from), ledger.Seq(to),
-				bus.TailFilter{Kind: events.Kind(kind), Activation: activation},
+			_, err = busclient.NewClient(nc).Replay(cmd.Context(), ledger.Seq(from), ledger.Seq(to),
+				busclient.TailFilter{Kind: events.Kind(kind), Activation: activation},
 				func(_ ledger.Seq, raw []byte) error {
 					out.Write(raw)
 					return out.WriteByte('\n')

@@ -177,6 +177,22 @@ func TestRuntimeDependencies(t *testing.T) {
 	}
 }
 
+// The bus client links neither the NATS server, nor the storage engine, nor
+// metrics, nor the log: a host that appends to a running serve over NATS
+// needs only the client side of the protocol.
+func TestBusClientDependencies(t *testing.T) {
+	for _, dep := range goList(t, "-deps", "./ledger/busclient") {
+		for _, banned := range []string{"nats-server", "cockroachdb/pebble", "prometheus"} {
+			if strings.Contains(dep, banned) {
+				t.Errorf("ledger/busclient depends on %s", dep)
+			}
+		}
+		if dep == module+"/ledger" || strings.HasPrefix(dep, module+"/ledger/") && dep != module+"/ledger/busclient" {
+			t.Errorf("ledger/busclient depends on %s", dep)
+		}
+	}
+}
+
 // The guardian helper binary links the wire and helper packages, never the
 // host side.
 func TestGuardianHelperDependencies(t *testing.T) {

@@ -11,30 +11,20 @@ import (
 
 	"github.com/leaseledger/leaseledger/events"
 	"github.com/leaseledger/leaseledger/ledger"
+	"github.com/leaseledger/leaseledger/ledger/busclient"
 	"github.com/nats-io/nats.go"
 )
 
-// The request/reply API. Each handler answers only inbox reply subjects
+// The request/reply API, whose subjects, headers and bodies package
+// ledger/busclient defines. Each handler answers only inbox reply subjects
 // (the API's connection may publish nowhere else), bounds its own work and
-// reports failures in HeaderError with static text that never echoes the
-// request.
-
-// ReplayRequest is the JSON body of a request on ReplaySubject. From and To
-// are inclusive (To 0: the head at the time of the request). Kind and
-// Activation filter. The reply holds at most one chunk; ask again from
-// HeaderNext until HeaderEnd is "true".
-type ReplayRequest struct {
-	From       uint64      `json:"from"`
-	To         uint64      `json:"to,omitempty"`
-	Kind       events.Kind `json:"kind,omitempty"`
-	Activation string      `json:"activation,omitempty"`
-	MaxEvents  int         `json:"max_events,omitempty"`
-}
+// reports failures in busclient.HeaderError with static text that never
+// echoes the request.
 
 // MaxReplayScan bounds the events one replay request may examine: a chunk
 // ends there even if it holds fewer than the chunk bounds (the client asks
-// again from HeaderNext), so no request can keep the responder busy for
-// long.
+// again from busclient.HeaderNext), so no request can keep the responder
+// busy for long.
 const MaxReplayScan = 64 << 10
 
 // errChunkFull stops a chunk's scan.
@@ -45,15 +35,15 @@ func (b *Bus) serveReplay(m *nats.Msg) {
 		return
 	}
 	reply := nats.NewMsg(m.Reply)
-	var req ReplayRequest
+	var req busclient.ReplayRequest
 	if err := strictJSON(m.Data, &req); err != nil {
-		reply.Header.Set(HeaderError, "malformed replay request")
+		reply.Header.Set(busclient.HeaderError, "malformed replay request")
 		_ = m.RespondMsg(reply)
 		return
 	}
-	q := ledger.Query{From: ledger.Seq(req.From), To: ledger.Seq(req.To), Kind: req.Kind, Activation: req.Activation}
+	q := ledger.Query{From: req.From, To: req.To, Kind: req.Kind, Activation: req.Activation}
 	if err := q.Validate(); err != nil {
-		reply.Header.Set(HeaderError, "invalid replay request: "+err.Error())
+		reply.Header.Set(busclient.HeaderError, "invalid replay request: "+err.Error())
 		_ = m.RespondMsg(reply)
 		return
 	}
@@ -93,7 +83,7 @@ func (b *Bus) serveReplay(m *nats.Msg) {
 	})
 	end := err == nil
 	if err != nil && !errors.Is(err, errChunkFull) {
-		reply.Header.Set(HeaderError, "replay failed")
+		reply.Header.Set(busclient.HeaderError, "replay failed")
 		b.opts.Logger.Error("bus: replay", "err", err)
 		_ = m.RespondMsg(reply)
 		return
@@ -102,16 +92,10 @@ func (b *Bus) serveReplay(m *nats.Msg) {
 		next = q.To + 1
 	}
 	reply.Data = body.Bytes()
-	reply.Header.Set(HeaderNext, strconv.FormatUint(uint64(max(next, 1)), 10))
-	reply.Header.Set(HeaderEnd, strconv.FormatBool(end))
-	reply.Header.Set(HeaderHead, strconv.FormatUint(uint64(head), 10))
+	reply.Header.Set(busclient.HeaderNext, strconv.FormatUint(uint64(max(next, 1)), 10))
+	reply.Header.Set(busclient.HeaderEnd, strconv.FormatBool(end))
+	reply.Header.Set(busclient.HeaderHead, strconv.FormatUint(uint64(head), 10))
 	_ = m.RespondMsg(reply)
-}
-
-// HeadReply is the JSON body of a reply on HeadSubject.
-type HeadReply struct {
-	Seq  uint64 `json:"seq"`
-	Hash string `json:"hash"`
 }
 
 func (b *Bus) serveHead(m *nats.Msg) {
@@ -119,7 +103,7 @@ func (b *Bus) serveHead(m *nats.Msg) {
 		return
 	}
 	h := b.l.Head()
-	data, _ := json.Marshal(HeadReply{Seq: uint64(h.Seq), Hash: h.Hash.String()})
+	data, _ := json.Marshal(busclient.HeadReply{Seq: h.Seq, Hash: h.Hash.String()})
 	_ = m.Respond(data)
 }
 
@@ -152,11 +136,15 @@ func (b *Bus) serveAppend(m *nats.Msg) {
 		reply := nats.NewMsg(m.Reply)
 		acks, err := b.appendLines(m.Data)
 		if err != nil {
-			reply.Header.Set(HeaderError, err.Error())
+			reply.Header.Set(busclient.HeaderError, err.Error())
+			if inDoubt(err) {
+				reply.Header.Set(busclient.HeaderInDoubt, "true")
+			}
 		}
 		var body bytes.Buffer
 		for _, a := range acks {
-			fmt.Fprintf(&body, "%d %s\n", a.Seq, a.ID)
+			body.WriteString(busclient.Ack{Seq: a.Seq, ID: a.ID}.String())
+			body.WriteByte('\n')
 		}
 		reply.Data = body.Bytes()
 		_ = m.RespondMsg(reply)
@@ -174,8 +162,8 @@ func (b *Bus) appendLines(data []byte) ([]ledger.Ack, error) {
 		if len(bytes.TrimSpace(line)) == 0 {
 			continue
 		}
-		if len(drafts) == ledger.MaxAppendEvents {
-			return nil, fmt.Errorf("%w: limit MaxAppendEvents=%d", ledger.ErrTooManyEvents, ledger.MaxAppendEvents)
+		if len(drafts) == busclient.MaxAppendEvents {
+			return nil, fmt.Errorf("%w: limit MaxAppendEvents=%d", ledger.ErrTooManyEvents, busclient.MaxAppendEvents)
 		}
 		d, err := events.ParseInput(line)
 		if err != nil {
@@ -184,6 +172,21 @@ func (b *Bus) appendLines(data []byte) ([]ledger.Ack, error) {
 		drafts = append(drafts, d)
 	}
 	// Not b.ctx: an append taken in is finished and answered even while the
-	// bus closes (Close waits for it), so "error" always means "not written".
+	// bus closes (Close waits for it), so an error means "not written"
+	// unless inDoubt says otherwise.
 	return b.l.AppendAcks(context.Background(), drafts...)
 }
+
+// inDoubt reports whether an append error leaves it unknown whether the
+// events were written: the ledger's storage failed (ErrFailed: a commit or
+// sync of this batch, or of an earlier one — the client cannot tell which)
+// or the append was not acknowledged (ErrUnacknowledged). Such replies
+// carry busclient.HeaderInDoubt, and clients report them as
+// busclient.ErrInDoubt, never as a refusal.
+func inDoubt(err error) bool {
+	return errors.Is(err, ledger.ErrFailed) || errors.Is(err, ledger.ErrUnacknowledged)
+}
+
+// The append limit is the client's and the ledger's: one request is one
+// Append call. (Compiles only while they are equal.)
+const _ = uint(busclient.MaxAppendEvents-ledger.MaxAppendEvents) + uint(ledger.MaxAppendEvents-busclient.MaxAppendEvents)

@@ -1,11 +1,13 @@
-// Package bus owns the ledger's NATS side: an embedded NATS server on
-// which every committed event is published after its fsync, the users and
-// permissions of that server, the request/reply API it answers (replay,
-// head, append) and the clients of that API — Client (replay, head, tail
-// and raw JSON Lines append) and Appender (the ledger's Append, remotely).
+// Package bus is the server side of the ledger's NATS bus: an embedded
+// NATS server on which every committed event is published after its fsync,
+// the users and permissions of that server, and the request/reply API it
+// answers (replay, head, append).
 //
-// Subjects come from package events (events.Subject); the reserved API
-// subjects and headers are the constants below.
+// The protocol — API subjects, headers, request and reply bodies, user
+// options, the append limit — belongs to package ledger/busclient, which
+// also holds the clients (Client: head, replay, tail, raw append; Appender:
+// the ledger's Append, remotely) and links neither this server nor the log.
+// Event subjects come from package events (events.Subject).
 package bus
 
 import (
@@ -21,37 +23,9 @@ import (
 
 	"github.com/leaseledger/leaseledger/events"
 	"github.com/leaseledger/leaseledger/ledger"
+	"github.com/leaseledger/leaseledger/ledger/busclient"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
-)
-
-// Subjects and headers of the bus.
-const (
-	// ReplaySubject answers replay requests (see ReplayRequest).
-	ReplaySubject = "leaseledger.api.replay"
-	// HeadSubject answers with the durable head as JSON {"seq":N,"hash":"…"}.
-	HeadSubject = "leaseledger.api.head"
-	// AppendSubject accepts JSON Lines of events in the input form (see
-	// events.Input) and appends them in one Append call; the reply holds
-	// "<seq> <ulid>" per event once they are durable. Writers only.
-	AppendSubject = "leaseledger.api.append"
-	// APISubjects matches every request subject.
-	APISubjects = "leaseledger.api.>"
-	// EventSubjects matches every event subject.
-	EventSubjects = events.SubjectPrefix + ">"
-
-	// HeaderMsgID carries the event ULID (NATS de-duplication header).
-	HeaderMsgID = "Nats-Msg-Id"
-	// HeaderSeq carries the event seq in decimal.
-	HeaderSeq = "Ledger-Seq"
-	// HeaderNext, on a replay chunk, is the From of the next request.
-	HeaderNext = "Ledger-Next"
-	// HeaderEnd, on a replay chunk, is "true" on the last chunk.
-	HeaderEnd = "Ledger-End"
-	// HeaderHead, on a replay chunk, is the durable head when it was read.
-	HeaderHead = "Ledger-Head"
-	// HeaderError, on a reply, carries a request error (static text).
-	HeaderError = "Ledger-Error"
 )
 
 // Replay chunk bounds. A chunk holds at least one event, so MaxEventBytes
@@ -82,7 +56,8 @@ type Options struct {
 	// else.
 	ReadOnlyUser, ReadOnlyPassword string
 	// WriterUser and WriterPassword, when set, add a named user that may
-	// also append through AppendSubject. Nobody else may append over NATS.
+	// also append through busclient.AppendSubject. Nobody else may append
+	// over NATS.
 	WriterUser, WriterPassword string
 	// MaxConcurrentAppends bounds append requests served at once;
 	// DefaultMaxConcurrentAppends when zero. More wait (NATS buffers them).
@@ -148,7 +123,7 @@ func Start(l *ledger.Ledger, opts Options) (*Bus, error) {
 			continue
 		}
 		if !events.ValidID(u.name) || u.name == internalUser || u.name == apiUser || u.name == anonymousUser {
-			return nil, &Error{Op: "start", Err: fmt.Errorf("%w: the %s user name must match [A-Za-z0-9_-]{1,128} and not be reserved", ErrOptions, u.flag)}
+			return nil, &Error{Op: "start", Err: fmt.Errorf("%w: the %s user name must match %s and not be reserved", ErrOptions, u.flag, events.IDRule)}
 		}
 		if u.pass == "" {
 			return nil, &Error{Op: "start", Err: fmt.Errorf("%w: the %s user needs a password", ErrOptions, u.flag)}
@@ -169,37 +144,37 @@ func Start(l *ledger.Ledger, opts Options) (*Bus, error) {
 		return nil, err
 	}
 	// Every named user receives replies on its own inbox prefix (see
-	// InboxPrefix), so no user can read another's replies; anonymous
+	// busclient.InboxPrefix), so no user can read another's replies; anonymous
 	// clients share the default _INBOX prefix among themselves.
 	client := func(user string, publish ...string) *server.Permissions {
 		return &server.Permissions{
 			Publish:   &server.SubjectPermission{Allow: publish},
-			Subscribe: &server.SubjectPermission{Allow: []string{EventSubjects, InboxPrefix(user) + ".>"}},
+			Subscribe: &server.SubjectPermission{Allow: []string{busclient.EventSubjects(), busclient.InboxPrefix(user) + ".>"}},
 		}
 	}
 	// The API responder is a connection of its own that may publish only to
 	// inboxes: a request naming an event subject as its reply subject cannot
 	// make the ledger publish there.
-	apiPublish := []string{"_INBOX.>"}
+	apiPublish := []string{busclient.InboxPrefix("") + ".>"}
 	users := []*server.User{
 		{Username: internalUser, Password: internalPass, Permissions: &server.Permissions{
-			Publish:   &server.SubjectPermission{Allow: []string{EventSubjects}},
+			Publish:   &server.SubjectPermission{Allow: []string{busclient.EventSubjects()}},
 			Subscribe: &server.SubjectPermission{Deny: []string{">"}},
 		}},
 	}
 	if opts.ReadOnlyUser != "" {
 		users = append(users, &server.User{Username: opts.ReadOnlyUser, Password: opts.ReadOnlyPassword,
-			Permissions: client(opts.ReadOnlyUser, ReplaySubject, HeadSubject)})
-		apiPublish = append(apiPublish, InboxPrefix(opts.ReadOnlyUser)+".>")
+			Permissions: client(opts.ReadOnlyUser, busclient.ReplaySubject, busclient.HeadSubject)})
+		apiPublish = append(apiPublish, busclient.InboxPrefix(opts.ReadOnlyUser)+".>")
 	}
 	if opts.WriterUser != "" {
 		users = append(users, &server.User{Username: opts.WriterUser, Password: opts.WriterPassword,
-			Permissions: client(opts.WriterUser, ReplaySubject, HeadSubject, AppendSubject)})
-		apiPublish = append(apiPublish, InboxPrefix(opts.WriterUser)+".>")
+			Permissions: client(opts.WriterUser, busclient.ReplaySubject, busclient.HeadSubject, busclient.AppendSubject)})
+		apiPublish = append(apiPublish, busclient.InboxPrefix(opts.WriterUser)+".>")
 	}
 	users = append(users, &server.User{Username: apiUser, Password: apiPass, Permissions: &server.Permissions{
 		Publish:   &server.SubjectPermission{Allow: apiPublish},
-		Subscribe: &server.SubjectPermission{Allow: []string{APISubjects}},
+		Subscribe: &server.SubjectPermission{Allow: []string{busclient.APISubjects}},
 	}})
 	sopts := &server.Options{
 		Host: opts.Host, Port: opts.Port, NoSigs: true, NoLog: true,
@@ -210,7 +185,7 @@ func Start(l *ledger.Ledger, opts Options) (*Bus, error) {
 		if err != nil {
 			return nil, err
 		}
-		users = append(users, &server.User{Username: anonymousUser, Password: anonPass, Permissions: client("", ReplaySubject, HeadSubject)})
+		users = append(users, &server.User{Username: anonymousUser, Password: anonPass, Permissions: client("", busclient.ReplaySubject, busclient.HeadSubject)})
 		sopts.NoAuthUser = anonymousUser
 	}
 	sopts.Users = users
@@ -239,7 +214,7 @@ func Start(l *ledger.Ledger, opts Options) (*Bus, error) {
 		b.Close()
 		return nil, &Error{Op: "start", Err: err}
 	}
-	for subj, h := range map[string]nats.MsgHandler{ReplaySubject: b.serveReplay, HeadSubject: b.serveHead, AppendSubject: b.serveAppend} {
+	for subj, h := range map[string]nats.MsgHandler{busclient.ReplaySubject: b.serveReplay, busclient.HeadSubject: b.serveHead, busclient.AppendSubject: b.serveAppend} {
 		sub, err := b.api.Subscribe(subj, h)
 		if err != nil {
 			b.Close()
@@ -262,20 +237,10 @@ const (
 	anonymousUser = "leaseledger-anonymous" // unauthenticated clients
 )
 
-// InboxPrefix is the reply-inbox prefix a named bus user must use
-// (nats.CustomInboxPrefix(InboxPrefix(user))); "" gives the default _INBOX
-// used by anonymous clients. Each named user may subscribe only to its own
-// prefix, so no user can read another's replies.
-func InboxPrefix(user string) string {
-	if user == "" {
-		return "_INBOX"
-	}
-	return "_INBOX_" + user
-}
-
-// isInbox reports whether a reply subject is an inbox: the API answers
-// nothing else (the server would refuse it anyway).
-func isInbox(subject string) bool { return strings.HasPrefix(subject, "_INBOX") }
+// isInbox reports whether a reply subject is an inbox (busclient.InboxPrefix
+// of some user, or the anonymous one): the API answers nothing else (the
+// server would refuse it anyway).
+func isInbox(subject string) bool { return strings.HasPrefix(subject, busclient.InboxPrefix("")) }
 
 func randomSecret() (string, error) {
 	var b [16]byte
@@ -307,8 +272,8 @@ func (b *Bus) Committed(batch []ledger.Record) {
 	for i := range batch {
 		r := &batch[i]
 		msg := &nats.Msg{Subject: r.Env.Subject(), Data: r.Raw, Header: nats.Header{
-			HeaderMsgID: []string{r.Env.ID.String()},
-			HeaderSeq:   []string{strconv.FormatUint(uint64(r.Env.Seq), 10)},
+			busclient.HeaderMsgID: []string{r.Env.ID.String()},
+			busclient.HeaderSeq:   []string{strconv.FormatUint(uint64(r.Env.Seq), 10)},
 		}}
 		if err := b.nc.PublishMsg(msg); err != nil {
 			b.opts.Logger.Warn("bus: publish failed", "seq", r.Env.Seq, "err", err)

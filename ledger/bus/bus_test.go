@@ -2,17 +2,16 @@ package bus_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/leaseledger/leaseledger/events"
 	"github.com/leaseledger/leaseledger/ledger"
 	"github.com/leaseledger/leaseledger/ledger/bus"
+	"github.com/leaseledger/leaseledger/ledger/busclient"
 	"github.com/nats-io/nats.go"
 	"go.uber.org/goleak"
 )
@@ -68,7 +67,7 @@ func TestBusPublishesAfterCommit(t *testing.T) {
 		t.Fatalf("bus not on loopback: %s", b.ClientURL())
 	}
 	nc := connect(t, b.ClientURL())
-	sub, err := nc.SubscribeSync(bus.EventSubjects)
+	sub, err := nc.SubscribeSync(busclient.EventSubjects())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,10 +86,10 @@ func TestBusPublishesAfterCommit(t *testing.T) {
 		if m.Subject != want {
 			t.Errorf("subject %q, want %q", m.Subject, want)
 		}
-		if m.Header.Get(bus.HeaderMsgID) != acks[i].ID.String() || m.Header.Get(bus.HeaderSeq) != strconv.Itoa(int(acks[i].Seq)) {
+		if m.Header.Get(busclient.HeaderMsgID) != acks[i].ID.String() || m.Header.Get(busclient.HeaderSeq) != strconv.Itoa(int(acks[i].Seq)) {
 			t.Errorf("headers %v, ack %+v", m.Header, acks[i])
 		}
-		seq, _ := strconv.Atoi(m.Header.Get(bus.HeaderSeq))
+		seq, _ := strconv.Atoi(m.Header.Get(busclient.HeaderSeq))
 		if raw, err := l.GetRaw(ledger.Seq(seq)); err != nil || string(raw) != string(m.Data) {
 			t.Errorf("published bytes differ from the durable event: %v", err)
 		}
@@ -111,125 +110,11 @@ func appendN(t *testing.T, l *ledger.Ledger, n int) {
 	}
 }
 
-func TestReplayChunks(t *testing.T) {
-	l, b := startBus(t, bus.Options{ReplayChunkEvents: 64})
-	appendN(t, l, 1000)
-	c := bus.NewClient(connect(t, b.ClientURL()))
-	ctx := context.Background()
-	var got []ledger.Seq
-	next, err := c.Replay(ctx, 1, 0, bus.TailFilter{}, func(seq ledger.Seq, raw []byte) error {
-		got = append(got, seq)
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(got) != 1000 || got[0] != 1 || got[999] != 1000 || next != 1001 {
-		t.Fatalf("replayed %d events, next %d", len(got), next)
-	}
-	for i := range got {
-		if got[i] != ledger.Seq(i+1) {
-			t.Fatalf("replay out of order at %d: %d", i, got[i])
-		}
-	}
-	got = got[:0]
-	if _, err := c.Replay(ctx, 100, 300, bus.TailFilter{Activation: "a2"}, func(seq ledger.Seq, raw []byte) error {
-		if env, err := events.Decode(raw); err != nil || env.Activation != "a2" {
-			t.Errorf("filtered replay returned %s", raw)
-		}
-		got = append(got, seq)
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if len(got) != 40 || got[0] != 103 || got[39] != 298 {
-		t.Fatalf("activation replay: %d events %v…", len(got), got[:min(3, len(got))])
-	}
-	if _, err := c.Replay(ctx, 1, 0, bus.TailFilter{Kind: "no.such"}, func(ledger.Seq, []byte) error { return nil }); !errors.Is(err, events.ErrInvalid) {
-		t.Fatalf("unknown kind: %v", err)
-	}
-	h, err := c.Head(ctx)
-	if err != nil || h.Seq != 1000 || h.Hash != l.Head().Hash.String() {
-		t.Fatalf("head %+v %v", h, err)
-	}
-}
-
-// TestTailNoGapNoDuplicate tails from seq 1 while writers keep appending:
-// the subscriber sees 1..N exactly once each, in order.
-func TestTailNoGapNoDuplicate(t *testing.T) {
-	l, b := startBus(t, bus.Options{ReplayChunkEvents: 50})
-	appendN(t, l, 500)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var wg sync.WaitGroup
-	const writers, per = 8, 200
-	for w := range writers {
-		wg.Go(func() {
-			for i := range per {
-				if _, err := l.Append(ctx, draft(fmt.Sprintf("w%d", w), "s", i)); err != nil {
-					t.Error(err)
-					return
-				}
-			}
-		})
-	}
-	total := ledger.Seq(500 + writers*per)
-	c := bus.NewClient(connect(t, b.ClientURL()))
-	var got []ledger.Seq
-	done := errors.New("done")
-	err := c.Tail(ctx, 1, bus.TailFilter{}, func(seq ledger.Seq, raw []byte) error {
-		got = append(got, seq)
-		if seq == total {
-			return done
-		}
-		return nil
-	})
-	wg.Wait()
-	if !errors.Is(err, done) {
-		t.Fatalf("tail: %v (got %d events)", err, len(got))
-	}
-	for i, s := range got {
-		if s != ledger.Seq(i+1) {
-			t.Fatalf("event %d has seq %d: gap or duplicate", i, s)
-		}
-	}
-
-	// A filtered tail from the middle sees only its activation, in order.
-	fctx, fcancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer fcancel()
-	var fgot []ledger.Seq
-	go func() {
-		_, _ = l.Append(context.Background(), draft("w3", "s", 9999))
-	}()
-	err = c.Tail(fctx, 600, bus.TailFilter{Activation: "w3", Kind: "call.admitted"}, func(seq ledger.Seq, raw []byte) error {
-		if env, err := events.Decode(raw); err != nil || env.Activation != "w3" {
-			t.Errorf("filtered tail returned %s", raw)
-		}
-		if len(fgot) > 0 && seq <= fgot[len(fgot)-1] {
-			t.Errorf("filtered tail out of order: %d after %d", seq, fgot[len(fgot)-1])
-		}
-		fgot = append(fgot, seq)
-		if len(fgot) == per+1-countBelow(l, "w3", 600) {
-			return done
-		}
-		return nil
-	})
-	if !errors.Is(err, done) {
-		t.Fatalf("filtered tail: %v after %d events", err, len(fgot))
-	}
-}
-
-func countBelow(l *ledger.Ledger, activation string, below ledger.Seq) int {
-	n := 0
-	_ = l.Scan(context.Background(), ledger.Query{Activation: activation, To: below - 1}, func(ledger.Seq, []byte) error { n++; return nil })
-	return n
-}
-
 func TestReadOnlyUsers(t *testing.T) {
 	l, b := startBus(t, bus.Options{ReadOnlyUser: "dash", ReadOnlyPassword: "pw"})
 	appendN(t, l, 10)
 	for name, opts := range map[string][]nats.Option{
-		"named":     bus.UserOptions("dash", "pw"),
+		"named":     busclient.UserOptions("dash", "pw"),
 		"anonymous": nil,
 	} {
 		perm := make(chan error, 4)
@@ -248,7 +133,7 @@ func TestReadOnlyUsers(t *testing.T) {
 			t.Fatalf("%s: publishing on an event subject was not refused", name)
 		}
 		n := 0
-		if _, err := bus.NewClient(nc).Replay(context.Background(), 1, 0, bus.TailFilter{}, func(ledger.Seq, []byte) error { n++; return nil }); err != nil || n != 10 {
+		if _, err := busclient.NewClient(nc).Replay(context.Background(), 1, 0, busclient.TailFilter{}, func(events.Seq, []byte) error { n++; return nil }); err != nil || n != 10 {
 			t.Fatalf("%s: replay %d events: %v", name, n, err)
 		}
 	}
@@ -263,7 +148,7 @@ func TestDenyAnonymous(t *testing.T) {
 		nc.Close()
 		t.Fatal("anonymous client admitted")
 	}
-	connect(t, b.ClientURL(), bus.UserOptions("dash", "pw")...)
+	connect(t, b.ClientURL(), busclient.UserOptions("dash", "pw")...)
 }
 
 func TestAppendOverBus(t *testing.T) {
@@ -272,7 +157,7 @@ func TestAppendOverBus(t *testing.T) {
 	lines := []byte(`{"kind":"lease.terminated","activation":"a1","data":{"reason":"revoked"}}
 {"kind":"session.ended","session":"s1","data":{"leases_terminated":2,"shared_spared":1}}
 `)
-	w := bus.NewClient(connect(t, b.ClientURL(), bus.UserOptions("host", "pw2")...))
+	w := busclient.NewClient(connect(t, b.ClientURL(), busclient.UserOptions("host", "pw2")...))
 	acks, err := w.Append(ctx, lines)
 	if err != nil || len(acks) != 2 || acks[0].Seq != 1 || acks[1].Seq != 2 {
 		t.Fatalf("append: %v %v", acks, err)
@@ -289,8 +174,8 @@ func TestAppendOverBus(t *testing.T) {
 		t.Fatalf("a refused request wrote events: head %d", l.Head().Seq)
 	}
 	// Read-only and anonymous users cannot append.
-	for _, opts := range [][]nats.Option{bus.UserOptions("dash", "pw"), nil} {
-		ro := bus.NewClient(connect(t, b.ClientURL(), opts...))
+	for _, opts := range [][]nats.Option{busclient.UserOptions("dash", "pw"), nil} {
+		ro := busclient.NewClient(connect(t, b.ClientURL(), opts...))
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		_, err := ro.Append(rctx, lines)
 		cancel()
@@ -317,20 +202,20 @@ func TestReplyInjectionRefused(t *testing.T) {
 	}
 	_ = watcher.Flush()
 	ctx := context.Background()
-	for i, opts := range [][]nats.Option{nil, bus.UserOptions("dash", "pw"), bus.UserOptions("w", "pw2")} {
+	for i, opts := range [][]nats.Option{nil, busclient.UserOptions("dash", "pw"), busclient.UserOptions("w", "pw2")} {
 		nc := connect(t, b.ClientURL(), append(opts, nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))...)
-		for _, subj := range []string{bus.ReplaySubject, bus.HeadSubject, bus.AppendSubject} {
+		for _, subj := range []string{busclient.ReplaySubject, busclient.HeadSubject, busclient.AppendSubject} {
 			_ = nc.PublishRequest(subj, events.Subject("lease.revoked", "act-9"), []byte(`{"from":1}`))
 		}
 		// A barrier instead of a wait: each API subject is served in order,
 		// so once a proper request on it is answered, the injected one
 		// before it has been handled (and anything it published was sent
 		// before that answer).
-		c := bus.NewClient(nc)
+		c := busclient.NewClient(nc)
 		if _, err := c.Head(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := c.Replay(ctx, 1, 1, bus.TailFilter{}, func(ledger.Seq, []byte) error { return nil }); err != nil {
+		if _, err := c.Replay(ctx, 1, 1, busclient.TailFilter{}, func(events.Seq, []byte) error { return nil }); err != nil {
 			t.Fatal(err)
 		}
 		if i == 2 { // only the writer may call append at all
@@ -358,8 +243,8 @@ func TestReplyInjectionRefused(t *testing.T) {
 func TestInboxesArePrivate(t *testing.T) {
 	_, b := startBus(t, bus.Options{ReadOnlyUser: "dash", ReadOnlyPassword: "pw", WriterUser: "w", WriterPassword: "pw2"})
 	perm := make(chan error, 8)
-	spy := connect(t, b.ClientURL(), append(bus.UserOptions("dash", "pw"), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { perm <- err }))...)
-	if _, err := spy.SubscribeSync(bus.InboxPrefix("w") + ".>"); err != nil {
+	spy := connect(t, b.ClientURL(), append(busclient.UserOptions("dash", "pw"), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { perm <- err }))...)
+	if _, err := spy.SubscribeSync(busclient.InboxPrefix("w") + ".>"); err != nil {
 		t.Fatal(err)
 	}
 	_ = spy.Flush()

@@ -1,4 +1,4 @@
-package bus
+package busclient
 
 import (
 	"bytes"
@@ -7,43 +7,26 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"time"
 
 	"github.com/leaseledger/leaseledger/events"
-	"github.com/leaseledger/leaseledger/ledger"
 	"github.com/nats-io/nats.go"
-	"github.com/oklog/ulid/v2"
 )
 
 // Client reads a ledger over its NATS bus: replay, head, and tail (catch up
 // by replay, then go live, without gap or duplicate). It needs only the
-// read-only permissions.
+// read-only permissions; Append needs the writer user.
 type Client struct {
 	nc *nats.Conn
 }
 
-// DefaultRequestTimeout bounds one bus request when the caller's context
-// has no earlier deadline, so a vanished responder cannot hang a client.
-const DefaultRequestTimeout = 10 * time.Second
+// NewClient wraps a NATS connection to a ledger bus.
+func NewClient(nc *nats.Conn) *Client { return &Client{nc: nc} }
 
 func (c *Client) request(ctx context.Context, subject string, data []byte) (*nats.Msg, error) {
 	ctx, cancel := context.WithTimeout(ctx, DefaultRequestTimeout)
 	defer cancel()
 	return c.nc.RequestWithContext(ctx, subject, data)
 }
-
-// UserOptions returns the NATS options a named bus user connects with: its
-// credentials and its own reply-inbox prefix (the bus lets each named user
-// subscribe only to InboxPrefix(user)). An empty user means anonymous.
-func UserOptions(user, password string) []nats.Option {
-	if user == "" {
-		return nil
-	}
-	return []nats.Option{nats.UserInfo(user, password), nats.CustomInboxPrefix(InboxPrefix(user))}
-}
-
-// NewClient wraps a NATS connection to a ledger bus.
-func NewClient(nc *nats.Conn) *Client { return &Client{nc: nc} }
 
 // Head asks the bus for the durable head.
 func (c *Client) Head(ctx context.Context) (HeadReply, error) {
@@ -74,20 +57,29 @@ func (f TailFilter) Subject() string {
 	return events.Subject(f.Kind, a)
 }
 
+// validate checks f's identifiers (they become subject tokens) with the
+// rules of package events; the error wraps events.ErrInvalid.
 func (f TailFilter) validate() error {
-	return ledger.Query{Kind: f.Kind, Activation: f.Activation}.Validate()
+	if f.Activation != "" && !events.ValidID(f.Activation) {
+		return &events.FieldError{Field: "activation", Reason: "want " + events.IDRule}
+	}
+	if f.Kind != "" && !events.Known(f.Kind) {
+		return fmt.Errorf("%w: the filter's kind", events.ErrUnknownKind)
+	}
+	return nil
 }
 
 // Replay calls fn with every stored event in [from, to] (to 0: the head at
 // the time of each request) that f selects, chunk by chunk, and returns the
-// next seq to ask for: one past the range it covered.
-func (c *Client) Replay(ctx context.Context, from, to ledger.Seq, f TailFilter, fn func(seq ledger.Seq, raw []byte) error) (ledger.Seq, error) {
+// next seq to ask for: one past the range it covered. An error of fn is
+// returned as it is; every other error is an *Error.
+func (c *Client) Replay(ctx context.Context, from, to events.Seq, f TailFilter, fn func(seq events.Seq, raw []byte) error) (events.Seq, error) {
 	if err := f.validate(); err != nil {
-		return from, err
+		return from, &Error{Op: "replay", Subject: ReplaySubject, Err: err}
 	}
 	from = max(from, 1)
 	for {
-		req, _ := json.Marshal(ReplayRequest{From: uint64(from), To: uint64(to), Kind: f.Kind, Activation: f.Activation})
+		req, _ := json.Marshal(ReplayRequest{From: from, To: to, Kind: f.Kind, Activation: f.Activation})
 		m, err := c.request(ctx, ReplaySubject, req)
 		if err != nil {
 			return from, &Error{Op: "replay", Subject: ReplaySubject, Err: err}
@@ -111,8 +103,8 @@ func (c *Client) Replay(ctx context.Context, from, to ledger.Seq, f TailFilter, 
 				return from, err
 			}
 		}
-		if ledger.Seq(next) > from {
-			from = ledger.Seq(next)
+		if events.Seq(next) > from {
+			from = events.Seq(next)
 		}
 		if m.Header.Get(HeaderEnd) == "true" {
 			return from, nil
@@ -122,24 +114,26 @@ func (c *Client) Replay(ctx context.Context, from, to ledger.Seq, f TailFilter, 
 
 // Tail calls fn with every event f selects from seq from onwards: first the
 // stored ones through replay, then live ones as they are published, with no
-// gap and no duplicate, until ctx ends or fn returns an error. The live
-// subscription is made before the replay, so nothing committed meanwhile is
-// missed; events already replayed are skipped by seq. If the subscription
-// drops messages (a slow consumer), the hole is filled by replay.
-func (c *Client) Tail(ctx context.Context, from ledger.Seq, f TailFilter, fn func(seq ledger.Seq, raw []byte) error) error {
+// gap and no duplicate, until ctx ends (an *Error wrapping ctx.Err()) or fn
+// returns an error (returned as it is). The live subscription is made
+// before the replay, so nothing committed meanwhile is missed; events
+// already replayed are skipped by seq. If the subscription drops messages
+// (a slow consumer), the hole is filled by replay.
+func (c *Client) Tail(ctx context.Context, from events.Seq, f TailFilter, fn func(seq events.Seq, raw []byte) error) error {
 	if err := f.validate(); err != nil {
-		return err
+		return &Error{Op: "tail", Err: err}
 	}
-	sub, err := c.nc.SubscribeSync(f.Subject())
+	subject := f.Subject()
+	sub, err := c.nc.SubscribeSync(subject)
 	if err != nil {
-		return &Error{Op: "tail", Subject: f.Subject(), Err: err}
+		return &Error{Op: "tail", Subject: subject, Err: err}
 	}
 	defer sub.Unsubscribe()
 	if err := c.nc.FlushTimeout(DefaultRequestTimeout); err != nil {
-		return &Error{Op: "tail", Subject: f.Subject(), Err: err}
+		return &Error{Op: "tail", Subject: subject, Err: err}
 	}
 	next := max(from, 1)
-	deliver := func(seq ledger.Seq, raw []byte) error {
+	deliver := func(seq events.Seq, raw []byte) error {
 		if seq < next {
 			return nil // already delivered
 		}
@@ -156,12 +150,12 @@ func (c *Client) Tail(ctx context.Context, from ledger.Seq, f TailFilter, fn fun
 		m, err := sub.NextMsgWithContext(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
-				return ctx.Err()
+				return &Error{Op: "tail", Subject: subject, Err: ctx.Err()}
 			}
 			if errors.Is(err, nats.ErrSlowConsumer) {
 				continue // the hole is filled below, on the next message
 			}
-			return &Error{Op: "tail", Subject: f.Subject(), Err: err}
+			return &Error{Op: "tail", Subject: subject, Err: err}
 		}
 		// Only the ledger can publish on event subjects, but be strict
 		// anyway: a message whose header and body disagree is skipped, not
@@ -173,7 +167,7 @@ func (c *Client) Tail(ctx context.Context, from ledger.Seq, f TailFilter, fn fun
 		if bodySeq, err := events.PeekSeq(m.Data); err != nil || uint64(bodySeq) != seq64 {
 			continue
 		}
-		seq := ledger.Seq(seq64)
+		seq := events.Seq(seq64)
 		if seq < next {
 			continue
 		}
@@ -192,47 +186,4 @@ func (c *Client) Tail(ctx context.Context, from ledger.Seq, f TailFilter, fn fun
 			return err
 		}
 	}
-}
-
-// Append sends JSON Lines of input-form events to the bus's append API and
-// returns their acknowledgements (seq and ULID; Hash is left zero). The
-// connection's user must be the bus's writer. The server appends the lines
-// in one call, all or nothing, and names the first bad line in its error
-// (an *Error wrapping ErrRemote, the text in Reply). An error after the
-// request was sent (a timeout, a lost connection) does not say whether the
-// events were written; Appender.Append reports that case as ErrInDoubt.
-func (c *Client) Append(ctx context.Context, lines []byte) ([]ledger.Ack, error) {
-	m, err := c.request(ctx, AppendSubject, lines)
-	if err != nil {
-		return nil, &Error{Op: "append", Subject: AppendSubject, Err: err}
-	}
-	if e := m.Header.Get(HeaderError); e != "" {
-		return nil, &Error{Op: "append", Subject: AppendSubject, Reply: e, Err: ErrRemote}
-	}
-	acks, err := parseAcks(m.Data)
-	if err != nil {
-		return nil, &Error{Op: "append", Subject: AppendSubject, Err: err}
-	}
-	return acks, nil
-}
-
-// parseAcks reads the append API's reply: "<seq> <ulid>" per event.
-func parseAcks(data []byte) ([]ledger.Ack, error) {
-	var acks []ledger.Ack
-	for line := range bytes.SplitSeq(data, []byte{'\n'}) {
-		if len(line) == 0 {
-			continue
-		}
-		seqText, idText, ok := bytes.Cut(line, []byte{' '})
-		seq, err := strconv.ParseUint(string(seqText), 10, 64)
-		if !ok || err != nil {
-			return nil, ErrMalformedReply
-		}
-		id, err := ulid.ParseStrict(string(idText))
-		if err != nil {
-			return nil, ErrMalformedReply
-		}
-		acks = append(acks, ledger.Ack{Seq: ledger.Seq(seq), ID: id})
-	}
-	return acks, nil
 }

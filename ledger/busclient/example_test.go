@@ -1,4 +1,4 @@
-package bus_test
+package busclient_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"github.com/leaseledger/leaseledger/events"
 	"github.com/leaseledger/leaseledger/ledger"
 	"github.com/leaseledger/leaseledger/ledger/bus"
+	"github.com/leaseledger/leaseledger/ledger/busclient"
 	"github.com/nats-io/nats.go"
 )
 
@@ -39,10 +40,10 @@ func ExampleClient_Tail() {
 		panic(err)
 	}
 	defer nc.Close()
-	c := bus.NewClient(nc)
+	c := busclient.NewClient(nc)
 
 	done := errors.New("done")
-	err = c.Tail(ctx, 1, bus.TailFilter{}, func(seq ledger.Seq, raw []byte) error {
+	err = c.Tail(ctx, 1, busclient.TailFilter{}, func(seq events.Seq, raw []byte) error {
 		kind, _ := events.PeekKind(raw)
 		fmt.Println(seq, kind)
 		if seq == 1 {
@@ -78,17 +79,17 @@ func ExampleAppender() {
 	}
 	defer b.Close()
 
-	nc, err := nats.Connect(b.ClientURL(), bus.UserOptions("host", "secret")...)
+	nc, err := nats.Connect(b.ClientURL(), busclient.UserOptions("host", "secret")...)
 	if err != nil {
 		panic(err)
 	}
 	defer nc.Close()
-	app := bus.NewAppender(bus.NewClient(nc))
+	app := busclient.NewAppender(busclient.NewClient(nc))
 	seqs, err := app.Append(context.Background(),
 		events.Draft{Activation: "act-1", Payload: &events.LeaseRevoked{Reason: "revoked"}},
 		events.Draft{Activation: "act-1", Payload: &events.LeaseTerminated{Reason: "revoked"}})
 	if err != nil {
-		panic(err) // errors.Is(err, bus.ErrInDoubt): maybe written, read the log
+		panic(err) // errors.Is(err, busclient.ErrInDoubt): maybe written, read the log
 	}
 	fmt.Println(seqs, l.Head().Seq)
 	// Output: [1 2] 2

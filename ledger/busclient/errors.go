@@ -1,0 +1,51 @@
+package busclient
+
+import "errors"
+
+// Errors callers branch on (with errors.Is).
+var (
+	// ErrRemote: the bus refused the request (its text is in Error.Reply).
+	// For an append it means nothing of the request was written.
+	ErrRemote = errors.New("busclient: request refused")
+	// ErrInDoubt: an append request may have reached the bus but this
+	// client cannot say whether its events were written (no answer, an
+	// unreadable answer, or an answer saying the ledger itself cannot
+	// tell). Read the log to find out.
+	ErrInDoubt = errors.New("busclient: append in doubt")
+	// ErrTooLarge: an append request would exceed the server's maximum
+	// message size; it was not sent.
+	ErrTooLarge = errors.New("busclient: append request too large")
+	// ErrTooManyEvents: one append holds more than MaxAppendEvents events;
+	// it was not sent. The remote counterpart of ledger.ErrTooManyEvents.
+	ErrTooManyEvents = errors.New("busclient: too many events in one append")
+	// ErrMalformedReply: a reply did not have the form the API defines.
+	ErrMalformedReply = errors.New("busclient: malformed reply")
+)
+
+// Error records a failed bus client operation, shaped like *os.PathError:
+// the operation ("head", "replay", "tail", "append"), the subject it used,
+// the bus's error text when it sent one, and the cause — a sentinel of this
+// package, an error of package events (a refused draft or filter) or the
+// underlying NATS or context error, which errors.Is sees through.
+type Error struct {
+	Op      string
+	Subject string
+	Reply   string // the bus's error text (HeaderError), with ErrRemote or ErrInDoubt
+	Err     error
+}
+
+// Error returns "busclient <op> <subject>: <cause>[: <reply>]".
+func (e *Error) Error() string {
+	s := "busclient " + e.Op
+	if e.Subject != "" {
+		s += " " + e.Subject
+	}
+	s += ": " + e.Err.Error()
+	if e.Reply != "" {
+		s += ": " + e.Reply
+	}
+	return s
+}
+
+// Unwrap returns Err.
+func (e *Error) Unwrap() error { return e.Err }

@@ -1,0 +1,107 @@
+// Package busclient is the client side of the ledger's NATS bus and the one
+// owner of its protocol: the API subjects, the headers, the request and
+// reply bodies, the user options and the append limit. Client reads a
+// running bus (head, replay, tail) and sends raw JSON Lines appends;
+// Appender is the ledger's Append, remotely.
+//
+// It links neither the log (package ledger, Pebble) nor the NATS server: a
+// host that embeds the runtime and appends to a running `serve` needs only
+// this package, package events and the NATS client. The server side is
+// package ledger/bus, which speaks this protocol.
+package busclient
+
+import (
+	"time"
+
+	"github.com/leaseledger/leaseledger/events"
+	"github.com/nats-io/nats.go"
+)
+
+// Subjects of the request/reply API.
+const (
+	// ReplaySubject answers replay requests (see ReplayRequest).
+	ReplaySubject = "leaseledger.api.replay"
+	// HeadSubject answers with the durable head (see HeadReply).
+	HeadSubject = "leaseledger.api.head"
+	// AppendSubject accepts JSON Lines of events in the input form (see
+	// events.Input) and appends them in one Append call; the reply holds
+	// "<seq> <ulid>" per event once they are durable. Writers only.
+	AppendSubject = "leaseledger.api.append"
+	// APISubjects matches every request subject.
+	APISubjects = "leaseledger.api.>"
+)
+
+// EventSubjects returns the subject that matches every event subject:
+// events.Subject with every token a wildcard (event subjects always have
+// three tokens after events.SubjectPrefix).
+func EventSubjects() string { return events.Subject("", events.Wildcard) }
+
+// Headers of published events and of API replies.
+const (
+	// HeaderMsgID, on an event, carries its ULID (NATS de-duplication header).
+	HeaderMsgID = "Nats-Msg-Id"
+	// HeaderSeq, on an event, carries its seq in decimal.
+	HeaderSeq = "Ledger-Seq"
+	// HeaderNext, on a replay chunk, is the From of the next request.
+	HeaderNext = "Ledger-Next"
+	// HeaderEnd, on a replay chunk, is "true" on the last chunk.
+	HeaderEnd = "Ledger-End"
+	// HeaderHead, on a replay chunk, is the durable head when it was read.
+	HeaderHead = "Ledger-Head"
+	// HeaderError, on a reply, carries a request error (static text).
+	HeaderError = "Ledger-Error"
+	// HeaderInDoubt, on an append reply that carries HeaderError, is "true"
+	// when the ledger cannot say whether the events were written (its
+	// storage failed: ledger.ErrFailed, or the append was not acknowledged:
+	// ledger.ErrUnacknowledged). Clients report such a reply as ErrInDoubt,
+	// never as a refusal.
+	HeaderInDoubt = "Ledger-In-Doubt"
+)
+
+// ReplayRequest is the JSON body of a request on ReplaySubject. From and To
+// are inclusive (To 0: the head at the time of the request). Kind and
+// Activation filter. The reply holds at most one chunk of stored events,
+// one per line; ask again from HeaderNext until HeaderEnd is "true".
+type ReplayRequest struct {
+	From       events.Seq  `json:"from"`
+	To         events.Seq  `json:"to,omitempty"`
+	Kind       events.Kind `json:"kind,omitempty"`
+	Activation string      `json:"activation,omitempty"`
+	MaxEvents  int         `json:"max_events,omitempty"`
+}
+
+// HeadReply is the JSON body of a reply on HeadSubject.
+type HeadReply struct {
+	Seq  events.Seq `json:"seq"`
+	Hash string     `json:"hash"` // hex, as events.Hash prints it
+}
+
+// MaxAppendEvents bounds the events of one append request: the ledger's
+// own limit on one Append call (ledger.MaxAppendEvents, which package
+// ledger/bus checks is the same), so that a request is one atomic append.
+const MaxAppendEvents = 8192
+
+// DefaultRequestTimeout bounds one bus request when the caller's context
+// has no earlier deadline, so a vanished responder cannot hang a client.
+const DefaultRequestTimeout = 10 * time.Second
+
+// InboxPrefix is the reply-inbox prefix a named bus user must use
+// (nats.CustomInboxPrefix(InboxPrefix(user))); "" gives the default _INBOX
+// used by anonymous clients. Each named user may subscribe only to its own
+// prefix, so no user can read another's replies.
+func InboxPrefix(user string) string {
+	if user == "" {
+		return "_INBOX"
+	}
+	return "_INBOX_" + user
+}
+
+// UserOptions returns the NATS options a named bus user connects with: its
+// credentials and its own reply-inbox prefix (the bus lets each named user
+// subscribe only to InboxPrefix(user)). An empty user means anonymous.
+func UserOptions(user, password string) []nats.Option {
+	if user == "" {
+		return nil
+	}
+	return []nats.Option{nats.UserInfo(user, password), nats.CustomInboxPrefix(InboxPrefix(user))}
+}
