@@ -59,7 +59,9 @@ type LeaseAcquiring struct {
 	Shared      bool   `json:"shared"`
 }
 
+// Kind implements [Payload].
 func (*LeaseAcquiring) Kind() Kind { return "lease.acquiring" }
+// Validate implements [Payload].
 func (p *LeaseAcquiring) Validate() error {
 	return checks{id("key_session", p.KeySession), digest("fingerprint", p.Fingerprint)}.first()
 }
@@ -71,7 +73,9 @@ type LeaseAcquired struct {
 	DurationNS  int64  `json:"duration_ns"`
 }
 
+// Kind implements [Payload].
 func (*LeaseAcquired) Kind() Kind { return "lease.acquired" }
+// Validate implements [Payload].
 func (p *LeaseAcquired) Validate() error {
 	return checks{digest("fingerprint", p.Fingerprint), nonNegative("duration_ns", p.DurationNS)}.first()
 }
@@ -83,7 +87,9 @@ type LeaseAcquireFailed struct {
 	DurationNS  int64  `json:"duration_ns"`
 }
 
+// Kind implements [Payload].
 func (*LeaseAcquireFailed) Kind() Kind { return "lease.acquire_failed" }
+// Validate implements [Payload].
 func (p *LeaseAcquireFailed) Validate() error {
 	return checks{optDigest("fingerprint", p.Fingerprint), code("reason", p.Reason), nonNegative("duration_ns", p.DurationNS)}.first()
 }
@@ -95,7 +101,9 @@ type LeaseChildStarted struct {
 	Cleanup     Cleanup `json:"cleanup"`                // "verified" (guardian) or "best_effort"
 }
 
+// Kind implements [Payload].
 func (*LeaseChildStarted) Kind() Kind { return "lease.child_started" }
+// Validate implements [Payload].
 func (p *LeaseChildStarted) Validate() error {
 	return checks{positive("pid", int64(p.PID)), nonNegative("guardian_pid", int64(p.GuardianPID)), member("cleanup", p.Cleanup)}.first()
 }
@@ -108,7 +116,9 @@ type LeaseListingPinned struct {
 	ListingDigest string `json:"listing_digest"` // SHA-256 over the sorted (name, schema digest) pairs
 }
 
+// Kind implements [Payload].
 func (*LeaseListingPinned) Kind() Kind { return "lease.listing_pinned" }
+// Validate implements [Payload].
 func (p *LeaseListingPinned) Validate() error {
 	return checks{nonNegative("tool_count", int64(p.ToolCount)), positive("pages", int64(p.Pages)),
 		nonNegative("listing_bytes", p.ListingBytes), digest("listing_digest", p.ListingDigest)}.first()
@@ -123,7 +133,9 @@ type LeasePoisoned struct {
 	ExpectedDigest string       `json:"expected_digest"`
 }
 
+// Kind implements [Payload].
 func (*LeasePoisoned) Kind() Kind { return "lease.poisoned" }
+// Validate implements [Payload].
 func (p *LeasePoisoned) Validate() error {
 	return checks{id("call_id", p.CallID), member("reason", p.Reason),
 		toolName("tool", p.Tool), digest("expected_digest", p.ExpectedDigest)}.first()
@@ -136,7 +148,9 @@ type LeaseRevoked struct {
 	CallsInFlight int    `json:"calls_in_flight"`
 }
 
+// Kind implements [Payload].
 func (*LeaseRevoked) Kind() Kind { return "lease.revoked" }
+// Validate implements [Payload].
 func (p *LeaseRevoked) Validate() error {
 	return checks{code("reason", p.Reason), nonNegative("calls_in_flight", int64(p.CallsInFlight))}.first()
 }
@@ -149,7 +163,9 @@ type LeaseStaleReplaced struct {
 	NewActivation  string `json:"new_activation,omitempty"`
 }
 
+// Kind implements [Payload].
 func (*LeaseStaleReplaced) Kind() Kind { return "lease.stale_replaced" }
+// Validate implements [Payload].
 func (p *LeaseStaleReplaced) Validate() error {
 	c := checks{digest("old_fingerprint", p.OldFingerprint), digest("new_fingerprint", p.NewFingerprint)}
 	if p.NewActivation != "" {
@@ -164,7 +180,9 @@ type LeaseReaped struct {
 	IdleMaxNS int64 `json:"idle_max_ns"`
 }
 
+// Kind implements [Payload].
 func (*LeaseReaped) Kind() Kind { return "lease.reaped" }
+// Validate implements [Payload].
 func (p *LeaseReaped) Validate() error {
 	return checks{nonNegative("idle_ns", p.IdleNS), positive("idle_max_ns", p.IdleMaxNS)}.first()
 }
@@ -175,7 +193,9 @@ type LeaseTerminated struct {
 	Reason string `json:"reason"` // revoked, poisoned, reaped, session_ended, terminate_all, stale_config, child_exited, ...
 }
 
+// Kind implements [Payload].
 func (*LeaseTerminated) Kind() Kind        { return "lease.terminated" }
+// Validate implements [Payload].
 func (p *LeaseTerminated) Validate() error { return code("reason", p.Reason) }
 
 // ---- call: the per-lease call gate ----
@@ -187,7 +207,9 @@ type CallAdmitted struct {
 	Digest string `json:"digest"`
 }
 
+// Kind implements [Payload].
 func (*CallAdmitted) Kind() Kind { return "call.admitted" }
+// Validate implements [Payload].
 func (p *CallAdmitted) Validate() error {
 	return checks{id("call_id", p.CallID), toolName("tool", p.Tool), digest("digest", p.Digest)}.first()
 }
@@ -199,7 +221,9 @@ type CallRefused struct {
 	Reason string `json:"reason"` // cancelled, poisoned, terminated, name_mismatch, digest_mismatch
 }
 
+// Kind implements [Payload].
 func (*CallRefused) Kind() Kind { return "call.refused" }
+// Validate implements [Payload].
 func (p *CallRefused) Validate() error {
 	return checks{id("call_id", p.CallID), toolName("tool", p.Tool), code("reason", p.Reason)}.first()
 }
@@ -218,7 +242,9 @@ type CallFinished struct {
 	KilledOnCancel bool        `json:"killed_on_cancel"` // the call observed revocation and killed the child
 }
 
+// Kind implements [Payload].
 func (*CallFinished) Kind() Kind { return "call.finished" }
+// Validate implements [Payload].
 func (p *CallFinished) Validate() error {
 	return checks{id("call_id", p.CallID), toolName("tool", p.Tool),
 		member("outcome", p.Outcome),
@@ -234,7 +260,9 @@ type SessionEnded struct {
 	SharedSpared     int `json:"shared_spared"`
 }
 
+// Kind implements [Payload].
 func (*SessionEnded) Kind() Kind { return "session.ended" }
+// Validate implements [Payload].
 func (p *SessionEnded) Validate() error {
 	return checks{nonNegative("leases_terminated", int64(p.LeasesTerminated)), nonNegative("shared_spared", int64(p.SharedSpared))}.first()
 }
@@ -251,7 +279,9 @@ type RequestRegistered struct {
 	TimeoutNS int64         `json:"timeout_ns"`
 }
 
+// Kind implements [Payload].
 func (*RequestRegistered) Kind() Kind { return "request.registered" }
+// Validate implements [Payload].
 func (p *RequestRegistered) Validate() error {
 	return checks{id("handle", p.Handle), id("owner", p.Owner),
 		member("method", p.Method),
@@ -264,7 +294,9 @@ type RequestDispatched struct {
 	WireID string `json:"wire_id"`
 }
 
+// Kind implements [Payload].
 func (*RequestDispatched) Kind() Kind { return "request.dispatched" }
+// Validate implements [Payload].
 func (p *RequestDispatched) Validate() error {
 	return checks{id("handle", p.Handle), text("wire_id", p.WireID, true)}.first()
 }
@@ -277,7 +309,9 @@ type RequestContinued struct {
 	Round  int    `json:"round"`
 }
 
+// Kind implements [Payload].
 func (*RequestContinued) Kind() Kind { return "request.continued" }
+// Validate implements [Payload].
 func (p *RequestContinued) Validate() error {
 	return checks{id("handle", p.Handle), text("wire_id", p.WireID, true), between("round", int64(p.Round), 1, 10)}.first()
 }
@@ -289,7 +323,9 @@ type RequestCompleted struct {
 	ResultBytes int64          `json:"result_bytes"`
 }
 
+// Kind implements [Payload].
 func (*RequestCompleted) Kind() Kind { return "request.completed" }
+// Validate implements [Payload].
 func (p *RequestCompleted) Validate() error {
 	return checks{id("handle", p.Handle), member("outcome", p.Outcome), nonNegative("result_bytes", p.ResultBytes)}.first()
 }
@@ -301,7 +337,9 @@ type RequestAwaitTimedOut struct {
 	WaitedNS int64  `json:"waited_ns"`
 }
 
+// Kind implements [Payload].
 func (*RequestAwaitTimedOut) Kind() Kind { return "request.await_timed_out" }
+// Validate implements [Payload].
 func (p *RequestAwaitTimedOut) Validate() error {
 	return checks{id("handle", p.Handle), nonNegative("waited_ns", p.WaitedNS)}.first()
 }
@@ -318,7 +356,9 @@ type RequestCancelled struct {
 	Remote                Remote   `json:"remote"`                 // unknown
 }
 
+// Kind implements [Payload].
 func (*RequestCancelled) Kind() Kind { return "request.cancelled" }
+// Validate implements [Payload].
 func (p *RequestCancelled) Validate() error {
 	return checks{id("handle", p.Handle), code("reason", p.Reason),
 		member("transport_accepted", p.TransportAccepted),
@@ -333,7 +373,9 @@ type RequestOwnerEnded struct {
 	HandlesSettled int    `json:"handles_settled"`
 }
 
+// Kind implements [Payload].
 func (*RequestOwnerEnded) Kind() Kind { return "request.owner_ended" }
+// Validate implements [Payload].
 func (p *RequestOwnerEnded) Validate() error {
 	return checks{id("owner", p.Owner), nonNegative("handles_settled", int64(p.HandlesSettled))}.first()
 }
@@ -347,7 +389,9 @@ type ConnectionOpened struct {
 	OneShot   bool      `json:"one_shot"`
 }
 
+// Kind implements [Payload].
 func (*ConnectionOpened) Kind() Kind { return "connection.opened" }
+// Validate implements [Payload].
 func (p *ConnectionOpened) Validate() error {
 	return checks{member("transport", p.Transport), member("cleanup", p.Cleanup)}.first()
 }
@@ -358,7 +402,9 @@ type ConnectionPhase struct {
 	BudgetNS int64 `json:"budget_ns,omitempty"`
 }
 
+// Kind implements [Payload].
 func (*ConnectionPhase) Kind() Kind { return "connection.phase" }
+// Validate implements [Payload].
 func (p *ConnectionPhase) Validate() error {
 	return checks{member("phase", p.Phase), nonNegative("budget_ns", p.BudgetNS)}.first()
 }
@@ -371,7 +417,9 @@ type ConnectionBarrier struct {
 	ElapsedNS  int64          `json:"elapsed_ns"`
 }
 
+// Kind implements [Payload].
 func (*ConnectionBarrier) Kind() Kind { return "connection.barrier" }
+// Validate implements [Payload].
 func (p *ConnectionBarrier) Validate() error {
 	return checks{member("obligation", p.Obligation),
 		member("outcome", p.Outcome),
@@ -385,7 +433,9 @@ type ConnectionClosed struct {
 	Repeat    bool  `json:"repeat"`
 }
 
+// Kind implements [Payload].
 func (*ConnectionClosed) Kind() Kind        { return "connection.closed" }
+// Validate implements [Payload].
 func (p *ConnectionClosed) Validate() error { return nonNegative("elapsed_ns", p.ElapsedNS) }
 
 // ---- guardian: verified stdio ----
@@ -398,7 +448,9 @@ type GuardianStarted struct {
 	PIDFD         bool   `json:"pidfd"` // the helper signals through a pidfd
 }
 
+// Kind implements [Payload].
 func (*GuardianStarted) Kind() Kind { return "guardian.started" }
+// Validate implements [Payload].
 func (p *GuardianStarted) Validate() error {
 	return checks{positive("guardian_pid", int64(p.GuardianPID)), positive("target_pid", int64(p.TargetPID)), text("helper_version", p.HelperVersion, true)}.first()
 }
@@ -411,7 +463,9 @@ type GuardianSignal struct {
 	Alive     bool     `json:"alive"` // waitid(WNOWAIT) said the child had not exited before the signal
 }
 
+// Kind implements [Payload].
 func (*GuardianSignal) Kind() Kind { return "guardian.signal" }
+// Validate implements [Payload].
 func (p *GuardianSignal) Validate() error {
 	return checks{positive("target_pid", int64(p.TargetPID)), member("signal", p.Signal), instant("at", p.At, true)}.first()
 }
@@ -424,7 +478,9 @@ type GuardianReaped struct {
 	At        *Instant `json:"at"`
 }
 
+// Kind implements [Payload].
 func (*GuardianReaped) Kind() Kind { return "guardian.reaped" }
+// Validate implements [Payload].
 func (p *GuardianReaped) Validate() error {
 	return checks{positive("target_pid", int64(p.TargetPID)), between("exit_code", int64(p.ExitCode), -1, 255),
 		text("signal", p.Signal, false), instant("at", p.At, true)}.first()
@@ -459,7 +515,9 @@ type GuardianReceipt struct {
 	HelperExitCode    int   `json:"helper_exit_code"` // -1 when the helper did not exit normally
 }
 
+// Kind implements [Payload].
 func (*GuardianReceipt) Kind() Kind { return "guardian.receipt" }
+// Validate implements [Payload].
 func (p *GuardianReceipt) Validate() error {
 	return checks{text("helper_version", p.HelperVersion, true), positive("target_pid", int64(p.TargetPID)),
 		between("exit_code", int64(p.ExitCode), -1, 255), text("signal", p.Signal, false),
@@ -478,7 +536,9 @@ type GuardianLost struct {
 	TargetPID int        `json:"target_pid,omitempty"`
 }
 
+// Kind implements [Payload].
 func (*GuardianLost) Kind() Kind { return "guardian.lost" }
+// Validate implements [Payload].
 func (p *GuardianLost) Validate() error {
 	return checks{member("reason", p.Reason), nonNegative("target_pid", int64(p.TargetPID))}.first()
 }
@@ -494,7 +554,9 @@ type HTTPRegistered struct {
 	Origin string     `json:"origin"`
 }
 
+// Kind implements [Payload].
 func (*HTTPRegistered) Kind() Kind { return "http.registered" }
+// Validate implements [Payload].
 func (p *HTTPRegistered) Validate() error {
 	return checks{id("ref", p.Ref), code("scope", p.Scope), member("method", p.Method), text("origin", p.Origin, true)}.first()
 }
@@ -512,7 +574,9 @@ type HTTPRedirect struct {
 	SameOrigin bool   `json:"same_origin"`
 }
 
+// Kind implements [Payload].
 func (*HTTPRedirect) Kind() Kind { return "http.redirect" }
+// Validate implements [Payload].
 func (p *HTTPRedirect) Validate() error {
 	return checks{id("ref", p.Ref), between("hop", int64(p.Hop), 1, MaxRedirectHops), id("hop_ref", p.HopRef),
 		between("status", int64(p.Status), 300, 399), text("origin", p.Origin, true)}.first()
@@ -526,7 +590,9 @@ type HTTPCompleted struct {
 	BodyBytes int64       `json:"body_bytes"`
 }
 
+// Kind implements [Payload].
 func (*HTTPCompleted) Kind() Kind { return "http.completed" }
+// Validate implements [Payload].
 func (p *HTTPCompleted) Validate() error {
 	return checks{id("ref", p.Ref), between("status", int64(p.Status), 0, 599),
 		member("outcome", p.Outcome), nonNegative("body_bytes", p.BodyBytes)}.first()
@@ -540,7 +606,9 @@ type HTTPBarrier struct {
 	Outcome HTTPBarrierOutcome `json:"outcome"` // ok, error, timeout, unsupported
 }
 
+// Kind implements [Payload].
 func (*HTTPBarrier) Kind() Kind { return "http.barrier" }
+// Validate implements [Payload].
 func (p *HTTPBarrier) Validate() error {
 	return checks{id("ref", p.Ref), member("outcome", p.Outcome)}.first()
 }
@@ -552,7 +620,9 @@ type HTTPWorkerDown struct {
 	Reason string `json:"reason"`
 }
 
+// Kind implements [Payload].
 func (*HTTPWorkerDown) Kind() Kind { return "http.worker_down" }
+// Validate implements [Payload].
 func (p *HTTPWorkerDown) Validate() error {
 	return checks{id("ref", p.Ref), id("worker", p.Worker), code("reason", p.Reason)}.first()
 }
@@ -563,7 +633,9 @@ type HTTPLost struct {
 	Reason string `json:"reason"`
 }
 
+// Kind implements [Payload].
 func (*HTTPLost) Kind() Kind { return "http.lost" }
+// Validate implements [Payload].
 func (p *HTTPLost) Validate() error {
 	return checks{id("ref", p.Ref), code("reason", p.Reason)}.first()
 }
