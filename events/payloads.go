@@ -61,6 +61,7 @@ type LeaseAcquiring struct {
 
 // Kind implements [Payload].
 func (*LeaseAcquiring) Kind() Kind { return "lease.acquiring" }
+
 // Validate implements [Payload].
 func (p *LeaseAcquiring) Validate() error {
 	return checks{id("key_session", p.KeySession), digest("fingerprint", p.Fingerprint)}.first()
@@ -75,6 +76,7 @@ type LeaseAcquired struct {
 
 // Kind implements [Payload].
 func (*LeaseAcquired) Kind() Kind { return "lease.acquired" }
+
 // Validate implements [Payload].
 func (p *LeaseAcquired) Validate() error {
 	return checks{digest("fingerprint", p.Fingerprint), nonNegative("duration_ns", p.DurationNS)}.first()
@@ -89,6 +91,7 @@ type LeaseAcquireFailed struct {
 
 // Kind implements [Payload].
 func (*LeaseAcquireFailed) Kind() Kind { return "lease.acquire_failed" }
+
 // Validate implements [Payload].
 func (p *LeaseAcquireFailed) Validate() error {
 	return checks{optDigest("fingerprint", p.Fingerprint), code("reason", p.Reason), nonNegative("duration_ns", p.DurationNS)}.first()
@@ -103,6 +106,7 @@ type LeaseChildStarted struct {
 
 // Kind implements [Payload].
 func (*LeaseChildStarted) Kind() Kind { return "lease.child_started" }
+
 // Validate implements [Payload].
 func (p *LeaseChildStarted) Validate() error {
 	return checks{positive("pid", int64(p.PID)), nonNegative("guardian_pid", int64(p.GuardianPID)), member("cleanup", p.Cleanup)}.first()
@@ -118,6 +122,7 @@ type LeaseListingPinned struct {
 
 // Kind implements [Payload].
 func (*LeaseListingPinned) Kind() Kind { return "lease.listing_pinned" }
+
 // Validate implements [Payload].
 func (p *LeaseListingPinned) Validate() error {
 	return checks{nonNegative("tool_count", int64(p.ToolCount)), positive("pages", int64(p.Pages)),
@@ -135,6 +140,7 @@ type LeasePoisoned struct {
 
 // Kind implements [Payload].
 func (*LeasePoisoned) Kind() Kind { return "lease.poisoned" }
+
 // Validate implements [Payload].
 func (p *LeasePoisoned) Validate() error {
 	return checks{id("call_id", p.CallID), member("reason", p.Reason),
@@ -150,6 +156,7 @@ type LeaseRevoked struct {
 
 // Kind implements [Payload].
 func (*LeaseRevoked) Kind() Kind { return "lease.revoked" }
+
 // Validate implements [Payload].
 func (p *LeaseRevoked) Validate() error {
 	return checks{code("reason", p.Reason), nonNegative("calls_in_flight", int64(p.CallsInFlight))}.first()
@@ -165,6 +172,7 @@ type LeaseStaleReplaced struct {
 
 // Kind implements [Payload].
 func (*LeaseStaleReplaced) Kind() Kind { return "lease.stale_replaced" }
+
 // Validate implements [Payload].
 func (p *LeaseStaleReplaced) Validate() error {
 	c := checks{digest("old_fingerprint", p.OldFingerprint), digest("new_fingerprint", p.NewFingerprint)}
@@ -182,6 +190,7 @@ type LeaseReaped struct {
 
 // Kind implements [Payload].
 func (*LeaseReaped) Kind() Kind { return "lease.reaped" }
+
 // Validate implements [Payload].
 func (p *LeaseReaped) Validate() error {
 	return checks{nonNegative("idle_ns", p.IdleNS), positive("idle_max_ns", p.IdleMaxNS)}.first()
@@ -194,7 +203,8 @@ type LeaseTerminated struct {
 }
 
 // Kind implements [Payload].
-func (*LeaseTerminated) Kind() Kind        { return "lease.terminated" }
+func (*LeaseTerminated) Kind() Kind { return "lease.terminated" }
+
 // Validate implements [Payload].
 func (p *LeaseTerminated) Validate() error { return code("reason", p.Reason) }
 
@@ -209,6 +219,7 @@ type CallAdmitted struct {
 
 // Kind implements [Payload].
 func (*CallAdmitted) Kind() Kind { return "call.admitted" }
+
 // Validate implements [Payload].
 func (p *CallAdmitted) Validate() error {
 	return checks{id("call_id", p.CallID), toolName("tool", p.Tool), digest("digest", p.Digest)}.first()
@@ -223,6 +234,7 @@ type CallRefused struct {
 
 // Kind implements [Payload].
 func (*CallRefused) Kind() Kind { return "call.refused" }
+
 // Validate implements [Payload].
 func (p *CallRefused) Validate() error {
 	return checks{id("call_id", p.CallID), toolName("tool", p.Tool), code("reason", p.Reason)}.first()
@@ -244,6 +256,7 @@ type CallFinished struct {
 
 // Kind implements [Payload].
 func (*CallFinished) Kind() Kind { return "call.finished" }
+
 // Validate implements [Payload].
 func (p *CallFinished) Validate() error {
 	return checks{id("call_id", p.CallID), toolName("tool", p.Tool),
@@ -262,380 +275,8 @@ type SessionEnded struct {
 
 // Kind implements [Payload].
 func (*SessionEnded) Kind() Kind { return "session.ended" }
+
 // Validate implements [Payload].
 func (p *SessionEnded) Validate() error {
 	return checks{nonNegative("leases_terminated", int64(p.LeasesTerminated)), nonNegative("shared_spared", int64(p.SharedSpared))}.first()
-}
-
-// ---- request: caller-owned resource request handles ----
-
-// RequestRegistered records a handle registered (and acknowledged) before
-// any dispatch.
-type RequestRegistered struct {
-	Handle    string        `json:"handle"`
-	Owner     string        `json:"owner"`
-	Method    RequestMethod `json:"method"` // resources/list, resources/templates/list, resources/read
-	URISHA256 string        `json:"uri_sha256,omitempty"`
-	TimeoutNS int64         `json:"timeout_ns"`
-}
-
-// Kind implements [Payload].
-func (*RequestRegistered) Kind() Kind { return "request.registered" }
-// Validate implements [Payload].
-func (p *RequestRegistered) Validate() error {
-	return checks{id("handle", p.Handle), id("owner", p.Owner),
-		member("method", p.Method),
-		optDigest("uri_sha256", p.URISHA256), positive("timeout_ns", p.TimeoutNS)}.first()
-}
-
-// RequestDispatched records the first wire request of a handle.
-type RequestDispatched struct {
-	Handle string `json:"handle"`
-	WireID string `json:"wire_id"`
-}
-
-// Kind implements [Payload].
-func (*RequestDispatched) Kind() Kind { return "request.dispatched" }
-// Validate implements [Payload].
-func (p *RequestDispatched) Validate() error {
-	return checks{id("handle", p.Handle), text("wire_id", p.WireID, true)}.first()
-}
-
-// RequestContinued records an MRTR continuation: the same logical handle on
-// a fresh wire ID.
-type RequestContinued struct {
-	Handle string `json:"handle"`
-	WireID string `json:"wire_id"`
-	Round  int    `json:"round"`
-}
-
-// Kind implements [Payload].
-func (*RequestContinued) Kind() Kind { return "request.continued" }
-// Validate implements [Payload].
-func (p *RequestContinued) Validate() error {
-	return checks{id("handle", p.Handle), text("wire_id", p.WireID, true), between("round", int64(p.Round), 1, 10)}.first()
-}
-
-// RequestCompleted records the operation's end as seen by the client.
-type RequestCompleted struct {
-	Handle      string         `json:"handle"`
-	Outcome     RequestOutcome `json:"outcome"` // ok, error, timeout
-	ResultBytes int64          `json:"result_bytes"`
-}
-
-// Kind implements [Payload].
-func (*RequestCompleted) Kind() Kind { return "request.completed" }
-// Validate implements [Payload].
-func (p *RequestCompleted) Validate() error {
-	return checks{id("handle", p.Handle), member("outcome", p.Outcome), nonNegative("result_bytes", p.ResultBytes)}.first()
-}
-
-// RequestAwaitTimedOut records an await that observed no result; the
-// operation stays active.
-type RequestAwaitTimedOut struct {
-	Handle   string `json:"handle"`
-	WaitedNS int64  `json:"waited_ns"`
-}
-
-// Kind implements [Payload].
-func (*RequestAwaitTimedOut) Kind() Kind { return "request.await_timed_out" }
-// Validate implements [Payload].
-func (p *RequestAwaitTimedOut) Validate() error {
-	return checks{id("handle", p.Handle), nonNegative("waited_ns", p.WaitedNS)}.first()
-}
-
-// RequestCancelled is a cancellation report: local settlement kept apart
-// from transport acceptance and notification delivery. Remote rollback is
-// never promised: "remote" is always "unknown".
-type RequestCancelled struct {
-	Handle                string   `json:"handle"`
-	Reason                string   `json:"reason"`
-	LocalSettled          bool     `json:"local_settled"`
-	TransportAccepted     Delivery `json:"transport_accepted"`     // yes, no, unknown
-	NotificationDelivered Delivery `json:"notification_delivered"` // yes, no, unknown
-	Remote                Remote   `json:"remote"`                 // unknown
-}
-
-// Kind implements [Payload].
-func (*RequestCancelled) Kind() Kind { return "request.cancelled" }
-// Validate implements [Payload].
-func (p *RequestCancelled) Validate() error {
-	return checks{id("handle", p.Handle), code("reason", p.Reason),
-		member("transport_accepted", p.TransportAccepted),
-		member("notification_delivered", p.NotificationDelivered),
-		member("remote", p.Remote)}.first()
-}
-
-// RequestOwnerEnded records an owner's end and how many of its handles were
-// settled through the same path as cancellation.
-type RequestOwnerEnded struct {
-	Owner          string `json:"owner"`
-	HandlesSettled int    `json:"handles_settled"`
-}
-
-// Kind implements [Payload].
-func (*RequestOwnerEnded) Kind() Kind { return "request.owner_ended" }
-// Validate implements [Payload].
-func (p *RequestOwnerEnded) Validate() error {
-	return checks{id("owner", p.Owner), nonNegative("handles_settled", int64(p.HandlesSettled))}.first()
-}
-
-// ---- connection: owned connections and close reports ----
-
-// ConnectionOpened records an owned connection of an activation.
-type ConnectionOpened struct {
-	Transport Transport `json:"transport"` // stdio, http
-	Cleanup   Cleanup   `json:"cleanup"`   // verified, best_effort
-	OneShot   bool      `json:"one_shot"`
-}
-
-// Kind implements [Payload].
-func (*ConnectionOpened) Kind() Kind { return "connection.opened" }
-// Validate implements [Payload].
-func (p *ConnectionOpened) Validate() error {
-	return checks{member("transport", p.Transport), member("cleanup", p.Cleanup)}.first()
-}
-
-// ConnectionPhase records a phase change: active → closing → closed.
-type ConnectionPhase struct {
-	Phase    Phase `json:"phase"` // closing, closed
-	BudgetNS int64 `json:"budget_ns,omitempty"`
-}
-
-// Kind implements [Payload].
-func (*ConnectionPhase) Kind() Kind { return "connection.phase" }
-// Validate implements [Payload].
-func (p *ConnectionPhase) Validate() error {
-	return checks{member("phase", p.Phase), nonNegative("budget_ns", p.BudgetNS)}.first()
-}
-
-// ConnectionBarrier records what one close obligation observed.
-type ConnectionBarrier struct {
-	Obligation Obligation     `json:"obligation"` // transport, workers, supervisor, http_requests
-	Outcome    BarrierOutcome `json:"outcome"`    // ok, error, timeout, missing, unsupported, pending
-	Detail     string         `json:"detail,omitempty"`
-	ElapsedNS  int64          `json:"elapsed_ns"`
-}
-
-// Kind implements [Payload].
-func (*ConnectionBarrier) Kind() Kind { return "connection.barrier" }
-// Validate implements [Payload].
-func (p *ConnectionBarrier) Validate() error {
-	return checks{member("obligation", p.Obligation),
-		member("outcome", p.Outcome),
-		optCode("detail", p.Detail), nonNegative("elapsed_ns", p.ElapsedNS)}.first()
-}
-
-// ConnectionClosed records a close call's end. Repeated closes record this
-// again with repeat=true; the projector keeps the first outcome.
-type ConnectionClosed struct {
-	ElapsedNS int64 `json:"elapsed_ns"`
-	Repeat    bool  `json:"repeat"`
-}
-
-// Kind implements [Payload].
-func (*ConnectionClosed) Kind() Kind        { return "connection.closed" }
-// Validate implements [Payload].
-func (p *ConnectionClosed) Validate() error { return nonNegative("elapsed_ns", p.ElapsedNS) }
-
-// ---- guardian: verified stdio ----
-
-// GuardianStarted records the guardian helper and its direct child.
-type GuardianStarted struct {
-	GuardianPID   int    `json:"guardian_pid"`
-	TargetPID     int    `json:"target_pid"`
-	HelperVersion string `json:"helper_version"`
-	PIDFD         bool   `json:"pidfd"` // the helper signals through a pidfd
-}
-
-// Kind implements [Payload].
-func (*GuardianStarted) Kind() Kind { return "guardian.started" }
-// Validate implements [Payload].
-func (p *GuardianStarted) Validate() error {
-	return checks{positive("guardian_pid", int64(p.GuardianPID)), positive("target_pid", int64(p.TargetPID)), text("helper_version", p.HelperVersion, true)}.first()
-}
-
-// GuardianSignal records a signal the guardian sent to its unreaped child.
-type GuardianSignal struct {
-	TargetPID int      `json:"target_pid"`
-	Signal    Signal   `json:"signal"` // TERM, KILL
-	At        *Instant `json:"at"`
-	Alive     bool     `json:"alive"` // waitid(WNOWAIT) said the child had not exited before the signal
-}
-
-// Kind implements [Payload].
-func (*GuardianSignal) Kind() Kind { return "guardian.signal" }
-// Validate implements [Payload].
-func (p *GuardianSignal) Validate() error {
-	return checks{positive("target_pid", int64(p.TargetPID)), member("signal", p.Signal), instant("at", p.At, true)}.first()
-}
-
-// GuardianReaped records the direct child's wait status.
-type GuardianReaped struct {
-	TargetPID int      `json:"target_pid"`
-	ExitCode  int      `json:"exit_code"` // -1 when killed by a signal
-	Signal    string   `json:"signal,omitempty"`
-	At        *Instant `json:"at"`
-}
-
-// Kind implements [Payload].
-func (*GuardianReaped) Kind() Kind { return "guardian.reaped" }
-// Validate implements [Payload].
-func (p *GuardianReaped) Validate() error {
-	return checks{positive("target_pid", int64(p.TargetPID)), between("exit_code", int64(p.ExitCode), -1, 255),
-		text("signal", p.Signal, false), instant("at", p.At, true)}.first()
-}
-
-// GuardianReceipt is the correlated receipt the helper hands back, plus the
-// helper's own exit status as observed by the host.
-type GuardianReceipt struct {
-	HelperVersion     string   `json:"helper_version"`
-	TargetPID         int      `json:"target_pid"`
-	Reaped            bool     `json:"reaped"`
-	ExitCode          int      `json:"exit_code"` // -1 when killed by a signal or not reaped
-	Signal            string   `json:"signal,omitempty"`
-	StdinClosedAt     *Instant `json:"stdin_closed_at,omitempty"`
-	StdoutClosedAt    *Instant `json:"stdout_closed_at,omitempty"`
-	StderrClosedAt    *Instant `json:"stderr_closed_at,omitempty"`
-	EOFGraceNS        int64    `json:"eof_grace_ns"`
-	TermSentAt        *Instant `json:"term_sent_at,omitempty"`
-	KillSentAt        *Instant `json:"kill_sent_at,omitempty"`
-	DescendantsSeen   []int    `json:"descendants_seen,omitempty"`
-	DescendantsKilled []int    `json:"descendants_killed,omitempty"`
-	// DescendantsDropped counts descendants seen beyond the listed ones.
-	DescendantsDropped int `json:"descendants_dropped,omitempty"`
-	// StdoutForced and StderrForced say the helper closed its read end at
-	// the pipe deadline (a descendant still held the write end) rather than
-	// seeing EOF: a real close, but not the target's own.
-	StdoutForced bool `json:"stdout_forced,omitempty"`
-	StderrForced bool `json:"stderr_forced,omitempty"`
-	// StdinDroppedBytes counts bytes relayed for the target's stdin that the
-	// helper dropped (the target stopped reading while cleanup began).
-	StdinDroppedBytes int64 `json:"stdin_dropped_bytes,omitempty"`
-	HelperExitCode    int   `json:"helper_exit_code"` // -1 when the helper did not exit normally
-}
-
-// Kind implements [Payload].
-func (*GuardianReceipt) Kind() Kind { return "guardian.receipt" }
-// Validate implements [Payload].
-func (p *GuardianReceipt) Validate() error {
-	return checks{text("helper_version", p.HelperVersion, true), positive("target_pid", int64(p.TargetPID)),
-		between("exit_code", int64(p.ExitCode), -1, 255), text("signal", p.Signal, false),
-		instant("stdin_closed_at", p.StdinClosedAt, false), instant("stdout_closed_at", p.StdoutClosedAt, false),
-		instant("stderr_closed_at", p.StderrClosedAt, false), instant("term_sent_at", p.TermSentAt, false),
-		instant("kill_sent_at", p.KillSentAt, false),
-		nonNegative("eof_grace_ns", p.EOFGraceNS), pids("descendants_seen", p.DescendantsSeen),
-		pids("descendants_killed", p.DescendantsKilled), nonNegative("descendants_dropped", int64(p.DescendantsDropped)),
-		nonNegative("stdin_dropped_bytes", p.StdinDroppedBytes), between("helper_exit_code", int64(p.HelperExitCode), -1, 255)}.first()
-}
-
-// GuardianLost records cleanup whose evidence is incomplete: the receipt was
-// lost, the helper died, its pipes closed early, or the deadline expired.
-type GuardianLost struct {
-	Reason    LostReason `json:"reason"` // receipt_lost, helper_lost, pipes_closed, deadline
-	TargetPID int        `json:"target_pid,omitempty"`
-}
-
-// Kind implements [Payload].
-func (*GuardianLost) Kind() Kind { return "guardian.lost" }
-// Validate implements [Payload].
-func (p *GuardianLost) Validate() error {
-	return checks{member("reason", p.Reason), nonNegative("target_pid", int64(p.TargetPID))}.first()
-}
-
-// ---- http: HTTP resources ----
-
-// HTTPRegistered records an HTTP allocation registered before the request
-// begins. Ref is the resource reference within the activation.
-type HTTPRegistered struct {
-	Ref    string     `json:"ref"`
-	Scope  string     `json:"scope"` // aggregate scope, e.g. "request", "sse", "jwks"
-	Method HTTPMethod `json:"method"`
-	Origin string     `json:"origin"`
-}
-
-// Kind implements [Payload].
-func (*HTTPRegistered) Kind() Kind { return "http.registered" }
-// Validate implements [Payload].
-func (p *HTTPRegistered) Validate() error {
-	return checks{id("ref", p.Ref), code("scope", p.Scope), member("method", p.Method), text("origin", p.Origin, true)}.first()
-}
-
-// MaxRedirectHops is the number of 307 hops a request may follow.
-const MaxRedirectHops = 3
-
-// HTTPRedirect records one redirect hop; the hop is its own tracked resource.
-type HTTPRedirect struct {
-	Ref        string `json:"ref"`
-	Hop        int    `json:"hop"`
-	HopRef     string `json:"hop_ref"`
-	Status     int    `json:"status"`
-	Origin     string `json:"origin"`
-	SameOrigin bool   `json:"same_origin"`
-}
-
-// Kind implements [Payload].
-func (*HTTPRedirect) Kind() Kind { return "http.redirect" }
-// Validate implements [Payload].
-func (p *HTTPRedirect) Validate() error {
-	return checks{id("ref", p.Ref), between("hop", int64(p.Hop), 1, MaxRedirectHops), id("hop_ref", p.HopRef),
-		between("status", int64(p.Status), 300, 399), text("origin", p.Origin, true)}.first()
-}
-
-// HTTPCompleted records the response the request ended with.
-type HTTPCompleted struct {
-	Ref       string      `json:"ref"`
-	Status    int         `json:"status"`  // 0 when no response arrived
-	Outcome   HTTPOutcome `json:"outcome"` // ok, error, timeout, aborted
-	BodyBytes int64       `json:"body_bytes"`
-}
-
-// Kind implements [Payload].
-func (*HTTPCompleted) Kind() Kind { return "http.completed" }
-// Validate implements [Payload].
-func (p *HTTPCompleted) Validate() error {
-	return checks{id("ref", p.Ref), between("status", int64(p.Status), 0, 599),
-		member("outcome", p.Outcome), nonNegative("body_bytes", p.BodyBytes)}.first()
-}
-
-// HTTPBarrier records what a request-completion barrier returned. Ref names
-// the resource it settles: a request's Ref, or a redirect hop's HopRef
-// (every hop is its own tracked resource and needs its own barrier).
-type HTTPBarrier struct {
-	Ref     string             `json:"ref"`
-	Outcome HTTPBarrierOutcome `json:"outcome"` // ok, error, timeout, unsupported
-}
-
-// Kind implements [Payload].
-func (*HTTPBarrier) Kind() Kind { return "http.barrier" }
-// Validate implements [Payload].
-func (p *HTTPBarrier) Validate() error {
-	return checks{id("ref", p.Ref), member("outcome", p.Outcome)}.first()
-}
-
-// HTTPWorkerDown records the owning worker's observed end.
-type HTTPWorkerDown struct {
-	Ref    string `json:"ref"`
-	Worker string `json:"worker"`
-	Reason string `json:"reason"`
-}
-
-// Kind implements [Payload].
-func (*HTTPWorkerDown) Kind() Kind { return "http.worker_down" }
-// Validate implements [Payload].
-func (p *HTTPWorkerDown) Validate() error {
-	return checks{id("ref", p.Ref), id("worker", p.Worker), code("reason", p.Reason)}.first()
-}
-
-// HTTPLost records evidence that can no longer be obtained for a resource.
-type HTTPLost struct {
-	Ref    string `json:"ref"`
-	Reason string `json:"reason"`
-}
-
-// Kind implements [Payload].
-func (*HTTPLost) Kind() Kind { return "http.lost" }
-// Validate implements [Payload].
-func (p *HTTPLost) Validate() error {
-	return checks{id("ref", p.Ref), code("reason", p.Reason)}.first()
 }
