@@ -19,9 +19,9 @@ func init() { store.Install(accessLedger, accessDir) }
 func accessLedger(x any) (store.Access, error) {
 	l, ok := x.(*Ledger)
 	if !ok || l == nil {
-		return store.Access{}, errors.New("ledger: store access: not a *ledger.Ledger")
+		return store.Access{}, &Error{Op: "read", Err: errors.New("store access: not a *ledger.Ledger")}
 	}
-	end, err := l.beginRead()
+	end, err := l.beginRead("read")
 	if err != nil {
 		return store.Access{}, err
 	}
@@ -47,6 +47,9 @@ func accessDir(dir string) (store.Access, error) {
 	return store.Access{DB: db, Release: func() error {
 		err := db.Close()
 		lock.Close()
-		return err
+		if err != nil {
+			return &Error{Op: "close", Err: err}
+		}
+		return nil
 	}}, nil
 }

@@ -103,16 +103,21 @@ func (l *Ledger) AppendAcks(ctx context.Context, drafts ...events.Draft) ([]Ack,
 func (l *Ledger) appendPrepared(ctx context.Context, prepared []events.Prepared) ([]Ack, error) {
 	req := &appendReq{prepared: prepared, done: make(chan struct{})}
 	if err := l.enqueue(ctx, req); err != nil {
-		return nil, err
+		return nil, &Error{Op: "append", Err: err}
 	}
 	select {
 	case <-req.done:
-		return req.acks, req.err
+		if req.err != nil {
+			return nil, &Error{Op: "append", Err: req.err}
+		}
+		return req.acks, nil
 	case <-ctx.Done():
 		return nil, &Error{Op: "append", Err: fmt.Errorf("%w: %w", ErrUnacknowledged, ctx.Err())}
 	}
 }
 
+// enqueue hands req to the committer. Its error (ErrClosed, the sticky
+// failure, the context's) means req was not queued; the caller wraps it.
 func (l *Ledger) enqueue(ctx context.Context, req *appendReq) error {
 	l.mu.RLock()
 	defer l.mu.RUnlock()

@@ -117,11 +117,13 @@ var (
 // an error of package events (for a refused draft) or an underlying cause;
 // errors.Is sees through it.
 type Error struct {
-	Op  string // "open", "append", "get", "query", "scan", "save snapshot", "load snapshot", "close"
+	Op  string // "open", "append", "get", "query", "scan", "save snapshot", "load snapshot", "read", "close"
 	Seq Seq    // the event concerned; 0 when none
 	Err error
 }
 
+// Error returns "<op>: <cause>", or "<op> seq <n>: <cause>" when an event
+// is concerned.
 func (e *Error) Error() string {
 	if e.Seq == 0 {
 		return e.Op + ": " + e.Err.Error()
@@ -392,19 +394,22 @@ func (l *Ledger) lastEventSeq() (Seq, error) {
 	}
 	defer it.Close()
 	if !it.Last() {
-		return 0, it.Error()
+		if err := it.Error(); err != nil {
+			return 0, &Error{Op: "open", Err: err}
+		}
+		return 0, nil
 	}
 	seq, _ := keys.SeqOf(it.Key())
 	return seq, nil
 }
 
-// beginRead registers a read; it fails once Close has begun. Call the
-// returned function when the read is over.
-func (l *Ledger) beginRead() (end func(), err error) {
+// beginRead registers a read for operation op; it fails with ErrClosed once
+// Close has begun. Call the returned function when the read is over.
+func (l *Ledger) beginRead(op string) (end func(), err error) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	if l.closed {
-		return nil, ErrClosed
+		return nil, &Error{Op: op, Err: ErrClosed}
 	}
 	l.readers.Add(1)
 	return l.readers.Done, nil

@@ -121,6 +121,19 @@ func TestAppendReadReopen(t *testing.T) {
 	if _, err := l.Append(ctx, draft("a", "s", 1)); !errors.Is(err, ledger.ErrClosed) {
 		t.Fatalf("Append after Close: %v", err)
 	}
+	// Every operation error is a *ledger.Error naming its operation.
+	var le *ledger.Error
+	for op, err := range map[string]error{
+		"append":        func() error { _, err := l.Append(ctx, draft("a", "s", 1)); return err }(),
+		"get":           func() error { _, err := l.Get(1); return err }(),
+		"scan":          l.Scan(ctx, ledger.Query{}, func(ledger.Seq, []byte) error { return nil }),
+		"load snapshot": func() error { _, _, err := l.LoadSnapshot("p"); return err }(),
+		"save snapshot": l.SaveSnapshot("p", 0, nil),
+	} {
+		if !errors.Is(err, ledger.ErrClosed) || !errors.As(err, &le) || le.Op != op {
+			t.Errorf("%s after Close: %v", op, err)
+		}
+	}
 
 	l = open(t, dir)
 	defer l.Close()
@@ -289,9 +302,14 @@ func TestQueueBackpressure(t *testing.T) {
 	}
 	waitFor(t, "the committer to block for good", stuck)
 	// Once stuck, the queue only fills; wait until it holds QueueLen calls.
-	for l.Stats().Queued < queueLen {
-		runtime.Gosched()
-	}
+	queued := make(chan struct{})
+	go func() {
+		defer close(queued)
+		for l.Stats().Queued < queueLen && ctx.Err() == nil {
+			runtime.Gosched()
+		}
+	}()
+	waitFor(t, "the queue to hold QueueLen calls", queued)
 	// A probe appended now must find the queue full (a queue that held more
 	// than QueueLen would take it in instead).
 	probing.Store(true)
@@ -401,7 +419,8 @@ func TestCloseDrainsQueue(t *testing.T) {
 func TestSnapshots(t *testing.T) {
 	dir := t.TempDir()
 	l := open(t, dir)
-	if _, _, err := l.LoadSnapshot("proj"); !errors.Is(err, ledger.ErrNoSnapshot) {
+	var le *ledger.Error
+	if _, _, err := l.LoadSnapshot("proj"); !errors.Is(err, ledger.ErrNoSnapshot) || !errors.As(err, &le) {
 		t.Fatalf("empty: %v", err)
 	}
 	appendN(t, l, 10)
@@ -432,7 +451,8 @@ func TestCancelledContextNeverCommits(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	for range 200 {
-		if _, err := l.Append(ctx, draft("a", "s", 1)); !errors.Is(err, context.Canceled) {
+		var le *ledger.Error
+		if _, err := l.Append(ctx, draft("a", "s", 1)); !errors.Is(err, context.Canceled) || !errors.As(err, &le) || errors.Is(err, ledger.ErrUnacknowledged) {
 			t.Fatalf("append with a cancelled context: %v", err)
 		}
 	}
@@ -448,7 +468,8 @@ func TestClockOutOfRange(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	if _, err := l.Append(context.Background(), draft("a", "s", 1)); !errors.Is(err, ledger.ErrClock) {
+	var le *ledger.Error
+	if _, err := l.Append(context.Background(), draft("a", "s", 1)); !errors.Is(err, ledger.ErrClock) || !errors.As(err, &le) || le.Op != "append" {
 		t.Fatalf("append with a broken clock: %v", err)
 	}
 	now = time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)

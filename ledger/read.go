@@ -28,10 +28,10 @@ type Query struct {
 // its index.
 func (q Query) Validate() error {
 	if q.Activation != "" && !events.ValidID(q.Activation) {
-		return &Error{Op: "query", Err: &events.FieldError{Field: "activation", Reason: "want [A-Za-z0-9_-]{1,128}"}}
+		return &Error{Op: "query", Err: &events.FieldError{Field: "activation", Reason: "want " + events.IDRule}}
 	}
 	if q.Session != "" && !events.ValidID(q.Session) {
-		return &Error{Op: "query", Err: &events.FieldError{Field: "session", Reason: "want [A-Za-z0-9_-]{1,128}"}}
+		return &Error{Op: "query", Err: &events.FieldError{Field: "session", Reason: "want " + events.IDRule}}
 	}
 	if q.Kind != "" && !events.Known(q.Kind) {
 		return &Error{Op: "query", Err: fmt.Errorf("%w: %q", events.ErrUnknownKind, q.Kind)}
@@ -54,7 +54,7 @@ func (l *Ledger) Get(seq Seq) (events.Envelope, error) {
 
 // GetRaw returns the stored bytes of the durable event at seq.
 func (l *Ledger) GetRaw(seq Seq) ([]byte, error) {
-	end, err := l.beginRead()
+	end, err := l.beginRead("get")
 	if err != nil {
 		return nil, err
 	}
@@ -75,12 +75,13 @@ func (l *Ledger) GetRaw(seq Seq) ([]byte, error) {
 
 // Scan calls fn with the seq and stored bytes of every durable event the
 // query selects, in seq order. The bytes are only valid during the call.
-// Scan stops at the first error fn returns and returns it.
+// Scan stops at the first error fn returns and returns it unchanged; every
+// other error is an *Error.
 func (l *Ledger) Scan(ctx context.Context, q Query, fn func(seq Seq, raw []byte) error) error {
 	if err := q.Validate(); err != nil {
 		return err
 	}
-	end, err := l.beginRead()
+	end, err := l.beginRead("scan")
 	if err != nil {
 		return err
 	}
@@ -132,14 +133,17 @@ func (l *Ledger) Scan(ctx context.Context, q Query, fn func(seq Seq, raw []byte)
 	defer it.Close()
 	for ok := it.First(); ok; ok = it.Next() {
 		if err := ctx.Err(); err != nil {
-			return err
+			return &Error{Op: "scan", Err: err}
 		}
 		seq, _ := keys.SeqOf(it.Key())
 		if err := l.visit(it, prefix != nil, seq, match, fn); err != nil {
 			return err
 		}
 	}
-	return it.Error()
+	if err := it.Error(); err != nil {
+		return &Error{Op: "scan", Err: err}
+	}
+	return nil
 }
 
 // visit hands one event to fn: the iterator's value on e/, or the e/ value
@@ -161,8 +165,11 @@ func (l *Ledger) visit(it *pebble.Iterator, indexed bool, seq Seq, match func([]
 		raw = v
 	}
 	ok, err := match(raw)
-	if err != nil || !ok {
-		return err
+	if err != nil {
+		return &Error{Op: "scan", Seq: seq, Err: err}
+	}
+	if !ok {
+		return nil
 	}
 	return fn(seq, raw)
 }

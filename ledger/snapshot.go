@@ -30,12 +30,12 @@ var (
 // head: a snapshot never claims events that are not acknowledged.
 func (l *Ledger) SaveSnapshot(name string, covers Seq, data []byte) error {
 	if !events.ValidID(name) {
-		return &Error{Op: "save snapshot", Err: &events.FieldError{Field: "name", Reason: "want [A-Za-z0-9_-]{1,128}"}}
+		return &Error{Op: "save snapshot", Err: &events.FieldError{Field: "name", Reason: "want " + events.IDRule}}
 	}
 	if len(data) > MaxSnapshotBytes {
 		return &Error{Op: "save snapshot", Err: fmt.Errorf("%w: %d bytes, limit MaxSnapshotBytes=%d", ErrSnapshotTooLarge, len(data), MaxSnapshotBytes)}
 	}
-	end, err := l.beginRead()
+	end, err := l.beginRead("save snapshot")
 	if err != nil {
 		return err
 	}
@@ -51,19 +51,19 @@ func (l *Ledger) SaveSnapshot(name string, covers Seq, data []byte) error {
 }
 
 // LoadSnapshot returns the stored snapshot of projection name and the seq
-// it covers, or ErrNoSnapshot.
+// it covers, or an error wrapping ErrNoSnapshot.
 func (l *Ledger) LoadSnapshot(name string) (Seq, []byte, error) {
 	if !events.ValidID(name) {
-		return 0, nil, &Error{Op: "load snapshot", Err: &events.FieldError{Field: "name", Reason: "want [A-Za-z0-9_-]{1,128}"}}
+		return 0, nil, &Error{Op: "load snapshot", Err: &events.FieldError{Field: "name", Reason: "want " + events.IDRule}}
 	}
-	end, err := l.beginRead()
+	end, err := l.beginRead("load snapshot")
 	if err != nil {
 		return 0, nil, err
 	}
 	defer end()
 	v, closer, err := l.db.Get([]byte(keys.PrefixSnapshot + name))
 	if errors.Is(err, pebble.ErrNotFound) {
-		return 0, nil, ErrNoSnapshot
+		return 0, nil, &Error{Op: "load snapshot", Err: ErrNoSnapshot}
 	}
 	if err != nil {
 		return 0, nil, &Error{Op: "load snapshot", Err: err}

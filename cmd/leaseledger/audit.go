@@ -108,7 +108,7 @@ unconfirmed, 1 on errors.`,
 
 func auditOne(cmd *cobra.Command, a *app, l *ledger.Ledger, id string, asJSON bool, keep int) error {
 	if !events.ValidID(id) {
-		return &exitError{code: 1, err: errors.New("activation: want [A-Za-z0-9_-]{1,128}")}
+		return &exitError{code: 1, err: errors.New("activation: want " + events.IDRule)}
 	}
 	s := projector.New()
 	// The timeline keeps the last `keep` events in a ring.

@@ -87,6 +87,8 @@ func ratio(a, b Side) float64 {
 	return a.Rate() / b.Rate()
 }
 
+// String prints r as a table: the configuration, the three rates, their
+// ratios and the group-commit factor.
 func (r Result) String() string {
 	return fmt.Sprintf("concurrency=%d batch=%d events/round=%d rounds=%d event_bytes=%d\n"+
 		"ledger.Append (durable, acked after fsync): %10.0f events/s\n"+

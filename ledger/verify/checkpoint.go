@@ -5,6 +5,7 @@ import (
 	"crypto"
 	_ "crypto/sha256" // registers SHA-256 for the RFC 6962 hasher
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -61,16 +62,25 @@ func merkleRoot(ctx context.Context, size ledger.Seq, scan func(context.Context,
 			return fmt.Errorf("%w: seq %d: %w", ErrCheckpoint, seq, err)
 		}
 		last = env.Hash
-		return r.Append(hasher.HashLeaf(raw), nil)
+		if err := r.Append(hasher.HashLeaf(raw), nil); err != nil {
+			return fmt.Errorf("%w: merkle: %w", ErrCheckpoint, err)
+		}
+		return nil
 	})
 	if err != nil {
+		if !errors.Is(err, ErrCheckpoint) {
+			err = fmt.Errorf("%w: read the log: %w", ErrCheckpoint, err) // closed ledger, context
+		}
 		return nil, events.Hash{}, err
 	}
 	if next != size+1 {
 		return nil, events.Hash{}, fmt.Errorf("%w: the log holds %d events, the checkpoint covers %d", ErrCheckpoint, next-1, size)
 	}
 	root, err := r.GetRootHash(nil)
-	return root, last, err
+	if err != nil {
+		return nil, events.Hash{}, fmt.Errorf("%w: merkle root: %w", ErrCheckpoint, err)
+	}
+	return root, last, nil
 }
 
 // NewCheckpoint computes the checkpoint of l's durable head under origin.
@@ -99,9 +109,13 @@ func (c Checkpoint) Text() string {
 	return fmt.Sprintf("%s\n%d\n%s\nchain %s\n", c.Origin, c.Size, base64.StdEncoding.EncodeToString(c.Root), c.Head)
 }
 
-// Sign returns the signed note of c.
+// Sign returns the signed note of c. Its error wraps ErrCheckpoint.
 func (c Checkpoint) Sign(signer note.Signer) ([]byte, error) {
-	return note.Sign(&note.Note{Text: c.Text()}, signer)
+	b, err := note.Sign(&note.Note{Text: c.Text()}, signer)
+	if err != nil {
+		return nil, fmt.Errorf("%w: sign: %w", ErrCheckpoint, err)
+	}
+	return b, nil
 }
 
 // ParseCheckpoint opens a signed checkpoint, verifying its signature with

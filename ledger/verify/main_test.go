@@ -49,6 +49,10 @@ func TestLedgerAndDir(t *testing.T) {
 	if _, err := Ledger(ctx, l, Options{}); !errors.Is(err, ledger.ErrClosed) {
 		t.Fatalf("Ledger on a closed ledger: %v", err)
 	}
+	// Making a checkpoint fails with ErrCheckpoint, whatever the cause.
+	if _, err := NewCheckpoint(ctx, l, "origin"); !errors.Is(err, ErrCheckpoint) || !errors.Is(err, ledger.ErrClosed) {
+		t.Fatalf("NewCheckpoint on a closed ledger: %v", err)
+	}
 	var last uint64
 	rep, err = Dir(ctx, dir, Options{Progress: func(done, _ uint64) { last = done }})
 	if err != nil || rep.Head != head || last != 5 {

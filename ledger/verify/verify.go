@@ -76,6 +76,7 @@ type Error struct {
 	Err    error
 }
 
+// Error returns "verify <op>: failed at seq <n>: <fault>[: <detail>]".
 func (e *Error) Error() string {
 	s := fmt.Sprintf("verify %s: failed at seq %d: %s", e.Op, e.Seq, e.Fault)
 	if e.Detail != "" {
@@ -129,12 +130,12 @@ const BytesPerEvent = 24
 // Ledger verifies an open ledger while it keeps serving: it reads a Pebble
 // snapshot, so appends made meanwhile are neither checked nor disturbed.
 // The first fault is returned as an *Error naming the seq.
-func Ledger(ctx context.Context, l *ledger.Ledger, o Options) (Report, error) {
+func Ledger(ctx context.Context, l *ledger.Ledger, o Options) (_ Report, err error) {
 	a, err := store.OfLedger(l)
 	if err != nil {
 		return Report{}, err
 	}
-	defer a.Release()
+	defer release(a, &err)
 	return verifyDB(ctx, a.DB, o)
 }
 
@@ -143,13 +144,21 @@ func Ledger(ctx context.Context, l *ledger.Ledger, o Options) (Report, error) {
 // ledger.ErrNoLedger when there is none), opens the database read-only and
 // runs the same checks as Ledger. Unlike ledger.Open it does not refuse a
 // log whose head is inconsistent: finding and naming that is its job.
-func Dir(ctx context.Context, dir string, o Options) (Report, error) {
+func Dir(ctx context.Context, dir string, o Options) (_ Report, err error) {
 	a, err := store.OfDir(dir)
 	if err != nil {
 		return Report{}, err
 	}
-	defer a.Release()
+	defer release(a, &err)
 	return verifyDB(ctx, a.DB, o)
+}
+
+// release ends a's access (for Dir: closes the read-only database and
+// unlocks the directory) and joins its error, if any, into *err.
+func release(a store.Access, err *error) {
+	if rerr := a.Release(); rerr != nil {
+		*err = errors.Join(*err, rerr)
+	}
 }
 
 // Every check reads one Pebble snapshot of db: event records, then m/head,
