@@ -97,9 +97,25 @@ func (p *GuardianReceipt) Validate() error {
 
 // GuardianLost records cleanup whose evidence is incomplete: the receipt was
 // lost, the helper died, its pipes closed early, or the deadline expired.
+// The optional fields are the partial facts the host did observe: those of
+// a correlated receipt that did not confirm (pipe closes, descendants,
+// dropped stdin; its signals and wait status are guardian.signal and
+// guardian.reaped), so no observed fact of an unconfirmed cleanup stays
+// outside the ledger. They never confirm anything.
 type GuardianLost struct {
 	Reason    LostReason `json:"reason"` // receipt_lost, helper_lost, pipes_closed, deadline
 	TargetPID int        `json:"target_pid,omitempty"`
+	// Receipt says a correlated receipt arrived; the facts below are its.
+	Receipt            bool     `json:"receipt,omitempty"`
+	StdinClosedAt      *Instant `json:"stdin_closed_at,omitempty"`
+	StdoutClosedAt     *Instant `json:"stdout_closed_at,omitempty"`
+	StderrClosedAt     *Instant `json:"stderr_closed_at,omitempty"`
+	StdoutForced       bool     `json:"stdout_forced,omitempty"`
+	StderrForced       bool     `json:"stderr_forced,omitempty"`
+	DescendantsSeen    []int    `json:"descendants_seen,omitempty"`
+	DescendantsKilled  []int    `json:"descendants_killed,omitempty"`
+	DescendantsDropped int      `json:"descendants_dropped,omitempty"`
+	StdinDroppedBytes  int64    `json:"stdin_dropped_bytes,omitempty"`
 }
 
 // Kind implements [Payload].
@@ -107,5 +123,9 @@ func (*GuardianLost) Kind() Kind { return "guardian.lost" }
 
 // Validate implements [Payload].
 func (p *GuardianLost) Validate() error {
-	return checks{member("reason", p.Reason), nonNegative("target_pid", int64(p.TargetPID))}.first()
+	return checks{member("reason", p.Reason), nonNegative("target_pid", int64(p.TargetPID)),
+		instant("stdin_closed_at", p.StdinClosedAt, false), instant("stdout_closed_at", p.StdoutClosedAt, false),
+		instant("stderr_closed_at", p.StderrClosedAt, false), pids("descendants_seen", p.DescendantsSeen),
+		pids("descendants_killed", p.DescendantsKilled), nonNegative("descendants_dropped", int64(p.DescendantsDropped)),
+		nonNegative("stdin_dropped_bytes", p.StdinDroppedBytes)}.first()
 }

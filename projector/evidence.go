@@ -170,6 +170,22 @@ func (ev *Evidence) apply(activation string, e *event) {
 		}
 		r := ev.track(activation, ref, ResourceGuardianChild, ScopeGuardian, e.seq)
 		r.Status, r.Reason, r.Facts.LostReason = StatusLost, string(p.Reason), string(p.Reason)
+		// Partial facts of the unconfirmed cleanup: shown, never confirming
+		// (lost is terminal).
+		f := &r.Facts
+		if p.StdinClosedAt != nil {
+			f.StdinClosedAt = p.StdinClosedAt
+		}
+		if p.StdoutClosedAt != nil {
+			f.StdoutClosedAt, f.StdoutForced = p.StdoutClosedAt, p.StdoutForced
+		}
+		if p.StderrClosedAt != nil {
+			f.StderrClosedAt, f.StderrForced = p.StderrClosedAt, p.StderrForced
+		}
+		if n := len(p.DescendantsSeen) + p.DescendantsDropped; n > 0 {
+			f.DescendantsSeen, f.DescendantsKilled = n, len(p.DescendantsKilled)
+		}
+		f.StdinDroppedBytes = max(f.StdinDroppedBytes, p.StdinDroppedBytes)
 	}
 }
 
