@@ -38,7 +38,10 @@ func newAppendCmd(a *app) *cobra.Command {
 it is durable (fsynced). A malformed line is reported on stderr with its
 line number and skipped; the others are still appended, and the exit status
 is 1. With --nats the events go to a running 'serve' (as its writer user)
-instead of a data directory.`,
+instead of a data directory. A failed append is reported as "not appended"
+only when nothing of it was written; when that cannot be known (no answer,
+a lost connection, a failed sync) it is reported "in doubt": read the log
+to find out.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if concurrency < 1 || batch < 1 || batch > ledger.MaxAppendEvents {

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -20,6 +21,8 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/leaseledger/leaseledger/events"
 	"github.com/leaseledger/leaseledger/ledger"
+	"github.com/leaseledger/leaseledger/ledger/busclient"
+	"github.com/nats-io/nats.go"
 	"go.uber.org/goleak"
 )
 
@@ -252,6 +255,7 @@ type failingSink struct {
 	mu    sync.Mutex
 	calls int
 	next  uint64
+	err   error // the refusal; "refused by the sink" when nil
 }
 
 func (s *failingSink) append(_ context.Context, _ [][]byte, drafts []events.Draft) ([]ack, error) {
@@ -259,6 +263,9 @@ func (s *failingSink) append(_ context.Context, _ [][]byte, drafts []events.Draf
 	defer s.mu.Unlock()
 	s.calls++
 	if s.calls == 3 {
+		if s.err != nil {
+			return nil, s.err
+		}
 		return nil, errors.New("refused by the sink")
 	}
 	acks := make([]ack, len(drafts))
@@ -287,6 +294,24 @@ func TestAppendStreamStopsOnFailureAndPrintsEveryAck(t *testing.T) {
 	}
 	if !strings.Contains(errb.String(), "not appended: refused by the sink") {
 		t.Fatalf("stderr: %s", errb.String())
+	}
+}
+
+// An append in doubt is reported as such, never as "not appended".
+func TestAppendStreamReportsInDoubt(t *testing.T) {
+	in, _ := examples(t)
+	for _, err := range []error{
+		&busclient.Error{Op: "append", Err: fmt.Errorf("%w: %w", busclient.ErrInDoubt, nats.ErrConnectionClosed)},
+		&ledger.Error{Op: "append", Err: fmt.Errorf("%w: sync: disk gone", ledger.ErrFailed)},
+	} {
+		var out, errb bytes.Buffer
+		a := &app{stdin: strings.NewReader(in), stdout: &out, stderr: &errb}
+		if appendStream(context.Background(), a, &failingSink{err: err}, 1, 1) == nil {
+			t.Fatal("no error")
+		}
+		if !strings.Contains(errb.String(), "in doubt") || strings.Contains(errb.String(), "not appended") {
+			t.Fatalf("stderr: %s", errb.String())
+		}
 	}
 }
 
