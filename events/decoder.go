@@ -318,16 +318,8 @@ func (c *codec) decode(d *Decoder, data []byte) (Payload, bool) {
 }
 
 func hasPrefixAt(b []byte, i int, p string) bool {
-	if len(b)-i < len(p) {
-		return false
-	}
-	b = b[i : i+len(p)]
-	for j := 0; j < len(p); j++ {
-		if b[j] != p[j] {
-			return false
-		}
-	}
-	return true
+	// The conversion does not allocate: the compiler compares in place.
+	return i >= 0 && len(b)-i >= len(p) && string(b[i:i+len(p)]) == p
 }
 
 // plainByte marks the bytes encoding/json writes as themselves inside a
@@ -335,12 +327,12 @@ func hasPrefixAt(b []byte, i int, p string) bool {
 // bytes it escapes for HTML safety (<, >, &). Everything else — control
 // bytes, escapes, and all non-ASCII (which may be invalid UTF-8 or U+2028
 // and U+2029, both escaped) — sends the string to the strict decoder.
-var plainByte = func() (t [256]bool) {
+var plainByte = func() (t [256]byte) {
 	for c := 0x20; c < 0x7f; c++ {
-		t[c] = true
+		t[c] = 1
 	}
 	for _, c := range `"\<>&` {
-		t[c] = false
+		t[c] = 0
 	}
 	return t
 }()
@@ -356,10 +348,12 @@ func plainBytes(b []byte, i int) ([]byte, int, bool) {
 		return nil, 0, false
 	}
 	s := b[i+1 : i+1+j]
-	for _, c := range s {
-		if !plainByte[c] {
-			return nil, 0, false
-		}
+	ok := byte(1)
+	for _, c := range s { // branch-free, like isHex64Bytes: strings are mostly digests
+		ok &= plainByte[c]
+	}
+	if ok != 1 {
+		return nil, 0, false
 	}
 	return s, i + 2 + j, true
 }
@@ -558,18 +552,27 @@ func (d *Decoder) fast(raw []byte, h *Header) (Payload, bool) {
 	return p, true
 }
 
-// isHex64Bytes is the digest rule for bytes: 64 lowercase hex digits.
+// isHex64Bytes is the digest rule for bytes: 64 lowercase hex digits. It
+// runs twice per event (prev, hash) on the replay path, so it is
+// branch-free: a comparison chain mispredicts on random hex digits.
 func isHex64Bytes(b []byte) bool {
 	if len(b) != 64 {
 		return false
 	}
+	ok := byte(1)
 	for _, c := range b {
-		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
-			return false
-		}
+		ok &= hexDigit[c]
 	}
-	return true
+	return ok == 1
 }
+
+// hexDigit is 1 for the bytes of lowercase hex, 0 for every other byte.
+var hexDigit = func() (t [256]byte) {
+	for _, c := range "0123456789abcdef" {
+		t[c] = 1
+	}
+	return t
+}()
 
 // validIDBytes is [ValidID] for bytes.
 func validIDBytes(b []byte) bool {
