@@ -9,12 +9,38 @@ import (
 // leaseFor looks up the server's current config and returns a ready lease
 // pinned to it, after an opportunistic reap pass.
 func (m *Manager) leaseFor(ctx context.Context, session, server string) (*lease, error) {
+	return m.leaseForOpts(ctx, session, server, acquireOpts{})
+}
+
+// acquireOpts are an acquisition's connection options (OpenConnection);
+// the zero value is an ordinary call's acquisition.
+type acquireOpts struct {
+	// explicit: the host opens this connection (OpenConnection). It may
+	// start a new activation where a one-shot one ended, and refuses a
+	// live connection that does not match the options.
+	explicit bool
+	// activation is the host-supplied activation id; empty mints one.
+	activation string
+	// oneShot asks for a one-shot activation (also set by the entry).
+	oneShot bool
+}
+
+// leaseForOpts is leaseFor with connection options.
+func (m *Manager) leaseForOpts(ctx context.Context, session, server string, o acquireOpts) (*lease, error) {
 	m.maybeReap(ctx)
 	cfg, err := m.lookup(ctx, session, server)
 	if err != nil {
 		return nil, err
 	}
-	return m.acquire(ctx, session, server, cfg)
+	return m.acquireOpts(ctx, session, server, cfg, o)
+}
+
+// oneShotEnded is the refusal of an acquisition under an ended one-shot
+// activation.
+func oneShotEnded(key leaseKey, act string) error {
+	e := newErr("acquire", &key, ErrOneShotEnded, nil)
+	e.Activation = act
+	return e
 }
 
 // lookup reads the server's current config entry.
@@ -38,6 +64,15 @@ func (m *Manager) lookup(ctx context.Context, session, server string) (ServerCon
 // inserts a starting placeholder and does the I/O without the map lock;
 // others wait on its ready channel.
 func (m *Manager) acquire(ctx context.Context, session, server string, cfg ServerConfig) (*lease, error) {
+	return m.acquireOpts(ctx, session, server, cfg, acquireOpts{})
+}
+
+// acquireOpts is acquire with connection options. A one-shot activation
+// (the entry's oneShot or o.oneShot) is never replaced: once its lease is
+// gone (child exit, reap, revoke, stale config, close), acquisitions at
+// its key fail with ErrOneShotEnded until an explicit open or the end of
+// the session.
+func (m *Manager) acquireOpts(ctx context.Context, session, server string, cfg ServerConfig, o acquireOpts) (*lease, error) {
 	key, fp := keyFor(session, server, cfg), cfg.Fingerprint()
 	capTried := false
 	for attempt := 0; ; attempt++ {
@@ -48,6 +83,21 @@ func (m *Manager) acquire(ctx context.Context, session, server string, cfg Serve
 		if m.closed {
 			m.mu.Unlock()
 			return nil, newErr("acquire", &key, ErrClosed, nil)
+		}
+		m.conns.init()
+		if c, ok := m.conns.claims[key]; ok {
+			cur := m.leases[key]
+			switch {
+			case c.st != nil && m.sessions[key.session] != c.st:
+				delete(m.conns.claims, key) // its session ended: stale
+			case cur != nil && cur.activation == c.activation:
+				// The one-shot lease itself is live (or starting).
+			case o.explicit:
+				delete(m.conns.claims, key) // the host opens a new activation
+			default:
+				m.mu.Unlock()
+				return nil, oneShotEnded(key, c.activation)
+			}
 		}
 		if l := m.leases[key]; l != nil {
 			m.mu.Unlock()
@@ -70,6 +120,11 @@ func (m *Manager) acquire(ctx context.Context, session, server string, cfg Serve
 				}
 				return nil, l.err
 			}
+			if o.explicit && ((o.activation != "" && o.activation != l.activation) || (o.oneShot && !l.oneShot)) {
+				e := newErr("acquire", &key, ErrConnectionOpen, nil)
+				e.Activation = l.activation
+				return nil, e
+			}
 			if l.fingerprint != fp {
 				// The pinned entry differs from ours. Ours may be the stale
 				// one (read before a change a newer lease is pinned to), so
@@ -87,8 +142,13 @@ func (m *Manager) acquire(ctx context.Context, session, server string, cfg Serve
 				// Take it out of service first, then record and end it.
 				if m.removeIf(l) {
 					l.markGone("stale_config")
-					m.keep(m.emitFact(ctx, l.draft(&events.LeaseStaleReplaced{OldFingerprint: l.fingerprint, NewFingerprint: fp})))
+					if !l.oneShot {
+						m.keep(m.emitFact(ctx, l.draft(&events.LeaseStaleReplaced{OldFingerprint: l.fingerprint, NewFingerprint: fp})))
+					}
 					m.keep(l.terminate(ctx, "stale_config"))
+				}
+				if l.oneShot && !o.explicit {
+					return nil, oneShotEnded(key, l.activation) // never replaced
 				}
 				continue
 			}
@@ -96,6 +156,9 @@ func (m *Manager) acquire(ctx context.Context, session, server string, cfg Serve
 				if m.removeIf(l) {
 					l.markGone("child_exited")
 					m.keep(l.terminate(ctx, "child_exited"))
+				}
+				if l.oneShot && !o.explicit {
+					return nil, oneShotEnded(key, l.activation) // never replaced
 				}
 				continue
 			}
@@ -115,15 +178,31 @@ func (m *Manager) acquire(ctx context.Context, session, server string, cfg Serve
 					continue
 				}
 			}
-			act := newActivationID()
+			act := o.activation
+			if act == "" || m.conns.inUse(act) {
+				act = newActivationID()
+			}
 			m.keep(m.emit(ctx, events.Draft{Activation: act, Session: key.session, Server: key.server,
 				Payload: &events.LeaseAcquireFailed{Fingerprint: fp, Reason: "too_many_leases"}}))
 			e := newErr("acquire", &key, ErrTooManyLeases, nil)
 			e.Count = m.maxLive
 			return nil, e
 		}
-		l := newLease(m, key, cfg, fp)
+		act := o.activation
+		if act == "" {
+			act = newActivationID()
+		} else if m.conns.inUse(act) {
+			m.mu.Unlock()
+			e := newErr("acquire", &key, ErrInvalidRequest, nil)
+			e.Activation = act
+			return nil, e
+		}
+		l := newLease(m, key, cfg, fp, act, cfg.OneShot || o.oneShot)
 		m.leases[key] = l
+		m.conns.byAct[act] = l
+		if l.oneShot {
+			m.claimLocked(key, act)
+		}
 		m.mu.Unlock()
 
 		err := l.start(ctx)
@@ -139,6 +218,12 @@ func (m *Manager) acquire(ctx context.Context, session, server string, cfg Serve
 		if err != nil {
 			m.removeIf(l)
 			m.settled(l)
+			m.mu.Lock()
+			if c, ok := m.conns.claims[key]; ok && c.activation == l.activation {
+				// A failed acquisition is no activation to hold the key for.
+				delete(m.conns.claims, key)
+			}
+			m.mu.Unlock()
 			l.err = err
 			// Waiters whose own context is live retry rather than share a
 			// failure that was only this caller's cancellation.
@@ -204,6 +289,9 @@ func waitTerminated(ctx context.Context, ls []*lease) int {
 func (m *Manager) settled(l *lease) {
 	m.mu.Lock()
 	delete(m.detached, l)
+	if m.conns.byAct[l.activation] == l {
+		delete(m.conns.byAct, l.activation)
+	}
 	m.mu.Unlock()
 }
 

@@ -27,6 +27,10 @@ type ServerConfig struct {
 	// SharedSessionKey). Sharing widens the child, never the grant: every
 	// call still validates the exact tool name and digest.
 	Shared bool `json:"shared,omitempty"`
+	// OneShot: every activation of this server is one-shot — once its
+	// child ended it is never replaced, and later calls under it fail
+	// with ErrOneShotEnded (see ConnectionOptions.OneShot).
+	OneShot bool `json:"oneShot,omitempty"`
 }
 
 // Fingerprint is the lowercase hex SHA-256 of the entry's canonical JSON:
@@ -55,7 +59,8 @@ func (c ServerConfig) canonical() []byte {
 		Env     []string `json:"env"`
 		Cwd     string   `json:"cwd"`
 		Shared  bool     `json:"shared"`
-	}{c.Command, args, env, c.Cwd, c.Shared})
+		OneShot bool     `json:"one_shot,omitempty"` // only when set: other fingerprints unchanged
+	}{c.Command, args, env, c.Cwd, c.Shared, c.OneShot})
 	return b
 }
 

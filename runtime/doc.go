@@ -32,6 +32,13 @@
 // caller waited for (background reaps, a session end run by a call's own
 // release) are returned by the next TerminateAll or Close.
 //
+// Every lease's child is an owned connection of its activation. Hosts may
+// open one with their own activation id and as one-shot (never replaced
+// once its child ended: ErrOneShotEnded), close it under one budget shared
+// by the transport, workers and supervisor steps (CloseConnection), and
+// read its retained version-1 report (ConnectionStatus); a repeated close
+// returns the stored report without a second cleanup.
+//
 // Errors are *LeaseError values, shaped like *os.PathError (Op, identities,
 // Err: one of the Err* sentinels, matched with errors.Is), and carry only
 // static text, local identities and numbers — never text from an MCP

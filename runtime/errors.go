@@ -43,6 +43,17 @@ var (
 	// (the server's own error text is dropped). A tool error result is not
 	// an error: it is returned with IsError set.
 	ErrCallFailed = errors.New("runtime: tool call failed")
+	// ErrOneShotEnded: the key's one-shot activation ended (its child
+	// exited, was reaped, revoked, replaced by config or closed); it never
+	// gets a replacement executable. An explicit OpenConnection starts a
+	// new activation.
+	ErrOneShotEnded = errors.New("runtime: one-shot activation ended")
+	// ErrConnectionOpen: OpenConnection found a live connection for the
+	// key that does not match its options (activation, one-shot).
+	ErrConnectionOpen = errors.New("runtime: a different connection is open for this key")
+	// ErrNoConnection: CloseConnection found no connection for the
+	// session and server (or the lease never started a child).
+	ErrNoConnection = errors.New("runtime: no connection")
 	// ErrSessionEnded: the session's last owner released its scope.
 	ErrSessionEnded = errors.New("runtime: session ended")
 	// ErrSessionOpen: a scope for the session is already open.

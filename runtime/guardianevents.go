@@ -32,16 +32,22 @@ func guardianStartedDraft(activation, session, server string, f childFacts) even
 // counted as two resources (one confirmed, one lost). Exactly one of
 // guardian.receipt / guardian.lost is emitted per cleanup. An auditor
 // recomputes the verdict from these facts; guardian.lost records the
-// host's reason.
+// host's reason and, for a correlated receipt that did not confirm, the
+// receipt's remaining facts (pipe closes, descendants, dropped stdin), so
+// every fact of an unconfirmed cleanup is in the ledger.
 func guardianCleanupDrafts(activation, session, server string, r guardian.CleanupResult) []events.Draft {
+	out, _ := guardianCleanupFacts(activation, session, server, r)
+	return out
+}
+
+// guardianCleanupFacts is guardianCleanupDrafts that also reports whether
+// guardian.receipt was emitted (the supervisor obligation's outcome).
+func guardianCleanupFacts(activation, session, server string, r guardian.CleanupResult) (out []events.Draft, receipted bool) {
 	d := func(p events.Payload) events.Draft {
 		return events.Draft{Activation: activation, Session: session, Server: server, Payload: p}
 	}
-	var out []events.Draft
 	rc := r.Receipt
-	correlated := rc != nil && rc.TargetPID > 0 && rc.ActivationID == activation &&
-		(r.ActivationID == "" || r.ActivationID == activation) &&
-		rc.TargetPID == r.TargetPID && rc.HelperPID == r.HelperPID
+	correlated := correlatedReceipt(r, activation)
 	if correlated {
 		for _, s := range rc.Signals {
 			out = append(out, d(&events.GuardianSignal{TargetPID: rc.TargetPID, Signal: events.Signal(s.Signal), At: events.At(s.At), Alive: s.Alive}))
@@ -77,22 +83,54 @@ func guardianCleanupDrafts(activation, session, server string, r guardian.Cleanu
 		if t, ok := rc.KillSentAt(); ok {
 			p.KillSentAt = events.At(t)
 		}
-		return append(out, d(p))
+		return append(out, d(p)), true
 	}
-	// The guardian's reasons map one to one onto the recorded ones; a
-	// receipt that does not belong to this child, or a reason the guardian
-	// added later, is recorded as a lost receipt (never as confirmed).
-	reason := events.LostReceipt
+	lost := &events.GuardianLost{Reason: lostReason(r, activation), TargetPID: max(r.TargetPID, 0)}
+	if correlated {
+		// The partial facts the helper did report before the cleanup
+		// ended unconfirmed (signals and wait status are above).
+		lost.Receipt = true
+		if rc.Stdin != nil {
+			lost.StdinClosedAt = events.At(rc.Stdin.ClosedAt)
+		}
+		if rc.Stdout != nil {
+			lost.StdoutClosedAt, lost.StdoutForced = events.At(rc.Stdout.ClosedAt), rc.Stdout.Forced
+		}
+		if rc.Stderr != nil {
+			lost.StderrClosedAt, lost.StderrForced = events.At(rc.Stderr.ClosedAt), rc.Stderr.Forced
+		}
+		lost.DescendantsSeen, lost.DescendantsKilled = capPIDs(rc.DescendantsSeen), capPIDs(rc.DescendantsKilled)
+		lost.DescendantsDropped = max(rc.DescendantsDropped, 0) + max(len(rc.DescendantsSeen)-len(lost.DescendantsSeen), 0)
+		lost.StdinDroppedBytes = max(rc.StdinDroppedBytes, 0)
+	}
+	return append(out, d(lost)), false
+}
+
+// correlatedReceipt reports whether r's receipt belongs to this child: its
+// activation, target pid and helper pid are the session's.
+func correlatedReceipt(r guardian.CleanupResult, activation string) bool {
+	rc := r.Receipt
+	return rc != nil && rc.TargetPID > 0 && rc.ActivationID == activation &&
+		(r.ActivationID == "" || r.ActivationID == activation) &&
+		rc.TargetPID == r.TargetPID && rc.HelperPID == r.HelperPID
+}
+
+// lostReason is the recorded reason of an unconfirmed cleanup. The
+// guardian's reasons map one to one onto the recorded ones; a receipt that
+// does not belong to this child, or a reason the guardian added later, is
+// recorded as a lost receipt (never as confirmed).
+func lostReason(r guardian.CleanupResult, activation string) events.LostReason {
 	switch {
-	case rc != nil && !correlated:
+	case r.Receipt != nil && !correlatedReceipt(r, activation):
+		return events.LostReceipt
 	case r.Reason == guardian.ReasonDeadline:
-		reason = events.LostDeadline
+		return events.LostDeadline
 	case r.Reason == guardian.ReasonHelperLost:
-		reason = events.LostHelper
+		return events.LostHelper
 	case r.Reason == guardian.ReasonPipesClosed:
-		reason = events.LostPipesClosed
+		return events.LostPipesClosed
 	}
-	return append(out, d(&events.GuardianLost{Reason: reason, TargetPID: max(r.TargetPID, 0)}))
+	return events.LostReceipt
 }
 
 func clampCode(c int) int {

@@ -45,7 +45,9 @@ type lease struct {
 	cfg         ServerConfig
 	fingerprint string
 	activation  string
-	ready       chan struct{}
+	// oneShot: this activation is never replaced (see acquireOpts).
+	oneShot bool
+	ready   chan struct{}
 
 	err error
 	// acquirerCancelled: the acquisition failed while the acquirer's own
@@ -80,10 +82,13 @@ type lease struct {
 	// termDone is closed; termErrTaken makes sure one caller reports it.
 	termErr      error
 	termErrTaken atomic.Bool
+	// report is the connection's closing, then closed, report (nil while
+	// active); written by the termination.
+	report atomic.Pointer[ConnectionReport]
 }
 
-func newLease(m *Manager, key leaseKey, cfg ServerConfig, fp string) *lease {
-	return &lease{m: m, key: key, cfg: cfg, fingerprint: fp, activation: newActivationID(),
+func newLease(m *Manager, key leaseKey, cfg ServerConfig, fp, activation string, oneShot bool) *lease {
+	return &lease{m: m, key: key, cfg: cfg, fingerprint: fp, activation: activation, oneShot: oneShot,
 		ready: make(chan struct{}), revokedLogged: make(chan struct{}), termDone: make(chan struct{})}
 }
 
@@ -129,9 +134,10 @@ func (l *lease) start(ctx context.Context) error {
 	t0 := m.opts.Now()
 	ctx, cancel := context.WithTimeout(ctx, m.opts.AcquireTimeout)
 	defer cancel()
-	if err := m.emit(ctx, l.draft(&events.LeaseAcquiring{KeySession: l.key.session, Fingerprint: l.fingerprint, Shared: l.cfg.Shared})); err != nil {
-		return err
-	}
+	// Detached from the caller's cancellation like every record that must
+	// be paired with a later one: an append abandoned halfway may still be
+	// durable, and a durable lease.acquiring needs its outcome.
+	acqErr := m.emitFact(ctx, l.draft(&events.LeaseAcquiring{KeySession: l.key.session, Fingerprint: l.fingerprint, Shared: l.cfg.Shared}))
 	fail := func(reason string, kind error, cause error) error {
 		m.keep(m.emitFact(ctx, l.draft(&events.LeaseAcquireFailed{Fingerprint: l.fingerprint, Reason: reason, DurationNS: since(m.opts.Now(), t0)})))
 		if l.child != nil {
@@ -140,6 +146,9 @@ func (l *lease) start(ctx context.Context) error {
 		e := newErr("acquire", &l.key, kind, cause)
 		e.Activation = l.activation
 		return e
+	}
+	if acqErr != nil {
+		return fail("ledger_failed", ErrLedger, nil)
 	}
 	c, err := m.launch(ctx, m.launchSpec(l))
 	if err != nil {
@@ -150,7 +159,7 @@ func (l *lease) start(ctx context.Context) error {
 	f := c.facts()
 	if err := m.emit(ctx, guardianStartedDraft(l.activation, l.key.session, l.key.server, f),
 		l.draft(&events.LeaseChildStarted{PID: f.TargetPID, GuardianPID: f.HelperPID, Cleanup: events.CleanupVerified}),
-		l.draft(&events.ConnectionOpened{Transport: events.TransportStdio, Cleanup: events.CleanupVerified})); err != nil {
+		l.draft(&events.ConnectionOpened{Transport: events.TransportStdio, Cleanup: events.CleanupVerified, OneShot: l.oneShot})); err != nil {
 		return fail("ledger_failed", ErrLedger, nil)
 	}
 	cs, err := m.client.Connect(ctx, &streamTransport{stream: c.stream(), wire: &l.wire}, &mcp.ClientSessionOptions{ProtocolVersion: ProtocolVersion})
@@ -180,80 +189,166 @@ func (l *lease) start(ctx context.Context) error {
 // else nil: any other failure's text may come from the server.
 func ctxCause(ctx context.Context) error { return ctx.Err() }
 
-// terminate ends the lease once: lease.terminated, then the client and the
-// child are closed and the cleanup facts appended. Concurrent callers wait
-// for the first. The caller has already taken the lease out of the map and
-// out of service (or it never entered service).
+// terminate ends the lease once under the default close budget (see
+// terminateWithin).
+func (l *lease) terminate(ctx context.Context, reason string) error {
+	return l.terminateWithin(ctx, reason, 0)
+}
+
+// terminateWithin ends the lease once: lease.terminated and
+// connection.phase{closing, budget}, then the close steps under one
+// deadline (closeSteps), then one batch with the guardian facts, a
+// connection.barrier per obligation and connection.closed; the closed
+// report is retained. budget 0 is the default close budget. Concurrent
+// callers wait for the first (whose budget applies). The caller has
+// already taken the lease out of the map and out of service (or it never
+// entered service).
 //
 // It returns what of the termination failed to record to the first caller
 // that asks and nil to every later one, so each failure is reported once;
 // a caller with no one to report to hands it to Manager.keep.
-func (l *lease) terminate(ctx context.Context, reason string) error {
+func (l *lease) terminateWithin(ctx context.Context, reason string, budget time.Duration) error {
 	l.termOnce.Do(func() {
 		m := l.m
 		defer close(l.termDone)
 		defer m.settled(l) // no longer counts toward the cap, nothing left for Close
 		// Admitted events are durable before the termination is recorded.
 		l.admitting.Wait()
-		budget := m.launchSpec(l).CleanupBudget() + time.Second
+		if budget <= 0 {
+			budget = m.closeBudget(l)
+		}
 		first := []events.Draft{l.draft(&events.LeaseTerminated{Reason: reason})}
 		if l.child != nil {
-			first = append(first, l.draft(&events.ConnectionPhase{Phase: events.PhaseClosing, BudgetNS: int64(budget)}))
+			first = append(first, l.draft(&events.ConnectionPhase{Phase: events.PhaseClosing, BudgetNS: max(int64(budget), 1)}))
 		}
 		firstErr := m.emitFact(ctx, first...)
 		if l.child == nil {
 			l.termErr = firstErr
 			return
 		}
-		// The close obligations of the activation's connection, from which
-		// the projector computes its close report: transport = the MCP
-		// client session, workers = its goroutines and the child's (both
-		// gone when close returns), supervisor = the guardian's verified
-		// cleanup of the child.
-		t0 := time.Now()
-		transport := events.BarrierOK
-		l.mu.Lock()
-		busy := l.inflight > 0
-		l.mu.Unlock()
-		if busy {
-			// Calls are still in flight (TerminateAll or Close on a revoked
-			// lease whose calls hang): the client session's Close would
-			// wait for them. Detach the stream first, which unblocks the
-			// connection's reads and writes, so those calls fail now; the
-			// child's cleanup below is unchanged.
-			_ = l.child.stream().Close()
+		rep := l.activeReport()
+		rep.Phase, rep.Reason, rep.BudgetNS = ConnectionClosing, reason, int64(budget)
+		l.report.Store(&rep)
+		facts, closed := l.closeSteps(ctx, budget, rep)
+		factErr := m.emitFact(ctx, facts...)
+		closed.Recorded = firstErr == nil && factErr == nil
+		if !closed.Recorded {
+			closed.Result = ResultUnconfirmed
 		}
-		if l.cs != nil {
-			if err := l.cs.Close(); err != nil && !errors.Is(err, mcp.ErrConnectionClosed) {
-				transport = events.BarrierError
-			}
-		}
-		tTransport := time.Since(t0)
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), budget)
-		l.cleanup = l.child.close(cctx)
-		cancel()
-		elapsed := time.Since(t0)
-		supervisor := events.BarrierOK
-		switch {
-		case l.cleanup.Confirmed:
-		case l.cleanup.Reason == guardian.ReasonDeadline:
-			supervisor = events.BarrierTimeout
-		default:
-			supervisor = events.BarrierError
-		}
-		facts := guardianCleanupDrafts(l.activation, l.key.session, l.key.server, l.cleanup)
-		facts = append(facts,
-			l.draft(&events.ConnectionBarrier{Obligation: events.ObligationTransport, Outcome: transport, ElapsedNS: int64(tTransport)}),
-			l.draft(&events.ConnectionBarrier{Obligation: events.ObligationWorkers, Outcome: events.BarrierOK, ElapsedNS: int64(elapsed)}),
-			l.draft(&events.ConnectionBarrier{Obligation: events.ObligationSupervisor, Outcome: supervisor, ElapsedNS: int64(elapsed)}),
-			l.draft(&events.ConnectionClosed{ElapsedNS: int64(elapsed)}))
-		l.termErr = errors.Join(firstErr, m.emitFact(ctx, facts...))
+		l.termErr = errors.Join(firstErr, factErr)
+		m.mu.Lock()
+		m.retainReportLocked(&closed)
+		m.mu.Unlock()
+		l.report.Store(&closed)
 	})
 	<-l.termDone
 	if l.termErrTaken.Swap(true) {
 		return nil
 	}
 	return l.termErr
+}
+
+// closeSteps runs the close obligations of the activation's connection in
+// order under one deadline (now + budget), each step getting only what is
+// left of it: transport (the MCP client session's close, run by a worker
+// goroutine the lease owns), workers (that goroutine's observed exit; the
+// session's own goroutines end inside its close), supervisor (the
+// guardian's verified cleanup of the child, whose context carries the
+// same deadline). It returns the facts to record and the closed report.
+func (l *lease) closeSteps(ctx context.Context, budget time.Duration, rep ConnectionReport) ([]events.Draft, ConnectionReport) {
+	t0 := time.Now()
+	deadline := t0.Add(budget)
+	l.mu.Lock()
+	busy := l.inflight > 0
+	l.mu.Unlock()
+	if busy {
+		// Calls are still in flight (TerminateAll, Close or CloseConnection
+		// on a lease whose calls hang): the client session's Close would
+		// wait for them. Detach the stream first, which unblocks the
+		// connection's reads and writes, so those calls fail now; the
+		// child's cleanup below is unchanged.
+		_ = l.child.stream().Close()
+	}
+	// 1. transport
+	closed := make(chan error, 1)
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		if l.cs != nil {
+			closed <- l.cs.Close()
+			return
+		}
+		closed <- l.child.stream().Close() // never initialized: detach the stream
+	}()
+	transport := events.BarrierOK
+	select {
+	case err := <-closed:
+		if err != nil && !errors.Is(err, mcp.ErrConnectionClosed) {
+			transport = events.BarrierError
+		}
+	case <-until(deadline):
+		transport = events.BarrierTimeout
+	}
+	tTransport := time.Since(t0)
+	// 2. workers
+	t1 := time.Now()
+	workers := events.BarrierOK
+	select {
+	case <-exited:
+	case <-until(deadline):
+		workers = events.BarrierTimeout
+	}
+	tWorkers := time.Since(t1)
+	// 3. supervisor
+	t2 := time.Now()
+	cctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+	l.cleanup = l.child.close(cctx)
+	cancel()
+	tSupervisor := time.Since(t2)
+	elapsed := time.Since(t0)
+
+	facts, receipted := guardianCleanupFacts(l.activation, l.key.session, l.key.server, l.cleanup)
+	supervisor := events.BarrierOK
+	switch {
+	case receipted:
+	case l.cleanup.Reason == guardian.ReasonDeadline:
+		supervisor = events.BarrierTimeout
+	default:
+		supervisor = events.BarrierError
+	}
+	if !receipted {
+		rep.Lost = lostReason(l.cleanup, l.activation)
+	}
+	obs := []ObligationReport{
+		{Name: events.ObligationTransport, Outcome: transport, ElapsedNS: int64(tTransport)},
+		{Name: events.ObligationWorkers, Outcome: workers, ElapsedNS: int64(tWorkers)},
+		{Name: events.ObligationSupervisor, Outcome: supervisor, ElapsedNS: int64(tSupervisor)},
+		// A stdio connection owns no HTTP request: no barrier is recorded
+		// and the projector confirms the obligation as none owned.
+		{Name: events.ObligationHTTPRequests, Status: ObligationConfirmed, Detail: "none_owned"},
+	}
+	rep.Phase, rep.Result, rep.ElapsedNS = ConnectionClosed, ResultConfirmed, int64(elapsed)
+	rep.Retained = true
+	for i := range obs {
+		o := &obs[i]
+		if o.Outcome == "" {
+			continue // not observed by a barrier (see above)
+		}
+		o.Status = statusOf(o.Outcome)
+		if o.Status != ObligationConfirmed {
+			rep.Result = ResultUnconfirmed
+		}
+		facts = append(facts, l.draft(&events.ConnectionBarrier{Obligation: o.Name, Outcome: o.Outcome, Detail: o.Detail, ElapsedNS: o.ElapsedNS}))
+	}
+	rep.Obligations = obs
+	facts = append(facts, l.draft(&events.ConnectionClosed{ElapsedNS: int64(elapsed)}))
+	return facts, rep
+}
+
+// until returns a channel that is ready at t (at once when t has passed).
+// The timer is collected once fired or unreferenced (Go 1.23 timers).
+func until(t time.Time) <-chan time.Time {
+	return time.After(max(time.Until(t), 0))
 }
 
 // revoke marks the lease cancelled under the gate. After the state change

@@ -86,6 +86,9 @@ type Options struct {
 	KillDescendants bool
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
+	// MaxRetainedReports bounds the close reports the manager retains
+	// (ConnectionStatus); DefaultMaxRetainedReports when zero.
+	MaxRetainedReports int
 }
 
 // Manager owns every live MCP child of a runtime. It is safe for
@@ -110,6 +113,9 @@ type Manager struct {
 	// acquisition failed). Bounded by the cap: entries only move here from
 	// the map.
 	detached map[*lease]struct{}
+	// conns indexes leases by activation, holds one-shot claims and the
+	// retained close reports (connection.go); guarded by mu.
+	conns connTable
 
 	lastReap atomic.Int64 // unix ns of the last opportunistic pass
 	bg       sync.WaitGroup
