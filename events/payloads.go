@@ -57,6 +57,10 @@ type LeaseAcquiring struct {
 	KeySession  string `json:"key_session"` // the session, or the shared key for shared servers
 	Fingerprint string `json:"fingerprint"` // SHA-256 of the server's canonical config entry
 	Shared      bool   `json:"shared"`
+	// ConfigName is the server's name in the host's config when it differs
+	// from the envelope's server id (a name such as "my.server" that is not
+	// an identifier is recorded under a derived id); omitted when equal.
+	ConfigName string `json:"config_name,omitempty"`
 }
 
 // Kind implements [Payload].
@@ -64,7 +68,7 @@ func (*LeaseAcquiring) Kind() Kind { return "lease.acquiring" }
 
 // Validate implements [Payload].
 func (p *LeaseAcquiring) Validate() error {
-	return checks{id("key_session", p.KeySession), digest("fingerprint", p.Fingerprint)}.first()
+	return checks{id("key_session", p.KeySession), digest("fingerprint", p.Fingerprint), text("config_name", p.ConfigName, false)}.first()
 }
 
 // LeaseAcquired records a lease that became ready (child started,
@@ -245,7 +249,7 @@ func (p *CallRefused) Validate() error {
 type CallFinished struct {
 	CallID         string      `json:"call_id"`
 	Tool           string      `json:"tool"`
-	Outcome        CallOutcome `json:"outcome"` // ok, tool_error, transport_error, cancelled
+	Outcome        CallOutcome `json:"outcome"` // ok, tool_error, transport_error, remote_error, cancelled
 	DurationNS     int64       `json:"duration_ns"`
 	ArgsBytes      int64       `json:"args_bytes"`
 	ArgsSHA256     string      `json:"args_sha256"`

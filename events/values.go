@@ -60,13 +60,16 @@ const (
 	CallOK             CallOutcome = "ok"
 	CallToolError      CallOutcome = "tool_error"
 	CallTransportError CallOutcome = "transport_error"
-	CallCancelled      CallOutcome = "cancelled"
+	// CallRemoteError: the server answered with a JSON-RPC error; the
+	// connection is intact and the lease is kept.
+	CallRemoteError CallOutcome = "remote_error"
+	CallCancelled   CallOutcome = "cancelled"
 )
 
 // Valid reports whether v is one of the CallOutcome values.
 func (v CallOutcome) Valid() bool {
 	switch v {
-	case CallOK, CallToolError, CallTransportError, CallCancelled:
+	case CallOK, CallToolError, CallTransportError, CallRemoteError, CallCancelled:
 		return true
 	}
 	return false
@@ -74,7 +77,7 @@ func (v CallOutcome) Valid() bool {
 
 // values lists the CallOutcome values in catalogue order.
 func (CallOutcome) values() []CallOutcome {
-	return []CallOutcome{CallOK, CallToolError, CallTransportError, CallCancelled}
+	return []CallOutcome{CallOK, CallToolError, CallTransportError, CallRemoteError, CallCancelled}
 }
 
 // RequestMethod is the MCP method of a resource request.
