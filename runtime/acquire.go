@@ -32,6 +32,9 @@ func (m *Manager) leaseForOpts(ctx context.Context, session, server string, o ac
 	if err != nil {
 		return nil, err
 	}
+	if err := m.refuseDenied(ctx, session, keyFor(session, server, cfg), cfg.Fingerprint()); err != nil {
+		return nil, err
+	}
 	return m.acquireOpts(ctx, session, server, cfg, o)
 }
 
@@ -43,7 +46,8 @@ func oneShotEnded(key leaseKey, act string) error {
 	return e
 }
 
-// lookup reads the server's current config entry.
+// lookup reads the server's current config entry; server is its config
+// name, which the entry remembers (lease.acquiring's config_name).
 func (m *Manager) lookup(ctx context.Context, session, server string) (ServerConfig, error) {
 	cfg, err := m.opts.Config.Lookup(ctx, server)
 	if err != nil {
@@ -51,11 +55,12 @@ func (m *Manager) lookup(ctx context.Context, session, server string) (ServerCon
 			le.Session = session
 			return ServerConfig{}, le
 		}
-		return ServerConfig{}, newErr("config", &leaseKey{session, server}, ErrConfigInvalid, nil)
+		return ServerConfig{}, newErr("config", &leaseKey{session, configErrID(server)}, ErrConfigInvalid, nil)
 	}
 	if cfg.Command == "" {
-		return ServerConfig{}, newErr("config", &leaseKey{session, server}, ErrConfigInvalid, nil)
+		return ServerConfig{}, newErr("config", &leaseKey{session, configErrID(server)}, ErrConfigInvalid, nil)
 	}
+	cfg.name = server
 	return cfg, nil
 }
 

@@ -7,15 +7,35 @@ import (
 	"encoding/json"
 	"errors"
 	"strconv"
+	"time"
 
 	"github.com/leaseledger/leaseledger/events"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
+// ChildEndWait bounds how long a call that failed at the transport level
+// waits for the child's guardian session to end before deciding whether
+// the request ever reached a live child. A child that crashed or was
+// killed ends its session within milliseconds (the guardian reaps it and
+// sends its receipt); a transport that broke while the child lives is
+// reported as a plain transport failure once the wait expires.
+const ChildEndWait = 2 * time.Second
+
+// Error codes go-sdk v1.8.0 uses for its own connection state, not sent by
+// a server: its client or server side closing (-32003, -32004) and a
+// request its transport refused (-32005). A *jsonrpc.Error with any other
+// code came from the server's error response.
+const (
+	codeClientClosing = -32003
+	codeServerClosing = -32004
+	codeRejected      = -32005
+)
+
 // CallRequest is one tool call the host already authorized: the exact
 // runtime tool name and the canonical schema digest it authorized.
 type CallRequest struct {
+	// Server is the server's name in the config (see ServerID).
 	Server string
 	Tool   string
 	Digest string
@@ -24,127 +44,278 @@ type CallRequest struct {
 	Arguments any
 }
 
-// call runs one request through the gate of l.
-func (l *lease) call(ctx context.Context, req CallRequest, args []byte) (*mcp.CallToolResult, error) {
-	m := l.m
-	callID := l.activation + "-c" + strconv.FormatUint(l.calls.Add(1), 10)
-	refuse := func(reason string, kind error) error {
-		m.keep(m.emitFact(ctx, l.draft(&events.CallRefused{CallID: callID, Tool: req.Tool, Reason: reason})))
-		e := newErr("call", &l.key, kind, nil)
-		e.Activation = l.activation
-		return e
-	}
+// callRun is one call through one lease's gate, recorded under the
+// calling session (a shared lease serves many).
+type callRun struct {
+	l       *lease
+	session string
+	id      string
+	req     CallRequest
+	args    []byte
+}
 
-	// The gate: state check, exact name and digest check, admission.
+// draft is an event of this call: the lease's activation and server, the
+// calling session.
+func (c *callRun) draft(p events.Payload) events.Draft {
+	return events.Draft{Activation: c.l.activation, Session: c.session, Server: c.l.key.server, Payload: p}
+}
+
+// err is a call error of this lease.
+func (c *callRun) err(kind, cause error) *LeaseError {
+	e := newErr("call", &c.l.key, kind, cause)
+	e.Activation = c.l.activation
+	return e
+}
+
+// call runs one request of session through the gate of l. retry is true
+// when the call failed and the child's cleanup facts prove the request
+// never reached a live child (see neverReached): the caller may run it
+// once more on a fresh lease.
+func (l *lease) call(ctx context.Context, session string, req CallRequest, args []byte) (res *mcp.CallToolResult, retry bool, err error) {
+	c := &callRun{l: l, session: session, req: req, args: args,
+		id: l.activation + "-c" + strconv.FormatUint(l.calls.Add(1), 10)}
+	if err := c.admit(ctx); err != nil {
+		return nil, false, err
+	}
+	return c.run(ctx)
+}
+
+// refuse records a refusal at the gate and returns its error.
+func (c *callRun) refuse(ctx context.Context, reason string, kind error) error {
+	c.l.m.keep(c.l.m.emitFact(ctx, c.draft(&events.CallRefused{CallID: c.id, Tool: c.req.Tool, Reason: reason})))
+	return c.err(kind, nil)
+}
+
+// admit passes the gate: state check, the child still running, exact name
+// and digest check, then the durable admission. On success the call is
+// counted in flight.
+func (c *callRun) admit(ctx context.Context) error {
+	l, m := c.l, c.l.m
+	ended := l.childDying() // reads /proc: before the gate lock
 	l.mu.Lock()
-	switch l.state {
-	case stateRevoked:
+	switch {
+	case l.state == stateRevoked:
 		l.mu.Unlock()
 		// The refusal is recorded after the revocation it is caused by.
 		<-l.revokedLogged
-		return nil, refuse("cancelled", ErrRevoked)
-	case statePoisoned:
+		return c.refuse(ctx, "cancelled", ErrRevoked)
+	case l.state == statePoisoned:
 		l.mu.Unlock()
-		return nil, refuse("poisoned", ErrPoisoned)
-	case stateGone:
+		return c.refuse(ctx, "poisoned", ErrPoisoned)
+	case l.state == stateGone:
 		l.mu.Unlock()
-		return nil, refuse("terminated", ErrTerminated)
-	}
-	pt, ok := l.listing.Tools[req.Tool]
-	if !ok || pt.Digest != req.Digest {
-		reason, kind := events.PoisonNameMismatch, ErrNameMismatch
-		if ok {
-			reason, kind = events.PoisonDigestMismatch, ErrDigestMismatch
+		return c.refuse(ctx, "terminated", ErrTerminated)
+	case m.isDenied(c.session, l.key):
+		l.mu.Unlock()
+		return c.refuse(ctx, "denied", ErrDenied)
+	case ended || l.childGone():
+		// The child ended or is ending while idle (killed from outside,
+		// crashed): take the lease out of service and end it; nothing was
+		// sent, so the caller acquires a fresh lease (a gone refusal, not
+		// recorded as a call: there was none).
+		l.state, l.goneReason = stateGone, "child_exited"
+		l.mu.Unlock()
+		if m.removeIf(l) {
+			m.keep(l.terminate(ctx, "child_exited"))
 		}
+		return c.err(ErrTerminated, nil)
+	}
+	pt, ok := l.listing.Tools[c.req.Tool]
+	if !ok || pt.Digest != c.req.Digest {
 		l.state = statePoisoned
 		l.mu.Unlock()
-		m.removeIf(l)
-		m.keep(m.emitFact(ctx, l.draft(&events.CallRefused{CallID: callID, Tool: req.Tool, Reason: string(reason)}),
-			l.draft(&events.LeasePoisoned{CallID: callID, Reason: reason, Tool: req.Tool, ExpectedDigest: req.Digest})))
-		m.keep(l.terminate(ctx, "poisoned"))
-		e := newErr("call", &l.key, kind, nil)
-		e.Activation = l.activation
-		return nil, e
+		return c.poison(ctx, ok)
 	}
 	l.inflight++
 	l.admitting.Add(1)
 	l.mu.Unlock()
 
-	argSum := sha256.Sum256(args)
 	// The admission is appended detached from the caller's cancellation
 	// (bounded by factTimeout): an append abandoned halfway can still
 	// become durable (the appender reports it in doubt), and a durable
 	// call.admitted must always be followed by its call.finished. A caller
 	// that gives up meanwhile sees its call finish as cancelled.
-	err := m.emitFact(ctx, l.draft(&events.CallAdmitted{CallID: callID, Tool: req.Tool, Digest: req.Digest}))
+	err := m.emitFact(ctx, c.draft(&events.CallAdmitted{CallID: c.id, Tool: c.req.Tool, Digest: c.req.Digest}))
 	l.admitting.Done()
-	t0 := m.opts.Now()
-	var res *mcp.CallToolResult
-	if err == nil {
-		res, err = l.cs.CallTool(ctx, &mcp.CallToolParams{Name: req.Tool, Arguments: json.RawMessage(args)})
-	} else {
+	if err != nil {
 		// Not durably admitted: do not call. Record nothing further about
 		// the call (the ledger is what failed).
 		l.release()
-		return nil, err
+		return err
 	}
+	return nil
+}
+
+// poison ends a lease whose pinned listing does not have the requested
+// tool (digestKnown false) or digest; nothing is sent to the child.
+func (c *callRun) poison(ctx context.Context, digestKnown bool) error {
+	l, m := c.l, c.l.m
+	reason, kind := events.PoisonNameMismatch, ErrNameMismatch
+	if digestKnown {
+		reason, kind = events.PoisonDigestMismatch, ErrDigestMismatch
+	}
+	m.removeIf(l)
+	m.keep(m.emitFact(ctx, c.draft(&events.CallRefused{CallID: c.id, Tool: c.req.Tool, Reason: string(reason)}),
+		l.draft(&events.LeasePoisoned{CallID: c.id, Reason: reason, Tool: c.req.Tool, ExpectedDigest: c.req.Digest})))
+	m.keep(l.terminate(ctx, "poisoned"))
+	return c.err(kind, nil)
+}
+
+// failure is how an admitted call failed, decided from its error.
+type failure struct {
+	outcome events.CallOutcome
+	err     error
+	// ends: the connection is broken, so the lease must end.
+	ends bool
+	// exited: the child's session ended within ChildEndWait of the failure.
+	exited bool
+}
+
+// run sends an admitted call, records its end and leaves the gate.
+func (c *callRun) run(ctx context.Context) (*mcp.CallToolResult, bool, error) {
+	l, m := c.l, c.l.m
+	t0 := m.opts.Now()
+	// What neverReached compares with the guardian's facts: the wall-clock
+	// instant before the request is written (the helper's reap time is
+	// another process's reading of the same CLOCK_REALTIME; not
+	// m.opts.Now, which tests move), and the bytes relayed so far.
+	sent, relayed := time.Now(), l.wire.written.Load()
+	res, err := l.cs.CallTool(ctx, &mcp.CallToolParams{Name: c.req.Tool, Arguments: json.RawMessage(c.args)})
 	end := m.opts.Now()
 
-	fin := &events.CallFinished{CallID: callID, Tool: req.Tool, DurationNS: since(end, t0),
-		ArgsBytes: int64(len(args)), ArgsSHA256: hex.EncodeToString(argSum[:])}
-	var callErr error
-	transportFailed := false
-	switch {
-	case err == nil:
-		fin.Outcome = events.CallOK
-		if res.IsError {
-			fin.Outcome = events.CallToolError
-		}
+	argSum := sha256.Sum256(c.args)
+	fin := &events.CallFinished{CallID: c.id, Tool: c.req.Tool, DurationNS: since(end, t0),
+		ArgsBytes: int64(len(c.args)), ArgsSHA256: hex.EncodeToString(argSum[:])}
+	f := c.classify(ctx, err)
+	fin.Outcome = f.outcome
+	if err == nil {
 		if b, merr := json.Marshal(res); merr == nil {
 			s := sha256.Sum256(b)
 			fin.ResultBytes, fin.ResultSHA256 = int64(len(b)), hex.EncodeToString(s[:])
 		}
-	case ctx.Err() != nil:
-		fin.Outcome = events.CallCancelled
-		callErr = newErr("call", &l.key, ErrCallFailed, ctx.Err())
-	default:
-		fin.Outcome = events.CallTransportError
-		var we *jsonrpc.Error
-		transportFailed = !errors.As(err, &we) || we.Code == -32003 || we.Code == -32004
-		callErr = newErr("call", &l.key, ErrCallFailed, nil)
-	}
-	if le, ok := callErr.(*LeaseError); ok {
-		le.Activation = l.activation
 	}
 
 	// Leave the gate; the last call out of a revoked lease kills the child.
+	reason := "transport_error"
+	if f.exited {
+		reason = "child_exited"
+	}
 	l.mu.Lock()
 	l.inflight--
 	l.lastUsed = end
 	killer := l.state == stateRevoked && l.inflight == 0
-	if transportFailed && l.state == stateActive {
-		l.state, l.goneReason = stateGone, "transport_error"
-	} else {
-		transportFailed = false
+	ending := f.ends && l.state == stateActive
+	if ending {
+		l.state, l.goneReason = stateGone, reason
 	}
 	l.mu.Unlock()
 	fin.KilledOnCancel = killer
 	if killer {
 		<-l.revokedLogged
 	}
-	if transportFailed {
+	if ending {
 		// Out of the map before the failure is recorded: no caller finds
 		// the dead lease after its call.finished.
 		m.removeIf(l)
 	}
-	m.keep(m.emitFact(ctx, l.draft(fin)))
+	m.keep(m.emitFact(ctx, c.draft(fin)))
 	switch {
 	case killer:
 		m.keep(l.terminate(ctx, "revoked"))
-	case transportFailed:
-		m.keep(l.terminate(ctx, "transport_error"))
+	case ending:
+		m.keep(l.terminate(ctx, reason))
 	}
-	return res, callErr
+	retry := ending && f.exited && l.neverReached(sent, relayed)
+	return res, retry, f.err
+}
+
+// classify decides a call's outcome from CallTool's error. A transport
+// failure waits (bounded by ChildEndWait) for the child's session to end,
+// so the lease's end is recorded as the child's exit when it was one.
+func (c *callRun) classify(ctx context.Context, err error) failure {
+	switch {
+	case err == nil:
+		return failure{outcome: events.CallOK}
+	case ctx.Err() != nil:
+		return failure{outcome: events.CallCancelled, err: c.err(ErrCallFailed, ctx.Err())}
+	}
+	if code, ok := remoteCode(err); ok {
+		// The server answered: the connection is intact and the lease
+		// kept. Only the code is kept, never the server's message.
+		e := c.err(ErrRemote, nil)
+		e.Code = code
+		return failure{outcome: events.CallRemoteError, err: e}
+	}
+	f := failure{outcome: events.CallTransportError, err: c.err(ErrCallFailed, nil)}
+	var we *jsonrpc.Error
+	// A request the transport refused (-32005) leaves the connection up.
+	f.ends = !errors.As(err, &we) || we.Code != codeRejected
+	if f.ends {
+		f.exited = c.l.awaitChildEnd(ctx)
+	}
+	return f
+}
+
+// remoteCode returns the JSON-RPC error code of a server's error response,
+// and false for every other error (including the go-sdk's own codes for a
+// closing or refusing connection).
+func remoteCode(err error) (int64, bool) {
+	var we *jsonrpc.Error
+	if !errors.As(err, &we) {
+		return 0, false
+	}
+	switch we.Code {
+	case codeClientClosing, codeServerClosing, codeRejected:
+		return 0, false
+	}
+	return we.Code, true
+}
+
+// childDying reports whether the child is known to be exiting before its
+// guardian session reports it (a production child whose process has a
+// SIGKILL pending or is a zombie; see guardianChild.dying).
+func (l *lease) childDying() bool {
+	d, ok := l.child.(interface{ dying() bool })
+	return ok && d.dying()
+}
+
+// awaitChildEnd waits at most ChildEndWait (or until ctx ends) for the
+// child's session to end and reports whether it did.
+func (l *lease) awaitChildEnd(ctx context.Context) bool {
+	t := time.NewTimer(ChildEndWait)
+	defer t.Stop()
+	select {
+	case <-l.child.done():
+		return true
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return l.childGone()
+}
+
+// neverReached reports whether the terminated lease's cleanup receipt (its
+// own, correlated) proves that a request written at sent, after relayed
+// bytes of the stream, never reached a live child. Either fact proves it:
+//
+//   - the target was reaped before sent (a dead process reads nothing);
+//   - the helper dropped at least every byte relayed from relayed on: it
+//     drops a suffix (once a write into the target's stdin fails, every
+//     later byte is dropped, and cleanup drops what is still queued), so
+//     none of the request entered the target's stdin. This holds when the
+//     kill came just before the request and the helper reaped the target
+//     only after it was sent.
+//
+// Only facts decide: no receipt, or bytes that may have entered the
+// target's stdin, mean the request may have been seen.
+func (l *lease) neverReached(sent time.Time, relayed int64) bool {
+	rc := l.cleanup.Receipt
+	if rc == nil || rc.ActivationID != l.activation || rc.TargetPID != l.child.facts().TargetPID {
+		return false
+	}
+	if rc.Reaped && rc.ReapedAt != nil && rc.ReapedAt.Before(sent) {
+		return true
+	}
+	return rc.StdinDroppedBytes >= l.wire.written.Load()-relayed
 }
 
 // release leaves the gate after a call that never reached tools/call.

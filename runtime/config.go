@@ -11,11 +11,24 @@ import (
 	"os"
 	"sort"
 	"sync"
+	"unicode/utf8"
+
+	"github.com/leaseledger/leaseledger/events"
 )
 
 // MaxConfigBytes bounds the mcp.json a FileConfigSource reads; a larger file
 // is refused (ErrConfigInvalid) rather than read into memory.
 const MaxConfigBytes = 1 << 20
+
+// MaxServerNameBytes bounds a server's name in the config (the key of its
+// "mcpServers" entry): longer names, and empty ones, are refused when the
+// config is loaded. The bound keeps a name recordable as lease.acquiring's
+// config_name (events.MaxTextLen).
+const MaxServerNameBytes = 256
+
+// serverIDHashBytes is how many bytes of a name's SHA-256 (as hex) end the
+// server id derived from a name that is not an identifier.
+const serverIDHashBytes = 4
 
 // ServerConfig is one entry of mcp.json's "mcpServers" object.
 type ServerConfig struct {
@@ -31,6 +44,62 @@ type ServerConfig struct {
 	// child ended it is never replaced, and later calls under it fail
 	// with ErrOneShotEnded (see ConnectionOptions.OneShot).
 	OneShot bool `json:"oneShot,omitempty"`
+
+	// name is the config name the entry was looked up under (set by the
+	// manager), recorded as lease.acquiring's config_name when it is not
+	// the server id itself. It is not part of the fingerprint.
+	name string
+}
+
+// ServerID returns the server id events and lease keys use for a server
+// named name in the config. Server ids follow events.IDRule
+// ([A-Za-z0-9_-]{1,128}: they become NATS subject tokens), config names do
+// not ("my.server", "foo bar", "ÆØÅ" are common). The mapping is
+// deterministic: a name that is an identifier is its own id; any other name
+// becomes its bytes with every byte outside the rule replaced by '_'
+// (truncated to leave room), then '-' and the first 8 hex digits of the
+// name's SHA-256. Two names of one config that map to one id are refused
+// when the config is loaded (ParseConfig, MapConfigSource.Set), so within
+// a config the mapping is injective. Empty names, names longer than
+// MaxServerNameBytes and names that are not UTF-8 are refused
+// (ErrConfigInvalid).
+func ServerID(name string) (string, error) {
+	if !validServerName(name) {
+		return "", &LeaseError{Op: "config", Err: ErrConfigInvalid}
+	}
+	return serverID(name), nil
+}
+
+func validServerName(name string) bool {
+	return name != "" && len(name) <= MaxServerNameBytes && utf8.ValidString(name)
+}
+
+// serverID is ServerID's mapping, for names already validated.
+func serverID(name string) string {
+	if events.ValidID(name) {
+		return name
+	}
+	sum := sha256.Sum256([]byte(name))
+	suffix := "-" + hex.EncodeToString(sum[:serverIDHashBytes])
+	b := []byte(name)
+	if limit := events.MaxIDLen - len(suffix); len(b) > limit {
+		b = b[:limit]
+	}
+	for i, c := range b {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-') {
+			b[i] = '_'
+		}
+	}
+	return string(b) + suffix
+}
+
+// configName is the name to record as lease.acquiring's config_name: empty
+// when it equals the server id.
+func (c ServerConfig) configName(id string) string {
+	if c.name == id {
+		return ""
+	}
+	return c.name
 }
 
 // Fingerprint is the lowercase hex SHA-256 of the entry's canonical JSON:
@@ -110,33 +179,45 @@ func (f FileConfigSource) Lookup(ctx context.Context, server string) (ServerConf
 	if err := ctx.Err(); err != nil {
 		return ServerConfig{}, err
 	}
+	id := configErrID(server)
 	fh, err := os.Open(f.Path)
 	if err != nil {
-		return ServerConfig{}, &LeaseError{Op: "config", Server: server, Err: ErrConfigMissing, cause: err}
+		return ServerConfig{}, &LeaseError{Op: "config", Server: id, Err: ErrConfigMissing, cause: err}
 	}
 	defer fh.Close()
 	data, err := io.ReadAll(io.LimitReader(fh, MaxConfigBytes+1))
 	if err != nil {
-		return ServerConfig{}, &LeaseError{Op: "config", Server: server, Err: ErrConfigInvalid, cause: err}
+		return ServerConfig{}, &LeaseError{Op: "config", Server: id, Err: ErrConfigInvalid, cause: err}
 	}
 	if len(data) > MaxConfigBytes {
-		return ServerConfig{}, &LeaseError{Op: "config", Server: server, Err: ErrConfigInvalid,
+		return ServerConfig{}, &LeaseError{Op: "config", Server: id, Err: ErrConfigInvalid,
 			cause: fmt.Errorf("larger than MaxConfigBytes=%d", MaxConfigBytes)}
 	}
 	all, err := ParseConfig(data)
 	if err != nil {
-		return ServerConfig{}, &LeaseError{Op: "config", Server: server, Err: ErrConfigInvalid, cause: err}
+		return ServerConfig{}, &LeaseError{Op: "config", Server: id, Err: ErrConfigInvalid, cause: err}
 	}
 	c, ok := all[server]
 	if !ok {
-		return ServerConfig{}, &LeaseError{Op: "config", Server: server, Err: ErrConfigMissing}
+		return ServerConfig{}, &LeaseError{Op: "config", Server: id, Err: ErrConfigMissing}
 	}
 	return c, nil
 }
 
+// configErrID is the server id a config error names: the id of a valid
+// name, else nothing (the name itself is never put in an error's fields).
+func configErrID(name string) string {
+	if !validServerName(name) {
+		return ""
+	}
+	return serverID(name)
+}
+
 // ParseConfig decodes an mcp.json document ({"mcpServers": {name: entry}}).
-// Unknown fields are ignored (other tools keep their own keys there); an
-// entry without a command is refused.
+// Unknown fields are ignored (other tools keep their own keys there). It
+// refuses, naming the entry, an entry without a command, a name that is
+// empty or longer than MaxServerNameBytes, and two names that map to one
+// server id (see ServerID), so every name it returns works end to end.
 func ParseConfig(data []byte) (map[string]ServerConfig, error) {
 	var doc struct {
 		MCPServers map[string]ServerConfig `json:"mcpServers"`
@@ -144,12 +225,35 @@ func ParseConfig(data []byte) (map[string]ServerConfig, error) {
 	if err := json.Unmarshal(data, &doc); err != nil {
 		return nil, fmt.Errorf("mcp.json: %w", err)
 	}
+	names := make([]string, 0, len(doc.MCPServers))
 	for name, c := range doc.MCPServers {
 		if c.Command == "" {
 			return nil, fmt.Errorf("mcp.json: server %q has no command", name)
 		}
+		names = append(names, name)
+	}
+	sort.Strings(names) // the error names the same pair every time
+	ids := make(map[string]string, len(names))
+	for _, name := range names {
+		if err := checkName(ids, name); err != nil {
+			return nil, fmt.Errorf("mcp.json: %w", err)
+		}
 	}
 	return doc.MCPServers, nil
+}
+
+// checkName refuses a name that is not usable or whose server id is taken
+// by another name in ids (id → name), and records it.
+func checkName(ids map[string]string, name string) error {
+	if !validServerName(name) {
+		return fmt.Errorf("server name %q is empty, not UTF-8 or longer than MaxServerNameBytes=%d", name, MaxServerNameBytes)
+	}
+	id := serverID(name)
+	if other, taken := ids[id]; taken && other != name {
+		return fmt.Errorf("servers %q and %q map to one server id %q", other, name, id)
+	}
+	ids[id] = name
+	return nil
 }
 
 // MapConfigSource is an in-memory ConfigSource whose entries can change at
@@ -160,12 +264,24 @@ type MapConfigSource struct {
 	m  map[string]ServerConfig
 }
 
-// Set installs or replaces the entry for server.
-func (s *MapConfigSource) Set(server string, c ServerConfig) {
+// Set installs or replaces the entry for server. Like ParseConfig it
+// refuses (ErrConfigInvalid, nothing installed) a name that is empty, not
+// UTF-8 or longer than MaxServerNameBytes, and a name whose server id
+// another entry's name already maps to.
+func (s *MapConfigSource) Set(server string, c ServerConfig) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.m == nil {
 		s.m = make(map[string]ServerConfig)
+	}
+	ids := make(map[string]string, len(s.m)+1)
+	for name := range s.m {
+		if name != server {
+			ids[serverID(name)] = name
+		}
+	}
+	if err := checkName(ids, server); err != nil {
+		return &LeaseError{Op: "config", Server: configErrID(server), Err: ErrConfigInvalid, cause: err}
 	}
 	c.Args = append([]string(nil), c.Args...)
 	env := make(map[string]string, len(c.Env))
@@ -174,6 +290,7 @@ func (s *MapConfigSource) Set(server string, c ServerConfig) {
 	}
 	c.Env = env
 	s.m[server] = c
+	return nil
 }
 
 // Delete removes the entry for server.
@@ -189,7 +306,7 @@ func (s *MapConfigSource) Lookup(ctx context.Context, server string) (ServerConf
 	defer s.mu.Unlock()
 	c, ok := s.m[server]
 	if !ok {
-		return ServerConfig{}, &LeaseError{Op: "config", Server: server, Err: ErrConfigMissing}
+		return ServerConfig{}, &LeaseError{Op: "config", Server: configErrID(server), Err: ErrConfigMissing}
 	}
 	return c, nil
 }

@@ -21,10 +21,19 @@
 // Revoke returns, and the last completing call kills the child.
 //
 // Idle leases are reaped opportunistically on acquire and call, scanning at
-// most MaxLiveLeases entries per pass (ReapScanMax for the default cap);
-// there is no background goroutine. A session's leases end when the last
-// owner of its SessionScope releases it; shared leases survive session end
-// and are ended by ReapIdle or TerminateAll.
+// most MaxLiveLeases entries per pass (ReapScanMax for the default cap),
+// and by an optional background reaper (Options.ReapInterval; Close stops
+// it). A session's leases end when the last owner of its SessionScope
+// releases it; shared leases survive session end and are ended by a reap,
+// RevokeShared or TerminateAll. Deny revokes and refuses a server to a
+// session until Allow.
+//
+// Hosts name servers by their config name; events and keys carry the
+// server id ServerID derives from it. A child that died while idle never
+// fails the next call (it is replaced, and a call sent to it is retried
+// once when its cleanup facts prove the request never reached it). Server
+// stderr is kept per lease (Manager.Stderr, Options.StderrLog), never in
+// events or errors.
 //
 // Cleanup never stops at a failed append: Release, ReapIdle, Revoke,
 // TerminateAll and Close end their leases and return errors.Join of what

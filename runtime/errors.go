@@ -43,6 +43,15 @@ var (
 	// (the server's own error text is dropped). A tool error result is not
 	// an error: it is returned with IsError set.
 	ErrCallFailed = errors.New("runtime: tool call failed")
+	// ErrRemote: the server answered tools/call with a JSON-RPC error
+	// response. The connection is intact and the lease is kept;
+	// LeaseError.Code holds the JSON-RPC code (the server's message is
+	// dropped).
+	ErrRemote = errors.New("runtime: server returned a JSON-RPC error")
+	// ErrDenied: the host denied the server to this session (Deny) or
+	// denied its shared lease (DenyShared); nothing is acquired or called
+	// until Allow or AllowShared lifts it.
+	ErrDenied = errors.New("runtime: server denied")
 	// ErrOneShotEnded: the key's one-shot activation ended (its child
 	// exited, was reaped, revoked, replaced by config or closed); it never
 	// gets a replacement executable. An explicit OpenConnection starts a
@@ -86,6 +95,9 @@ type LeaseError struct {
 	// Count is numeric metadata: the cap for ErrTooManyLeases, the number
 	// of failures not kept for ErrLedger from Close and TerminateAll.
 	Count int
+	// Code is the JSON-RPC error code of the server's response for
+	// ErrRemote (a number the server chose; never its message).
+	Code  int64
 	cause error
 }
 
@@ -105,6 +117,9 @@ func (e *LeaseError) Error() string {
 		}
 		if e.Count != 0 {
 			s += " n=" + strconv.Itoa(e.Count)
+		}
+		if e.Code != 0 {
+			s += " code=" + strconv.FormatInt(e.Code, 10)
 		}
 		s += ")"
 	}

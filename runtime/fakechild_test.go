@@ -16,6 +16,7 @@ import (
 
 	"github.com/leaseledger/leaseledger/events"
 	"github.com/leaseledger/leaseledger/guardian"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/oklog/ulid/v2"
 )
@@ -94,6 +95,11 @@ func (w *fakeWorld) launch(ctx context.Context, spec guardian.Spec) (child, erro
 			}
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "unblocked"}}}, nil
 		})
+	srv.AddTool(&mcp.Tool{Name: "refuse", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			// A JSON-RPC error response; its text must never reach an error.
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "SECRET server text"}
+		})
 	srv.AddTool(&mcp.Tool{Name: "crash", InputSchema: json.RawMessage(`{"type":"object"}`)},
 		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			c.exit()
@@ -123,14 +129,36 @@ type fakeChild struct {
 	closeOnce            sync.Once
 	closed               atomic.Bool
 	result               guardian.CleanupResult
+	// exitedAt is when the child "was reaped" (its receipt's reaped_at).
+	exitedAt atomic.Pointer[time.Time]
 }
 
 // exit ends the child on its own: its stream closes, done is closed.
 func (c *fakeChild) exit() {
 	c.doneOnce.Do(func() {
+		c.markExited()
 		_ = c.serverEnd.Close()
 		close(c.doneCh)
 	})
+}
+
+// markExited records the first exit time.
+func (c *fakeChild) markExited() {
+	now := time.Now().UTC()
+	c.exitedAt.CompareAndSwap(nil, &now)
+}
+
+// die is a kill from outside as the host sees it: the child is reaped and
+// its stream ends now, but done (the guardian's report) is closed only
+// when report is closed — the window in which a call can pass the gate
+// and be sent to a child that is already gone.
+func (c *fakeChild) die(report <-chan struct{}) {
+	c.markExited()
+	_ = c.serverEnd.Close()
+	go func() {
+		<-report
+		c.exit()
+	}()
 }
 
 func (c *fakeChild) stream() io.ReadWriteCloser { return c.clientEnd }
@@ -150,7 +178,8 @@ func (c *fakeChild) close(ctx context.Context) guardian.CleanupResult {
 		_ = c.ss.Wait()
 		c.closed.Store(true)
 		c.w.live.Add(-1)
-		now := time.Now().UTC()
+		c.markExited()
+		now := *c.exitedAt.Load()
 		c.result = guardian.CleanupResult{ActivationID: c.act, Confirmed: true, HelperVersion: "fake",
 			HelperPID: c.hpid, TargetPID: c.pid, HelperExited: true, CloseRequest: "control",
 			Receipt: &guardian.Receipt{ActivationID: c.act, HelperVersion: "fake", HelperPID: c.hpid, TargetPID: c.pid,

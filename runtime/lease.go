@@ -74,6 +74,8 @@ type lease struct {
 	revokedLogged chan struct{}
 
 	calls atomic.Uint64
+	// stderr keeps the child's stderr (stderr.go); the guardian writes it.
+	stderr stderrRing
 
 	termOnce sync.Once
 	termDone chan struct{}
@@ -137,7 +139,8 @@ func (l *lease) start(ctx context.Context) error {
 	// Detached from the caller's cancellation like every record that must
 	// be paired with a later one: an append abandoned halfway may still be
 	// durable, and a durable lease.acquiring needs its outcome.
-	acqErr := m.emitFact(ctx, l.draft(&events.LeaseAcquiring{KeySession: l.key.session, Fingerprint: l.fingerprint, Shared: l.cfg.Shared}))
+	acqErr := m.emitFact(ctx, l.draft(&events.LeaseAcquiring{KeySession: l.key.session, Fingerprint: l.fingerprint, Shared: l.cfg.Shared,
+		ConfigName: l.cfg.configName(l.key.server)}))
 	fail := func(reason string, kind error, cause error) error {
 		m.keep(m.emitFact(ctx, l.draft(&events.LeaseAcquireFailed{Fingerprint: l.fingerprint, Reason: reason, DurationNS: since(m.opts.Now(), t0)})))
 		if l.child != nil {
@@ -303,6 +306,7 @@ func (l *lease) closeSteps(ctx context.Context, budget time.Duration, rep Connec
 	t2 := time.Now()
 	cctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 	l.cleanup = l.child.close(cctx)
+	l.flushStderr() // the session's reader is gone: no more stderr
 	cancel()
 	tSupervisor := time.Since(t2)
 	elapsed := time.Since(t0)

@@ -89,6 +89,18 @@ type Options struct {
 	// MaxRetainedReports bounds the close reports the manager retains
 	// (ConnectionStatus); DefaultMaxRetainedReports when zero.
 	MaxRetainedReports int
+	// ReapInterval, when positive, runs a background reaper: one goroutine
+	// started by NewManager that runs a reap pass (IdleMax) every
+	// ReapInterval, so idle leases (shared ones included) end without
+	// traffic. Close stops it and waits for it. Zero: no reaper, reaping
+	// stays opportunistic (and ReapIdle).
+	ReapInterval time.Duration
+	// StderrLog, when set, receives every line a lease's child writes to
+	// stderr (see stderr.go): the lease key's session, the server id, the
+	// activation and the line without its newline. It is called from the
+	// guardian's reader goroutine, so it must not block, and must not keep
+	// line. Server stderr never reaches events or errors.
+	StderrLog func(session, server, activation string, line []byte)
 }
 
 // Manager owns every live MCP child of a runtime. It is safe for
@@ -119,6 +131,15 @@ type Manager struct {
 
 	lastReap atomic.Int64 // unix ns of the last opportunistic pass
 	bg       sync.WaitGroup
+	// stopReaper ends the background reaper (Options.ReapInterval); nil
+	// when there is none. Close closes it.
+	stopReaper chan struct{}
+
+	// denyMu guards denied, the keys Deny and DenyShared denied (see
+	// revoke.go). It is a leaf lock: the call gate takes it under a
+	// lease's gate lock, and nothing is taken while it is held.
+	denyMu sync.Mutex
+	denied map[leaseKey]struct{}
 
 	// kept holds recording failures no caller could be told about (see
 	// keep); errMu guards it and dropped.
@@ -145,7 +166,8 @@ type Manager struct {
 
 type leaseKey struct{ session, server string }
 
-// NewManager returns a manager; it starts no goroutine.
+// NewManager returns a manager. It starts no goroutine, except the
+// background reaper when opts.ReapInterval is positive.
 func NewManager(opts Options) (*Manager, error) {
 	if opts.Config == nil || opts.Ledger == nil {
 		return nil, &LeaseError{Op: "new", Err: ErrInvalidRequest}
@@ -167,11 +189,15 @@ func NewManager(opts Options) (*Manager, error) {
 		// else, and a server must not get a reason to call back.
 		Capabilities: &mcp.ClientCapabilities{},
 	})
-	return &Manager{
+	m := &Manager{
 		opts: opts, client: client, maxLive: opts.MaxLiveLeases, launch: launchGuardian,
 		leases: make(map[leaseKey]*lease), sessions: make(map[string]*sessionState),
 		detached: make(map[*lease]struct{}),
-	}, nil
+	}
+	if opts.ReapInterval > 0 {
+		m.startReaper(opts.ReapInterval)
+	}
+	return m, nil
 }
 
 // emit appends drafts under ctx.
@@ -233,12 +259,13 @@ func newActivationID() string {
 	return "act-" + hex.EncodeToString(b[:])
 }
 
-// keyFor returns the lease key of server for session under cfg.
+// keyFor returns the lease key of server (a config name) for session under
+// cfg: keys, like events, carry the server id (see ServerID).
 func keyFor(session, server string, cfg ServerConfig) leaseKey {
 	if cfg.Shared {
-		return leaseKey{SharedSessionKey, server}
+		return leaseKey{SharedSessionKey, serverID(server)}
 	}
-	return leaseKey{session, server}
+	return leaseKey{session, serverID(server)}
 }
 
 // TerminateAll ends every lease, shared ones included, and the leases
@@ -301,50 +328,22 @@ func terminateAll(ctx context.Context, ls []*lease, reason string) error {
 	return errors.Join(errs...)
 }
 
-// Close refuses further acquisitions, ends every lease and waits for
-// background cleanups. It is idempotent. Its error is TerminateAll's plus
+// Close refuses further acquisitions, stops the background reaper, ends
+// every lease and waits for background cleanups. It is idempotent. Its error is TerminateAll's plus
 // the failures of the background cleanups it waited for; nil when
 // everything was recorded.
 func (m *Manager) Close(ctx context.Context) error {
 	m.mu.Lock()
+	first := !m.closed
 	m.closed = true
 	m.mu.Unlock()
+	if first && m.stopReaper != nil {
+		close(m.stopReaper) // bg.Wait below waits for the reaper to return
+	}
 	err := m.TerminateAll(ctx)
 	if h := m.testHookCloseWaiting; h != nil {
 		h()
 	}
 	m.bg.Wait()
 	return errors.Join(err, m.takeKept())
-}
-
-// Revoke marks the lease of server for session (or the shared lease, when
-// the server is shared and the session has none of its own) cancelled
-// under its call gate, and returns once no further call can pass that gate
-// and lease.revoked is durable. Calls already past the gate may complete;
-// the last of them to complete kills the child before returning. With no
-// call in flight, Revoke ends the child itself (and its error includes
-// what of that termination failed to record). Revoking nothing is not an
-// error; reason is a machine code ([a-z0-9_]{1,64}, events.ValidCode).
-func (m *Manager) Revoke(ctx context.Context, session, server, reason string) error {
-	if !events.ValidID(session) || !events.ValidID(server) || !events.ValidCode(reason) {
-		return newErr("revoke", nil, ErrInvalidRequest, nil)
-	}
-	m.mu.Lock()
-	l := m.leases[leaseKey{session, server}]
-	if l == nil {
-		l = m.leases[leaseKey{SharedSessionKey, server}]
-	}
-	m.mu.Unlock()
-	if l == nil {
-		return nil
-	}
-	select {
-	case <-l.ready:
-	case <-ctx.Done():
-		return newErr("revoke", &l.key, ErrTerminated, ctx.Err())
-	}
-	if l.err != nil {
-		return nil
-	}
-	return l.revoke(ctx, reason)
 }

@@ -312,7 +312,7 @@ func TestPolicyRevokeThroughGate(t *testing.T) {
 		t.Fatalf("Revoke waited for the call past the gate (%v)", err)
 	default:
 	}
-	if _, err := l.call(ctx, echoReq("fs", echo), []byte(`{"text":"x"}`)); !errors.Is(err, ErrRevoked) {
+	if _, _, err := l.call(ctx, l.key.session, echoReq("fs", echo), []byte(`{"text":"x"}`)); !errors.Is(err, ErrRevoked) {
 		t.Fatalf("call after Revoke: %v", err)
 	}
 	if terminated(l) {
@@ -357,7 +357,7 @@ func TestPolicyRevokeRace(t *testing.T) {
 	for range n {
 		wg.Go(func() {
 			<-start
-			if _, err := l.call(ctx, echoReq("fs", echo), []byte(`{"text":"x"}`)); err != nil && !errors.Is(err, ErrRevoked) {
+			if _, _, err := l.call(ctx, l.key.session, echoReq("fs", echo), []byte(`{"text":"x"}`)); err != nil && !errors.Is(err, ErrRevoked) {
 				t.Error(err)
 			}
 		})

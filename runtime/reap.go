@@ -90,14 +90,46 @@ func (m *Manager) reapPass(ctx context.Context, idleMax time.Duration, sync bool
 	return len(victims), errors.Join(errs...)
 }
 
-// ReapIdle runs one reap pass now (shared leases included) with idleMax
-// (the manager's IdleMax when zero) and ends the reaped leases before
-// returning. It scans at most MaxLiveLeases entries and returns how many
-// leases it reaped, and what of their reaping and termination failed to
-// record (nil when everything was recorded).
+// ReapIdle runs one reap pass now (shared leases included) and ends the
+// reaped leases before returning. A lease is reaped when it has no call in
+// flight and has been idle for at least idleMax; idleMax zero (or
+// negative) means the manager's IdleMax — it does not mean "every idle
+// lease" (pass a small positive bound for that). It scans at most
+// MaxLiveLeases entries and returns how many leases it reaped, and what of
+// their reaping and termination failed to record (nil when everything was
+// recorded).
 func (m *Manager) ReapIdle(ctx context.Context, idleMax time.Duration) (int, error) {
 	if idleMax <= 0 {
 		idleMax = m.opts.IdleMax
 	}
 	return m.reapPass(ctx, idleMax, true)
+}
+
+// startReaper starts the background reaper (Options.ReapInterval). It is
+// registered in bg, which Close waits for after closing stopReaper.
+func (m *Manager) startReaper(every time.Duration) {
+	m.stopReaper = make(chan struct{})
+	m.bg.Add(1)
+	go m.reaper(every)
+}
+
+// reaper runs a synchronous reap pass every interval until Close. Its
+// passes terminate their leases in this goroutine (no goroutine per
+// lease), and what fails to record is kept for TerminateAll or Close. A
+// pass after Close began reaps nothing (reapPass checks closed), and the
+// leases of a pass under way are ended by Close's TerminateAll if this
+// goroutine has not got to them.
+func (m *Manager) reaper(every time.Duration) {
+	defer m.bg.Done()
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.stopReaper:
+			return
+		case <-t.C:
+		}
+		_, err := m.reapPass(context.Background(), m.opts.IdleMax, true)
+		m.keep(err)
+	}
 }

@@ -461,7 +461,7 @@ func TestRevokeOrderingWithSlowLedger(t *testing.T) {
 	if count(e.events(), "lease.revoked", nil) != 1 {
 		t.Error("second Revoke returned before lease.revoked was durable")
 	}
-	if _, err := l.call(ctx, CallRequest{Server: "ts", Tool: "echo", Digest: digestOf(t, tools, "echo")}, []byte(`{"text":"x"}`)); !errors.Is(err, ErrRevoked) {
+	if _, _, err := l.call(ctx, l.key.session, CallRequest{Server: "ts", Tool: "echo", Digest: digestOf(t, tools, "echo")}, []byte(`{"text":"x"}`)); !errors.Is(err, ErrRevoked) {
 		t.Fatalf("call after revoke: %v", err)
 	}
 	wg.Wait()

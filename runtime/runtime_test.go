@@ -274,7 +274,7 @@ func TestRevokeDuringLongCall(t *testing.T) {
 	default:
 	}
 	// No call passes the revoked lease's gate.
-	if _, err := l.call(ctx, CallRequest{Server: "everything", Tool: "echo", Digest: echo}, []byte(`{"message":"x"}`)); !errors.Is(err, ErrRevoked) {
+	if _, _, err := l.call(ctx, l.key.session, CallRequest{Server: "everything", Tool: "echo", Digest: echo}, []byte(`{"message":"x"}`)); !errors.Is(err, ErrRevoked) {
 		t.Fatalf("call after revoke: %v", err)
 	}
 	o := <-done
@@ -330,7 +330,7 @@ func TestRevokeRace(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, err := l.call(ctx, CallRequest{Server: "ts", Tool: "slow", Digest: slow}, []byte(`{"ms":20}`))
+			_, _, err := l.call(ctx, l.key.session, CallRequest{Server: "ts", Tool: "slow", Digest: slow}, []byte(`{"ms":20}`))
 			if err != nil && !errors.Is(err, ErrRevoked) {
 				t.Errorf("call: %v", err)
 			}

@@ -117,6 +117,7 @@ func (m *Manager) release(ctx context.Context, st *sessionState) error {
 		}
 	}
 	m.mu.Unlock()
+	m.forgetDenials(st.id)
 	// The last owner may be a call whose context already ended (Call and
 	// Tools release with the caller's context): session-end cleanup is
 	// detached from that cancellation (emitFact and terminateAll bound it
@@ -137,10 +138,13 @@ type LeaseCapability struct {
 // Session returns the session identity.
 func (c LeaseCapability) Session() string { return c.st.id }
 
-// Tools acquires (or reuses) the lease of server for this session and
-// returns its pinned listing, sorted by name, for the host to authorize
-// exact calls from.
+// Tools acquires (or reuses) the lease of server (its config name) for
+// this session and returns its pinned listing, sorted by name, for the host
+// to authorize exact calls from.
 func (c LeaseCapability) Tools(ctx context.Context, server string) ([]PinnedTool, error) {
+	if _, err := ServerID(server); err != nil {
+		return nil, newErr("tools", &leaseKey{session: c.st.id}, ErrInvalidRequest, nil)
+	}
 	if err := c.m.retain(c.st); err != nil {
 		return nil, err
 	}
@@ -158,10 +162,17 @@ func (c LeaseCapability) Tools(ctx context.Context, server string) ([]PinnedTool
 // session: acquired on first use (single-flight), validated by exact name
 // and digest before tools/call (a mismatch poisons the lease and nothing is
 // sent), admitted through the lease's call gate, with every step recorded.
-// A tool error is returned as a result with IsError set, not as an error.
+// A tool error is returned as a result with IsError set, not as an error;
+// a JSON-RPC error response is ErrRemote (the lease is kept).
+//
+// A call whose child had already ended before its request was written
+// (killed or crashed while idle; the guardian's reap time precedes the
+// write) is recorded as failed on the old activation and run once more on
+// a fresh lease; a call the child may have seen is never repeated.
 func (c LeaseCapability) Call(ctx context.Context, req CallRequest) (*mcp.CallToolResult, error) {
-	if !events.ValidToolName(req.Tool) || !events.ValidDigest(req.Digest) || !events.ValidID(req.Server) {
-		return nil, newErr("call", &leaseKey{c.st.id, req.Server}, ErrInvalidRequest, nil)
+	id, err := ServerID(req.Server)
+	if err != nil || !events.ValidToolName(req.Tool) || !events.ValidDigest(req.Digest) {
+		return nil, newErr("call", &leaseKey{c.st.id, id}, ErrInvalidRequest, nil)
 	}
 	var args []byte
 	switch a := req.Arguments.(type) {
@@ -180,14 +191,23 @@ func (c LeaseCapability) Call(ctx context.Context, req CallRequest) (*mcp.CallTo
 		return nil, err
 	}
 	defer func() { c.m.keep(c.m.release(ctx, c.st)) }()
+	retried := false
 	for attempt := 0; ; attempt++ {
 		l, err := c.m.leaseFor(ctx, c.st.id, req.Server)
 		if err != nil {
 			return nil, err
 		}
-		res, err := l.call(ctx, req, args)
+		res, retry, err := l.call(ctx, c.st.id, req, args)
+		if retry && !retried {
+			// The request provably never reached a live child: once more,
+			// on a fresh lease (a new call on a new activation).
+			retried = true
+			attempt--
+			continue
+		}
 		// A lease taken out of service for a reason that is not about this
-		// call (reaped, replaced) between lookup and gate: acquire again.
+		// call (reaped, replaced, child exited while idle) between lookup
+		// and gate: acquire again.
 		if err != nil && attempt+1 < maxAcquireAttempts && isGoneRefusal(err) {
 			continue
 		}

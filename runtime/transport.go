@@ -28,7 +28,8 @@ type streamTransport struct {
 
 // Connect implements mcp.Transport.
 func (t *streamTransport) Connect(ctx context.Context) (mcp.Connection, error) {
-	inner, err := (&mcp.IOTransport{Reader: t.stream, Writer: t.stream, MaxLineLength: MaxMessageBytes}).Connect(ctx)
+	w := countingWriter{w: t.stream, n: &t.wire.written}
+	inner, err := (&mcp.IOTransport{Reader: t.stream, Writer: w, MaxLineLength: MaxMessageBytes}).Connect(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -42,6 +43,26 @@ type wireStats struct {
 	sent, received atomic.Int64
 	toolsCalls     atomic.Int64
 	toolsLists     atomic.Int64
+	// written counts the bytes the child's stream accepted (relayed to the
+	// guardian), compared with the helper's dropped stdin bytes to decide
+	// whether a request reached the child (lease.neverReached).
+	written atomic.Int64
+}
+
+// countingWriter counts the bytes its writer accepted.
+type countingWriter struct {
+	w io.WriteCloser
+	n *atomic.Int64
+}
+
+// Close closes the underlying writer.
+func (c countingWriter) Close() error { return c.w.Close() }
+
+// Write implements io.Writer.
+func (c countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n.Add(int64(n))
+	return n, err
 }
 
 type observedConn struct {

@@ -13,6 +13,7 @@
 //	-starts / TESTSERVER_STARTS        file; one line "<pid>" is appended per process start
 //	-ignore-term / TESTSERVER_IGNORE_TERM=1  ignore SIGTERM
 //	-ignore-eof / TESTSERVER_IGNORE_EOF=1    keep running after stdin EOF (until killed)
+//	-stderr-bytes / TESTSERVER_STDERR_BYTES  writes that many bytes of numbered stderr lines at start
 package main
 
 import (
@@ -27,6 +28,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -36,7 +38,10 @@ func main() {
 	starts := flag.String("starts", os.Getenv("TESTSERVER_STARTS"), "file recording every process start")
 	ignoreTerm := flag.Bool("ignore-term", os.Getenv("TESTSERVER_IGNORE_TERM") == "1", "ignore SIGTERM")
 	ignoreEOF := flag.Bool("ignore-eof", os.Getenv("TESTSERVER_IGNORE_EOF") == "1", "keep running after stdin EOF")
+	stderrBytes, _ := strconv.Atoi(os.Getenv("TESTSERVER_STDERR_BYTES"))
+	flag.IntVar(&stderrBytes, "stderr-bytes", stderrBytes, "bytes of stderr lines written at start")
 	flag.Parse()
+	writeStderr(stderrBytes)
 
 	if *ignoreTerm {
 		signal.Ignore(syscall.SIGTERM)
@@ -56,6 +61,19 @@ func main() {
 	}
 	if err != nil {
 		os.Exit(1)
+	}
+}
+
+// writeStderr writes n bytes of stderr: numbered lines of 100 bytes (the
+// last one cut short), so a reader can tell which lines it kept.
+func writeStderr(n int) {
+	for i := 0; n > 0; i++ {
+		line := fmt.Sprintf("%09d %089d\n", i, 0)
+		if len(line) > n {
+			line = line[:n]
+		}
+		os.Stderr.WriteString(line)
+		n -= len(line)
 	}
 }
 
@@ -123,6 +141,11 @@ func newServer(variant, calls string) *mcp.Server {
 		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			os.Exit(3)
 			return nil, nil
+		})
+	s.AddTool(&mcp.Tool{Name: "refuse", Description: "answers with a JSON-RPC error response (invalid params) with server text",
+		InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "SECRET provider text"}
 		})
 	s.AddTool(&mcp.Tool{Name: "fail", Description: "returns a tool error with server text",
 		InputSchema: json.RawMessage(`{"type":"object"}`)},
