@@ -125,6 +125,13 @@ func TestPolicyOddConfigNames(t *testing.T) {
 		}
 	}
 	checkOddNameEvents(t, p.l.envelopes())
+	// A host closes a connection by the name it configured, not by the id.
+	for _, n := range oddNames {
+		rep, err := p.m.CloseConnection(context.Background(), ConnectionRef{Session: "s1", Server: n}, 0)
+		if err != nil || rep.Result != ResultConfirmed {
+			t.Fatalf("close %q: %v %+v", n, err, rep)
+		}
+	}
 }
 
 // checkOddNameEvents checks that each odd name has one lease.acquiring,

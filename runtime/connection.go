@@ -126,8 +126,9 @@ type ConnectionOptions struct {
 
 // ConnectionRef names a connection to close: by Activation, or by Session
 // and Server (the server's lease key: SharedSessionKey as Session for a
-// shared server). With Activation set, Session, when given, must be the
-// lease's key session.
+// shared server; Server is the config name, as in mcp.json, mapped with
+// ServerID like every lookup). With Activation set, Session, when given,
+// must be the lease's key session.
 type ConnectionRef struct {
 	Session, Server, Activation string
 }
@@ -288,9 +289,13 @@ func (m *Manager) ConnectionStatus(activation string) (ConnectionReport, bool) {
 func (m *Manager) CloseConnection(ctx context.Context, ref ConnectionRef, budget time.Duration) (ConnectionReport, error) {
 	bad := budget < 0 || (ref.Activation != "" && !events.ValidID(ref.Activation)) ||
 		(ref.Session != "" && !events.ValidID(ref.Session)) ||
+		(ref.Server != "" && !validServerName(ref.Server)) ||
 		(ref.Activation == "" && (ref.Session == "" || ref.Server == ""))
 	if bad {
 		return ConnectionReport{}, newErr("close_connection", nil, ErrInvalidRequest, nil)
+	}
+	if ref.Server != "" {
+		ref.Server = serverID(ref.Server) // the config name, as hosts know it, to the id leases are keyed by
 	}
 	key := leaseKey{ref.Session, ref.Server}
 	m.mu.Lock()
