@@ -50,18 +50,22 @@ func launchGuardian(ctx context.Context, spec guardian.Spec) (child, error) {
 	if err != nil {
 		return nil, err
 	}
-	return guardianChild{s}, nil
+	return &guardianChild{s: s}, nil
 }
 
 // guardianChild is a child running under a guardian session.
-type guardianChild struct{ s *guardian.Session }
+type guardianChild struct {
+	s     *guardian.Session
+	probe procProbe // the target's liveness, read before each admission
+}
 
-func (g guardianChild) stream() io.ReadWriteCloser { return g.s.Stream() }
-func (g guardianChild) done() <-chan struct{}      { return g.s.Done() }
-func (g guardianChild) close(ctx context.Context) guardian.CleanupResult {
+func (g *guardianChild) stream() io.ReadWriteCloser { return g.s.Stream() }
+func (g *guardianChild) done() <-chan struct{}      { return g.s.Done() }
+func (g *guardianChild) close(ctx context.Context) guardian.CleanupResult {
+	defer g.probe.close()
 	return g.s.Close(ctx)
 }
-func (g guardianChild) facts() childFacts {
+func (g *guardianChild) facts() childFacts {
 	return childFacts{TargetPID: g.s.TargetPID(), HelperPID: g.s.HelperPID(), HelperVersion: g.s.HelperVersion(), PIDFD: g.s.PIDFD()}
 }
 
