@@ -57,6 +57,13 @@ type RequestCompleted struct {
 	Handle      string         `json:"handle"`
 	Outcome     RequestOutcome `json:"outcome"` // ok, error, timeout
 	ResultBytes int64          `json:"result_bytes"`
+	// Detail says what kind of error ended it (outcome error or timeout):
+	// remote_error (a JSON-RPC error response; Code holds its code),
+	// bad_envelope (a result that breaks the method's envelope),
+	// transport_error (the connection failed or the lease ended under it).
+	Detail string `json:"detail,omitempty"`
+	// Code is the JSON-RPC error code of a remote_error (never its message).
+	Code int64 `json:"code,omitempty"`
 }
 
 // Kind implements [Payload].
@@ -64,7 +71,8 @@ func (*RequestCompleted) Kind() Kind { return "request.completed" }
 
 // Validate implements [Payload].
 func (p *RequestCompleted) Validate() error {
-	return checks{id("handle", p.Handle), member("outcome", p.Outcome), nonNegative("result_bytes", p.ResultBytes)}.first()
+	return checks{id("handle", p.Handle), member("outcome", p.Outcome), nonNegative("result_bytes", p.ResultBytes),
+		optCode("detail", p.Detail)}.first()
 }
 
 // RequestAwaitTimedOut records an await that observed no result; the
