@@ -25,31 +25,51 @@ func accessLedger(x any) (store.Access, error) {
 	if err != nil {
 		return store.Access{}, err
 	}
-	return store.Access{DB: l.db, Release: func() error { end(); return nil }}, nil
+	return store.Access{DB: l.db, Release: func() error { end(); return nil },
+		ReadErr: func(op string, first, last uint64, err error) error {
+			return l.readErr(op, Seq(first), Seq(last), err)
+		}}, nil
 }
 
-// accessDir locks dir like Open does (ErrNoLedger, ErrLocked) and opens its
-// database read-only, with none of Open's checks of the head: a damaged log
+// accessDir opens dir's database the way a read-only Open does (ErrNoLedger,
+// ErrLocked while a writer holds it, a shared lock or none, nothing written
+// to the directory), with none of Open's checks of the head: a damaged log
 // must open so that its damage can be named.
 func accessDir(dir string) (store.Access, error) {
 	if err := requireLedger(dir); err != nil {
 		return store.Access{}, err
 	}
-	lock, err := lockDir(dir)
+	lock, _, note, err := lockShared(dir)
 	if err != nil {
 		return store.Access{}, err
 	}
-	db, err := pebble.Open(dir, &pebble.Options{ReadOnly: true, Logger: quietLogger{slog.Default()}})
+	unlock := func() {
+		if lock != nil {
+			lock.Close()
+		}
+	}
+	f := newFaults(slog.Default())
+	db, err := pebble.Open(dir, pebbleOptions(Options{Dir: dir, ReadOnly: true}, f))
 	if err != nil {
-		lock.Close()
+		unlock()
+		if pebble.IsCorruptionError(err) {
+			err = fmt.Errorf("%w: %w", ErrCorrupt, err)
+		}
 		return store.Access{}, &Error{Op: "open", Err: fmt.Errorf("%s read-only: %w", dir, err)}
 	}
-	return store.Access{DB: db, Release: func() error {
-		err := db.Close()
-		lock.Close()
-		if err != nil {
-			return &Error{Op: "close", Err: err}
-		}
-		return nil
-	}}, nil
+	// A standalone ledger value carries the faults and counters for
+	// readErr; it has no committer and is never returned.
+	l := &Ledger{db: db, logger: slog.Default(), faults: f}
+	return store.Access{DB: db, Unlocked: note,
+		ReadErr: func(op string, first, last uint64, err error) error {
+			return l.readErr(op, Seq(first), Seq(last), err)
+		},
+		Release: func() error {
+			err := db.Close()
+			unlock()
+			if err != nil {
+				return &Error{Op: "close", Err: err}
+			}
+			return nil
+		}}, nil
 }

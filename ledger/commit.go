@@ -154,11 +154,7 @@ func (l *Ledger) failed() error {
 	return nil
 }
 
-func (l *Ledger) fail(err error) error {
-	err = fmt.Errorf("%w: %w", ErrFailed, err)
-	l.failure.CompareAndSwap(nil, &err)
-	return *l.failure.Load()
-}
+func (l *Ledger) fail(err error) error { return l.setFailed(err) } // ledger/storage.go
 
 // committer owns the chain state (tail, lastT, entropy) and the open batch.
 func (l *Ledger) committer(syncerDone <-chan struct{}) {
@@ -308,6 +304,11 @@ func (l *Ledger) syncer(done chan<- struct{}) {
 	for p := range l.inflight {
 		err := p.batch.SyncWait()
 		p.batch.Close()
+		if err == nil {
+			// A Pebble fatal error (see pebbleLogger) since the batch was
+			// applied: Pebble returned, but vouches for nothing.
+			err = l.failed()
+		}
 		if err != nil {
 			err = l.fail(fmt.Errorf("sync: %w", err))
 			l.token <- struct{}{}

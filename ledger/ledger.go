@@ -25,7 +25,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -99,8 +98,21 @@ var (
 	// further appends because its in-memory chain state can no longer be
 	// trusted. Reopen to recover from what is durable.
 	ErrFailed = errors.New("ledger: failed")
-	// ErrCorrupt is returned by Open when the stored head is inconsistent.
+	// ErrCorrupt is returned when stored data cannot be read or is
+	// inconsistent: by Open for a head that does not match the log, and by
+	// every read (Get, GetRaw, Scan, Events, snapshots, verify) that meets a
+	// damaged file, in an *Error naming the seq or the range Seq..Last it
+	// could not read. Reads never panic on damaged data; a damaged read does
+	// not fail the write path (see Stats.CorruptReads).
 	ErrCorrupt = errors.New("ledger: corrupt")
+	// ErrNoSpace is wrapped, with ErrFailed and the ENOSPC cause, by the
+	// sticky failure of a ledger whose disk filled up: a commit, sync or
+	// background flush could not write. Free space and reopen: nothing
+	// acknowledged is lost (it was fsynced to the write-ahead log).
+	ErrNoSpace = errors.New("ledger: no space left on the device")
+	// ErrReadOnly is returned by writes (Append, SaveSnapshot) to a ledger
+	// opened with Options.ReadOnly.
+	ErrReadOnly = errors.New("ledger: opened read-only")
 	// ErrClock is returned for an append made while the clock reads a time
 	// an event cannot carry (before 1970 or after 9999).
 	ErrClock = errors.New("ledger: clock outside the representable range")
@@ -117,16 +129,20 @@ var (
 // an error of package events (for a refused draft) or an underlying cause;
 // errors.Is sees through it.
 type Error struct {
-	Op  string // "open", "append", "get", "query", "scan", "save snapshot", "load snapshot", "read", "close"
-	Seq Seq    // the event concerned; 0 when none
-	Err error
+	Op   string // "open", "append", "get", "query", "scan", "save snapshot", "load snapshot", "read", "close"
+	Seq  Seq    // the event concerned, or the first of a range; 0 when none
+	Last Seq    // the last event of the range Seq..Last concerned; 0 when one event or none
+	Err  error
 }
 
-// Error returns "<op>: <cause>", or "<op> seq <n>: <cause>" when an event
-// is concerned.
+// Error returns "<op>: <cause>", "<op> seq <n>: <cause>" when an event
+// is concerned, or "<op> seqs <n>-<m>: <cause>" for a range.
 func (e *Error) Error() string {
-	if e.Seq == 0 {
+	switch {
+	case e.Seq == 0 && e.Last == 0:
 		return e.Op + ": " + e.Err.Error()
+	case e.Last > e.Seq:
+		return e.Op + " seqs " + strconv.FormatUint(uint64(e.Seq), 10) + "-" + strconv.FormatUint(uint64(e.Last), 10) + ": " + e.Err.Error()
 	}
 	return e.Op + " seq " + strconv.FormatUint(uint64(e.Seq), 10) + ": " + e.Err.Error()
 }
@@ -157,6 +173,15 @@ type Options struct {
 	// NoCreate makes Open fail with ErrNoLedger instead of creating a new
 	// ledger (read-side tools must not turn a mistyped path into one).
 	NoCreate bool
+	// ReadOnly opens an existing ledger for reading only (read commands,
+	// audits of a copy on a read-only mount): nothing in the directory is
+	// created, truncated, locked for writing or changed (Pebble's read-only
+	// mode over a file system that refuses writes), no committer runs, and
+	// Append and SaveSnapshot fail with ErrReadOnly. The directory is held
+	// with a shared flock when one can be had (a writer holding it yields
+	// ErrLocked); otherwise it is not locked at all, which LockState reports.
+	// Implies NoCreate.
+	ReadOnly bool
 
 	// hooks are called at points of the commit pipeline that tests must
 	// synchronise with (see export_test.go); nil outside tests.
@@ -166,9 +191,14 @@ type Options struct {
 // Ledger is an open log. It is safe for concurrent use.
 type Ledger struct {
 	db     *pebble.DB
-	lock   *os.File // flocked LOCK file of the data directory
+	lock   *os.File // flocked LOCK file of the data directory (nil: read-only and unlocked)
 	opts   Options
 	logger *slog.Logger
+
+	faults       *faults       // what Pebble reported about the storage
+	corruptReads atomic.Uint64 // reads that met damaged data
+	lockState    LockState
+	lockNote     string // why a read-only open is not locked
 
 	// mu guards closed against concurrent enqueues: appenders hold it for
 	// reading while they enqueue, Close takes it for writing, so after Close
@@ -224,33 +254,58 @@ func Open(opts Options) (*Ledger, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	if opts.NoCreate {
+	if opts.NoCreate || opts.ReadOnly {
 		if err := requireLedger(opts.Dir); err != nil {
 			return nil, err
 		}
 	}
-	lock, err := lockDir(opts.Dir)
+	var (
+		lock      *os.File
+		lockState = LockExclusive
+		lockNote  string
+		err       error
+	)
+	if opts.ReadOnly {
+		lock, lockState, lockNote, err = lockShared(opts.Dir)
+	} else {
+		lock, err = lockDir(opts.Dir)
+	}
 	if err != nil {
 		return nil, err
 	}
-	db, err := openPebble(opts)
+	unlock := func() {
+		if lock != nil {
+			lock.Close()
+		}
+	}
+	f := newFaults(opts.Logger)
+	db, err := openPebble(opts, f)
 	if err != nil {
-		lock.Close()
+		unlock()
 		return nil, err
 	}
 	l := &Ledger{
-		db: db, lock: lock, opts: opts, logger: opts.Logger,
+		db: db, lock: lock, opts: opts, logger: opts.Logger, faults: f,
+		lockState: lockState, lockNote: lockNote,
 		queue:    make(chan *appendReq, opts.QueueLen),
 		inflight: make(chan *pending, inflightBatches),
 		token:    make(chan struct{}, inflightBatches),
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
 	}
+	onFailure := func(err error) { l.setFailed(err) }
+	f.onFailure.Store(&onFailure)
+	if err := f.firstFatal(); err != nil { // reported while Pebble opened
+		l.setFailed(err)
+	}
+	fail := func(err error) (*Ledger, error) {
+		db.Close()
+		unlock()
+		return nil, err
+	}
 	head, err := l.loadHead()
 	if err != nil {
-		db.Close()
-		lock.Close()
-		return nil, err
+		return fail(err)
 	}
 	l.head.Store(&head)
 	l.tail = head
@@ -259,18 +314,27 @@ func Open(opts Options) (*Ledger, error) {
 		// a sound last event, or every later event would be blamed for a
 		// break that happened before it.
 		env, err := l.Get(head.Seq)
+		if errors.Is(err, ErrCorrupt) {
+			return fail(&Error{Op: "open", Seq: head.Seq, Err: fmt.Errorf("the last event cannot be read: %w", err)})
+		}
 		if err != nil || !env.CheckHash() || env.Hash != head.Hash {
-			db.Close()
-			lock.Close()
-			return nil, &Error{Op: "open", Seq: head.Seq, Err: fmt.Errorf("%w: the last event does not match m/head or does not hash; run verify", ErrCorrupt)}
+			return fail(&Error{Op: "open", Seq: head.Seq, Err: fmt.Errorf("%w: the last event does not match m/head or does not hash; run verify", ErrCorrupt)})
 		}
 		l.lastT = env.Time
 	}
+	if err := l.failed(); err != nil {
+		return fail(&Error{Op: "open", Err: err})
+	}
+	if opts.ReadOnly {
+		// No committer: appends are refused before they are queued.
+		refused := error(ErrReadOnly)
+		l.failure.Store(&refused)
+		close(l.done)
+		return l, nil
+	}
 	var seed [32]byte
 	if _, err := crand.Read(seed[:]); err != nil {
-		db.Close()
-		lock.Close()
-		return nil, &Error{Op: "open", Err: fmt.Errorf("seed ULID entropy: %w", err)}
+		return fail(&Error{Op: "open", Err: fmt.Errorf("seed ULID entropy: %w", err)})
 	}
 	l.entropy = ulid.Monotonic(rand.NewChaCha8(seed), 0)
 	empty := []Observer{}
@@ -296,49 +360,18 @@ func DefaultPebbleOptions() *pebble.Options {
 	}
 }
 
-// lockFile is taken with flock before Pebble opens the directory. Pebble
-// has its own lock, but its error differs within and across processes; an
-// flock on a fresh open file description conflicts in both cases, so callers
-// get ErrLocked either way and Pebble never sees a second opener.
-const lockFile = "LEASELEDGER.LOCK"
-
-// requireLedger checks that dir exists and holds a Pebble database.
-func requireLedger(dir string) error {
-	if _, err := os.Stat(filepath.Join(dir, lockFile)); err != nil {
-		return &Error{Op: "open", Err: fmt.Errorf("%w: %s", ErrNoLedger, dir)}
-	}
-	return nil
-}
-
-func lockDir(dir string) (*os.File, error) {
-	if err := os.MkdirAll(dir, 0o750); err != nil {
-		return nil, &Error{Op: "open", Err: err}
-	}
-	f, err := os.OpenFile(filepath.Join(dir, lockFile), os.O_RDWR|os.O_CREATE, 0o640)
+func openPebble(opts Options, f *faults) (*pebble.DB, error) {
+	db, err := pebble.Open(opts.Dir, pebbleOptions(opts, f))
 	if err != nil {
-		return nil, &Error{Op: "open", Err: err}
-	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		f.Close()
-		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, &Error{Op: "open", Err: fmt.Errorf("%w: %s", ErrLocked, dir)}
+		if ferr := f.firstFatal(); ferr != nil {
+			err = errors.Join(err, ferr)
 		}
-		return nil, &Error{Op: "open", Err: fmt.Errorf("lock %s: %w", dir, err)}
-	}
-	return f, nil
-}
-
-func openPebble(opts Options) (*pebble.DB, error) {
-	po := DefaultPebbleOptions()
-	if opts.PebbleOptions != nil {
-		po = opts.PebbleOptions.Clone()
-	}
-	po.FormatMajorVersion = pebble.FormatNewest
-	if po.Logger == nil {
-		po.Logger = quietLogger{opts.Logger}
-	}
-	db, err := pebble.Open(opts.Dir, po)
-	if err != nil {
+		if errors.Is(err, syscall.ENOSPC) && !errors.Is(err, ErrNoSpace) {
+			err = fmt.Errorf("%w: %w", ErrNoSpace, err)
+		}
+		if pebble.IsCorruptionError(err) {
+			err = fmt.Errorf("%w: %w", ErrCorrupt, err)
+		}
 		return nil, &Error{Op: "open", Err: fmt.Errorf("%s: %w", opts.Dir, err)}
 	}
 	if v, closer, err := db.Get([]byte(keys.Format)); err == nil {
@@ -348,6 +381,9 @@ func openPebble(opts Options) (*pebble.DB, error) {
 			db.Close()
 			return nil, &Error{Op: "open", Err: fmt.Errorf("%w: keyspace format %q, this build reads %q", ErrCorrupt, format, keys.FormatVersion)}
 		}
+	} else if errors.Is(err, pebble.ErrNotFound) && opts.ReadOnly {
+		db.Close()
+		return nil, &Error{Op: "open", Err: fmt.Errorf("%w: no keyspace format (m/format) in %s", ErrCorrupt, opts.Dir)}
 	} else if errors.Is(err, pebble.ErrNotFound) {
 		if err := db.Set([]byte(keys.Format), []byte(keys.FormatVersion), pebble.Sync); err != nil {
 			db.Close()
@@ -355,6 +391,9 @@ func openPebble(opts Options) (*pebble.DB, error) {
 		}
 	} else {
 		db.Close()
+		if pebble.IsCorruptionError(err) {
+			err = fmt.Errorf("%w: %w", ErrCorrupt, err)
+		}
 		return nil, &Error{Op: "open", Err: fmt.Errorf("read format: %w", err)}
 	}
 	return db, nil
@@ -368,7 +407,7 @@ func (l *Ledger) loadHead() (Head, error) {
 	switch {
 	case errors.Is(err, pebble.ErrNotFound):
 	case err != nil:
-		return Head{}, &Error{Op: "open", Err: fmt.Errorf("read head: %w", err)}
+		return Head{}, l.readErr("open", 0, 0, fmt.Errorf("read m/head: %w", err))
 	default:
 		seq, hash, ok := keys.DecodeHead(v)
 		closer.Close()
@@ -377,7 +416,7 @@ func (l *Ledger) loadHead() (Head, error) {
 		}
 		head = Head{Seq: seq, Hash: hash}
 	}
-	last, err := l.lastEventSeq()
+	last, err := l.lastEventSeq(head.Seq)
 	if err != nil {
 		return Head{}, err
 	}
@@ -387,15 +426,17 @@ func (l *Ledger) loadHead() (Head, error) {
 	return head, nil
 }
 
-func (l *Ledger) lastEventSeq() (Seq, error) {
+// lastEventSeq returns the seq of the last e/ key; headSeq, what m/head
+// says, names the events concerned when the end of the log is unreadable.
+func (l *Ledger) lastEventSeq(headSeq Seq) (Seq, error) {
 	it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: []byte(keys.PrefixEvent), UpperBound: keys.UpperBound([]byte(keys.PrefixEvent))})
 	if err != nil {
-		return 0, &Error{Op: "open", Err: err}
+		return 0, l.readErr("open", 0, 0, err)
 	}
 	defer it.Close()
 	if !it.Last() {
 		if err := it.Error(); err != nil {
-			return 0, &Error{Op: "open", Err: err}
+			return 0, l.readErr("open", headSeq, 0, fmt.Errorf("find the last event: %w", err))
 		}
 		return 0, nil
 	}
@@ -462,7 +503,9 @@ func (l *Ledger) Close() error {
 		if err := l.db.Close(); err != nil {
 			l.closeErr = &Error{Op: "close", Err: err}
 		}
-		l.lock.Close() // releases the flock
+		if l.lock != nil {
+			l.lock.Close() // releases the flock
+		}
 	})
 	return l.closeErr
 }
@@ -480,41 +523,38 @@ type Stats struct {
 	CommitNanos uint64
 	// Queued is the number of Append calls waiting for the committer.
 	Queued int
-	// Failed reports a sticky storage failure (see ErrFailed).
-	Failed bool
+	// Failed reports a sticky storage failure (see ErrFailed); Failure is
+	// its error (nil when none).
+	Failed  bool
+	Failure error
+	// CorruptReads counts reads (Get, Scan, snapshots, verify of an open
+	// ledger) that met damaged storage and returned ErrCorrupt since Open.
+	// A damaged read fails only that read: appends continue while the
+	// write path works.
+	CorruptReads uint64
+	// ReadOnly reports Options.ReadOnly, and Lock how the directory is held.
+	ReadOnly bool
+	Lock     LockState
 	// Head is the durable head.
 	Head Head
 }
 
 // Stats returns the ledger's counters.
 func (l *Ledger) Stats() Stats {
-	return Stats{Commits: l.commits.Load(), Events: l.eventsDone.Load(), CommitNanos: l.commitNanos.Load(),
-		Queued: len(l.queue), Failed: l.failed() != nil, Head: l.Head()}
+	st := Stats{Commits: l.commits.Load(), Events: l.eventsDone.Load(), CommitNanos: l.commitNanos.Load(),
+		Queued: len(l.queue), Head: l.Head(), CorruptReads: l.corruptReads.Load(),
+		ReadOnly: l.opts.ReadOnly, Lock: l.lockState}
+	if err := l.failed(); errors.Is(err, ErrFailed) {
+		st.Failed, st.Failure = true, err
+	}
+	return st
 }
+
+// LockNote says why a read-only ledger is not locked against writers
+// (Lock is LockNone); empty otherwise.
+func (l *Ledger) LockNote() string { return l.lockNote }
 
 // Dir is the data directory the ledger was opened in.
 func (l *Ledger) Dir() string { return l.opts.Dir }
-
-// quietLogger routes Pebble's informational logs to slog at debug level.
-// A nil logger means slog.Default.
-type quietLogger struct{ l *slog.Logger }
-
-func (q quietLogger) logger() *slog.Logger {
-	if q.l == nil {
-		return slog.Default()
-	}
-	return q.l
-}
-
-func (q quietLogger) Infof(format string, args ...any) {
-	q.logger().Debug(fmt.Sprintf(format, args...), "component", "pebble")
-}
-func (q quietLogger) Errorf(format string, args ...any) {
-	q.logger().Error(fmt.Sprintf(format, args...), "component", "pebble")
-}
-func (q quietLogger) Fatalf(format string, args ...any) {
-	q.logger().Error(fmt.Sprintf(format, args...), "component", "pebble")
-	panic(fmt.Sprintf(format, args...)) // Pebble's contract: Fatalf does not return
-}
 
 var _ io.Closer = (*Ledger)(nil)

@@ -62,21 +62,30 @@ func (l *Ledger) GetRaw(seq Seq) ([]byte, error) {
 	if head := l.Head().Seq; seq == 0 || seq > head {
 		return nil, &Error{Op: "get", Seq: seq, Err: fmt.Errorf("%w (head %d)", ErrNotFound, head)}
 	}
+	g := l.guard()
 	v, closer, err := l.db.Get(keys.Event(seq))
 	if err != nil {
 		if errors.Is(err, pebble.ErrNotFound) {
 			return nil, &Error{Op: "get", Seq: seq, Err: fmt.Errorf("%w: missing below the head", ErrCorrupt)}
 		}
-		return nil, &Error{Op: "get", Seq: seq, Err: err}
+		return nil, l.readErr("get", seq, 0, err)
 	}
-	defer closer.Close()
-	return append([]byte(nil), v...), nil
+	raw := append([]byte(nil), v...)
+	closer.Close()
+	if err := g.check("get", seq, 0); err != nil {
+		return nil, err
+	}
+	return raw, nil
 }
 
 // Scan calls fn with the seq and stored bytes of every durable event the
 // query selects, in seq order. The bytes are only valid during the call.
 // Scan stops at the first error fn returns and returns it unchanged; every
-// other error is an *Error.
+// other error is an *Error. Damaged storage ends the scan with an *Error
+// wrapping ErrCorrupt whose Seq..Last is the range it could not read (from
+// the first seq not yet handed to fn to the end of the query, narrowed to
+// the damaged file's events when Pebble names them); the events before it
+// have been handed to fn.
 func (l *Ledger) Scan(ctx context.Context, q Query, fn func(seq Seq, raw []byte) error) error {
 	if err := q.Validate(); err != nil {
 		return err
@@ -126,24 +135,33 @@ func (l *Ledger) Scan(ctx context.Context, q Query, fn func(seq Seq, raw []byte)
 		lower = append(append([]byte(nil), prefix...), lower[len(keys.PrefixEvent):]...)
 		upper = append(append([]byte(nil), prefix...), upper[len(keys.PrefixEvent):]...)
 	}
+	g := l.guard()
 	it, err := l.db.NewIterWithContext(ctx, &pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {
-		return &Error{Op: "scan", Err: err}
+		return l.readErr("scan", from, to, err)
 	}
 	defer it.Close()
+	next := from // the first seq not yet visited
 	for ok := it.First(); ok; ok = it.Next() {
 		if err := ctx.Err(); err != nil {
 			return &Error{Op: "scan", Err: err}
 		}
 		seq, _ := keys.SeqOf(it.Key())
+		if err := g.check("scan", next, to); err != nil {
+			return err
+		}
 		if err := l.visit(it, prefix != nil, seq, match, fn); err != nil {
 			return err
 		}
+		next = seq + 1
 	}
 	if err := it.Error(); err != nil {
-		return &Error{Op: "scan", Err: err}
+		if ctx.Err() != nil {
+			return &Error{Op: "scan", Err: err}
+		}
+		return l.readErr("scan", next, to, err)
 	}
-	return nil
+	return g.check("scan", next, to)
 }
 
 // visit hands one event to fn: the iterator's value on e/, or the e/ value
@@ -153,14 +171,14 @@ func (l *Ledger) visit(it *pebble.Iterator, indexed bool, seq Seq, match func([]
 	if indexed {
 		v, closer, err := l.db.Get(keys.Event(seq))
 		if err != nil {
-			return &Error{Op: "scan", Seq: seq, Err: fmt.Errorf("the index names this event: %w", err)}
+			return l.readErr("scan", seq, 0, fmt.Errorf("the index names this event: %w", err))
 		}
 		defer closer.Close()
 		raw = v
 	} else {
 		v, err := it.ValueAndErr()
 		if err != nil {
-			return &Error{Op: "scan", Seq: seq, Err: err}
+			return l.readErr("scan", seq, 0, err)
 		}
 		raw = v
 	}

@@ -40,6 +40,9 @@ func (l *Ledger) SaveSnapshot(name string, covers Seq, data []byte) error {
 		return err
 	}
 	defer end()
+	if l.opts.ReadOnly {
+		return &Error{Op: "save snapshot", Err: ErrReadOnly}
+	}
 	if head := l.Head().Seq; covers > head {
 		return &Error{Op: "save snapshot", Seq: covers, Err: fmt.Errorf("%w (head %d)", ErrBeyondHead, head)}
 	}
@@ -66,7 +69,7 @@ func (l *Ledger) LoadSnapshot(name string) (Seq, []byte, error) {
 		return 0, nil, &Error{Op: "load snapshot", Err: ErrNoSnapshot}
 	}
 	if err != nil {
-		return 0, nil, &Error{Op: "load snapshot", Err: err}
+		return 0, nil, l.readErr("load snapshot", 0, 0, err)
 	}
 	defer closer.Close()
 	if len(v) < 8 {

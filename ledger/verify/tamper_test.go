@@ -147,10 +147,29 @@ func TestVerifyFindsIndexTampering(t *testing.T) {
 		t.Fatalf("fault %s, want index", ve.Fault)
 	}
 	_ = db.Delete(keys.Index(keys.PrefixActivation, "a1", 4), pebble.NoSync)
-	_, err := verifyDB(context.Background(), db, Options{})
-	var ve *Error
-	if !errors.As(err, &ve) || ve.Fault != FaultIndex {
-		t.Fatalf("missing index entry: %v", err)
+	if ve := expectFault(t, db, 4, "deleted index entry"); ve.Fault != FaultIndex || !strings.Contains(ve.Detail, "missing") {
+		t.Fatalf("deleted index entry: %v", ve)
+	}
+}
+
+// A deleted entry of any index is reported at the seq of the event that
+// lacks it, never at seq 0, wherever it sits in the index's key order.
+func TestVerifyPinsDeletedIndexEntryToItsSeq(t *testing.T) {
+	for _, tc := range []struct {
+		prefix, id string
+		seq        ledger.Seq
+	}{
+		{keys.PrefixActivation, "a2", 9}, // i=8: a2
+		{keys.PrefixActivation, "a0", 1},
+		{keys.PrefixSession, "s1", 10}, // i=9: s1, the last event
+		{keys.PrefixKind, "call.finished", 6},
+	} {
+		db := tamperFixture(t, 10)
+		_ = db.Delete(keys.Index(tc.prefix, tc.id, tc.seq), pebble.NoSync)
+		ve := expectFault(t, db, tc.seq, "deleted "+tc.prefix+tc.id)
+		if ve.Op != "indexes" || ve.Fault != FaultIndex || !strings.Contains(ve.Error(), fmt.Sprintf("seq %d:", tc.seq)) {
+			t.Fatalf("deleted %s%s/%d: %v", tc.prefix, tc.id, tc.seq, ve)
+		}
 	}
 }
 

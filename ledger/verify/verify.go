@@ -52,6 +52,10 @@ const (
 	// FaultCheckpoint: the log does not match a signed checkpoint given in
 	// Options (an event up to its size changed, or the log is shorter).
 	FaultCheckpoint Fault = "checkpoint"
+	// FaultUnreadable: the storage is damaged (a block fails its checksum,
+	// a file is missing or truncated) and the events from Seq on (through
+	// Last when known) cannot be read. Cause wraps ledger.ErrCorrupt.
+	FaultUnreadable Fault = "unreadable"
 )
 
 // Errors callers branch on.
@@ -66,27 +70,41 @@ var (
 // Error names the first fault found and where, shaped like *os.PathError:
 // Op is the check that failed ("chain", "head", "indexes", "anchor",
 // "checkpoint"), Seq the first bad seq (0 when the fault is not one
-// event's), Fault what is wrong and Detail a human explanation. Err is
-// ErrVerify, so errors.Is(err, ErrVerify) holds for every fault.
+// event's), Last the end of the range Seq..Last concerned (0: one seq),
+// Fault what is wrong and Detail a human explanation. Err is ErrVerify, so
+// errors.Is(err, ErrVerify) holds for every fault; Cause, for
+// FaultUnreadable, is the storage error (a *ledger.Error wrapping
+// ledger.ErrCorrupt), which errors.Is and errors.As also see.
 type Error struct {
 	Op     string
 	Seq    ledger.Seq
+	Last   ledger.Seq
 	Fault  Fault
 	Detail string
 	Err    error
+	Cause  error
 }
 
-// Error returns "verify <op>: failed at seq <n>: <fault>[: <detail>]".
+// Error returns "verify <op>: failed at seq <n>: <fault>[: <detail>]", or
+// "… failed at seqs <n>-<m>: …" for a range.
 func (e *Error) Error() string {
 	s := fmt.Sprintf("verify %s: failed at seq %d: %s", e.Op, e.Seq, e.Fault)
+	if e.Last > e.Seq {
+		s = fmt.Sprintf("verify %s: failed at seqs %d-%d: %s", e.Op, e.Seq, e.Last, e.Fault)
+	}
 	if e.Detail != "" {
 		s += ": " + e.Detail
 	}
 	return s
 }
 
-// Unwrap returns Err (ErrVerify).
-func (e *Error) Unwrap() error { return e.Err }
+// Unwrap returns Err (ErrVerify) and Cause when there is one.
+func (e *Error) Unwrap() []error {
+	if e.Cause == nil {
+		return []error{e.Err}
+	}
+	return []error{e.Err, e.Cause}
+}
 
 // fault builds the *Error of a failed check.
 func fault(op string, seq ledger.Seq, f Fault, detail string) *Error {
@@ -98,6 +116,10 @@ type Report struct {
 	Events  ledger.Seq  // events checked
 	Head    ledger.Head // the verified head
 	Indexes int         // index entries checked
+	// Unlocked, for Dir, says why the directory could not be locked
+	// against writers while it was read (empty: it was held with a shared
+	// lock, so no writer could open it meanwhile).
+	Unlocked string
 }
 
 // Progress is called periodically during long operations with the number
@@ -124,7 +146,8 @@ type Options struct {
 }
 
 // BytesPerEvent is the memory a verification needs per event: three 64-bit
-// index fingerprints. A log of 10^8 events needs 2.4 GB to verify.
+// index fingerprints (plus one bit, the index pass's record of the seqs it
+// has seen). A log of 10^8 events needs 2.4 GB to verify.
 const BytesPerEvent = 24
 
 // Ledger verifies an open ledger while it keeps serving: it reads a Pebble
@@ -136,21 +159,57 @@ func Ledger(ctx context.Context, l *ledger.Ledger, o Options) (_ Report, err err
 		return Report{}, err
 	}
 	defer release(a, &err)
-	return verifyDB(ctx, a.DB, o)
+	return check(ctx, a.DB, a.ReadErr, o)
 }
 
-// Dir verifies the ledger in dir without opening it for appends: it takes
-// the directory lock (ledger.ErrLocked while a process has it open;
-// ledger.ErrNoLedger when there is none), opens the database read-only and
-// runs the same checks as Ledger. Unlike ledger.Open it does not refuse a
-// log whose head is inconsistent: finding and naming that is its job.
+// Dir verifies the ledger in dir without opening it for appends and
+// without writing anything to the directory (it works on a read-only
+// mount): it takes a shared lock on the directory when it can
+// (ledger.ErrLocked while a writer has it open; Report.Unlocked says why
+// when no lock could be had; ledger.ErrNoLedger when there is no ledger),
+// opens the database read-only and runs the same checks as Ledger. Unlike
+// ledger.Open it does not refuse a log whose head is inconsistent: finding
+// and naming that is its job. Damaged storage is a FaultUnreadable naming
+// the seqs, never a panic.
 func Dir(ctx context.Context, dir string, o Options) (_ Report, err error) {
 	a, err := store.OfDir(dir)
 	if err != nil {
 		return Report{}, err
 	}
 	defer release(a, &err)
-	return verifyDB(ctx, a.DB, o)
+	rep, err := check(ctx, a.DB, a.ReadErr, o)
+	rep.Unlocked = a.Unlocked
+	return rep, err
+}
+
+// readErrFunc wraps a storage error met reading seqs first..last; see
+// store.Access.ReadErr.
+type readErrFunc = func(op string, first, last uint64, err error) error
+
+// unreadable is the fault of storage that cannot be read from seq first
+// (through last when known).
+func unreadable(op string, first, last ledger.Seq, readErr readErrFunc, err error) error {
+	cause := readErr(op, uint64(first), uint64(last), err)
+	if !errors.Is(cause, ledger.ErrCorrupt) {
+		return fmt.Errorf("verify: read seq %d: %w", first, cause)
+	}
+	var le *ledger.Error
+	if errors.As(cause, &le) && le.Seq != 0 {
+		first, last = le.Seq, le.Last
+	}
+	ve := fault(op, first, FaultUnreadable, "the storage is damaged: "+cause.Error())
+	ve.Last, ve.Cause = last, cause
+	return ve
+}
+
+// verifyDB runs check with Pebble's errors classified without a ledger.
+func verifyDB(ctx context.Context, db *pebble.DB, vo Options) (Report, error) {
+	return check(ctx, db, func(op string, first, last uint64, err error) error {
+		if pebble.IsCorruptionError(err) {
+			return &ledger.Error{Op: op, Seq: ledger.Seq(first), Last: ledger.Seq(last), Err: fmt.Errorf("%w: %w", ledger.ErrCorrupt, err)}
+		}
+		return &ledger.Error{Op: op, Seq: ledger.Seq(first), Err: err}
+	}, vo)
 }
 
 // release ends a's access (for Dir: closes the read-only database and
@@ -164,7 +223,7 @@ func release(a store.Access, err *error) {
 // Every check reads one Pebble snapshot of db: event records, then m/head,
 // anchors and checkpoints, then the index entries against fingerprints
 // collected in the first pass.
-func verifyDB(ctx context.Context, db *pebble.DB, vo Options) (Report, error) {
+func check(ctx context.Context, db *pebble.DB, readErr readErrFunc, vo Options) (Report, error) {
 	progress := vo.Progress
 	anchors := map[ledger.Seq]events.Hash{}
 	for _, a := range vo.Anchors {
@@ -194,7 +253,7 @@ func verifyDB(ctx context.Context, db *pebble.DB, vo Options) (Report, error) {
 		}
 		stored = ledger.Head{Seq: seq, Hash: hash}
 	} else if !errors.Is(err, pebble.ErrNotFound) {
-		return Report{}, fmt.Errorf("verify: read head: %w", err)
+		return Report{}, unreadable("head", 0, 0, readErr, fmt.Errorf("read m/head: %w", err))
 	}
 
 	it, err := snap.NewIterWithContext(ctx, &pebble.IterOptions{LowerBound: []byte(keys.PrefixEvent), UpperBound: keys.UpperBound([]byte(keys.PrefixEvent))})
@@ -221,7 +280,7 @@ func verifyDB(ctx context.Context, db *pebble.DB, vo Options) (Report, error) {
 		}
 		raw, err := it.ValueAndErr()
 		if err != nil {
-			return rep, fmt.Errorf("verify: read seq %d: %w", seq, err)
+			return rep, unreadable("chain", seq, 0, readErr, err)
 		}
 		env, err := events.Decode(raw)
 		if err != nil {
@@ -272,7 +331,13 @@ func verifyDB(ctx context.Context, db *pebble.DB, vo Options) (Report, error) {
 		}
 	}
 	if err := it.Error(); err != nil {
-		return rep, fmt.Errorf("verify: iterate: %w", err)
+		if ctx.Err() != nil {
+			return rep, ctx.Err()
+		}
+		// The events from want on cannot be read; how far the damage goes
+		// is the damaged file's range when Pebble names it, else up to the
+		// stored head.
+		return rep, unreadable("chain", want, max(stored.Seq, want), readErr, err)
 	}
 	last := ledger.Head{Seq: want - 1, Hash: prev}
 	if stored != last {
@@ -297,7 +362,7 @@ func verifyDB(ctx context.Context, db *pebble.DB, vo Options) (Report, error) {
 			fmt.Sprintf("the chain ends at seq %d but an anchor names seq %d", last.Seq, seq))
 	}
 	rep.Head = last
-	n, err := verifyIndexes(ctx, snap, fps)
+	n, err := verifyIndexes(ctx, snap, fps, readErr)
 	rep.Indexes = n
 	if err != nil {
 		return rep, err
@@ -330,22 +395,19 @@ func (f *indexFingerprints) add(env *events.Envelope) {
 }
 
 // verifyIndexes checks that every index entry names an existing event
-// carrying the indexed identifier, and that no entry is missing.
-func verifyIndexes(ctx context.Context, snap *pebble.Snapshot, f *indexFingerprints) (int, error) {
+// carrying the indexed identifier, and that no entry is missing: a missing
+// entry is reported at the seq of the event that lacks it.
+func verifyIndexes(ctx context.Context, snap *pebble.Snapshot, f *indexFingerprints, readErr readErrFunc) (int, error) {
 	n := 0
 	fps := f.fps
+	seen := make([]uint64, (len(fps)+63)/64) // seqs with an entry in the current index
 	for i, prefix := range keys.IndexPrefixes {
-		want := 0
-		for _, fp := range fps {
-			if fp[i] != 0 {
-				want++
-			}
-		}
+		clear(seen)
 		it, err := snap.NewIterWithContext(ctx, &pebble.IterOptions{LowerBound: []byte(prefix), UpperBound: keys.UpperBound([]byte(prefix))})
 		if err != nil {
-			return n, fmt.Errorf("verify: iterate index: %w", err)
+			return n, unreadable("indexes", 0, 0, readErr, err)
 		}
-		got := 0
+		var last ledger.Seq // the last entry read, for a damaged block's range
 		for ok := it.First(); ok; ok = it.Next() {
 			key := it.Key()
 			seq, ok := keys.SeqOf(key)
@@ -361,14 +423,27 @@ func verifyIndexes(ctx context.Context, snap *pebble.Snapshot, f *indexFingerpri
 				it.Close()
 				return n, fault("indexes", seq, FaultIndex, prefix+" index entry does not match the event")
 			}
-			got++
+			seen[(seq-1)/64] |= 1 << ((seq - 1) % 64)
+			last = seq
 			n++
+		}
+		if err := it.Error(); err != nil {
+			it.Close()
+			if ctx.Err() != nil {
+				return n, ctx.Err()
+			}
+			// Index keys are ordered by identifier, then seq: the damage
+			// is known to lie after the last entry read, not which seqs
+			// it covers.
+			return n, unreadable("indexes", last+1, ledger.Seq(len(fps)), readErr, fmt.Errorf("%s index: %w", prefix, err))
 		}
 		if err := it.Close(); err != nil {
 			return n, fmt.Errorf("verify: iterate index: %w", err)
 		}
-		if got != want {
-			return n, fault("indexes", 0, FaultIndex, fmt.Sprintf("%s index has %d entries, the events need %d", prefix, got, want))
+		for j, fp := range fps {
+			if fp[i] != 0 && seen[j/64]&(1<<(j%64)) == 0 {
+				return n, fault("indexes", ledger.Seq(j+1), FaultIndex, prefix+" index entry missing for this event")
+			}
 		}
 	}
 	return n, nil

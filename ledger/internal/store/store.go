@@ -23,6 +23,15 @@ type Access struct {
 	DB *pebble.DB
 	// Release ends the access.
 	Release func() error
+	// ReadErr wraps an error met reading seqs first..last (last 0: just
+	// first): storage corruption becomes a *ledger.Error wrapping
+	// ledger.ErrCorrupt, narrowed to the damaged file's range when known;
+	// other errors come back wrapped in a *ledger.Error too.
+	ReadErr func(op string, first, last uint64, err error) error
+	// Unlocked, for a directory opened read-only without a lock, says why
+	// it could not be locked; empty when it is held with a shared lock (or
+	// the access is to an open ledger).
+	Unlocked string
 }
 
 var (
@@ -45,8 +54,9 @@ func OfLedger(l any) (Access, error) {
 	return ofLedger(l)
 }
 
-// OfDir takes the directory lock of the ledger in dir and opens its
-// database read-only, without the checks ledger.Open makes on the head (a
+// OfDir opens the database of the ledger in dir read-only, writing
+// nothing to the directory, under a shared lock when one can be had (see
+// Access.Unlocked), without the checks ledger.Open makes on the head (a
 // verifier must be able to open a damaged log to name the damage).
 func OfDir(dir string) (Access, error) {
 	if ofDir == nil {
