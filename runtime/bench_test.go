@@ -96,7 +96,7 @@ func BenchmarkCallOverhead(b *testing.B) {
 
 // plainSession connects a plain go-sdk client over CommandTransport to the
 // server of cfg: the baseline a host would get without leases.
-func plainSession(b *testing.B, ctx context.Context, cfg ServerConfig) *mcp.ClientSession {
+func plainSession(b testing.TB, ctx context.Context, cfg ServerConfig) *mcp.ClientSession {
 	b.Helper()
 	c := mcp.NewClient(&mcp.Implementation{Name: "plain", Version: "0"}, &mcp.ClientOptions{Capabilities: &mcp.ClientCapabilities{}})
 	s, err := c.Connect(ctx, &mcp.CommandTransport{Command: exec.Command(cfg.Command, cfg.Args...)}, &mcp.ClientSessionOptions{ProtocolVersion: ProtocolVersion})

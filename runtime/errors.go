@@ -69,6 +69,36 @@ var (
 	ErrSessionOpen = errors.New("runtime: session scope already open")
 	// ErrClosed: the manager was closed.
 	ErrClosed = errors.New("runtime: manager closed")
+	// ErrInvalidBudget: a resource request's budget is zero, negative or
+	// beyond MaxRequestBudget (or its registration timeout negative).
+	ErrInvalidBudget = errors.New("runtime: request budget must be positive and at most MaxRequestBudget")
+	// ErrRegisterTimeout: request.registered was not acknowledged within
+	// the registration timeout; nothing was sent.
+	ErrRegisterTimeout = errors.New("runtime: request registration timed out; nothing sent")
+	// ErrAwaitTimeout: an Await's context ended before the result; the
+	// request is still active and a later Await receives it.
+	ErrAwaitTimeout = errors.New("runtime: await timed out; request still active")
+	// ErrHandleSettled: the handle was settled (its result already
+	// received, or it was cancelled).
+	ErrHandleSettled = errors.New("runtime: request handle already settled")
+	// ErrUnknownHandle: the owner holds no unsettled handle with that id.
+	ErrUnknownHandle = errors.New("runtime: unknown request handle")
+	// ErrOwnerEnded: the request owner ended; its end settled the handle,
+	// or no handle can be started under it.
+	ErrOwnerEnded = errors.New("runtime: request owner ended")
+	// ErrTooManyRequests: the owner holds MaxOwnerHandles unsettled
+	// handles.
+	ErrTooManyRequests = errors.New("runtime: too many unsettled requests for the owner")
+	// ErrRequestFailed: the resource request failed at the transport
+	// level (the connection failed or the lease ended under it).
+	ErrRequestFailed = errors.New("runtime: resource request failed")
+	// ErrRequestTimeout: the handle's end-to-end budget expired before a
+	// result arrived.
+	ErrRequestTimeout = errors.New("runtime: resource request budget expired")
+	// ErrEnvelope: the server's answer breaks the method's result envelope
+	// (undecodable, or a resource, template or content without its
+	// required fields, or an oversize cursor).
+	ErrEnvelope = errors.New("runtime: server answer breaks the result envelope")
 	// ErrLedger: an event could not be appended durably; the step it
 	// records was not taken (or, for facts after the step, not recorded).
 	ErrLedger = errors.New("runtime: ledger append failed")

@@ -57,6 +57,8 @@ type lease struct {
 	cs                *mcp.ClientSession
 	wire              wireStats
 	listing           *pinnedListing
+	// reqs are the lease's resource request handles and their workers.
+	reqs reqTable
 
 	// mu is the per-lease call gate.
 	mu         sync.Mutex
@@ -165,7 +167,7 @@ func (l *lease) start(ctx context.Context) error {
 		l.draft(&events.ConnectionOpened{Transport: events.TransportStdio, Cleanup: events.CleanupVerified, OneShot: l.oneShot})); err != nil {
 		return fail("ledger_failed", ErrLedger, nil)
 	}
-	cs, err := m.client.Connect(ctx, &streamTransport{stream: c.stream(), wire: &l.wire}, &mcp.ClientSessionOptions{ProtocolVersion: ProtocolVersion})
+	cs, err := m.client.Connect(ctx, &streamTransport{stream: c.stream(), wire: &l.wire, reqs: &l.reqs}, &mcp.ClientSessionOptions{ProtocolVersion: ProtocolVersion})
 	if err != nil {
 		return fail("initialize_failed", ErrInitialize, ctxCause(ctx))
 	}
@@ -293,13 +295,18 @@ func (l *lease) closeSteps(ctx context.Context, budget time.Duration, rep Connec
 		transport = events.BarrierTimeout
 	}
 	tTransport := time.Since(t0)
-	// 2. workers
+	// 2. workers: the transport worker's observed exit, then every
+	// resource request worker (and its budget timer) the lease's handles
+	// own — their actual exits, not an assumption.
 	t1 := time.Now()
-	workers := events.BarrierOK
+	workers, workersDetail := events.BarrierOK, ""
 	select {
 	case <-exited:
+		if l.reqs.awaitWorkers(deadline) > 0 {
+			workers, workersDetail = events.BarrierTimeout, "request_workers_running"
+		}
 	case <-until(deadline):
-		workers = events.BarrierTimeout
+		workers, workersDetail = events.BarrierTimeout, "transport_worker_running"
 	}
 	tWorkers := time.Since(t1)
 	// 3. supervisor
@@ -325,7 +332,7 @@ func (l *lease) closeSteps(ctx context.Context, budget time.Duration, rep Connec
 	}
 	obs := []ObligationReport{
 		{Name: events.ObligationTransport, Outcome: transport, ElapsedNS: int64(tTransport)},
-		{Name: events.ObligationWorkers, Outcome: workers, ElapsedNS: int64(tWorkers)},
+		{Name: events.ObligationWorkers, Outcome: workers, Detail: workersDetail, ElapsedNS: int64(tWorkers)},
 		{Name: events.ObligationSupervisor, Outcome: supervisor, ElapsedNS: int64(tSupervisor)},
 		// A stdio connection owns no HTTP request: no barrier is recorded
 		// and the projector confirms the obligation as none owned.

@@ -196,6 +196,7 @@ func auditEnvelopes(t *testing.T, envs []events.Envelope) {
 			t.Fatal(err)
 		}
 	}
+	checkRequestsSettled(t, envs)
 	for a := range started {
 		if !receipt[a] {
 			t.Errorf("activation %s: no guardian.receipt", a)
@@ -254,4 +255,52 @@ func (m *Manager) mapped() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return len(m.leases)
+}
+
+// checkRequestsSettled holds every registered resource request to exactly
+// one settlement: request.completed, or request.cancelled that settled it
+// locally (a cancel after completion records local_settled false). No
+// request event may name an unregistered handle.
+func checkRequestsSettled(t *testing.T, envs []events.Envelope) {
+	t.Helper()
+	settled := map[string]int{}
+	for i := range envs {
+		p, err := envs[i].Payload()
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := ""
+		switch p := p.(type) {
+		case *events.RequestRegistered:
+			if _, dup := settled[p.Handle]; dup {
+				t.Errorf("handle %s registered twice", p.Handle)
+			}
+			settled[p.Handle] = 0
+			continue
+		case *events.RequestCompleted:
+			h = p.Handle
+			settled[h]++
+		case *events.RequestCancelled:
+			h = p.Handle
+			if p.LocalSettled {
+				settled[h]++
+			}
+		case *events.RequestDispatched:
+			h = p.Handle
+		case *events.RequestContinued:
+			h = p.Handle
+		case *events.RequestAwaitTimedOut:
+			h = p.Handle
+		default:
+			continue
+		}
+		if _, ok := settled[h]; !ok {
+			t.Errorf("seq %d: %s for unregistered handle %s", envs[i].Seq, envs[i].Kind, h)
+		}
+	}
+	for h, n := range settled {
+		if n != 1 {
+			t.Errorf("handle %s settled %d times", h, n)
+		}
+	}
 }

@@ -162,6 +162,9 @@ type Manager struct {
 	// testHookCloseWaiting runs in Close after its terminations, before it
 	// waits for background reaps.
 	testHookCloseWaiting func()
+	// testHookRegister runs before a resource request's registration is
+	// appended.
+	testHookRegister func(*ResourceHandle)
 }
 
 type leaseKey struct{ session, server string }

@@ -24,6 +24,7 @@ const ProtocolVersion = "2025-11-25"
 type streamTransport struct {
 	stream io.ReadWriteCloser
 	wire   *wireStats
+	reqs   *reqTable
 }
 
 // Connect implements mcp.Transport.
@@ -33,7 +34,7 @@ func (t *streamTransport) Connect(ctx context.Context) (mcp.Connection, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &observedConn{Connection: inner, wire: t.wire}, nil
+	return &observedConn{Connection: inner, wire: t.wire, reqs: t.reqs}, nil
 }
 
 // wireStats counts what crossed one lease's connection. toolsCalls is the
@@ -68,6 +69,10 @@ func (c countingWriter) Write(p []byte) (int, error) {
 type observedConn struct {
 	mcp.Connection
 	wire *wireStats
+	// reqs, when set, are the lease's resource request handles: while any
+	// is tracked, the connection tells them their wire ids, responses,
+	// progress and cancel notifications (reqtable.go).
+	reqs *reqTable
 }
 
 // Read counts every message received.
@@ -75,13 +80,18 @@ func (c *observedConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 	m, err := c.Connection.Read(ctx)
 	if err == nil {
 		c.wire.received.Add(1)
+		if c.reqs != nil && c.reqs.live.Load() > 0 {
+			c.reqs.onRead(m)
+		}
 	}
 	return m, err
 }
 
 // Write counts every message sent, and tools/call and tools/list
-// requests on their own.
+// requests on their own; while resource request handles are tracked it
+// tells them their wire ids and their cancel notifications' fate.
 func (c *observedConn) Write(ctx context.Context, m jsonrpc.Message) error {
+	var noted *ResourceHandle
 	if r, ok := m.(*jsonrpc.Request); ok {
 		switch r.Method {
 		case "tools/call":
@@ -89,7 +99,14 @@ func (c *observedConn) Write(ctx context.Context, m jsonrpc.Message) error {
 		case "tools/list":
 			c.wire.toolsLists.Add(1)
 		}
+		if c.reqs != nil && c.reqs.live.Load() > 0 {
+			noted = c.reqs.beforeWrite(r)
+		}
 	}
 	c.wire.sent.Add(1)
-	return c.Connection.Write(ctx, m)
+	err := c.Connection.Write(ctx, m)
+	if noted != nil {
+		noted.afterCancelWrite(err)
+	}
+	return err
 }

@@ -14,6 +14,14 @@
 //	-ignore-term / TESTSERVER_IGNORE_TERM=1  ignore SIGTERM
 //	-ignore-eof / TESTSERVER_IGNORE_EOF=1    keep running after stdin EOF (until killed)
 //	-stderr-bytes / TESTSERVER_STDERR_BYTES  writes that many bytes of numbered stderr lines at start
+//	TESTSERVER_CANCELS                 file; one line "<request id>" is appended per notifications/cancelled received
+//	TESTSERVER_MODE=mrtr               a raw JSON-RPC server (resources.go) whose reads answer with an MRTR
+//	                                   input_required continuation, which the go-sdk server side cannot
+//	                                   produce for a 2025-11-25 client
+//
+// Resources (resources.go): test://item/0..4 and three templates, listed two
+// per page; test://text, test://blob, test://slow (held until cancelled,
+// then recorded), test://progress (three progress notifications first).
 package main
 
 import (
@@ -51,6 +59,10 @@ func main() {
 			fmt.Fprintln(os.Stderr, "testserver:", err)
 			os.Exit(2)
 		}
+	}
+	if os.Getenv("TESTSERVER_MODE") == "mrtr" {
+		runMRTR(os.Stdin, os.Stdout, os.Getenv("TESTSERVER_CANCELS"))
+		return
 	}
 	s := newServer(*variant, *calls)
 	err := s.Run(context.Background(), &mcp.StdioTransport{})
@@ -99,11 +111,17 @@ func appendLine(path, line string) error {
 }
 
 func newServer(variant, calls string) *mcp.Server {
-	s := mcp.NewServer(&mcp.Implementation{Name: "leaseledger-testserver", Version: "0.1.0"}, nil)
+	s := mcp.NewServer(&mcp.Implementation{Name: "leaseledger-testserver", Version: "0.1.0"}, &mcp.ServerOptions{PageSize: 2})
+	cancels := os.Getenv("TESTSERVER_CANCELS")
 	// Record tools/call before any handler runs, so "the server never saw
 	// tools/call" is checked on the receiving side, not inferred.
 	s.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
 		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			if method == "notifications/cancelled" && cancels != "" {
+				if p, ok := req.GetParams().(*mcp.CancelledParams); ok {
+					_ = appendLine(cancels, fmt.Sprint(p.RequestID))
+				}
+			}
 			if method == "tools/call" && calls != "" {
 				name := "?"
 				if p, ok := req.GetParams().(*mcp.CallToolParamsRaw); ok {
@@ -152,5 +170,6 @@ func newServer(variant, calls string) *mcp.Server {
 		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "SECRET provider text"}}}, nil
 		})
+	addResources(s)
 	return s
 }

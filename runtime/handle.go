@@ -1,0 +1,366 @@
+package runtime
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/leaseledger/leaseledger/events"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+type settleKind int
+
+const (
+	settleNone settleKind = iota
+	settleCompleted
+	settleCancelled
+	settleOwnerEnded
+)
+
+// ResourceHandle is one caller-owned resource request: bound to its owner
+// and to the lease's activation (the client incarnation that runs it). Its
+// id is also the request's progress token, which is how the runtime's
+// transport learns every wire id the handle uses (the first one, and a
+// fresh one per MRTR round) and routes progress notifications to it.
+//
+// Exactly one of completion, Cancel and the owner's end settles it; the
+// settlement is recorded (request.completed or request.cancelled, after
+// the wire ids observed so far: request.dispatched, request.continued)
+// before Await or Cancel report it. It is safe for concurrent use.
+type ResourceHandle struct {
+	id       string
+	l        *lease
+	owner    *Owner
+	st       *sessionState
+	session  string
+	method   events.RequestMethod
+	arg      string
+	budget   time.Duration
+	progress chan Progress
+
+	// ctx bounds the worker's request (the budget); cancel ends it.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	done       chan struct{} // closed once the settlement is recorded
+	workerDone chan struct{} // closed when the worker's request returned (or it never ran)
+	regDone    chan struct{} // closed when the registration's outcome is known
+
+	// logMu serializes the handle's appends, so its wire ids are recorded
+	// in order and nothing follows its settlement; final is set, under
+	// it, with the settlement's record.
+	logMu sync.Mutex
+	final bool
+
+	mu         sync.Mutex
+	settle     settleKind
+	registered bool // request.registered durable
+	wires      []string
+	logged     int // wires already recorded
+	resBytes   int64
+	respWire   string // the wire id of the last result response seen
+	gotResult  bool   // the worker's request returned a response (no cancel notification is sent)
+	note       cancelNote
+	result     *ResourceResult
+	err        error
+	taken      bool
+	report     *CancelReport
+	dropped    int // progress notifications dropped (buffer full)
+	closedProg bool
+}
+
+// cancelNote is what the transport saw of the go-sdk's
+// notifications/cancelled for the handle's current wire id.
+type cancelNote struct {
+	seen, delivered bool
+	ch              chan struct{} // closed once the write returned
+}
+
+// ID is the handle's id (events' handle, and the progress token).
+func (h *ResourceHandle) ID() string { return h.id }
+
+// Activation is the activation (client incarnation) the request runs on.
+func (h *ResourceHandle) Activation() string { return h.l.activation }
+
+// Owner returns the handle's owner.
+func (h *ResourceHandle) Owner() *Owner { return h.owner }
+
+// WireIDs returns the JSON-RPC ids the request used so far: the first
+// dispatch, then one per MRTR continuation.
+func (h *ResourceHandle) WireIDs() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]string(nil), h.wires...)
+}
+
+// Progress delivers the server's progress notifications for this request
+// (at most MaxProgressBuffered buffered; later ones are dropped while the
+// buffer is full). It is closed once the handle is settled.
+func (h *ResourceHandle) Progress() <-chan Progress { return h.progress }
+
+// ProgressDropped counts progress notifications dropped on a full buffer.
+func (h *ResourceHandle) ProgressDropped() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.dropped
+}
+
+func newHandle(l *lease, o *Owner, st *sessionState, method events.RequestMethod, arg string, budget time.Duration) *ResourceHandle {
+	h := &ResourceHandle{id: newHandleID(), l: l, owner: o, st: st, session: st.id, method: method, arg: arg, budget: budget,
+		progress: make(chan Progress, MaxProgressBuffered), done: make(chan struct{}), workerDone: make(chan struct{}),
+		regDone: make(chan struct{})}
+	h.note.ch = make(chan struct{})
+	return h
+}
+
+func newHandleID() string {
+	a := newActivationID() // act-<20 hex>
+	return "req-" + a[4:]
+}
+
+// draft is an event of this handle: the lease's activation and server,
+// the owner's session.
+func (h *ResourceHandle) draft(p events.Payload) events.Draft {
+	return events.Draft{Activation: h.l.activation, Session: h.session, Server: h.l.key.server, Payload: p}
+}
+
+// register records request.registered within timeout (detached from the
+// caller's cancellation, like a call's admission), then starts the worker.
+// On failure nothing is sent and the handle is settled.
+func (h *ResourceHandle) register(ctx context.Context, timeout time.Duration, arg string) error {
+	l, m := h.l, h.l.m
+	reg := &events.RequestRegistered{Handle: h.id, Owner: h.owner.id, Method: h.method, TimeoutNS: int64(h.budget)}
+	if h.method == events.MethodReadResource {
+		sum := sha256.Sum256([]byte(arg))
+		reg.URISHA256 = hex.EncodeToString(sum[:])
+	}
+	if hook := m.testHookRegister; hook != nil {
+		hook(h)
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	err := m.emit(rctx, h.draft(reg))
+	timedOut := rctx.Err() != nil
+	cancel()
+	l.admitting.Done()
+	if err != nil {
+		kind := ErrLedger
+		if timedOut {
+			kind = ErrRegisterTimeout
+		}
+		h.mu.Lock()
+		mine := h.settle == settleNone // else the owner's end is settling it
+		if mine {
+			h.settle = settleCancelled
+			h.report = &CancelReport{Handle: h.id, Reason: reasonRegisterTimeout, Settlement: SettlementNotSent, LocalSettled: true,
+				TransportAccepted: events.DeliveryNo, NotificationDelivered: events.DeliveryNo, Remote: events.RemoteUnknown}
+		}
+		h.mu.Unlock()
+		if mine && timedOut {
+			// The append may still become durable: settle it, so a late
+			// registration is never left unsettled.
+			h.logMu.Lock()
+			m.keep(m.emitFact(ctx, h.draft(h.report.payload())))
+			h.final = true
+			h.logMu.Unlock()
+		}
+		close(h.workerDone)
+		close(h.regDone)
+		if mine {
+			h.mu.Lock()
+			h.closeProgressLocked()
+			h.mu.Unlock()
+			close(h.done)
+			h.owner.remove(h)
+		}
+		l.release()
+		m.keep(m.release(ctx, h.st))
+		return h.errorOf(kind, nil)
+	}
+	h.ctx, h.cancel = context.WithTimeout(context.Background(), h.budget)
+	h.mu.Lock()
+	h.registered = true
+	started := h.settle == settleNone
+	h.mu.Unlock()
+	if !started {
+		// The owner ended during the registration: its end records the
+		// cancellation (nothing was sent).
+		h.cancel()
+		close(h.workerDone)
+		close(h.regDone)
+		l.release()
+		m.keep(m.release(ctx, h.st))
+		return nil
+	}
+	l.reqs.track(h)
+	close(h.regDone)
+	go h.run()
+	return nil
+}
+
+// run is the handle's worker: the request under its budget, then, when
+// completion settles it, the record of that. Its exit is what the
+// connection close's workers obligation observes.
+func (h *ResourceHandle) run() {
+	l, m := h.l, h.l.m
+	defer func() {
+		// After the handle's own work: the lease's gate and the session
+		// (either may end the lease, whose close waits for the workers).
+		l.release()
+		m.keep(m.release(context.Background(), h.st))
+	}()
+	defer l.reqs.workerExit()
+	res, err := h.dispatch()
+	expired := errors.Is(h.ctx.Err(), context.DeadlineExceeded)
+	h.cancel() // the budget's timer ends with the request
+	h.mu.Lock()
+	win := h.settle == settleNone
+	if win {
+		h.settle = settleCompleted
+	}
+	h.gotResult = err == nil || !errorsIsCtx(err)
+	h.mu.Unlock()
+	close(h.workerDone)
+	if win {
+		h.complete(res, err, expired)
+	}
+}
+
+// dispatch sends the request through the lease's go-sdk session, tagged
+// with the handle id as its progress token.
+func (h *ResourceHandle) dispatch() (*ResourceResult, error) {
+	cs := h.l.cs
+	switch h.method {
+	case events.MethodListResources:
+		p := &mcp.ListResourcesParams{Cursor: h.arg}
+		p.SetProgressToken(h.id)
+		r, err := cs.ListResources(h.ctx, p)
+		return &ResourceResult{Resources: r}, err
+	case events.MethodListResourceTemplates:
+		p := &mcp.ListResourceTemplatesParams{Cursor: h.arg}
+		p.SetProgressToken(h.id)
+		r, err := cs.ListResourceTemplates(h.ctx, p)
+		return &ResourceResult{Templates: r}, err
+	default:
+		p := &mcp.ReadResourceParams{URI: h.arg}
+		p.SetProgressToken(h.id)
+		r, err := cs.ReadResource(h.ctx, p)
+		return &ResourceResult{Read: r}, err
+	}
+}
+
+// complete records the completion and makes the result available.
+func (h *ResourceHandle) complete(res *ResourceResult, err error, expired bool) {
+	fin := &events.RequestCompleted{Handle: h.id, Outcome: events.RequestOK}
+	var rerr error
+	switch {
+	case err == nil:
+		if !res.wellFormed() {
+			fin.Outcome, fin.Detail, rerr = events.RequestError, detailEnvelope, h.errorOf(ErrEnvelope, nil)
+		}
+	case expired:
+		fin.Outcome, rerr = events.RequestTimeout, h.errorOf(ErrRequestTimeout, context.DeadlineExceeded)
+	default:
+		if code, ok := remoteCode(err); ok {
+			fin.Outcome, fin.Detail, fin.Code = events.RequestError, detailRemote, code
+			e := h.errorOf(ErrRemote, nil)
+			e.Code = code
+			rerr = e
+		} else if h.responded() {
+			// A result arrived for the current wire id and the go-sdk could
+			// not decode it into the method's result: a broken envelope.
+			fin.Outcome, fin.Detail, rerr = events.RequestError, detailEnvelope, h.errorOf(ErrEnvelope, nil)
+		} else {
+			fin.Outcome, fin.Detail, rerr = events.RequestError, detailTransport, h.errorOf(ErrRequestFailed, nil)
+		}
+	}
+	if rerr != nil {
+		res = nil
+	}
+	h.mu.Lock()
+	fin.ResultBytes = h.resBytes
+	h.mu.Unlock()
+	h.logMu.Lock()
+	drafts := append(h.wireDraftsLocked(), h.draft(fin))
+	h.l.m.keep(h.l.m.emitFact(context.Background(), drafts...))
+	h.final = true
+	h.logMu.Unlock()
+	h.mu.Lock()
+	h.result, h.err = res, rerr
+	h.closeProgressLocked()
+	h.mu.Unlock()
+	h.l.reqs.untrack(h)
+	close(h.done)
+	h.owner.remove(h)
+}
+
+// wireDraftsLocked returns the wire ids observed and not yet recorded, as
+// request.dispatched (the first) and request.continued (each MRTR round);
+// logMu is held.
+func (h *ResourceHandle) wireDraftsLocked() []events.Draft {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []events.Draft
+	for ; h.logged < len(h.wires); h.logged++ {
+		w := h.wires[h.logged]
+		if h.logged == 0 {
+			out = append(out, h.draft(&events.RequestDispatched{Handle: h.id, WireID: w}))
+		} else if h.logged <= 10 {
+			out = append(out, h.draft(&events.RequestContinued{Handle: h.id, WireID: w, Round: h.logged}))
+		}
+	}
+	return out
+}
+
+func (h *ResourceHandle) closeProgressLocked() {
+	if !h.closedProg {
+		h.closedProg = true
+		close(h.progress)
+	}
+}
+
+// wellFormed checks the envelope a method's result must have: every listed
+// resource with uri and name, every template with uriTemplate and name,
+// every read content with its uri, a bounded nextCursor.
+func (r *ResourceResult) wellFormed() bool {
+	switch {
+	case r.Resources != nil:
+		if len(r.Resources.NextCursor) > MaxCursorBytes {
+			return false
+		}
+		for _, x := range r.Resources.Resources {
+			if x == nil || x.URI == "" || x.Name == "" {
+				return false
+			}
+		}
+	case r.Templates != nil:
+		if len(r.Templates.NextCursor) > MaxCursorBytes {
+			return false
+		}
+		for _, x := range r.Templates.ResourceTemplates {
+			if x == nil || x.URITemplate == "" || x.Name == "" {
+				return false
+			}
+		}
+	case r.Read != nil:
+		for _, x := range r.Read.Contents {
+			if x == nil || x.URI == "" {
+				return false
+			}
+		}
+	default:
+		return false
+	}
+	return true
+}
+
+// responded reports whether a result response arrived for the handle's
+// current wire id (seen by the transport).
+func (h *ResourceHandle) responded() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.respWire != "" && len(h.wires) > 0 && h.respWire == h.wires[len(h.wires)-1]
+}
