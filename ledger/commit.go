@@ -22,6 +22,9 @@ package ledger
 //     their fsync and one batch being acknowledged; a full queue blocks the
 //     appender until its context ends.
 //   - Close drains: everything enqueued before Close is committed.
+//   - A keyed append is recorded (i/<key>) in the batch of its events, and
+//     a retry with a remembered key is woken only once the original is
+//     durable, never sealed again (idempotency.go).
 //
 // The commit pipeline is classic group commit with the sealing overlapped:
 // exactly one batch is in flight (applied to Pebble with a Sync commit,
@@ -53,6 +56,14 @@ type appendReq struct {
 	acks     []Ack
 	err      error
 	done     chan struct{}
+
+	key      string   // idempotency key; "" for none
+	digest   [32]byte // of prepared, when keyed
+	dupFirst Seq      // set by the committer for a retry of a remembered key:
+	dupCount uint32   // the original's seqs, dupFirst..dupFirst+dupCount-1
+	// firstSent is when a retry's first attempt was sent (Unix ns; 0: a
+	// first attempt, or not said), for ErrIdempotencyExpired.
+	firstSent int64
 }
 
 // pending is a batch: open (being sealed into) or in flight (applied,
@@ -101,7 +112,11 @@ func (l *Ledger) AppendAcks(ctx context.Context, drafts ...events.Draft) ([]Ack,
 }
 
 func (l *Ledger) appendPrepared(ctx context.Context, prepared []events.Prepared) ([]Ack, error) {
-	req := &appendReq{prepared: prepared, done: make(chan struct{})}
+	return l.await(ctx, &appendReq{prepared: prepared, done: make(chan struct{})})
+}
+
+// await enqueues req and waits for its acknowledgement.
+func (l *Ledger) await(ctx context.Context, req *appendReq) ([]Ack, error) {
 	if err := l.enqueue(ctx, req); err != nil {
 		return nil, &Error{Op: "append", Err: err}
 	}
@@ -225,6 +240,24 @@ func (l *Ledger) add(open *pending, r *appendReq) *pending {
 		close(r.done)
 		return open
 	}
+	if r.key != "" && l.matchIdem(r) {
+		switch {
+		case r.err != nil:
+		case r.dupFirst+Seq(r.dupCount)-1 <= l.Head().Seq:
+			// The original is durable: answer now.
+		default:
+			// The original is sealed but not yet durable: wake r with the
+			// open batch, acknowledged after the one holding it.
+			if open == nil {
+				open = &pending{batch: l.db.NewBatch()}
+			}
+			open.reqs = append(open.reqs, r)
+			open.head = l.tail
+			return open
+		}
+		close(r.done)
+		return open
+	}
 	if open != nil && open.events+len(r.prepared) > l.opts.MaxBatchEvents {
 		select {
 		case <-l.token:
@@ -252,6 +285,9 @@ func (l *Ledger) add(open *pending, r *appendReq) *pending {
 				_ = open.batch.Set(k, nil, nil) // index entries
 			}
 		}
+	}
+	if r.key != "" {
+		l.recordIdem(open.batch, r, t.UnixNano())
 	}
 	open.head = l.tail
 	return open
@@ -326,11 +362,14 @@ func (l *Ledger) syncer(done chan<- struct{}) {
 		// The next batch may be applied now: it is ordered after this one in
 		// Pebble's WAL, and this goroutine acknowledges batches in order.
 		l.token <- struct{}{}
-		if l.opts.BeforeAck != nil {
+		if l.opts.BeforeAck != nil && len(p.records) > 0 {
 			l.opts.BeforeAck.Committed(p.records)
 		}
 		for _, r := range p.reqs {
 			close(r.done)
+		}
+		if len(p.records) == 0 {
+			continue // only retries of keyed appends: nothing to observe
 		}
 		l.obsRun.Lock()
 		for _, o := range *l.observers.Load() {

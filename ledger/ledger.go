@@ -182,6 +182,9 @@ type Options struct {
 	// ErrLocked); otherwise it is not locked at all, which LockState reports.
 	// Implies NoCreate.
 	ReadOnly bool
+	// IdempotencyWindow is how many idempotency keys of AppendIdempotent
+	// are remembered (the most recent); DefaultIdempotencyWindow when zero.
+	IdempotencyWindow int
 
 	// hooks are called at points of the commit pipeline that tests must
 	// synchronise with (see export_test.go); nil outside tests.
@@ -234,6 +237,7 @@ type Ledger struct {
 	tail    Head // last sealed (maybe not yet durable) event
 	lastT   time.Time
 	entropy *ulid.MonotonicEntropy
+	idem    *idemWindow // remembered idempotency keys (idempotency.go)
 }
 
 // Open opens (creating if needed) the ledger in opts.Dir and starts its
@@ -331,6 +335,9 @@ func Open(opts Options) (*Ledger, error) {
 		l.failure.Store(&refused)
 		close(l.done)
 		return l, nil
+	}
+	if err := l.loadIdempotency(); err != nil {
+		return fail(err)
 	}
 	var seed [32]byte
 	if _, err := crand.Read(seed[:]); err != nil {

@@ -134,12 +134,22 @@ func (b *Bus) serveAppend(m *nats.Msg) {
 		defer b.appends.Done()
 		defer func() { <-b.appendSlots }()
 		reply := nats.NewMsg(m.Reply)
-		acks, err := b.appendLines(m.Data)
+		acks, replayed, err := b.appendLines(m.Header, m.Data)
 		if err != nil {
 			reply.Header.Set(busclient.HeaderError, err.Error())
-			if inDoubt(err) {
+			switch {
+			case inDoubt(err):
 				reply.Header.Set(busclient.HeaderInDoubt, "true")
+			case errors.Is(err, ledger.ErrIdempotencyConflict):
+				reply.Header.Set(busclient.HeaderErrorCode, busclient.CodeIdempotencyConflict)
+			case errors.Is(err, ledger.ErrIdempotencyExpired):
+				reply.Header.Set(busclient.HeaderErrorCode, busclient.CodeIdempotencyExpired)
+			case errors.Is(err, errBadRequest):
+				reply.Header.Set(busclient.HeaderErrorCode, busclient.CodeBadRequest)
 			}
+		}
+		if replayed {
+			reply.Header.Set(busclient.HeaderReplayed, "true")
 		}
 		var body bytes.Buffer
 		for _, a := range acks {
@@ -151,10 +161,43 @@ func (b *Bus) serveAppend(m *nats.Msg) {
 	}()
 }
 
+// errBadRequest marks a request whose headers are malformed.
+var errBadRequest = errors.New("bad request")
+
 // appendLines parses JSON Lines of input-form events and appends them in one
-// call: all or nothing. Error texts name the line and the field, never the
-// offending value.
-func (b *Bus) appendLines(data []byte) ([]ledger.Ack, error) {
+// call: all or nothing; under the request's idempotency key when it has one
+// (replayed: the key was remembered and nothing was written). Error texts
+// name the line and the field, never the offending value.
+func (b *Bus) appendLines(h nats.Header, data []byte) (acks []ledger.Ack, replayed bool, err error) {
+	var id ledger.Idempotency
+	if keys := h.Values(busclient.HeaderIdempotencyKey); len(keys) > 0 {
+		if len(keys) > 1 || !ledger.ValidIdempotencyKey(keys[0]) {
+			return nil, false, fmt.Errorf("%w: %s must be one key of 1 to %d bytes of [A-Za-z0-9._:-]", errBadRequest, busclient.HeaderIdempotencyKey, busclient.MaxIdempotencyKeyLen)
+		}
+		id.Key = keys[0]
+		if v := h.Get(busclient.HeaderFirstSent); v != "" {
+			ms, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || ms <= 0 {
+				return nil, false, fmt.Errorf("%w: %s must be Unix milliseconds", errBadRequest, busclient.HeaderFirstSent)
+			}
+			id.FirstSent = time.UnixMilli(ms)
+		}
+	}
+	drafts, err := parseLines(data)
+	if err != nil {
+		return nil, false, err
+	}
+	// Not b.ctx: an append taken in is finished and answered even while the
+	// bus closes (Close waits for it), so an error means "not written"
+	// unless inDoubt says otherwise.
+	if id.Key != "" {
+		return b.l.AppendIdempotent(context.Background(), id, drafts...)
+	}
+	acks, err = b.l.AppendAcks(context.Background(), drafts...)
+	return acks, false, err
+}
+
+func parseLines(data []byte) ([]events.Draft, error) {
 	var drafts []events.Draft
 	n := 0
 	for line := range bytes.SplitSeq(data, []byte{'\n'}) {
@@ -171,10 +214,7 @@ func (b *Bus) appendLines(data []byte) ([]ledger.Ack, error) {
 		}
 		drafts = append(drafts, d)
 	}
-	// Not b.ctx: an append taken in is finished and answered even while the
-	// bus closes (Close waits for it), so an error means "not written"
-	// unless inDoubt says otherwise.
-	return b.l.AppendAcks(context.Background(), drafts...)
+	return drafts, nil
 }
 
 // inDoubt reports whether an append error leaves it unknown whether the
@@ -190,3 +230,6 @@ func inDoubt(err error) bool {
 // The append limit is the client's and the ledger's: one request is one
 // Append call. (Compiles only while they are equal.)
 const _ = uint(busclient.MaxAppendEvents-ledger.MaxAppendEvents) + uint(ledger.MaxAppendEvents-busclient.MaxAppendEvents)
+
+// So is the idempotency key's length bound.
+const _ = uint(busclient.MaxIdempotencyKeyLen-ledger.MaxIdempotencyKeyLen) + uint(ledger.MaxIdempotencyKeyLen-busclient.MaxIdempotencyKeyLen)

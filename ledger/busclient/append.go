@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
+	"time"
 
 	"github.com/leaseledger/leaseledger/events"
 	"github.com/nats-io/nats.go"
@@ -22,39 +24,172 @@ type Ack struct {
 // Append sends JSON Lines of input-form events to the bus's append API and
 // returns their acknowledgements once they are durable. The connection's
 // user must be the bus's writer. The server appends the lines in one call,
-// all or nothing, and names the first bad line in its refusal. An error
-// means what it means for Appender.Append: wrapping ErrRemote (or raised
-// before the request left: a closed connection, ErrTooLarge,
-// nats.ErrNoResponders), nothing was written; wrapping ErrInDoubt, the
-// events may or may not have been written.
+// all or nothing, and names the first bad line in its refusal. The request
+// carries a fresh idempotency key (NewIdempotencyKey) and is retried under
+// the client's RetryPolicy while its outcome is in doubt, so that a stalled
+// or restarting bus delays it without writing it twice. An error means what
+// it means for Appender.Append.
 func (c *Client) Append(ctx context.Context, lines []byte) ([]Ack, error) {
-	return c.appendBody(ctx, lines)
+	return c.AppendWithKey(ctx, NewIdempotencyKey(), lines)
 }
 
-// appendBody sends one append request and classifies its failure: "not
-// written" only when the request certainly did not leave or the bus
-// refused it; everything else is ErrInDoubt.
-func (c *Client) appendBody(ctx context.Context, body []byte) ([]Ack, error) {
-	fail := func(err error) ([]Ack, error) {
-		return nil, &Error{Op: "append", Subject: AppendSubject, Err: err}
+// AppendWithKey is Append under the caller's idempotency key: a caller
+// that persists the key can retry the same lines after its own restart
+// and get the original acknowledgements (within the bus's window).
+func (c *Client) AppendWithKey(ctx context.Context, key string, lines []byte) ([]Ack, error) {
+	if !validKey(key) {
+		return nil, &Error{Op: "append", Subject: AppendSubject, Err: ErrIdempotencyKey}
 	}
+	return c.appendBody(ctx, key, lines)
+}
+
+// NewIdempotencyKey returns a fresh idempotency key: a ULID (time-ordered,
+// 80 random bits).
+func NewIdempotencyKey() string { return ulid.Make().String() }
+
+func validKey(k string) bool {
+	if len(k) == 0 || len(k) > MaxIdempotencyKeyLen {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == ':' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// RetryPolicy bounds how an append whose outcome is in doubt is sent again
+// under its idempotency key. Zero fields take the defaults
+// (DefaultRequestTimeout, DefaultAppendDeadline, DefaultAppendAttempts,
+// DefaultAppendBackoff, DefaultMaxAppendBackoff); MaxAttempts 1 disables
+// retrying.
+type RetryPolicy struct {
+	// RequestTimeout bounds one attempt.
+	RequestTimeout time.Duration
+	// Deadline bounds all attempts together, from the first.
+	Deadline time.Duration
+	// MaxAttempts bounds the attempts.
+	MaxAttempts int
+	// Backoff is the pause before the second attempt, doubled after each
+	// attempt up to MaxBackoff (with up to 25 % random jitter).
+	Backoff, MaxBackoff time.Duration
+}
+
+func (p RetryPolicy) withDefaults() RetryPolicy {
+	if p.RequestTimeout <= 0 {
+		p.RequestTimeout = DefaultRequestTimeout
+	}
+	if p.Deadline <= 0 {
+		p.Deadline = DefaultAppendDeadline
+	}
+	if p.MaxAttempts <= 0 {
+		p.MaxAttempts = DefaultAppendAttempts
+	}
+	if p.Backoff <= 0 {
+		p.Backoff = DefaultAppendBackoff
+	}
+	if p.MaxBackoff <= 0 {
+		p.MaxBackoff = DefaultMaxAppendBackoff
+	}
+	return p
+}
+
+// WithRetry returns a copy of c whose appends follow p.
+func (c *Client) WithRetry(p RetryPolicy) *Client {
+	cp := *c
+	cp.retry = p
+	return &cp
+}
+
+// appendBody sends one append under key, retrying while its outcome is in
+// doubt, and classifies the result: "not written" only when no attempt may
+// have been written; once one may have, every failure is ErrInDoubt.
+func (c *Client) appendBody(ctx context.Context, key string, body []byte) ([]Ack, error) {
+	p := c.retry.withDefaults()
 	if limit := c.nc.MaxPayload(); limit > 0 && int64(len(body)) > limit {
-		return fail(fmt.Errorf("%w: %d bytes, the server takes %d", ErrTooLarge, len(body), limit))
+		return nil, &Error{Op: "append", Subject: AppendSubject, Err: fmt.Errorf("%w: %d bytes, the server takes %d", ErrTooLarge, len(body), limit)}
 	}
-	// Not c.request's error handling: an error of the request call cannot
-	// tell "not sent" from "sent, no answer", so what is known not to have
-	// left is checked here first.
+	ctx, cancel := context.WithTimeout(ctx, p.Deadline)
+	defer cancel()
+	var (
+		doubt     error // the first attempt that may have been written
+		firstSent time.Time
+		backoff   = p.Backoff
+	)
+	for attempt := 1; ; attempt++ {
+		acks, err, sent := c.appendOnce(ctx, key, firstSent, body, p.RequestTimeout)
+		if err == nil {
+			return acks, nil
+		}
+		if !sent.IsZero() && firstSent.IsZero() {
+			firstSent = sent
+		}
+		inDoubt := errors.Is(err, ErrInDoubt)
+		if inDoubt && doubt == nil {
+			doubt = err
+		}
+		retry := inDoubt && !errors.Is(err, ErrIdempotencyExpired) ||
+			errors.Is(err, ErrRateLimited) || errors.Is(err, nats.ErrNoResponders)
+		if !retry || attempt >= p.MaxAttempts || c.nc.IsClosed() || ctx.Err() != nil || !sleep(ctx, jitter(backoff)) {
+			if doubt == nil || inDoubt {
+				return nil, err
+			}
+			// An earlier attempt may have been written: this one's failure
+			// does not settle it.
+			var be *Error
+			if errors.As(err, &be) && be.Reply != "" {
+				return nil, &Error{Op: "append", Subject: AppendSubject, Reply: be.Reply, Err: fmt.Errorf("%w after %d attempts (the last: %w)", ErrInDoubt, attempt, errors.Unwrap(err))}
+			}
+			return nil, &Error{Op: "append", Subject: AppendSubject, Err: fmt.Errorf("%w after %d attempts (the last: %w)", ErrInDoubt, attempt, err)}
+		}
+		backoff = min(2*backoff, p.MaxBackoff)
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func jitter(d time.Duration) time.Duration { return d + time.Duration(rand.Int64N(int64(d)/4+1)) }
+
+// appendOnce sends one attempt. sent is when the request was handed to
+// NATS (zero: it was not, or the server says nobody took it in).
+
+func (c *Client) appendOnce(ctx context.Context, key string, firstSent time.Time, body []byte, timeout time.Duration) (acks []Ack, err error, sent time.Time) {
+	fail := func(err error) ([]Ack, error, time.Time) {
+		return nil, &Error{Op: "append", Subject: AppendSubject, Err: err}, sent
+	}
+	// An error of the request call cannot tell "not sent" from "sent, no
+	// answer", so what is known not to have left is checked here first.
 	if err := ctx.Err(); err != nil {
 		return fail(err)
 	}
 	if c.nc.IsClosed() {
 		return fail(nats.ErrConnectionClosed)
 	}
-	m, err := c.request(ctx, AppendSubject, body)
+	msg := nats.NewMsg(AppendSubject)
+	msg.Data = body
+	msg.Header.Set(HeaderIdempotencyKey, key)
+	if !firstSent.IsZero() {
+		msg.Header.Set(HeaderFirstSent, strconv.FormatInt(firstSent.UnixMilli(), 10))
+	}
+	rctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	sent = time.Now()
+	m, err := c.nc.RequestMsgWithContext(rctx, msg)
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
 		// The server reported that no responder took the request in.
-		return fail(err)
+		return nil, &Error{Op: "append", Subject: AppendSubject, Err: err}, time.Time{}
 	case err != nil:
 		// Anything else may come after the request was published: a
 		// timeout, the context ending, the connection closing or dropping
@@ -63,16 +198,24 @@ func (c *Client) appendBody(ctx context.Context, body []byte) ([]Ack, error) {
 		return fail(fmt.Errorf("%w: %w", ErrInDoubt, err))
 	}
 	if e := m.Header.Get(HeaderError); e != "" {
-		if m.Header.Get(HeaderInDoubt) == "true" {
-			return nil, &Error{Op: "append", Subject: AppendSubject, Reply: e, Err: ErrInDoubt}
+		cause := ErrRemote
+		switch {
+		case m.Header.Get(HeaderInDoubt) == "true":
+			cause = ErrInDoubt
+		case m.Header.Get(HeaderErrorCode) == CodeIdempotencyExpired:
+			cause = fmt.Errorf("%w: %w", ErrInDoubt, ErrIdempotencyExpired)
+		case m.Header.Get(HeaderErrorCode) == CodeIdempotencyConflict:
+			cause = fmt.Errorf("%w: %w", ErrRemote, ErrIdempotencyConflict)
+		case m.Header.Get(HeaderErrorCode) == CodeRateLimited:
+			cause = fmt.Errorf("%w: %w", ErrRemote, ErrRateLimited)
 		}
-		return nil, &Error{Op: "append", Subject: AppendSubject, Reply: e, Err: ErrRemote}
+		return nil, &Error{Op: "append", Subject: AppendSubject, Reply: e, Err: cause}, sent
 	}
-	acks, err := parseAcks(m.Data)
+	acks, err = parseAcks(m.Data)
 	if err != nil {
 		return fail(fmt.Errorf("%w: %w", ErrInDoubt, err))
 	}
-	return acks, nil
+	return acks, nil, sent
 }
 
 // parseAcks reads the append API's reply: "<seq> <ulid>" per event.
@@ -115,28 +258,35 @@ func (a Ack) String() string { return strconv.FormatUint(uint64(a.Seq), 10) + " 
 //   - Seqs are returned only once the bus has answered that they are
 //     durable (fsynced), as the local Append does.
 //
+// Retries: each call carries a fresh idempotency key. An attempt whose
+// outcome is in doubt (no answer within RetryPolicy.RequestTimeout, the
+// connection dropped while the answer was awaited, the bus's ledger cannot
+// tell), a rate-limit refusal and "no responders" (the bus restarting) are
+// retried under the same key with backoff, within the client's
+// RetryPolicy (see Client.WithRetry: attempts, overall deadline). The bus
+// answers a retry of an append it has written with the original seqs and
+// writes nothing, so a stalled or restarting bus delays the call; it does
+// not make it give up or write twice.
+//
 // What an error means — nothing was written only when that is known:
 //
-//   - An error wrapping ErrRemote: the bus refused the request and wrote
-//     nothing (the bus finishes and answers every append it has taken in,
-//     even while it closes).
-//   - An error raised before the request was sent: the caller's context
+//   - An error wrapping ErrRemote, when no earlier attempt was in doubt:
+//     the bus refused the request and wrote nothing (the bus finishes and
+//     answers every append it has taken in, even while it closes).
+//   - An error raised before any attempt was sent: the caller's context
 //     had already ended, the connection was already closed (checked just
 //     before sending), ErrTooLarge, ErrTooManyEvents, an invalid draft; or
-//     nats.ErrNoResponders (the server reports that nobody took the
-//     request in). Nothing was written.
-//   - Every other error is an *Error wrapping ErrInDoubt (and its cause):
-//     any error of the request call itself — the caller's context ended,
-//     the request timed out (DefaultRequestTimeout at most), the
-//     connection closed or dropped while the answer was awaited
-//     (nats.ErrConnectionClosed, nats.ErrDisconnected) —, an unreadable
-//     answer, and an answer in which the bus says its ledger cannot tell
-//     either (HeaderInDoubt: the ledger's storage failed, ledger.ErrFailed,
-//     or its append was not acknowledged, ledger.ErrUnacknowledged). The
-//     events may or may not be in the log. The local ledger's counterpart
-//     is ledger.ErrUnacknowledged. To settle the doubt, read the log from a
-//     head taken before the call (Client.Head, Client.Replay) and look for
-//     the events.
+//     nats.ErrNoResponders on every attempt (nobody took the request in).
+//     Nothing was written.
+//   - Every other error is an *Error wrapping ErrInDoubt (and the last
+//     attempt's cause): some attempt may have been written and no later
+//     one settled it before the caller's context, the policy's deadline or
+//     attempts ran out or the connection closed; or the bus refused a
+//     retry with ErrIdempotencyExpired (the key may have left its window).
+//     The events may or may not be in the log (once at most). The local
+//     ledger's counterpart is ledger.ErrUnacknowledged. To settle the
+//     doubt, read the log from a head taken before the call
+//     (Client.Head, Client.Replay) and look for the events.
 //
 // The connection must belong to the bus's writer user (see UserOptions);
 // other users are not answered, which shows as ErrInDoubt after the
@@ -166,7 +316,7 @@ func (a *Appender) Append(ctx context.Context, drafts ...events.Draft) ([]events
 	if err != nil {
 		return nil, err
 	}
-	acks, err := a.c.appendBody(ctx, body)
+	acks, err := a.c.appendBody(ctx, NewIdempotencyKey(), body)
 	if err != nil {
 		return nil, err
 	}

@@ -274,7 +274,7 @@ func TestAppenderReplies(t *testing.T) {
 		"no responder":   {nil, want{noResponders: true}},
 		"acknowledged":   {reply("7 " + id + "\n"), want{}},
 	} {
-		app := busclient.NewAppender(scripted(t, c.respond))
+		app := busclient.NewAppender(scripted(t, c.respond).WithRetry(busclient.RetryPolicy{MaxAttempts: 1}))
 		seqs, err := app.Append(context.Background(), draft("act-1", "s", 1))
 		got := want{errors.Is(err, busclient.ErrInDoubt), errors.Is(err, busclient.ErrRemote), errors.Is(err, nats.ErrNoResponders)}
 		if got != c.want || (err == nil) != (c.want == want{}) {
@@ -298,5 +298,83 @@ func TestAppenderNeedsWriter(t *testing.T) {
 	}
 	if l.Head().Seq != 0 {
 		t.Fatal("a read-only user appended")
+	}
+}
+
+// An append whose answer is late is retried under its key: the caller gets
+// the original seqs once the ledger has them, and the events are written
+// once, however many attempts reached the bus.
+func TestAppenderRetriesInDoubtUnderItsKey(t *testing.T) {
+	g := &gate{release: make(chan struct{}), entered: make(chan struct{})}
+	l, err := ledger.Open(ledger.Options{Dir: t.TempDir(), BeforeAck: g})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := bus.Start(l, bus.Options{Port: bus.RandomPort, WriterUser: "host", WriterPassword: "pw"})
+	if err != nil {
+		l.Close()
+		t.Fatal(err)
+	}
+	defer l.Close()
+	defer b.Close()
+	nc := connect(t, b.ClientURL(), busclient.UserOptions("host", "pw")...)
+	app := busclient.NewAppender(busclient.NewClient(nc).WithRetry(busclient.RetryPolicy{
+		RequestTimeout: 100 * time.Millisecond, Backoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond, Deadline: 30 * time.Second}))
+	res := make(chan []events.Seq, 1)
+	go func() {
+		seqs, err := app.Append(context.Background(), draft("act-1", "s", 1), draft("act-1", "s", 2))
+		if err != nil {
+			t.Error(err)
+		}
+		res <- seqs
+	}()
+	<-g.entered
+	time.Sleep(500 * time.Millisecond) // several attempts time out meanwhile
+	close(g.release)
+	seqs := <-res
+	if len(seqs) != 2 || seqs[0] != 1 || seqs[1] != 2 || l.Head().Seq != 2 {
+		t.Fatalf("seqs %v, head %d: want 1, 2 written once", seqs, l.Head().Seq)
+	}
+	// The same key and lines again: the original acks, nothing written.
+	c := busclient.NewClient(nc)
+	lines := []byte(`{"kind":"lease.terminated","data":{"reason":"revoked"}}` + "\n")
+	first, err := c.AppendWithKey(context.Background(), "k-1", lines)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := c.AppendWithKey(context.Background(), "k-1", lines)
+	if err != nil || len(again) != 1 || again[0] != first[0] || l.Head().Seq != 3 {
+		t.Fatalf("replayed key: %v %v (first %v), head %d", again, err, first, l.Head().Seq)
+	}
+	other := []byte(`{"kind":"lease.terminated","data":{"reason":"terminate_all"}}` + "\n")
+	if _, err := c.AppendWithKey(context.Background(), "k-1", other); !errors.Is(err, busclient.ErrIdempotencyConflict) || !errors.Is(err, busclient.ErrRemote) || errors.Is(err, busclient.ErrInDoubt) {
+		t.Fatalf("the key reused for other lines: %v", err)
+	}
+	if _, err := c.AppendWithKey(context.Background(), "bad key", lines); !errors.Is(err, busclient.ErrIdempotencyKey) {
+		t.Fatalf("invalid key: %v", err)
+	}
+}
+
+// Once an attempt may have been written, a later failure never turns the
+// append into "not written".
+func TestAppenderKeepsDoubtAcrossAttempts(t *testing.T) {
+	var calls int
+	var mu sync.Mutex
+	c := scripted(t, func(m *nats.Msg) {
+		mu.Lock()
+		calls++
+		n := calls
+		mu.Unlock()
+		if n == 1 {
+			return // no answer: in doubt
+		}
+		r := nats.NewMsg(m.Reply)
+		r.Header.Set(busclient.HeaderError, "too busy")
+		_ = m.RespondMsg(r)
+	})
+	app := busclient.NewAppender(c.WithRetry(busclient.RetryPolicy{RequestTimeout: 100 * time.Millisecond, Backoff: time.Millisecond, MaxAttempts: 3}))
+	_, err := app.Append(context.Background(), draft("act-1", "s", 1))
+	if !errors.Is(err, busclient.ErrInDoubt) {
+		t.Fatalf("a refusal after an unanswered attempt: %v", err)
 	}
 }

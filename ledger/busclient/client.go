@@ -16,7 +16,8 @@ import (
 // by replay, then go live, without gap or duplicate). It needs only the
 // read-only permissions; Append needs the writer user.
 type Client struct {
-	nc *nats.Conn
+	nc    *nats.Conn
+	retry RetryPolicy // of appends (see WithRetry)
 }
 
 // NewClient wraps a NATS connection to a ledger bus.

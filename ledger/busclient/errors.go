@@ -18,6 +18,20 @@ var (
 	// ErrTooManyEvents: one append holds more than MaxAppendEvents events;
 	// it was not sent. The remote counterpart of ledger.ErrTooManyEvents.
 	ErrTooManyEvents = errors.New("busclient: too many events in one append")
+	// ErrIdempotencyKey: the caller's idempotency key is not of the form
+	// MaxIdempotencyKeyLen describes; nothing was sent.
+	ErrIdempotencyKey = errors.New("busclient: invalid idempotency key")
+	// ErrIdempotencyConflict (with ErrRemote): the bus remembers the key
+	// for different events; nothing of this request was written.
+	ErrIdempotencyConflict = errors.New("busclient: idempotency key already used for different events")
+	// ErrIdempotencyExpired (with ErrInDoubt): a retry reached the bus
+	// after its key may have left the remembered window; it was not
+	// written, and whether an earlier attempt was is unknown.
+	ErrIdempotencyExpired = errors.New("busclient: idempotency key may have left the bus's window")
+	// ErrRateLimited (with ErrRemote): the bus refused the request because
+	// its sender exceeded the request rate limit; nothing was done.
+	// Appends retry it within their RetryPolicy.
+	ErrRateLimited = errors.New("busclient: rate limited")
 	// ErrMalformedReply: a reply did not have the form the API defines.
 	ErrMalformedReply = errors.New("busclient: malformed reply")
 )

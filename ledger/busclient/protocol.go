@@ -56,7 +56,47 @@ const (
 	// ledger.ErrUnacknowledged). Clients report such a reply as ErrInDoubt,
 	// never as a refusal.
 	HeaderInDoubt = "Ledger-In-Doubt"
+	// HeaderIdempotencyKey, on an append request, names the request (see
+	// MaxIdempotencyKeyLen for its form): the bus records it with the
+	// events, in the same batch, and answers a request carrying a
+	// remembered key with the seqs it first assigned, writing nothing.
+	HeaderIdempotencyKey = "Ledger-Idempotency-Key"
+	// HeaderFirstSent, on a retried append request, is when its first
+	// attempt was sent (Unix milliseconds): a retry whose key may have left
+	// the bus's remembered window is refused (CodeIdempotencyExpired)
+	// instead of being written again.
+	HeaderFirstSent = "Ledger-First-Sent"
+	// HeaderReplayed, on an append reply, is "true" when the request's key
+	// was remembered: the acknowledged events were written by an earlier
+	// attempt.
+	HeaderReplayed = "Ledger-Idempotent-Replay"
+	// HeaderErrorCode, on a reply carrying HeaderError, classifies the
+	// refusal for clients (one of the Code constants).
+	HeaderErrorCode = "Ledger-Error-Code"
 )
+
+// Values of HeaderErrorCode.
+const (
+	// CodeBadRequest: the request is malformed (its text says how);
+	// nothing was done.
+	CodeBadRequest = "bad-request"
+	// CodeRateLimited: the connection (or its class of users) sent
+	// requests faster than the bus's rate limit; nothing was done, retry
+	// later.
+	CodeRateLimited = "rate-limited"
+	// CodeIdempotencyConflict: the key is remembered for different events;
+	// nothing was written.
+	CodeIdempotencyConflict = "idempotency-conflict"
+	// CodeIdempotencyExpired: a retry whose key may have left the
+	// remembered window; nothing was written by it, whether its first
+	// attempt was is unknown.
+	CodeIdempotencyExpired = "idempotency-expired"
+)
+
+// MaxIdempotencyKeyLen bounds an idempotency key: 1 to MaxIdempotencyKeyLen
+// bytes of [A-Za-z0-9._:-] (the ledger's rule, ledger.ValidIdempotencyKey;
+// package ledger/bus checks at compile time that the bounds agree).
+const MaxIdempotencyKeyLen = 128
 
 // ReplayRequest is the JSON body of a request on ReplaySubject. From and To
 // are inclusive (To 0: the head at the time of the request). Kind and
@@ -81,9 +121,26 @@ type HeadReply struct {
 // ledger/bus checks is the same), so that a request is one atomic append.
 const MaxAppendEvents = 8192
 
-// DefaultRequestTimeout bounds one bus request when the caller's context
-// has no earlier deadline, so a vanished responder cannot hang a client.
+// DefaultRequestTimeout bounds one bus request (one attempt of an append)
+// when the caller's context has no earlier deadline, so a vanished
+// responder cannot hang a client.
 const DefaultRequestTimeout = 10 * time.Second
+
+// Defaults of RetryPolicy: how long and how often an append in doubt is
+// sent again under its idempotency key.
+const (
+	// DefaultAppendDeadline bounds all attempts of one append together.
+	// It must stay well within the time the bus remembers keys (see
+	// ledger.DefaultIdempotencyWindow and docs/operations.md).
+	DefaultAppendDeadline = 2 * time.Minute
+	// DefaultAppendAttempts bounds the attempts of one append.
+	DefaultAppendAttempts = 30
+	// DefaultAppendBackoff is the pause before the second attempt; it
+	// doubles with each attempt up to DefaultMaxAppendBackoff.
+	DefaultAppendBackoff = 100 * time.Millisecond
+	// DefaultMaxAppendBackoff bounds the pause between attempts.
+	DefaultMaxAppendBackoff = 3 * time.Second
+)
 
 // InboxPrefix is the reply-inbox prefix a named bus user must use
 // (nats.CustomInboxPrefix(InboxPrefix(user))); "" gives the default _INBOX

@@ -13,6 +13,7 @@
 //	m/head                        → <seq:8 BE><hash:32> of the last committed event
 //	m/format                      → keyspace format version
 //	p/<projection>                → snapshot (owned by the projector's user)
+//	i/<idempotency key>           → IdemRecord of the keyed append (see EncodeIdem)
 //
 // Identifiers cannot contain '/', so "a/<activation>/" is an unambiguous
 // prefix.
@@ -31,8 +32,16 @@ const (
 	PrefixSession    = "s/"
 	PrefixKind       = "k/"
 	PrefixSnapshot   = "p/"
-	Head             = "m/head"
-	Format           = "m/format"
+	// PrefixIdem holds the idempotency records of keyed appends, written in
+	// the batch of the events they acknowledge. They are not events: no
+	// index, no chain, and FormatVersion is unchanged (a build that does not
+	// know them ignores them).
+	PrefixIdem = "i/"
+	Head       = "m/head"
+	Format     = "m/format"
+	// IdemEvicted holds the sealing time (Unix nanoseconds, 8 bytes BE) of
+	// the newest idempotency record evicted so far.
+	IdemEvicted = "m/idem-evicted"
 	// FormatVersion is the value of m/format this build writes and reads.
 	FormatVersion = "1"
 )
@@ -107,4 +116,43 @@ func For(env *events.Envelope) [][]byte {
 		ks = append(ks, Index(PrefixSession, env.Session, seq))
 	}
 	return append(ks, Index(PrefixKind, string(env.Kind), seq))
+}
+
+// Idem is the idempotency record key of an append keyed k.
+func Idem(k string) []byte { return append([]byte(PrefixIdem), k...) }
+
+// IdemRecord is what the ledger remembers of a keyed append: its place in
+// the remembered window (Order, increasing), the seqs it was assigned
+// (First..First+Count-1, consecutive: one append is one batch), the digest
+// of its content and when it was sealed (Unix nanoseconds).
+type IdemRecord struct {
+	Order  uint64
+	First  events.Seq
+	Count  uint32
+	Digest [32]byte
+	At     int64
+}
+
+// idemLen is the encoded size of an IdemRecord.
+const idemLen = 8 + 8 + 4 + 32 + 8
+
+// EncodeIdem is the value of an idempotency record.
+func EncodeIdem(r IdemRecord) []byte {
+	b := make([]byte, 0, idemLen)
+	b = binary.BigEndian.AppendUint64(b, r.Order)
+	b = binary.BigEndian.AppendUint64(b, uint64(r.First))
+	b = binary.BigEndian.AppendUint32(b, r.Count)
+	b = append(b, r.Digest[:]...)
+	return binary.BigEndian.AppendUint64(b, uint64(r.At))
+}
+
+// DecodeIdem reads an idempotency record's value.
+func DecodeIdem(b []byte) (IdemRecord, bool) {
+	if len(b) != idemLen {
+		return IdemRecord{}, false
+	}
+	r := IdemRecord{Order: binary.BigEndian.Uint64(b), First: events.Seq(binary.BigEndian.Uint64(b[8:])), Count: binary.BigEndian.Uint32(b[16:])}
+	copy(r.Digest[:], b[20:52])
+	r.At = int64(binary.BigEndian.Uint64(b[52:]))
+	return r, true
 }
