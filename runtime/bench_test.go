@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"os/exec"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -224,4 +225,90 @@ func BenchmarkCallOverheadConcurrent(b *testing.B) {
 	b.ReportMetric(perLease/perPlain, "ratio")
 	b.ReportMetric(float64(l.Stats().Events)/float64(max(1, l.Stats().Commits)), "events/commit")
 	b.ReportMetric(0, "ns/op")
+}
+
+// BenchmarkReadResourceOverhead measures resources/read through a handle
+// (gate, request.registered durable before the request, the transport's
+// wire-id tagging, request.dispatched + request.completed appended before
+// Await returns) against a plain go-sdk ReadResource on the same server
+// (server-everything, the same static document), interleaved in chunks in
+// one run, sequentially and with 16 readers at once on each side; plus the
+// handle path with events validated but not written (prepareOnly).
+//
+//	go test -run '^$' -bench ReadResourceOverhead -benchtime 2000x ./runtime/
+func BenchmarkReadResourceOverhead(b *testing.B) {
+	const uri = "demo://resource/static/document/architecture.md"
+	cfg := everything(b)
+	ctx := context.Background()
+	plain := plainSession(b, ctx, cfg)
+	handleRead := func(capa LeaseCapability, o *Owner) func() error {
+		return func() error {
+			h, err := capa.ReadResource(ctx, o, "everything", uri, DefaultRequestOptions())
+			if err != nil {
+				return err
+			}
+			_, err = h.Await(ctx)
+			return err
+		}
+	}
+	setup := func(appender Appender) func() error {
+		capa, _ := benchLease(b, ctx, cfg, appender)
+		o, err := capa.NewOwner(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { o.End(ctx) })
+		return handleRead(capa, o)
+	}
+	l := benchLedger(b)
+	durable, noLedger := setup(l), setup(prepareOnly{})
+	plainRead := func() error {
+		_, err := plain.ReadResource(ctx, &mcp.ReadResourceParams{URI: uri})
+		return err
+	}
+	for _, readers := range []int{1, 16} {
+		b.Run("readers="+strconv.Itoa(readers), func(b *testing.B) {
+			run := func(n int, read func() error) time.Duration {
+				var next atomic.Int64
+				var wg sync.WaitGroup
+				var failed atomic.Pointer[error]
+				start := time.Now()
+				for range readers {
+					wg.Go(func() {
+						for next.Add(1) <= int64(n) {
+							if err := read(); err != nil {
+								failed.CompareAndSwap(nil, &err)
+								return
+							}
+						}
+					})
+				}
+				wg.Wait()
+				if p := failed.Load(); p != nil {
+					b.Fatal(*p)
+				}
+				return time.Since(start)
+			}
+			for _, f := range []func() error{plainRead, durable, noLedger} {
+				run(100, f) // warm up
+			}
+			b.ResetTimer()
+			var tPlain, tHandle, tNoLedger time.Duration
+			chunk := 50 * readers
+			for done := 0; done < b.N; done += chunk {
+				n := min(chunk, b.N-done)
+				tPlain += run(n, plainRead)
+				tHandle += run(n, durable)
+				tNoLedger += run(n, noLedger)
+			}
+			b.StopTimer()
+			per := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / float64(b.N) }
+			b.ReportMetric(per(tPlain)/1e3, "plain-µs/read")
+			b.ReportMetric(per(tHandle)/1e3, "handle-µs/read")
+			b.ReportMetric(per(tHandle)/per(tPlain), "ratio")
+			b.ReportMetric(per(tNoLedger)/1e3, "noledger-µs/read")
+			b.ReportMetric(per(tNoLedger)/per(tPlain), "ratio-noledger")
+			b.ReportMetric(0, "ns/op")
+		})
+	}
 }

@@ -41,8 +41,29 @@ type fakeWorld struct {
 	blocked chan struct{}
 	// unblock releases every block call.
 	unblock chan struct{}
+	// gates hold fake://gate/<k> reads (gate, openGate).
+	gates  sync.Map
+	gateMu sync.Mutex
 	// variant changes the echo tool's schema (and so its digest) for
 	// children launched with this env entry.
+}
+
+// gate returns the channel that releases reads of uri (created on first
+// use); openGate closes it.
+func (w *fakeWorld) gate(uri string) chan struct{} {
+	ch, _ := w.gates.LoadOrStore(uri, make(chan struct{}))
+	return ch.(chan struct{})
+}
+
+func (w *fakeWorld) openGate(uri string) {
+	ch := w.gate(uri)
+	w.gateMu.Lock()
+	defer w.gateMu.Unlock()
+	select {
+	case <-ch:
+	default:
+		close(ch)
+	}
 }
 
 func newFakeWorld() *fakeWorld {
@@ -104,6 +125,18 @@ func (w *fakeWorld) launch(ctx context.Context, spec guardian.Spec) (child, erro
 		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			c.exit()
 			return nil, errors.New("unreachable")
+		})
+	// fake://gate/<k>: held until the test opens gate k (w.gate) or the
+	// request is cancelled; fake://echo answers at once.
+	srv.AddResourceTemplate(&mcp.ResourceTemplate{URITemplate: "fake://gate/{k}", Name: "gate"},
+		func(ctx context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+			select {
+			case <-w.gate(req.Params.URI):
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-c.stop:
+			}
+			return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: req.Params.URI, Text: "opened"}}}, nil
 		})
 	ss, err := srv.Connect(ctx, &mcp.IOTransport{Reader: serr, Writer: serr}, nil)
 	if err != nil {
