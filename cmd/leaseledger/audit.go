@@ -7,6 +7,7 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/leaseledger/leaseledger/events"
 	"github.com/leaseledger/leaseledger/ledger"
@@ -31,9 +32,105 @@ type timelineEntry struct {
 // auditOutput is the --json form of `audit <activation>`.
 type auditOutput struct {
 	Report          projector.ActivationReport `json:"report"`
+	Requests        []requestTimeline          `json:"requests"`
+	RequestsOmitted int                        `json:"requests_omitted"`
 	Timeline        []timelineEntry            `json:"timeline"`
 	TimelineOmitted uint64                     `json:"timeline_omitted"`
 }
+
+// maxAuditRequests bounds the request timelines `audit <activation>`
+// keeps (the first ones registered; the rest are counted).
+const maxAuditRequests = 1000
+
+// requestTimeline is one logical resource request of an activation: its
+// registration, every wire id (dispatch and MRTR continuations), timed-out
+// awaits, and its settlement with the cancel report when cancelled.
+type requestTimeline struct {
+	Handle        string                   `json:"handle"`
+	Owner         string                   `json:"owner,omitempty"`
+	Method        events.RequestMethod     `json:"method,omitempty"`
+	RegisteredSeq uint64                   `json:"registered_seq,omitempty"`
+	WireIDs       []string                 `json:"wire_ids,omitempty"`
+	AwaitTimeouts int                      `json:"await_timeouts,omitempty"`
+	Completed     *events.RequestCompleted `json:"completed,omitempty"`
+	Cancelled     *events.RequestCancelled `json:"cancelled,omitempty"`
+	Steps         []string                 `json:"steps"`
+}
+
+// requestFold collects request timelines from an activation's events.
+type requestFold struct {
+	byHandle map[string]int
+	list     []requestTimeline
+	omitted  int
+}
+
+func (f *requestFold) add(seq uint64, p events.Payload) {
+	var handle, step string
+	switch p := p.(type) {
+	case *events.RequestRegistered:
+		handle, step = p.Handle, "registered"
+	case *events.RequestDispatched:
+		handle, step = p.Handle, "dispatched wire "+p.WireID
+	case *events.RequestContinued:
+		handle, step = p.Handle, fmt.Sprintf("continued wire %s (round %d)", p.WireID, p.Round)
+	case *events.RequestAwaitTimedOut:
+		handle, step = p.Handle, fmt.Sprintf("await timed out after %s", time.Duration(p.WaitedNS))
+	case *events.RequestCompleted:
+		handle, step = p.Handle, fmt.Sprintf("completed %s, %d bytes", p.Outcome, p.ResultBytes)
+		if p.Detail != "" {
+			step += ", " + p.Detail
+		}
+		if p.Code != 0 {
+			step += fmt.Sprintf(" (code %d)", p.Code)
+		}
+	case *events.RequestCancelled:
+		handle, step = p.Handle, fmt.Sprintf("cancelled (%s): local_settled %v, transport_accepted %s, notification_delivered %s, remote %s",
+			p.Reason, p.LocalSettled, p.TransportAccepted, p.NotificationDelivered, p.Remote)
+	default:
+		return
+	}
+	if f.byHandle == nil {
+		f.byHandle = map[string]int{}
+	}
+	i, ok := f.byHandle[handle]
+	if !ok {
+		if len(f.list) >= maxAuditRequests {
+			if _, reg := p.(*events.RequestRegistered); reg {
+				f.omitted++
+			}
+			return
+		}
+		i = len(f.list)
+		f.byHandle[handle] = i
+		f.list = append(f.list, requestTimeline{Handle: handle})
+	}
+	r := &f.list[i]
+	switch p := p.(type) {
+	case *events.RequestRegistered:
+		r.Owner, r.Method, r.RegisteredSeq = p.Owner, p.Method, seq
+	case *events.RequestDispatched:
+		r.WireIDs = append(r.WireIDs, p.WireID)
+	case *events.RequestContinued:
+		r.WireIDs = append(r.WireIDs, p.WireID)
+	case *events.RequestAwaitTimedOut:
+		r.AwaitTimeouts++
+	case *events.RequestCompleted:
+		if r.Completed == nil {
+			r.Completed = p
+		}
+	case *events.RequestCancelled:
+		if r.Cancelled == nil {
+			r.Cancelled = p
+		}
+	}
+	if len(r.Steps) < maxRequestSteps {
+		r.Steps = append(r.Steps, fmt.Sprintf("%d %s", seq, step))
+	}
+}
+
+// maxRequestSteps bounds the steps kept per request timeline (a handle
+// has at most 1 + 11 wire events and a settlement, plus awaits).
+const maxRequestSteps = 64
 
 // auditAllOutput is the --json form of `audit --all`.
 type auditAllOutput struct {
@@ -114,6 +211,7 @@ func auditOne(cmd *cobra.Command, a *app, l *ledger.Ledger, id string, asJSON bo
 	// The timeline keeps the last `keep` events in a ring.
 	var ring []timelineEntry
 	var total uint64
+	var reqs requestFold
 	err := l.Scan(cmd.Context(), ledger.Query{Activation: id}, func(seq ledger.Seq, raw []byte) error {
 		env, err := events.Decode(raw)
 		if err != nil {
@@ -121,6 +219,11 @@ func auditOne(cmd *cobra.Command, a *app, l *ledger.Ledger, id string, asJSON bo
 		}
 		if err := s.Apply(&env); err != nil {
 			return fmt.Errorf("seq %d: %w", seq, err)
+		}
+		if env.Kind.Family() == "request" {
+			if p, err := env.Payload(); err == nil {
+				reqs.add(uint64(env.Seq), p)
+			}
 		}
 		e := timelineEntry{Seq: uint64(env.Seq), Time: events.Instant{Time: env.Time}, Kind: env.Kind, Data: env.Data}
 		if keep <= 0 || len(ring) < keep {
@@ -142,7 +245,7 @@ func auditOne(cmd *cobra.Command, a *app, l *ledger.Ledger, id string, asJSON bo
 		start := int(total % uint64(keep))
 		ring = append(ring[start:], ring[:start]...)
 	}
-	out := auditOutput{Report: rep, Timeline: ring, TimelineOmitted: total - uint64(len(ring))}
+	out := auditOutput{Report: rep, Requests: reqs.list, RequestsOmitted: reqs.omitted, Timeline: ring, TimelineOmitted: total - uint64(len(ring))}
 	if asJSON {
 		enc := json.NewEncoder(a.stdout)
 		enc.SetIndent("", "  ")
@@ -226,6 +329,19 @@ func printReport(w io.Writer, out *auditOutput) {
 	if ls := r.Lease; ls != nil {
 		fmt.Fprintf(w, "lease %s/%s: state %s, fingerprint %s, listing %s, calls in flight %d, admitted %d, refused %d, gate violations %d\n",
 			ls.KeySession, ls.Server, ls.State, ls.Fingerprint, orNone(ls.ListingDigest), ls.CallsInFlight, ls.CallsAdmitted, ls.CallsRefused, ls.GateViolations)
+	}
+	if len(out.Requests) > 0 {
+		fmt.Fprintf(w, "requests (%d", len(out.Requests))
+		if out.RequestsOmitted > 0 {
+			fmt.Fprintf(w, ", %d more omitted", out.RequestsOmitted)
+		}
+		fmt.Fprintln(w, "):")
+		for _, r := range out.Requests {
+			fmt.Fprintf(w, "  %s owner %s %s, wire ids [%s]\n", r.Handle, orNone(r.Owner), orNone(string(r.Method)), strings.Join(r.WireIDs, " "))
+			for _, st := range r.Steps {
+				fmt.Fprintf(w, "    %s\n", st)
+			}
+		}
 	}
 	fmt.Fprintf(w, "timeline (%d event(s)", len(out.Timeline))
 	if out.TimelineOmitted > 0 {
