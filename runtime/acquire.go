@@ -35,6 +35,9 @@ func (m *Manager) leaseForOpts(ctx context.Context, session, server string, o ac
 	if err := m.refuseDenied(ctx, session, keyFor(session, server, cfg), cfg.Fingerprint()); err != nil {
 		return nil, err
 	}
+	if h := m.testHookDenyChecked; h != nil {
+		h()
+	}
 	return m.acquireOpts(ctx, session, server, cfg, o)
 }
 
@@ -171,6 +174,12 @@ func (m *Manager) acquireOpts(ctx context.Context, session, server string, cfg S
 		}
 		if len(m.leases)+len(m.detached) >= m.maxLive {
 			ending := m.endingLocked()
+			// The refusal's activation is chosen under m.mu: the connection
+			// table is written by closes running concurrently.
+			refused := o.activation
+			if refused == "" || m.conns.inUse(refused) {
+				refused = newActivationID()
+			}
 			m.mu.Unlock()
 			if !capTried {
 				// Once per acquisition: reap idle leases now, and wait for
@@ -183,15 +192,22 @@ func (m *Manager) acquireOpts(ctx context.Context, session, server string, cfg S
 					continue
 				}
 			}
-			act := o.activation
-			if act == "" || m.conns.inUse(act) {
-				act = newActivationID()
-			}
-			m.keep(m.emit(ctx, events.Draft{Activation: act, Session: key.session, Server: key.server,
+			m.keep(m.emit(ctx, events.Draft{Activation: refused, Session: key.session, Server: key.server,
 				Payload: &events.LeaseAcquireFailed{Fingerprint: fp, Reason: "too_many_leases"}}))
 			e := newErr("acquire", &key, ErrTooManyLeases, nil)
 			e.Count = m.maxLive
 			return nil, e
+		}
+		if m.isDenied(session, key) {
+			// Deny may have run since leaseForOpts checked. Deny marks the
+			// key before it looks for a lease under m.mu, so checking again
+			// here, under m.mu and before the placeholder exists, leaves no
+			// window: either this sees the denial, or Deny sees the lease.
+			m.mu.Unlock()
+			if err := m.refuseDenied(ctx, session, key, fp); err != nil {
+				return nil, err
+			}
+			continue // allowed again meanwhile
 		}
 		act := o.activation
 		if act == "" {

@@ -327,3 +327,27 @@ func TestStderrRing(t *testing.T) {
 		t.Fatalf("lines %q", lines)
 	}
 }
+
+// A Deny that runs after an acquisition's first denial check but before
+// the acquisition maps its lease is not bypassed: the acquisition checks
+// again under the map lock and is refused, and no child starts.
+func TestPolicyDenyRacingAcquisition(t *testing.T) {
+	p := newPolicyEnv(t, nil)
+	ctx := context.Background()
+	s1 := p.open("s1")
+	var once sync.Once
+	p.m.testHookDenyChecked = func() {
+		once.Do(func() {
+			if err := p.m.Deny(ctx, "s1", "fs", "host_denied"); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	launches := p.w.launches.Load()
+	if _, err := s1.Capability().Tools(ctx, "fs"); !errors.Is(err, ErrDenied) {
+		t.Fatalf("acquisition racing Deny: %v, want ErrDenied", err)
+	}
+	if p.w.launches.Load() != launches || p.m.leaseOf("s1", "fs") != nil {
+		t.Fatal("a child of a denied key was started or mapped")
+	}
+}

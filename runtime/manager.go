@@ -153,6 +153,9 @@ type Manager struct {
 	// testHookReapScanned runs after a reap pass released the map lock and
 	// before its victims are terminated.
 	testHookReapScanned func()
+	// testHookDenyChecked runs in an acquisition after its first denial
+	// check, before it takes the map lock (the window Deny can race).
+	testHookDenyChecked func()
 	// testHookWaiting runs when a caller parks on another caller's
 	// acquisition (a starting placeholder).
 	testHookWaiting func(session, server string)
