@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"time"
 
 	"github.com/leaseledger/leaseledger/events"
 	"github.com/leaseledger/leaseledger/ledger"
@@ -25,6 +26,7 @@ func newAppendCmd(a *app) *cobra.Command {
 		concurrency, batch int
 		natsURL            string
 		creds              natsCreds
+		retry              busclient.RetryPolicy
 	)
 	cmd := &cobra.Command{
 		Use:   "append",
@@ -38,10 +40,15 @@ func newAppendCmd(a *app) *cobra.Command {
 it is durable (fsynced). A malformed line is reported on stderr with its
 line number and skipped; the others are still appended, and the exit status
 is 1. With --nats the events go to a running 'serve' (as its writer user)
-instead of a data directory. A failed append is reported as "not appended"
-only when nothing of it was written; when that cannot be known (no answer,
-a lost connection, a failed sync) it is reported "in doubt": read the log
-to find out.`,
+instead of a data directory; each append call carries an idempotency key,
+and a call whose outcome is in doubt (no answer within --request-timeout, a
+lost connection, serve restarting) is sent again under the same key, with
+backoff, until --retry-deadline or --retries run out: serve answers a retry
+of what it already wrote with the original seqs, so a stalled or restarted
+serve delays the lines, never duplicates them. A failed append is reported
+as "not appended" only when nothing of it was written; when that cannot be
+known after the retries (or a failed sync) it is reported "in doubt": read
+the log to find out.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if concurrency < 1 || batch < 1 || batch > ledger.MaxAppendEvents {
@@ -50,12 +57,17 @@ to find out.`,
 			ctx := cmd.Context()
 			var sink appendSink
 			if natsURL != "" {
-				nc, err := creds.connect(natsURL)
+				if retry.RequestTimeout <= 0 || retry.Deadline <= 0 || retry.MaxAttempts < 1 {
+					return fmt.Errorf("--request-timeout and --retry-deadline must be > 0 and --retries ≥ 1")
+				}
+				// Reconnect for as long as an append may be retried: a
+				// restarted serve is found again on the same URL.
+				nc, err := creds.connect(natsURL, nats.MaxReconnects(-1), nats.ReconnectWait(appendReconnectWait))
 				if err != nil {
 					return err
 				}
 				defer nc.Close()
-				sink = natsSink{busclient.NewClient(nc)}
+				sink = natsSink{busclient.NewClient(nc).WithRetry(retry)}
 			} else {
 				l, err := ledger.Open(ledger.Options{Dir: a.dataDir, Logger: a.logger})
 				if err != nil {
@@ -71,6 +83,9 @@ to find out.`,
 	f.IntVar(&concurrency, "concurrency", 1, "number of concurrent appenders")
 	f.IntVar(&batch, "batch", 1, "events per Append call (consecutive valid lines)")
 	f.StringVar(&natsURL, "nats", "", "append through a running 'serve' at this NATS URL instead of --data-dir")
+	f.DurationVar(&retry.RequestTimeout, "request-timeout", busclient.DefaultRequestTimeout, "with --nats: wait this long for one attempt's answer before retrying it")
+	f.DurationVar(&retry.Deadline, "retry-deadline", busclient.DefaultAppendDeadline, "with --nats: give up retrying one append call after this long (then it is in doubt)")
+	f.IntVar(&retry.MaxAttempts, "retries", busclient.DefaultAppendAttempts, "with --nats: at most this many attempts per append call")
 	creds.flags(f)
 	return cmd
 }
@@ -285,8 +300,12 @@ func (c *natsCreds) flags(f flagSet) {
 	f.StringVar(&c.password, "password", "", "NATS password (env LEASELEDGER_NATS_PASSWORD)")
 }
 
-func (c *natsCreds) connect(url string) (*nats.Conn, error) {
-	opts := []nats.Option{nats.Name("leaseledger-cli")}
+// appendReconnectWait is the pause between reconnection attempts of
+// `append --nats` (which reconnects without limit while it retries).
+const appendReconnectWait = 250 * time.Millisecond
+
+func (c *natsCreds) connect(url string, extra ...nats.Option) (*nats.Conn, error) {
+	opts := append([]nats.Option{nats.Name("leaseledger-cli")}, extra...)
 	pw := c.password
 	if pw == "" {
 		pw = getenv("LEASELEDGER_NATS_PASSWORD")
