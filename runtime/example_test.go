@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/leaseledger/leaseledger/ledger"
 	"github.com/leaseledger/leaseledger/runtime"
@@ -166,4 +167,83 @@ func ExampleLeaseError() {
 	// Output:
 	// config github
 	// runtime: server not configured (config server=github)
+}
+
+// Resource requests are caller-owned handles: an owner per agent turn,
+// a start that returns once request.registered is durable, an Await that
+// returns the result once, a Cancel that reports what it could observe,
+// and the owner's end settling whatever it still holds.
+func ExampleLeaseCapability_ReadResource() {
+	helper, server := runtime.BuiltBinaries()
+	dir, err := os.MkdirTemp("", "runtime-example-")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer os.RemoveAll(dir)
+	l, err := ledger.Open(ledger.Options{Dir: filepath.Join(dir, "ledger")})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer l.Close()
+	src := &runtime.MapConfigSource{}
+	src.Set("docs", runtime.ServerConfig{Command: server})
+	m, err := runtime.NewManager(runtime.Options{Config: src, Ledger: l, HelperPath: helper})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer m.Close(context.Background())
+	ctx := context.Background()
+	scope, err := m.OpenSession(ctx, "s-1")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer scope.Release(ctx)
+	capa := scope.Capability()
+
+	turn, endTurn := context.WithCancel(ctx)
+	defer endTurn()
+	owner, err := capa.NewOwner(turn) // ends with the turn, or owner.End
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	h, err := capa.ReadResource(ctx, owner, "docs", "test://text", runtime.DefaultRequestOptions())
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	res, err := h.Await(ctx)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("contents:", len(res.Read.Contents), res.Read.Contents[0].Text)
+	_, err = h.Await(ctx)
+	fmt.Println("again:", errors.Is(err, runtime.ErrHandleSettled))
+
+	slow, err := capa.ReadResource(ctx, owner, "docs", "test://slow", runtime.RequestOptions{Budget: 10 * time.Second})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for len(slow.WireIDs()) == 0 { // wait until it is on the wire
+		time.Sleep(time.Millisecond)
+	}
+	rep, err := slow.Cancel(ctx)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("cancel:", rep.Settlement, rep.TransportAccepted, rep.NotificationDelivered, rep.Remote)
+	end, err := owner.End(ctx)
+	fmt.Println("owner end settled:", len(end.Settled), err)
+	// Output:
+	// contents: 3 first
+	// again: true
+	// cancel: settled yes yes unknown
+	// owner end settled: 0 <nil>
 }
