@@ -265,7 +265,12 @@ func remoteCode(err error) (int64, bool) {
 		return 0, false
 	}
 	switch we.Code {
-	case codeClientClosing, codeServerClosing, codeRejected:
+	case codeClientClosing, codeServerClosing, codeRejected,
+		// The client's own reader fails with these when the server sends
+		// a line it cannot parse or a malformed response, and every
+		// pending call is retired with that error: a broken stream, not a
+		// refusal by a healthy server (our requests are well formed).
+		jsonrpc.CodeParseError, jsonrpc.CodeInvalidRequest:
 		return 0, false
 	}
 	return we.Code, true
@@ -297,7 +302,8 @@ func (l *lease) awaitChildEnd(ctx context.Context) bool {
 // own, correlated) proves that a request written at sent, after relayed
 // bytes of the stream, never reached a live child. Either fact proves it:
 //
-//   - the target was reaped before sent (a dead process reads nothing);
+//   - the target, which had no descendants, was reaped before sent (a dead
+//     process reads nothing, and no descendant shared its stdin);
 //   - the helper dropped at least every byte relayed from relayed on: it
 //     drops a suffix (once a write into the target's stdin fails, every
 //     later byte is dropped, and cleanup drops what is still queued), so
@@ -312,7 +318,11 @@ func (l *lease) neverReached(sent time.Time, relayed int64) bool {
 	if rc == nil || rc.ActivationID != l.activation || rc.TargetPID != l.child.facts().TargetPID {
 		return false
 	}
-	if rc.Reaped && rc.ReapedAt != nil && rc.ReapedAt.Before(sent) {
+	// A reap before the send proves nothing when the target had
+	// descendants: one that shares its stdin can read what the helper still
+	// relays after the reap. Without descendants, nobody else holds the pipe.
+	noDescendants := len(rc.DescendantsSeen) == 0 && rc.DescendantsDropped == 0
+	if noDescendants && rc.Reaped && rc.ReapedAt != nil && rc.ReapedAt.Before(sent) {
 		return true
 	}
 	return rc.StdinDroppedBytes >= l.wire.written.Load()-relayed
