@@ -114,6 +114,12 @@ func (s *State) apply(e *event) {
 		default:
 			a.Started = true
 		}
+		if a.Connection.Report != nil {
+			switch e.payload.(type) {
+			case *events.LeaseAcquiring, *events.LeaseChildStarted, *events.GuardianStarted, *events.ConnectionOpened:
+				a.Reopened = true
+			}
+		}
 	}
 	switch p := e.payload.(type) {
 	// lease and call

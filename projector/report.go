@@ -63,6 +63,9 @@ func (s *State) Verdict(id string) (verdict string, reasons []string, omitted in
 }
 
 func (s *State) verdict(a *Activation) (string, []string, int) {
+	if a.Reopened {
+		return ResultUnconfirmed, []string{"reopened_after_close: the activation started again after its close report was retained; the report does not cover the later lifetime"}, 0
+	}
 	if r := a.Connection.Report; r != nil {
 		return r.Result, append([]string(nil), r.Reasons...), r.Omitted
 	}

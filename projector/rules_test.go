@@ -614,3 +614,34 @@ func TestNeverStarted(t *testing.T) {
 	}
 	check(restored)
 }
+
+// An activation id that starts a second lifetime after its close report
+// (a host reusing an id) is unconfirmed: the frozen report cannot speak
+// for the later child. A snapshot keeps it so.
+func TestReopenedAfterClose(t *testing.T) {
+	f := newFeed(t)
+	f.apply(opened("act-1"))
+	f.apply(barriers("act-1", events.BarrierOK)...)
+	f.apply(d("act-1", &events.ConnectionClosed{ElapsedNS: 1}))
+	if v, r, _ := f.s.Verdict("act-1"); v != projector.ResultConfirmed {
+		t.Fatalf("first lifetime: %s %v", v, r)
+	}
+	f.apply(d("act-1", &events.GuardianStarted{GuardianPID: 8, TargetPID: 9, HelperVersion: "g/1"}))
+	check := func(s *projector.State) {
+		t.Helper()
+		v, r, _ := s.Verdict("act-1")
+		if v != projector.ResultUnconfirmed || len(r) != 1 || !strings.HasPrefix(r[0], "reopened_after_close") {
+			t.Fatalf("reopened: %s %v", v, r)
+		}
+	}
+	check(f.s)
+	b, err := projector.Marshal(f.s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s2, err := projector.Unmarshal(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(s2)
+}

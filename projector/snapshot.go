@@ -67,6 +67,7 @@ type activationWire struct {
 	Connection Connection   `json:"connection"`
 	Refused    string       `json:"refused,omitempty"`
 	Started    bool         `json:"started,omitempty"`
+	Reopened   bool         `json:"reopened,omitempty"`
 }
 
 type evidenceWire struct {
@@ -91,7 +92,7 @@ func Marshal(s *State) ([]byte, error) {
 	for id, a := range s.activations {
 		ev := &a.Evidence
 		w.Activations[id] = &activationWire{Session: a.Session, Server: a.Server, FirstSeq: a.FirstSeq,
-			LastSeq: a.LastSeq, Events: a.Events, Connection: a.Connection, Refused: a.Refused, Started: a.Started,
+			LastSeq: a.LastSeq, Events: a.Events, Connection: a.Connection, Refused: a.Refused, Started: a.Started, Reopened: a.Reopened,
 			Evidence: evidenceWire{Resources: ev.open, Recent: ev.Recent(), Aggregates: ev.aggregates,
 				Confirmed: ev.confirmed, Frozen: ev.frozen, FrozenSeq: ev.frozenSeq, Late: ev.late, Anomalies: ev.anomalies}}
 	}
@@ -133,7 +134,7 @@ func Unmarshal(b []byte) (*State, error) {
 			return nil, corrupt("activation entry")
 		}
 		a := &Activation{ID: id, Session: aw.Session, Server: aw.Server, FirstSeq: aw.FirstSeq,
-			LastSeq: aw.LastSeq, Events: aw.Events, Connection: aw.Connection, Refused: aw.Refused, Started: aw.Started}
+			LastSeq: aw.LastSeq, Events: aw.Events, Connection: aw.Connection, Refused: aw.Refused, Started: aw.Started, Reopened: aw.Reopened}
 		if a.Connection.Phase.rank() == 0 && a.Connection.Phase != PhaseActive {
 			return nil, corrupt("activation %s: phase", id)
 		}

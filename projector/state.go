@@ -301,6 +301,11 @@ type Activation struct {
 	// lease.acquire_failed: from then on the activation may own resources
 	// and is judged by its close report like any other.
 	Started bool
+	// Reopened is set when the activation starts again (an acquisition, a
+	// child, a guardian, a connection) after its close report was retained:
+	// one id covering two lifetimes. The frozen report cannot speak for the
+	// second, so the activation is unconfirmed.
+	Reopened bool
 }
 
 // Anomalies counts events the projection could not attribute. They are
