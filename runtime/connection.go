@@ -328,15 +328,27 @@ func (m *Manager) CloseConnection(ctx context.Context, ref ConnectionRef, budget
 		return m.closeUnknown(ctx, ref)
 	}
 	select {
-	case <-l.ready:
-	case <-ctx.Done():
-		return ConnectionReport{}, newErr("close_connection", &l.key, ErrTerminated, ctx.Err())
+	case <-l.ready: // a ready lease is closed even past the deadline, with the least budget
+	default:
+		select {
+		case <-l.ready:
+		case <-ctx.Done():
+			return ConnectionReport{}, newErr("close_connection", &l.key, ErrTerminated, ctx.Err())
+		}
 	}
 	if budget == 0 {
 		budget = m.closeBudget(l)
 	}
 	if d, ok := ctx.Deadline(); ok {
-		budget = min(budget, max(time.Until(d), 0))
+		// A deadline already past leaves the smallest positive budget, not
+		// zero: zero would mean the default budget to terminateWithin.
+		budget = min(budget, max(time.Until(d), time.Nanosecond))
+	}
+	if l.err != nil && l.child == nil {
+		// The acquisition failed before anything started: nothing to close,
+		// and recording a termination would make a never-started activation
+		// look started (and unconfirmed) to the audit.
+		return ConnectionReport{}, newErr("close_connection", &l.key, ErrNoConnection, nil)
 	}
 	if l.err == nil {
 		m.removeIf(l)

@@ -477,3 +477,24 @@ func (e *env) envelopes() []events.Envelope {
 	}
 	return out
 }
+
+// A close whose caller's deadline has already passed gets the smallest
+// budget, never the default: the one budget never outlives ctx.
+func TestConnCloseExpiredDeadline(t *testing.T) {
+	p := newLossyEnv(t, nil) // no post-test audit: this close cannot confirm
+	s := p.open("s1")
+	ctx := context.Background()
+	if _, err := s.Capability().OpenConnection(ctx, "fs", ConnectionOptions{Activation: "act-x1"}); err != nil {
+		t.Fatal(err)
+	}
+	expired, cancel := context.WithDeadline(ctx, time.Now().Add(-time.Second))
+	defer cancel()
+	rep, _ := p.m.CloseConnection(expired, ConnectionRef{Activation: "act-x1"}, 5*time.Second)
+	if rep.BudgetNS <= 0 || rep.BudgetNS > int64(time.Millisecond) {
+		t.Fatalf("budget %v with an expired deadline, want at most 1ms: %+v", time.Duration(rep.BudgetNS), rep)
+	}
+	if rep.Confirmed() {
+		t.Fatalf("a close with no budget left confirmed: %+v", rep)
+	}
+	agree(t, p.l.envelopes(), rep)
+}
