@@ -5,8 +5,8 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/leaseledger/leaseledger/ledger/ledgertest"
 	"github.com/leaseledger/leaseledger/ledger"
+	"github.com/leaseledger/leaseledger/ledger/ledgertest"
 )
 
 // damagedLedger is a ledger of n events whose sstable block holding event

@@ -199,6 +199,7 @@ type Ledger struct {
 	logger *slog.Logger
 
 	faults       *faults       // what Pebble reported about the storage
+	failedCh     chan struct{} // closed by setFailed on the first sticky failure
 	corruptReads atomic.Uint64 // reads that met damaged data
 	lockState    LockState
 	lockNote     string // why a read-only open is not locked
@@ -296,6 +297,7 @@ func Open(opts Options) (*Ledger, error) {
 		token:    make(chan struct{}, inflightBatches),
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
+		failedCh: make(chan struct{}),
 	}
 	onFailure := func(err error) { l.setFailed(err) }
 	f.onFailure.Store(&onFailure)
@@ -368,7 +370,11 @@ func DefaultPebbleOptions() *pebble.Options {
 }
 
 func openPebble(opts Options, f *faults) (*pebble.DB, error) {
-	db, err := pebble.Open(opts.Dir, pebbleOptions(opts, f))
+	db, err := openBounded(opts, f)
+	var le *Error
+	if errors.As(err, &le) {
+		return nil, err
+	}
 	if err != nil {
 		if ferr := f.firstFatal(); ferr != nil {
 			err = errors.Join(err, ferr)

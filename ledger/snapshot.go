@@ -40,14 +40,17 @@ func (l *Ledger) SaveSnapshot(name string, covers Seq, data []byte) error {
 		return err
 	}
 	defer end()
-	if l.opts.ReadOnly {
-		return &Error{Op: "save snapshot", Err: ErrReadOnly}
+	if err := l.failed(); err != nil { // ErrReadOnly, or the write path failed
+		return &Error{Op: "save snapshot", Err: err}
 	}
 	if head := l.Head().Seq; covers > head {
 		return &Error{Op: "save snapshot", Seq: covers, Err: fmt.Errorf("%w (head %d)", ErrBeyondHead, head)}
 	}
 	v := binary.BigEndian.AppendUint64(make([]byte, 0, 8+len(data)), uint64(covers))
 	if err := l.db.Set([]byte(keys.PrefixSnapshot+name), append(v, data...), pebble.Sync); err != nil {
+		return &Error{Op: "save snapshot", Err: err}
+	}
+	if err := l.failed(); err != nil { // a Pebble fatal error during the Set
 		return &Error{Op: "save snapshot", Err: err}
 	}
 	return nil

@@ -37,13 +37,17 @@ type faults struct {
 
 	// onFailure, once set (after Open), fails the ledger's write path.
 	onFailure atomic.Pointer[func(error)]
+
+	noSpaceOnce sync.Once
+	noSpace     chan struct{} // closed on the first ENOSPC Pebble reports
+	abandoned   atomic.Bool   // an open was given up: park its flush loop
 }
 
 func newFaults(logger *slog.Logger) *faults {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	return &faults{logger: logger}
+	return &faults{logger: logger, noSpace: make(chan struct{})}
 }
 
 // storageFailure records a failure of the write path: the first one is kept
@@ -116,6 +120,7 @@ func (f *faults) eventListener() pebble.EventListener {
 		BackgroundError: func(err error) {
 			f.logger.Error("pebble background error", "component", "pebble", "err", firstLine(err))
 			if errors.Is(err, syscall.ENOSPC) {
+				f.noSpaceOnce.Do(func() { close(f.noSpace) })
 				f.storageFailure(fmt.Errorf("%w: background flush or compaction: %w", ErrNoSpace, err))
 			}
 		},
@@ -134,9 +139,16 @@ func (l *Ledger) setFailed(err error) error {
 	}
 	if l.failure.CompareAndSwap(nil, &err) {
 		l.logger.Error("ledger failed: appends are refused until it is reopened", "err", err)
+		close(l.failedCh)
 	}
 	return *l.failure.Load()
 }
+
+// Failed returns a channel closed when the write path fails for good (the
+// sticky ErrFailed: a commit or sync refused, a full disk, a Pebble fatal
+// error); Stats().Failure says why. `serve` shuts down on it. It is never
+// closed for a read-only ledger.
+func (l *Ledger) Failed() <-chan struct{} { return l.failedCh }
 
 // readGuard is taken around one read of the database: done turns the
 // read's Pebble error into the ledger's (see readErr), and fails a read
@@ -244,7 +256,7 @@ type readOnlyFS struct{ vfs.FS }
 var errReadOnlyFS = errors.New("ledger: read-only open: refusing to write")
 
 func (readOnlyFS) Create(string, vfs.DiskWriteCategory) (vfs.File, error) { return nil, errReadOnlyFS }
-func (readOnlyFS) Link(string, string) error                             { return errReadOnlyFS }
+func (readOnlyFS) Link(string, string) error                              { return errReadOnlyFS }
 func (readOnlyFS) OpenReadWrite(string, vfs.DiskWriteCategory, ...vfs.OpenOption) (vfs.File, error) {
 	return nil, errReadOnlyFS
 }
@@ -289,6 +301,7 @@ func lockShared(dir string) (*os.File, LockState, string, error) {
 	}
 	return f, LockShared, "", nil
 }
+
 // lockFile is taken with flock before Pebble opens the directory. Pebble
 // has its own lock, but its error differs within and across processes; an
 // flock on a fresh open file description conflicts in both cases, so callers
@@ -350,3 +363,88 @@ func pebbleOptions(opts Options, f *faults) *pebble.Options {
 	return po
 }
 
+// MinFreeBytes is the free space a writable open requires on the data
+// directory's file system beyond the write-ahead logs it replays (which
+// Pebble rewrites as an sstable before Open returns). With less, Open
+// fails at once with ErrNoSpace: Pebble would retry the failing flush
+// inside its Open for ever, at full CPU, writing and deleting a partial
+// file each time.
+const MinFreeBytes = 1 << 20
+
+// checkSpace refuses a writable open of dir on a file system without room
+// for its write-ahead logs plus MinFreeBytes.
+func checkSpace(dir string) error {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return nil // a new directory, or no statfs: Pebble will say
+	}
+	free := uint64(st.Bavail) * uint64(st.Bsize)
+	var wal uint64
+	logs, _ := filepath.Glob(filepath.Join(dir, "*.log"))
+	for _, name := range logs {
+		if fi, err := os.Stat(name); err == nil {
+			wal += uint64(fi.Size())
+		}
+	}
+	if free < wal+MinFreeBytes {
+		return &Error{Op: "open", Err: fmt.Errorf("%w: %s has %d bytes free; opening for appends needs %d (write-ahead logs to replay) + MinFreeBytes=%d; read commands open read-only and need none",
+			ErrNoSpace, dir, free, wal, MinFreeBytes)}
+	}
+	return nil
+}
+
+// spaceFS parks the background flush of an open that was given up for
+// lack of space (see openBounded) on its next file creation, so that it
+// neither spins nor writes; every other call passes through.
+type spaceFS struct {
+	vfs.FS
+	f *faults
+}
+
+func (s spaceFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	if s.f.abandoned.Load() {
+		select {} // parked until the process exits
+	}
+	return s.FS.Create(name, c)
+}
+
+// openBounded opens Pebble for appends (or read-only) and gives up with
+// ErrNoSpace as soon as Pebble reports that the disk is full while it
+// opens, instead of waiting for ever on its flush retry loop. A given-up
+// open leaves one parked goroutine and the database's files open until the
+// process exits (Pebble offers no way to cancel an Open); the directory
+// cannot be reopened by this process. The CLI exits on the error.
+func openBounded(opts Options, f *faults) (*pebble.DB, error) {
+	po := pebbleOptions(opts, f)
+	if opts.ReadOnly {
+		return pebble.Open(opts.Dir, po)
+	}
+	if err := checkSpace(opts.Dir); err != nil {
+		return nil, err
+	}
+	if po.FS == nil {
+		po.FS = vfs.Default
+	}
+	po.FS = spaceFS{po.FS, f}
+	type result struct {
+		db  *pebble.DB
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		db, err := pebble.Open(opts.Dir, po)
+		done <- result{db, err}
+	}()
+	select {
+	case r := <-done:
+		return r.db, r.err
+	case <-f.noSpace:
+		select {
+		case r := <-done:
+			return r.db, r.err
+		default:
+		}
+		f.abandoned.Store(true)
+		return nil, fmt.Errorf("%w: Pebble cannot flush the replayed write-ahead log: %w", ErrNoSpace, f.firstFatal())
+	}
+}

@@ -184,7 +184,7 @@ unconfirmed, 1 on errors.`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			l, err := ledger.Open(ledger.Options{Dir: a.dataDir, Logger: a.logger, NoCreate: true})
+			l, err := openReadOnly(a)
 			if err != nil {
 				return err
 			}

@@ -6,7 +6,6 @@ import (
 	"os"
 	"strings"
 
-	"github.com/leaseledger/leaseledger/ledger"
 	"github.com/leaseledger/leaseledger/ledger/verify"
 	"github.com/spf13/cobra"
 	"golang.org/x/mod/sumdb/note"
@@ -36,7 +35,7 @@ distrusts whoever can write the directory.`,
 			if err != nil {
 				return fmt.Errorf("--key: not a signer key: %w", err)
 			}
-			l, err := ledger.Open(ledger.Options{Dir: a.dataDir, Logger: a.logger, NoCreate: true})
+			l, err := openReadOnly(a)
 			if err != nil {
 				return err
 			}

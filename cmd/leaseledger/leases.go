@@ -75,7 +75,7 @@ stay in the table until their session ends; --live shows only live ones.`,
 }
 
 func scanDataDir(ctx context.Context, a *app, fn func(ledger.Seq, []byte) error) error {
-	l, err := ledger.Open(ledger.Options{Dir: a.dataDir, Logger: a.logger, NoCreate: true})
+	l, err := openReadOnly(a)
 	if err != nil {
 		return err
 	}

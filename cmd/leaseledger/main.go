@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 )
@@ -92,8 +93,21 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	return 0
 }
 
+// shutdownGrace bounds how long any command may take to stop after SIGINT
+// or SIGTERM. Stopping normally takes milliseconds (serve drains its queue
+// and closes Pebble); storage that no longer answers (a full or dead disk)
+// must not keep the process alive. Nothing is lost by exiting: only
+// fsynced events were ever acknowledged.
+const shutdownGrace = 20 * time.Second
+
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-ctx.Done()
+		time.Sleep(shutdownGrace)
+		fmt.Fprintf(os.Stderr, "leaseledger: did not stop within %v of the signal (storage not responding); exiting\n", shutdownGrace)
+		os.Exit(3)
+	}()
 	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)

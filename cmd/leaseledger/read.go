@@ -39,7 +39,7 @@ func newHeadCmd(a *app) *cobra.Command {
 				fmt.Fprintf(a.stdout, "%d %s\n", h.Seq, h.Hash)
 				return nil
 			}
-			l, err := ledger.Open(ledger.Options{Dir: a.dataDir, Logger: a.logger, NoCreate: true})
+			l, err := openReadOnly(a)
 			if err != nil {
 				return err
 			}
@@ -184,6 +184,10 @@ fault and the message names the first bad seq.`,
 			if p != nil {
 				p.finish()
 			}
+			if err != nil && (errors.Is(err, ledger.ErrNoLedger) || errors.Is(err, ledger.ErrLocked)) {
+				return err // nothing was verified
+			}
+			noteReadOnly(a, rep.Unlocked)
 			if err != nil {
 				return &exitError{code: 1, err: err}
 			}
@@ -222,7 +226,7 @@ func newExportCmd(a *app) *cobra.Command {
 		Short: "Write stored events as JSON Lines (canonical bytes), by range and filters",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			l, err := ledger.Open(ledger.Options{Dir: a.dataDir, Logger: a.logger, NoCreate: true})
+			l, err := openReadOnly(a)
 			if err != nil {
 				return err
 			}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -44,6 +45,10 @@ and append requests, and shuts down cleanly on SIGINT or SIGTERM.`,
 			// snapshot plus the tail is restored before anything can be
 			// appended, and snapshots are saved periodically and on close.
 			proj, err := live.Open(cmd.Context(), live.Options{Ledger: ledger.Options{Dir: a.dataDir, Logger: a.logger}, Logger: a.logger})
+			if errors.Is(err, ledger.ErrCorrupt) {
+				// Refuse rather than serve a projection that skipped events.
+				return fmt.Errorf("refusing to start: the ledger in %s is damaged (run 'leaseledger verify'): %w", a.dataDir, err)
+			}
 			if err != nil {
 				return err
 			}
@@ -70,7 +75,16 @@ and append requests, and shuts down cleanly on SIGINT or SIGTERM.`,
 			if ws := b.WebSocketURL(); ws != "" {
 				fmt.Fprintf(a.stdout, "leaseledger: NATS WebSocket on %s\n", ws)
 			}
-			<-cmd.Context().Done()
+			var failure error
+			select {
+			case <-cmd.Context().Done():
+			case <-l.Failed():
+				// The write path failed for good (full disk, storage
+				// error): stop, so that a supervisor can restart it once
+				// the cause is fixed; nothing acknowledged is lost.
+				failure = l.Stats().Failure
+				fmt.Fprintf(a.stderr, "leaseledger: the ledger failed, shutting down: %v\n", failure)
+			}
 			fmt.Fprintln(a.stdout, "leaseledger: shutting down")
 			if err := b.Close(); err != nil {
 				return err
@@ -80,7 +94,7 @@ and append requests, and shuts down cleanly on SIGINT or SIGTERM.`,
 				return err
 			}
 			fmt.Fprintf(a.stdout, "leaseledger: stopped at seq %d\n", head)
-			return nil
+			return failure
 		},
 	}
 	f := cmd.Flags()

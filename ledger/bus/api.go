@@ -83,7 +83,7 @@ func (b *Bus) serveReplay(m *nats.Msg) {
 	})
 	end := err == nil
 	if err != nil && !errors.Is(err, errChunkFull) {
-		reply.Header.Set(busclient.HeaderError, "replay failed")
+		reply.Header.Set(busclient.HeaderError, replayFailure(err))
 		b.opts.Logger.Error("bus: replay", "err", err)
 		_ = m.RespondMsg(reply)
 		return
@@ -96,6 +96,22 @@ func (b *Bus) serveReplay(m *nats.Msg) {
 	reply.Header.Set(busclient.HeaderEnd, strconv.FormatBool(end))
 	reply.Header.Set(busclient.HeaderHead, strconv.FormatUint(uint64(head), 10))
 	_ = m.RespondMsg(reply)
+}
+
+// replayFailure is the error header of a replay the ledger could not
+// serve. Damaged storage (ledger.ErrCorrupt) names the seqs that cannot be
+// read: the request fails, the bus stays up, other ranges are still served
+// and appends are still acknowledged while the write path works (the
+// ledger counts such reads in Stats.CorruptReads and logs them).
+func replayFailure(err error) string {
+	var le *ledger.Error
+	if !errors.Is(err, ledger.ErrCorrupt) || !errors.As(err, &le) || le.Seq == 0 {
+		return "replay failed"
+	}
+	if le.Last > le.Seq {
+		return fmt.Sprintf("replay failed: storage damaged, seqs %d-%d cannot be read", le.Seq, le.Last)
+	}
+	return fmt.Sprintf("replay failed: storage damaged, seq %d cannot be read", le.Seq)
 }
 
 func (b *Bus) serveHead(m *nats.Msg) {

@@ -11,8 +11,8 @@ import (
 // Collector exports a ledger's Stats as Prometheus metrics. It reads Stats
 // at scrape time, so it adds nothing to the append path.
 type Collector struct {
-	l                                                    *ledger.Ledger
-	head, events, commits, commitSeconds, queued, failed *prometheus.Desc
+	l                                                                  *ledger.Ledger
+	head, events, commits, commitSeconds, queued, failed, corruptReads *prometheus.Desc
 }
 
 // NewCollector returns a prometheus.Collector for l.
@@ -27,12 +27,13 @@ func NewCollector(l *ledger.Ledger) *Collector {
 		commitSeconds: d("commit_seconds_total", "Time from applying a batch to observing its fsync, summed over commits."),
 		queued:        d("append_queue_length", "Append calls waiting for the committer."),
 		failed:        d("failed", "1 after a sticky storage failure: appends are refused until reopened."),
+		corruptReads:  d("corrupt_reads_total", "Reads that met damaged storage and failed with ErrCorrupt (run verify)."),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.head, c.events, c.commits, c.commitSeconds, c.queued, c.failed} {
+	for _, d := range []*prometheus.Desc{c.head, c.events, c.commits, c.commitSeconds, c.queued, c.failed, c.corruptReads} {
 		ch <- d
 	}
 }
@@ -50,4 +51,5 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.commitSeconds, prometheus.CounterValue, float64(s.CommitNanos)/1e9)
 	ch <- prometheus.MustNewConstMetric(c.queued, prometheus.GaugeValue, float64(s.Queued))
 	ch <- prometheus.MustNewConstMetric(c.failed, prometheus.GaugeValue, failed)
+	ch <- prometheus.MustNewConstMetric(c.corruptReads, prometheus.CounterValue, float64(s.CorruptReads))
 }

@@ -5,8 +5,8 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/leaseledger/leaseledger/ledger/ledgertest"
 	"github.com/leaseledger/leaseledger/ledger"
+	"github.com/leaseledger/leaseledger/ledger/ledgertest"
 )
 
 // A damaged sstable block is a verify.Error naming the first seq it could
