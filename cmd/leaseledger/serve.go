@@ -107,6 +107,15 @@ and append requests, and shuts down cleanly on SIGINT or SIGTERM.`,
 	f.StringVar(&opts.WriterPassword, "writer-password", "", "password of --writer-user (env LEASELEDGER_WRITER_PASSWORD)")
 	f.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics on this address, e.g. 127.0.0.1:9248 (empty: off)")
 	f.BoolVar(&opts.DenyAnonymous, "deny-anonymous", false, "refuse unauthenticated clients (by default they are read-only)")
+	f.IntVar(&opts.Limits.MaxConnections, "max-connections", bus.DefaultMaxConnections, "NATS client connections at most")
+	f.Int64Var(&opts.Limits.MaxPendingBytes, "max-pending-bytes", bus.DefaultMaxPendingBytes, "unread bytes held per connection before it is cut off as a slow consumer")
+	f.DurationVar(&opts.Limits.WriteDeadline, "write-deadline", bus.DefaultWriteDeadline, "a connection whose socket takes longer to accept a write is cut off as a slow consumer")
+	f.Float64Var(&opts.Limits.RequestRate, "request-rate", bus.DefaultRequestRate, "API requests per second per anonymous or read-only connection (burst --request-burst)")
+	f.Float64Var(&opts.Limits.RequestBurst, "request-burst", bus.DefaultRequestBurst, "API request burst per anonymous or read-only connection")
+	f.Float64Var(&opts.Limits.AnonymousRate, "anonymous-rate", bus.DefaultAnonymousRate, "API requests per second of all anonymous connections together")
+	f.DurationVar(&opts.Limits.Auth.FailureDelay, "auth-failure-delay", bus.DefaultAuthFailureDelay, "a failed authentication is answered after this delay")
+	f.IntVar(&opts.Limits.Auth.FailureBurst, "auth-failure-burst", bus.DefaultAuthFailureBurst, "failed authentications per source address before it is throttled")
+	f.DurationVar(&opts.Limits.Auth.FailureInterval, "auth-failure-interval", bus.DefaultAuthFailureInterval, "a throttled source address regains one attempt per interval")
 	return cmd
 }
 

@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/leaseledger/leaseledger/events"
@@ -35,10 +37,13 @@ func (b *Bus) serveReplay(m *nats.Msg) {
 		return
 	}
 	reply := nats.NewMsg(m.Reply)
+	class := b.classOf(m.Reply)
+	if !b.admit(m, class) {
+		return
+	}
 	var req busclient.ReplayRequest
-	if err := strictJSON(m.Data, &req); err != nil {
-		reply.Header.Set(busclient.HeaderError, "malformed replay request")
-		_ = m.RespondMsg(reply)
+	if err := parseReplay(m.Data, &req); err != nil {
+		refuse(m, busclient.CodeBadRequest, "malformed replay request: "+err.Error())
 		return
 	}
 	q := ledger.Query{From: req.From, To: req.To, Kind: req.Kind, Activation: req.Activation}
@@ -51,7 +56,7 @@ func (b *Bus) serveReplay(m *nats.Msg) {
 	if q.To == 0 || q.To > head {
 		q.To = head
 	}
-	maxEvents := b.opts.ReplayChunkEvents
+	maxEvents, maxBytes := b.replayChunk(class)
 	if req.MaxEvents > 0 && req.MaxEvents < maxEvents {
 		maxEvents = req.MaxEvents
 	}
@@ -68,7 +73,7 @@ func (b *Bus) serveReplay(m *nats.Msg) {
 	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
 	defer cancel()
 	err := b.l.Scan(ctx, q, func(seq ledger.Seq, raw []byte) error {
-		if count == maxEvents || body.Len()+len(raw)+1 > b.opts.ReplayChunkBytes || scanned == MaxReplayScan {
+		if count == maxEvents || body.Len()+len(raw)+1 > maxBytes || scanned == MaxReplayScan {
 			return errChunkFull
 		}
 		scanned++
@@ -115,7 +120,11 @@ func replayFailure(err error) string {
 }
 
 func (b *Bus) serveHead(m *nats.Msg) {
-	if !isInbox(m.Reply) {
+	if !isInbox(m.Reply) || !b.admit(m, b.classOf(m.Reply)) {
+		return
+	}
+	if len(m.Data) != 0 {
+		refuse(m, busclient.CodeBadRequest, "malformed head request: the body must be empty")
 		return
 	}
 	h := b.l.Head()
@@ -123,14 +132,73 @@ func (b *Bus) serveHead(m *nats.Msg) {
 	_ = m.Respond(data)
 }
 
-func strictJSON(b []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(b))
+// admit takes a token of the request's rate limit; over the limit, it
+// answers with busclient.CodeRateLimited and returns false.
+func (b *Bus) admit(m *nats.Msg, c class) bool {
+	if b.limiter.allow(m.Reply, c, time.Now()) {
+		return true
+	}
+	refuse(m, busclient.CodeRateLimited, "rate limit exceeded: slow down and retry")
+	return false
+}
+
+// refuse answers m with an error of the given code (static text).
+func refuse(m *nats.Msg, code, text string) {
+	reply := nats.NewMsg(m.Reply)
+	reply.Header.Set(busclient.HeaderError, text)
+	reply.Header.Set(busclient.HeaderErrorCode, code)
+	_ = m.RespondMsg(reply)
+}
+
+// parseReplay reads a replay request strictly: exactly one JSON object
+// (not null, not an array), no unknown field, nothing after it, from not
+// after to (unless to is 0: the head), max_events not negative. The error
+// names the problem, never the request's bytes.
+func parseReplay(data []byte, req *busclient.ReplayRequest) error {
+	if err := strictJSON(data, req); err != nil {
+		return err
+	}
+	switch {
+	case req.To != 0 && req.From > req.To:
+		return errors.New("from is after to")
+	case req.MaxEvents < 0:
+		return errors.New("max_events is negative")
+	}
+	return nil
+}
+
+// strictJSON decodes exactly one JSON object into v.
+func strictJSON(data []byte, v any) error {
+	t := bytes.TrimSpace(data)
+	if len(t) == 0 {
+		return errors.New("empty body, want a JSON object")
+	}
+	if t[0] != '{' {
+		return errors.New("not a JSON object")
+	}
+	dec := json.NewDecoder(bytes.NewReader(t))
 	dec.DisallowUnknownFields()
-	return dec.Decode(v)
+	if err := dec.Decode(v); err != nil {
+		var te *json.UnmarshalTypeError
+		switch {
+		case errors.As(err, &te) && te.Field != "":
+			return errors.New("field " + te.Field + " has the wrong type")
+		case strings.HasPrefix(err.Error(), "json: unknown field"):
+			return errors.New("unknown field")
+		}
+		return errors.New("not valid JSON")
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return errors.New("trailing bytes after the JSON object")
+	}
+	return nil
 }
 
 func (b *Bus) serveAppend(m *nats.Msg) {
 	if !isInbox(m.Reply) {
+		return
+	}
+	if !b.admit(m, b.classOf(m.Reply)) {
 		return
 	}
 	b.appendsMu.Lock()

@@ -66,8 +66,13 @@ type Options struct {
 	// admitted with the same read-only permissions: only the ledger itself
 	// ever publishes on event subjects.
 	DenyAnonymous bool
-	// ReplayChunkEvents and ReplayChunkBytes bound one replay reply.
+	// ReplayChunkEvents and ReplayChunkBytes bound one replay reply to the
+	// writer user (anonymous and read-only users get smaller chunks, see
+	// limits.go).
 	ReplayChunkEvents, ReplayChunkBytes int
+	// Limits bound connections, unread data, payloads, request rates and
+	// password guessing (limits.go, auth.go); zero fields take defaults.
+	Limits Limits
 	// Logger receives publication failures; slog.Default when nil.
 	Logger *slog.Logger
 }
@@ -89,6 +94,9 @@ type Bus struct {
 	appendsMu   sync.Mutex    // guards closing against appends.Add
 	closing     bool
 	appends     sync.WaitGroup
+
+	auth    *authenticator // client authentication (auth.go)
+	limiter *rateLimiter   // API request rates (limits.go)
 }
 
 // DefaultMaxConcurrentAppends bounds append requests served at once. Each
@@ -176,24 +184,23 @@ func Start(l *ledger.Ledger, opts Options) (*Bus, error) {
 		Publish:   &server.SubjectPermission{Allow: apiPublish},
 		Subscribe: &server.SubjectPermission{Allow: []string{busclient.APISubjects}},
 	}})
-	sopts := &server.Options{
-		Host: opts.Host, Port: opts.Port, NoSigs: true, NoLog: true,
-		MaxPayload: int32(max(opts.ReplayChunkBytes+64<<10, 1<<20)),
+	opts.Limits = opts.Limits.withDefaults(opts.ReplayChunkBytes)
+	auth := &authenticator{lim: opts.Limits.Auth, users: map[string]*server.User{}, failures: map[string]*bucket{}}
+	for _, u := range users {
+		auth.users[u.Username] = u
 	}
 	if !opts.DenyAnonymous {
-		anonPass, err := randomSecret()
-		if err != nil {
-			return nil, err
-		}
-		users = append(users, &server.User{Username: anonymousUser, Password: anonPass, Permissions: client("", busclient.ReplaySubject, busclient.HeadSubject)})
-		sopts.NoAuthUser = anonymousUser
+		auth.anonymous = &server.User{Username: anonymousUser, Permissions: client("", busclient.ReplaySubject, busclient.HeadSubject)}
 	}
-	sopts.Users = users
+	sopts := &server.Options{
+		Host: opts.Host, Port: opts.Port, NoSigs: true, NoLog: true,
+		MaxConn: opts.Limits.MaxConnections, MaxPending: opts.Limits.MaxPendingBytes,
+		WriteDeadline: opts.Limits.WriteDeadline, MaxPayload: opts.Limits.MaxPayload,
+		NoFastProducerStall:        true, // drop a slow reader's replies, never stall the responder
+		CustomClientAuthentication: auth,
+	}
 	if opts.WebSocketPort != 0 {
 		sopts.Websocket = server.WebsocketOpts{Host: opts.Host, Port: opts.WebSocketPort, NoTLS: true}
-		if !opts.DenyAnonymous {
-			sopts.Websocket.NoAuthUser = anonymousUser
-		}
 	}
 	srv, err := server.NewServer(sopts)
 	if err != nil {
@@ -206,7 +213,8 @@ func Start(l *ledger.Ledger, opts Options) (*Bus, error) {
 		return nil, &Error{Op: "start", Err: fmt.Errorf("not ready to accept connections on %s:%d", opts.Host, opts.Port)}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	b := &Bus{srv: srv, l: l, opts: opts, ctx: ctx, cancel: cancel, appendSlots: make(chan struct{}, opts.MaxConcurrentAppends)}
+	b := &Bus{srv: srv, l: l, opts: opts, ctx: ctx, cancel: cancel, appendSlots: make(chan struct{}, opts.MaxConcurrentAppends),
+		auth: auth, limiter: &rateLimiter{lim: opts.Limits, conns: map[string]*bucket{}}}
 	if b.nc, err = nats.Connect("", nats.InProcessServer(srv), nats.UserInfo(internalUser, internalPass), nats.Name("leaseledger-publisher")); err == nil {
 		b.api, err = nats.Connect("", nats.InProcessServer(srv), nats.UserInfo(apiUser, apiPass), nats.Name("leaseledger-api"))
 	}

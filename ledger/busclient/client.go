@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/leaseledger/leaseledger/events"
 	"github.com/nats-io/nats.go"
@@ -70,6 +71,10 @@ func (f TailFilter) validate() error {
 	return nil
 }
 
+// replayRateLimitPause is how long Replay waits before asking again after
+// a rate-limit refusal (busclient.CodeRateLimited).
+const replayRateLimitPause = 100 * time.Millisecond
+
 // Replay calls fn with every stored event in [from, to] (to 0: the head at
 // the time of each request) that f selects, chunk by chunk, and returns the
 // next seq to ask for: one past the range it covered. An error of fn is
@@ -86,6 +91,9 @@ func (c *Client) Replay(ctx context.Context, from, to events.Seq, f TailFilter, 
 			return from, &Error{Op: "replay", Subject: ReplaySubject, Err: err}
 		}
 		if e := m.Header.Get(HeaderError); e != "" {
+			if m.Header.Get(HeaderErrorCode) == CodeRateLimited && sleep(ctx, replayRateLimitPause) {
+				continue // the bus bounds request rates: ask again a little later
+			}
 			return from, &Error{Op: "replay", Subject: ReplaySubject, Reply: e, Err: ErrRemote}
 		}
 		next, err := strconv.ParseUint(m.Header.Get(HeaderNext), 10, 64)

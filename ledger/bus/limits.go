@@ -1,0 +1,245 @@
+package bus
+
+// Bounds on what clients of the bus may cost it. Anonymous clients are
+// admitted (read-only) by default, so nothing a client sends may make the
+// server hold much memory, work much, or guess passwords fast:
+//
+//   - connections: at most Limits.MaxConnections (NATS MaxConn); more are
+//     refused by the server ("maximum connections exceeded");
+//   - unread data: a connection whose pending outbound data exceeds
+//     Limits.MaxPendingBytes, or whose socket takes more than
+//     Limits.WriteDeadline to accept a write, is cut off as a slow consumer
+//     (NATS MaxPending / WriteDeadline; the server logs "Slow Consumer
+//     Detected" and the client sees its connection closed). The server
+//     never stalls the API's responder for a slow reader
+//     (NoFastProducerStall): replies it cannot take are dropped;
+//   - payloads: requests are at most Limits.MaxPayload bytes;
+//   - replay chunks: anonymous and read-only users get smaller chunks
+//     (AnonymousReplayChunk*, ReadOnlyReplayChunk*) than the writer, so a
+//     tiny request cannot return much;
+//   - request rates: each connection has a token bucket per its class
+//     (Limits.RequestRate/RequestBurst for anonymous and read-only users,
+//     WriterRequestRate/WriterRequestBurst for the writer) and anonymous
+//     connections together share one more (Limits.AnonymousRate); a
+//     request over the limit gets an error reply (busclient.CodeRateLimited),
+//     never silence;
+//   - authentication: failures are answered after AuthFailureDelay, and
+//     each source address may fail at most AuthFailureBurst times and then
+//     once per AuthFailureInterval; beyond that its attempts are refused
+//     without being checked (auth.go).
+//
+// The connection a request came from is not visible to the responder: it
+// is identified by its reply inbox, "<prefix>.<connection token>.<request
+// token>" (the NATS clients' request multiplexer uses one connection token
+// per connection). A client that varies the connection token itself gets
+// a fresh per-connection bucket each time, but the shared anonymous bucket
+// still bounds all anonymous requests together, and named users' inbox
+// prefixes cannot be subscribed to by anyone else.
+
+import (
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/leaseledger/leaseledger/events"
+	"github.com/leaseledger/leaseledger/ledger/busclient"
+)
+
+// Defaults of Limits.
+const (
+	// DefaultMaxConnections bounds client connections (the bus's own two
+	// in-process connections included).
+	DefaultMaxConnections = 256
+	// DefaultMaxPendingBytes bounds the outbound data the server holds for
+	// one connection that does not read it: 24 such connections cost at
+	// most 24 × 4 MiB.
+	DefaultMaxPendingBytes = 4 << 20
+	// DefaultWriteDeadline bounds one write to a client's socket.
+	DefaultWriteDeadline = 5 * time.Second
+	// DefaultRequestRate and DefaultRequestBurst are the token bucket of
+	// one anonymous or read-only connection's API requests (per second).
+	DefaultRequestRate, DefaultRequestBurst = 50, 100
+	// DefaultWriterRequestRate and DefaultWriterRequestBurst are the token
+	// bucket of one writer connection (appends share a fsync: a writer
+	// sends many small requests).
+	DefaultWriterRequestRate, DefaultWriterRequestBurst = 5000, 10000
+	// DefaultAnonymousRate bounds the API requests of all anonymous
+	// connections together (per second; burst twice that).
+	DefaultAnonymousRate = 500
+	// AnonymousReplayChunkBytes and AnonymousReplayChunkEvents bound one
+	// replay reply to an anonymous client: one event of the largest size
+	// fits (events.MaxEventBytes).
+	AnonymousReplayChunkBytes  = events.MaxEventBytes
+	AnonymousReplayChunkEvents = 128
+	// ReadOnlyReplayChunkBytes and ReadOnlyReplayChunkEvents bound one
+	// replay reply to the read-only user.
+	ReadOnlyReplayChunkBytes  = 128 << 10
+	ReadOnlyReplayChunkEvents = 256
+	// MaxRateTrackedConnections bounds the per-connection buckets kept;
+	// beyond it, idle full buckets are forgotten first.
+	MaxRateTrackedConnections = 4096
+)
+
+// Limits bounds what clients may cost the bus; zero fields take the
+// defaults above.
+type Limits struct {
+	MaxConnections  int
+	MaxPendingBytes int64
+	WriteDeadline   time.Duration
+	// MaxPayload bounds one message; by default the writer's replay chunk
+	// plus headroom, at least 1 MiB (so the largest append fits).
+	MaxPayload int32
+	// RequestRate and RequestBurst: per anonymous or read-only connection.
+	RequestRate, RequestBurst float64
+	// WriterRequestRate and WriterRequestBurst: per writer connection.
+	WriterRequestRate, WriterRequestBurst float64
+	// AnonymousRate: all anonymous connections together.
+	AnonymousRate float64
+	// Auth bounds password guessing (see auth.go).
+	Auth AuthLimits
+}
+
+func (l Limits) withDefaults(replayChunkBytes int) Limits {
+	if l.MaxConnections <= 0 {
+		l.MaxConnections = DefaultMaxConnections
+	}
+	if l.MaxPendingBytes <= 0 {
+		l.MaxPendingBytes = DefaultMaxPendingBytes
+	}
+	if l.WriteDeadline <= 0 {
+		l.WriteDeadline = DefaultWriteDeadline
+	}
+	if l.MaxPayload <= 0 {
+		l.MaxPayload = int32(max(replayChunkBytes+64<<10, 1<<20))
+	}
+	if l.RequestRate <= 0 {
+		l.RequestRate = DefaultRequestRate
+	}
+	if l.RequestBurst <= 0 {
+		l.RequestBurst = DefaultRequestBurst
+	}
+	if l.WriterRequestRate <= 0 {
+		l.WriterRequestRate = DefaultWriterRequestRate
+	}
+	if l.WriterRequestBurst <= 0 {
+		l.WriterRequestBurst = DefaultWriterRequestBurst
+	}
+	if l.AnonymousRate <= 0 {
+		l.AnonymousRate = DefaultAnonymousRate
+	}
+	l.Auth = l.Auth.withDefaults()
+	return l
+}
+
+// class is who a request's reply goes to.
+type class int
+
+const (
+	classAnonymous class = iota
+	classReadOnly
+	classWriter
+)
+
+// classOf tells a reply inbox's class: only a named user may subscribe to
+// its own prefix, so a reply is read by the user whose prefix it carries.
+func (b *Bus) classOf(reply string) class {
+	switch {
+	case b.opts.WriterUser != "" && strings.HasPrefix(reply, busclient.InboxPrefix(b.opts.WriterUser)+"."):
+		return classWriter
+	case b.opts.ReadOnlyUser != "" && strings.HasPrefix(reply, busclient.InboxPrefix(b.opts.ReadOnlyUser)+"."):
+		return classReadOnly
+	}
+	return classAnonymous
+}
+
+// replayChunk is the chunk bound of a class.
+func (b *Bus) replayChunk(c class) (events, bytes int) {
+	switch c {
+	case classWriter:
+		return b.opts.ReplayChunkEvents, b.opts.ReplayChunkBytes
+	case classReadOnly:
+		return min(b.opts.ReplayChunkEvents, ReadOnlyReplayChunkEvents), min(b.opts.ReplayChunkBytes, ReadOnlyReplayChunkBytes)
+	}
+	return min(b.opts.ReplayChunkEvents, AnonymousReplayChunkEvents), min(b.opts.ReplayChunkBytes, AnonymousReplayChunkBytes)
+}
+
+// connToken is the part of a reply inbox that names the connection:
+// "<prefix>.<connection token>".
+func connToken(reply string) string {
+	i := strings.IndexByte(reply, '.')
+	if i < 0 {
+		return reply
+	}
+	if j := strings.IndexByte(reply[i+1:], '.'); j >= 0 {
+		return reply[:i+1+j]
+	}
+	return reply
+}
+
+// bucket is a token bucket.
+type bucket struct {
+	tokens float64
+	last   time.Time
+}
+
+func (k *bucket) take(now time.Time, rate, burst float64) bool {
+	if k.last.IsZero() {
+		k.tokens = burst
+	} else {
+		k.tokens = min(burst, k.tokens+rate*now.Sub(k.last).Seconds())
+	}
+	k.last = now
+	if k.tokens < 1 {
+		return false
+	}
+	k.tokens--
+	return true
+}
+
+// rateLimiter holds the buckets of the API's requests.
+type rateLimiter struct {
+	mu        sync.Mutex
+	lim       Limits
+	conns     map[string]*bucket
+	anonymous bucket
+	limited   uint64
+}
+
+// allow takes a token for a request whose reply goes to reply.
+func (r *rateLimiter) allow(reply string, c class, now time.Time) bool {
+	rate, burst := r.lim.RequestRate, r.lim.RequestBurst
+	if c == classWriter {
+		rate, burst = r.lim.WriterRequestRate, r.lim.WriterRequestBurst
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	key := connToken(reply)
+	k := r.conns[key]
+	if k == nil {
+		if len(r.conns) >= MaxRateTrackedConnections {
+			r.forgetIdle(now)
+		}
+		k = &bucket{}
+		if len(r.conns) < MaxRateTrackedConnections {
+			r.conns[key] = k
+		}
+	}
+	ok := k.take(now, rate, burst)
+	if ok && c == classAnonymous {
+		ok = r.anonymous.take(now, r.lim.AnonymousRate, 2*r.lim.AnonymousRate)
+	}
+	if !ok {
+		r.limited++
+	}
+	return ok
+}
+
+// forgetIdle drops buckets that have refilled completely (their
+// connections sent nothing for a while): forgetting them changes nothing.
+func (r *rateLimiter) forgetIdle(now time.Time) {
+	for key, k := range r.conns {
+		if now.Sub(k.last).Seconds()*r.lim.RequestRate >= r.lim.WriterRequestBurst {
+			delete(r.conns, key)
+		}
+	}
+}
