@@ -62,7 +62,7 @@ const (
 	// DefaultWriterRequestRate and DefaultWriterRequestBurst are the token
 	// bucket of one writer connection (appends share a fsync: a writer
 	// sends many small requests).
-	DefaultWriterRequestRate, DefaultWriterRequestBurst = 5000, 10000
+	DefaultWriterRequestRate, DefaultWriterRequestBurst = 50000, 100000
 	// DefaultAnonymousRate bounds the API requests of all anonymous
 	// connections together (per second; burst twice that).
 	DefaultAnonymousRate = 500
