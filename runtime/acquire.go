@@ -60,7 +60,7 @@ func (m *Manager) lookup(ctx context.Context, session, server string) (ServerCon
 		}
 		return ServerConfig{}, newErr("config", &leaseKey{session, configErrID(server)}, ErrConfigInvalid, nil)
 	}
-	if cfg.Command == "" {
+	if err := cfg.check(); err != nil {
 		return ServerConfig{}, newErr("config", &leaseKey{session, configErrID(server)}, ErrConfigInvalid, nil)
 	}
 	cfg.name = server

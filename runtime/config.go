@@ -6,10 +6,13 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net/textproto"
 	"os"
 	"sort"
+	"strings"
 	"sync"
 	"unicode/utf8"
 
@@ -44,6 +47,17 @@ type ServerConfig struct {
 	// child ended it is never replaced, and later calls under it fail
 	// with ErrOneShotEnded (see ConnectionOptions.OneShot).
 	OneShot bool `json:"oneShot,omitempty"`
+	// URL, when set, makes the entry a remote MCP server over Streamable
+	// HTTP (http.go): no process is started, Command must be empty. Only
+	// http and https URLs with a host are accepted.
+	URL string `json:"url,omitempty"`
+	// Headers are sent with every request to URL's origin, and never to
+	// another origin (a cross-origin redirect is refused).
+	Headers map[string]string `json:"headers,omitempty"`
+	// Type is the entry's transport as users write it: empty, "stdio"
+	// (command entries), or "http" / "streamable-http" (url entries).
+	// It is not part of the fingerprint: the other fields decide it.
+	Type string `json:"type,omitempty"`
 
 	// name is the config name the entry was looked up under (set by the
 	// manager), recorded as lease.acquiring's config_name when it is not
@@ -129,8 +143,63 @@ func (c ServerConfig) canonical() []byte {
 		Cwd     string   `json:"cwd"`
 		Shared  bool     `json:"shared"`
 		OneShot bool     `json:"one_shot,omitempty"` // only when set: other fingerprints unchanged
-	}{c.Command, args, env, c.Cwd, c.Shared, c.OneShot})
+		URL     string   `json:"url,omitempty"`      // HTTP entries only: stdio fingerprints unchanged
+		Headers []string `json:"headers,omitempty"`
+	}{c.Command, args, env, c.Cwd, c.Shared, c.OneShot, c.URL, c.headerList()})
 	return b
+}
+
+// headerList is Headers as sorted "Key: value" strings (keys in canonical
+// form), nil when there are none.
+func (c ServerConfig) headerList() []string {
+	if len(c.Headers) == 0 {
+		return nil
+	}
+	out := make([]string, 0, len(c.Headers))
+	for k, v := range c.Headers {
+		out = append(out, textproto.CanonicalMIMEHeaderKey(k)+": "+v)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// isHTTP reports whether the entry is a remote server over Streamable HTTP.
+func (c ServerConfig) isHTTP() bool { return c.URL != "" }
+
+// check refuses an entry that cannot start: neither command nor url, both,
+// a type that contradicts the form, or a url that is not an absolute
+// http(s) URL with a host (checkEndpoint).
+func (c ServerConfig) check() error {
+	switch {
+	case c.Command == "" && c.URL == "":
+		return errors.New("has neither command nor url")
+	case c.Command != "" && c.URL != "":
+		return errors.New("has both command and url")
+	case c.URL == "":
+		if c.Type != "" && c.Type != "stdio" {
+			return errors.New("has a command but a type other than stdio")
+		}
+		return nil
+	}
+	switch c.Type {
+	case "", "http", "streamable-http", "streamableHttp":
+	default:
+		return errors.New("has a url but a type other than http")
+	}
+	if _, err := checkEndpoint(c.URL); err != nil {
+		return err
+	}
+	for k := range c.Headers {
+		if !validHeaderName(k) {
+			return errors.New("has an invalid header name")
+		}
+	}
+	for _, v := range c.Headers {
+		if strings.ContainsAny(v, "\r\n\x00") {
+			return errors.New("has an invalid header value")
+		}
+	}
+	return nil
 }
 
 // envList returns the target environment for the guardian: nil (inherit
@@ -215,7 +284,8 @@ func configErrID(name string) string {
 
 // ParseConfig decodes an mcp.json document ({"mcpServers": {name: entry}}).
 // Unknown fields are ignored (other tools keep their own keys there). It
-// refuses, naming the entry, an entry without a command, a name that is
+// refuses, naming the entry, an entry with neither command nor url (or
+// both, or a url that is not http(s)), a name that is
 // empty or longer than MaxServerNameBytes, and two names that map to one
 // server id (see ServerID), so every name it returns works end to end.
 func ParseConfig(data []byte) (map[string]ServerConfig, error) {
@@ -227,8 +297,8 @@ func ParseConfig(data []byte) (map[string]ServerConfig, error) {
 	}
 	names := make([]string, 0, len(doc.MCPServers))
 	for name, c := range doc.MCPServers {
-		if c.Command == "" {
-			return nil, fmt.Errorf("mcp.json: server %q has no command", name)
+		if err := c.check(); err != nil {
+			return nil, fmt.Errorf("mcp.json: server %q %w", name, err)
 		}
 		names = append(names, name)
 	}
@@ -309,4 +379,18 @@ func (s *MapConfigSource) Lookup(ctx context.Context, server string) (ServerConf
 		return ServerConfig{}, &LeaseError{Op: "config", Server: configErrID(server), Err: ErrConfigMissing}
 	}
 	return c, nil
+}
+
+// validHeaderName reports whether k is an HTTP token (RFC 9110 §5.1).
+func validHeaderName(k string) bool {
+	if k == "" {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return true
 }

@@ -155,19 +155,34 @@ func (l *lease) start(ctx context.Context) error {
 	if acqErr != nil {
 		return fail("ledger_failed", ErrLedger, nil)
 	}
-	c, err := m.launch(ctx, m.launchSpec(l))
-	if err != nil {
-		// guardian errors are our own words (no child output), so keep them.
-		return fail("spawn_failed", ErrSpawn, err)
+	var tr mcp.Transport
+	if l.cfg.isHTTP() {
+		// No process: the child is the HTTP session (http.go).
+		hc, err := m.launchHTTP(l.cfg)
+		if err != nil {
+			return fail("spawn_failed", ErrSpawn, err)
+		}
+		l.child = hc
+		if err := m.emit(ctx, l.draft(&events.ConnectionOpened{Transport: events.TransportHTTP, Cleanup: events.CleanupBestEffort, OneShot: l.oneShot})); err != nil {
+			return fail("ledger_failed", ErrLedger, nil)
+		}
+		tr = &observedTransport{inner: hc.transport(), wire: &l.wire, reqs: &l.reqs}
+	} else {
+		c, err := m.launch(ctx, m.launchSpec(l))
+		if err != nil {
+			// guardian errors are our own words (no child output), so keep them.
+			return fail("spawn_failed", ErrSpawn, err)
+		}
+		l.child = c
+		f := c.facts()
+		if err := m.emit(ctx, guardianStartedDraft(l.activation, l.key.session, l.key.server, f),
+			l.draft(&events.LeaseChildStarted{PID: f.TargetPID, GuardianPID: f.HelperPID, Cleanup: events.CleanupVerified}),
+			l.draft(&events.ConnectionOpened{Transport: events.TransportStdio, Cleanup: events.CleanupVerified, OneShot: l.oneShot})); err != nil {
+			return fail("ledger_failed", ErrLedger, nil)
+		}
+		tr = &streamTransport{stream: c.stream(), wire: &l.wire, reqs: &l.reqs}
 	}
-	l.child = c
-	f := c.facts()
-	if err := m.emit(ctx, guardianStartedDraft(l.activation, l.key.session, l.key.server, f),
-		l.draft(&events.LeaseChildStarted{PID: f.TargetPID, GuardianPID: f.HelperPID, Cleanup: events.CleanupVerified}),
-		l.draft(&events.ConnectionOpened{Transport: events.TransportStdio, Cleanup: events.CleanupVerified, OneShot: l.oneShot})); err != nil {
-		return fail("ledger_failed", ErrLedger, nil)
-	}
-	cs, err := m.client.Connect(ctx, &streamTransport{stream: c.stream(), wire: &l.wire, reqs: &l.reqs}, &mcp.ClientSessionOptions{ProtocolVersion: ProtocolVersion})
+	cs, err := m.client.Connect(ctx, tr, &mcp.ClientSessionOptions{ProtocolVersion: ProtocolVersion})
 	if err != nil {
 		return fail("initialize_failed", ErrInitialize, ctxCause(ctx))
 	}
@@ -285,14 +300,24 @@ func (l *lease) closeSteps(ctx context.Context, budget time.Duration, rep Connec
 		}
 		closed <- l.child.stream().Close() // never initialized: detach the stream
 	}()
-	transport := events.BarrierOK
+	transport, transportDetail := events.BarrierOK, ""
 	select {
 	case err := <-closed:
-		if err != nil && !errors.Is(err, mcp.ErrConnectionClosed) {
+		_, isHTTP := l.child.(*httpChild)
+		switch {
+		case err == nil || errors.Is(err, mcp.ErrConnectionClosed):
+		case isHTTP:
+			// The session closed locally; only its DELETE failed, which is
+			// best effort (the remote session may already be gone).
+			transportDetail = "session_delete_failed"
+		default:
 			transport = events.BarrierError
 		}
 	case <-until(deadline):
 		transport = events.BarrierTimeout
+		if hc, ok := l.child.(*httpChild); ok {
+			hc.rt.detach(true) // abort the session close's own requests: the worker exits
+		}
 	}
 	tTransport := time.Since(t0)
 	// 2. workers: the transport worker's observed exit, then every
@@ -318,22 +343,30 @@ func (l *lease) closeSteps(ctx context.Context, budget time.Duration, rep Connec
 	tSupervisor := time.Since(t2)
 	elapsed := time.Since(t0)
 
-	facts, receipted := guardianCleanupFacts(l.activation, l.key.session, l.key.server, l.cleanup)
-	supervisor := events.BarrierOK
-	switch {
-	case receipted:
-	case l.cleanup.Reason == guardian.ReasonDeadline:
-		supervisor = events.BarrierTimeout
-	default:
-		supervisor = events.BarrierError
-	}
-	if !receipted {
-		rep.Lost = lostReason(l.cleanup, l.activation)
+	var facts []events.Draft
+	supervisor, supervisorDetail := events.BarrierOK, ""
+	if _, isHTTP := l.child.(*httpChild); isHTTP {
+		// No local process: nothing to supervise. The remote session's
+		// end is the transport step's DELETE, a best-effort fact.
+		supervisorDetail = "no_local_process"
+	} else {
+		var receipted bool
+		facts, receipted = guardianCleanupFacts(l.activation, l.key.session, l.key.server, l.cleanup)
+		switch {
+		case receipted:
+		case l.cleanup.Reason == guardian.ReasonDeadline:
+			supervisor = events.BarrierTimeout
+		default:
+			supervisor = events.BarrierError
+		}
+		if !receipted {
+			rep.Lost = lostReason(l.cleanup, l.activation)
+		}
 	}
 	obs := []ObligationReport{
-		{Name: events.ObligationTransport, Outcome: transport, ElapsedNS: int64(tTransport)},
+		{Name: events.ObligationTransport, Outcome: transport, Detail: transportDetail, ElapsedNS: int64(tTransport)},
 		{Name: events.ObligationWorkers, Outcome: workers, Detail: workersDetail, ElapsedNS: int64(tWorkers)},
-		{Name: events.ObligationSupervisor, Outcome: supervisor, ElapsedNS: int64(tSupervisor)},
+		{Name: events.ObligationSupervisor, Outcome: supervisor, Detail: supervisorDetail, ElapsedNS: int64(tSupervisor)},
 		// A stdio connection owns no HTTP request: no barrier is recorded
 		// and the projector confirms the obligation as none owned.
 		{Name: events.ObligationHTTPRequests, Status: ObligationConfirmed, Detail: "none_owned"},

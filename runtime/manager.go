@@ -112,6 +112,10 @@ type Manager struct {
 	// launch starts children: launchGuardian, or an in-process fake in
 	// tests (set before the manager is used).
 	launch launchFunc
+	// http is the one private HTTP boundary of the manager's HTTP leases
+	// (http.go), built on first use.
+	httpOnce sync.Once
+	http     *httpBoundary
 
 	mu       sync.Mutex // guards the maps and closed; never held across I/O
 	leases   map[leaseKey]*lease
@@ -351,5 +355,6 @@ func (m *Manager) Close(ctx context.Context) error {
 		h()
 	}
 	m.bg.Wait()
+	m.closeHTTP()
 	return errors.Join(err, m.takeKept())
 }
