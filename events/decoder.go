@@ -2,6 +2,7 @@ package events
 
 import (
 	"bytes"
+	"encoding/binary"
 	"reflect"
 	"time"
 
@@ -301,7 +302,7 @@ func (c *codec) decode(d *Decoder, data []byte) (Payload, bool) {
 			}
 			fv.Set(reflect.ValueOf(xs))
 		}
-		if f.omitEmpty && fv.IsZero() {
+		if f.omitEmpty && zeroField(f.typ, fv) {
 			return nil, false // the encoder would have left it out
 		}
 	}
@@ -480,13 +481,7 @@ func (d *Decoder) fast(raw []byte, h *Header) (Payload, bool) {
 	if i+ulid.EncodedSize > len(raw) {
 		return nil, false
 	}
-	id := raw[i : i+ulid.EncodedSize]
-	for _, c := range id { // the canonical form is uppercase; ParseStrict also takes lowercase
-		if !('0' <= c && c <= '9' || 'A' <= c && c <= 'Z') {
-			return nil, false
-		}
-	}
-	if _, err := ulid.ParseStrict(string(id)); err != nil {
+	if !canonicalULID(raw[i : i+ulid.EncodedSize]) {
 		return nil, false
 	}
 	i += ulid.EncodedSize
@@ -553,26 +548,71 @@ func (d *Decoder) fast(raw []byte, h *Header) (Payload, bool) {
 }
 
 // isHex64Bytes is the digest rule for bytes: 64 lowercase hex digits. It
-// runs twice per event (prev, hash) on the replay path, so it is
-// branch-free: a comparison chain mispredicts on random hex digits.
+// runs twice per event (prev, hash) on the replay path, so it checks eight
+// bytes at a time without a branch per byte (a comparison chain
+// mispredicts on random hex digits): in each byte lane, adding a constant
+// sets the lane's top bit exactly when the byte is at least some bound,
+// and no lane carries into the next because every byte is below 0x80.
 func isHex64Bytes(b []byte) bool {
 	if len(b) != 64 {
 		return false
 	}
+	const (
+		ones = 0x0101010101010101
+		top  = 0x8080808080808080
+	)
+	for i := 0; i < 64; i += 8 {
+		x := binary.LittleEndian.Uint64(b[i:])
+		if x&top != 0 {
+			return false
+		}
+		ge := func(bound uint64) uint64 { return (x + (0x80-bound)*ones) & top }
+		digit := ge('0') &^ ge('9'+1)
+		letter := ge('a') &^ ge('f'+1)
+		if digit|letter != top {
+			return false
+		}
+	}
+	return true
+}
+
+// canonicalULID reports whether id is a ULID as the canonical encoder
+// writes it: 26 characters of uppercase Crockford base32 (no I, L, O, U),
+// the first at most '7' (a larger one would overflow 128 bits). That is
+// exactly what ulid.ParseStrict accepts, minus lowercase.
+func canonicalULID(id []byte) bool {
+	if len(id) != ulid.EncodedSize || id[0] > '7' {
+		return false
+	}
 	ok := byte(1)
-	for _, c := range b {
-		ok &= hexDigit[c]
+	for _, c := range id {
+		ok &= crockford[c]
 	}
 	return ok == 1
 }
 
-// hexDigit is 1 for the bytes of lowercase hex, 0 for every other byte.
-var hexDigit = func() (t [256]byte) {
-	for _, c := range "0123456789abcdef" {
+// crockford is 1 for the uppercase Crockford base32 alphabet.
+var crockford = func() (t [256]byte) {
+	for _, c := range "0123456789ABCDEFGHJKMNPQRSTVWXYZ" {
 		t[c] = 1
 	}
 	return t
 }()
+
+// zeroField reports whether a decoded field holds its zero value, which
+// the encoder never writes for an omitempty field. Instants and int lists
+// are never zero once read (a pointer; at least one element).
+func zeroField(t fieldType, v reflect.Value) bool {
+	switch t {
+	case fString:
+		return v.Len() == 0
+	case fInt, fInt64:
+		return v.Int() == 0
+	case fBool:
+		return !v.Bool()
+	}
+	return false
+}
 
 // validIDBytes is [ValidID] for bytes.
 func validIDBytes(b []byte) bool {
