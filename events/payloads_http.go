@@ -47,6 +47,9 @@ type HTTPCompleted struct {
 	Status    int         `json:"status"`  // 0 when no response arrived
 	Outcome   HTTPOutcome `json:"outcome"` // ok, error, timeout, aborted
 	BodyBytes int64       `json:"body_bytes"`
+	// Detail says why a request did not end ok (a code: connect_timeout,
+	// receive_timeout, request_timeout, redirect_refused, …); empty when ok.
+	Detail string `json:"detail,omitempty"`
 }
 
 // Kind implements [Payload].
@@ -55,7 +58,7 @@ func (*HTTPCompleted) Kind() Kind { return "http.completed" }
 // Validate implements [Payload].
 func (p *HTTPCompleted) Validate() error {
 	return checks{id("ref", p.Ref), between("status", int64(p.Status), 0, 599),
-		member("outcome", p.Outcome), nonNegative("body_bytes", p.BodyBytes)}.first()
+		member("outcome", p.Outcome), nonNegative("body_bytes", p.BodyBytes), optCode("detail", p.Detail)}.first()
 }
 
 // HTTPBarrier records what a request-completion barrier returned. Ref names

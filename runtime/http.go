@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/leaseledger/leaseledger/events"
@@ -28,8 +29,6 @@ const (
 	// further redirect is ErrHTTPTooManyRedirects before any request is
 	// sent to it.
 	MaxRedirectHops = events.MaxRedirectHops
-	// HTTPConnectTimeout bounds dialing one connection (TCP and TLS).
-	HTTPConnectTimeout = 10 * time.Second
 	// httpMaxIdlePerHost bounds the idle connections the boundary keeps per
 	// host (16 concurrent calls reuse their connections).
 	httpMaxIdlePerHost = 32
@@ -64,6 +63,18 @@ var (
 	// ErrHTTPDetached: the request was aborted because its lease's
 	// connection was closed.
 	ErrHTTPDetached = errors.New("runtime: http request aborted by connection close")
+	// ErrHTTPConnectTimeout: dialing (TCP and TLS) took longer than the
+	// connect timeout.
+	ErrHTTPConnectTimeout = errors.New("runtime: http connect timeout")
+	// ErrHTTPReceiveTimeout: no response (first byte) or, for POST and
+	// DELETE, no body bytes within the receive timeout.
+	ErrHTTPReceiveTimeout = errors.New("runtime: http receive timeout")
+	// ErrHTTPRequestTimeout: a POST or DELETE outlived the whole-request
+	// timeout (registration to body close).
+	ErrHTTPRequestTimeout = errors.New("runtime: http request timeout")
+	// ErrHTTPNotRecorded: the request's registration could not be
+	// recorded (or its method is not recordable); nothing was sent.
+	ErrHTTPNotRecorded = errors.New("runtime: http request not registered; nothing sent")
 )
 
 // errEndpoint is why a configured url is refused (config errors keep it as
@@ -103,27 +114,65 @@ func hostPort(u *url.URL) string {
 	return net.JoinHostPort(u.Hostname(), port)
 }
 
+// Default timeouts of HTTP requests (Options.HTTPConnectTimeout,
+// HTTPReceiveTimeout, HTTPRequestTimeout when zero). Each is bounded by the
+// enclosing deadline (the call's or the acquisition's context).
+const (
+	// DefaultHTTPConnectTimeout bounds dialing one connection (TCP and TLS).
+	DefaultHTTPConnectTimeout = 10 * time.Second
+	// DefaultHTTPReceiveTimeout bounds the wait for a response's first byte
+	// (its headers) and, for POST and DELETE, the gap between two reads of
+	// its body. The standalone GET stream has no gap bound: an idle SSE
+	// stream is legitimate (go-sdk reconnects it).
+	DefaultHTTPReceiveTimeout = 2 * time.Minute
+	// DefaultHTTPRequestTimeout bounds a POST or DELETE from its
+	// registration to its body's close (not the GET stream).
+	DefaultHTTPRequestTimeout = 10 * time.Minute
+)
+
+// httpTimeouts are one boundary's three timeouts.
+type httpTimeouts struct{ connect, receive, request time.Duration }
+
 // httpBoundary is the manager's one private HTTP client: built in one
 // place (newHTTPBoundary) with its own transport and pool, used for every
 // HTTP request of every HTTP lease. Each lease's go-sdk transport gets a
 // client value that routes through this transport with the lease's
-// redirect and header policy (clientFor); the pool stays this one.
+// redirect, header, timeout and evidence policy (clientFor); the pool
+// stays this one.
 type httpBoundary struct {
 	transport *http.Transport
 	client    *http.Client
+	timeouts  httpTimeouts
+	// dial opens one connection; tests replace it before first use.
+	dial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
-func newHTTPBoundary() *httpBoundary {
-	d := &net.Dialer{Timeout: HTTPConnectTimeout, KeepAlive: 30 * time.Second}
+func newHTTPBoundary(to httpTimeouts) *httpBoundary {
+	b := &httpBoundary{timeouts: to}
+	b.dial = (&net.Dialer{KeepAlive: 30 * time.Second}).DialContext
 	t := &http.Transport{
 		Proxy:               nil, // no environment proxy: requests go where the config says
-		DialContext:         d.DialContext,
-		TLSHandshakeTimeout: HTTPConnectTimeout,
+		DialContext:         b.dialContext,
+		TLSHandshakeTimeout: to.connect,
 		MaxIdleConnsPerHost: httpMaxIdlePerHost,
 		IdleConnTimeout:     httpIdleTimeout,
 		ForceAttemptHTTP2:   true,
 	}
-	return &httpBoundary{transport: t, client: &http.Client{Transport: t, CheckRedirect: refuseRedirect}}
+	b.transport = t
+	b.client = &http.Client{Transport: t, CheckRedirect: refuseRedirect}
+	return b
+}
+
+// dialContext dials under the connect timeout; its firing is
+// ErrHTTPConnectTimeout.
+func (b *httpBoundary) dialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	ctx, cancel := context.WithTimeoutCause(ctx, b.timeouts.connect, ErrHTTPConnectTimeout)
+	defer cancel()
+	c, err := b.dial(ctx, network, addr)
+	if err != nil && errors.Is(context.Cause(ctx), ErrHTTPConnectTimeout) {
+		return nil, ErrHTTPConnectTimeout
+	}
+	return c, err
 }
 
 // refuseRedirect keeps net/http from following any redirect: ours are
@@ -144,12 +193,15 @@ func (b *httpBoundary) clientFor(rt *leaseRoundTripper) *http.Client {
 
 // leaseRoundTripper is one HTTP lease's policy over the boundary's
 // transport: configured headers only to the configured origin, redirects
-// (307 only, at most MaxRedirectHops, same origin) followed here, and every
-// request aborted when the connection is detached.
+// (307 only, at most MaxRedirectHops, same origin) followed here, the
+// three timeouts, every request recorded (ev, when set) and aborted when
+// the connection is detached.
 type leaseRoundTripper struct {
 	base     http.RoundTripper
 	endpoint *url.URL
 	headers  map[string]string
+	to       httpTimeouts
+	ev       *httpEvidence // nil: nothing recorded (boundary tests)
 
 	mu sync.Mutex
 	// abort is the context whose cancellation aborts the requests started
@@ -159,8 +211,8 @@ type leaseRoundTripper struct {
 	abortCancel context.CancelFunc
 }
 
-func newLeaseRoundTripper(base http.RoundTripper, endpoint *url.URL, headers map[string]string) *leaseRoundTripper {
-	rt := &leaseRoundTripper{base: base, endpoint: endpoint, headers: headers}
+func newLeaseRoundTripper(b *httpBoundary, endpoint *url.URL, headers map[string]string, ev *httpEvidence) *leaseRoundTripper {
+	rt := &leaseRoundTripper{base: b.transport, endpoint: endpoint, headers: headers, to: b.timeouts, ev: ev}
 	ctx, cancel := context.WithCancelCause(context.Background())
 	rt.abort, rt.abortCancel = ctx, func() { cancel(ErrHTTPDetached) }
 	return rt
@@ -179,76 +231,237 @@ func (rt *leaseRoundTripper) detach(final bool) {
 	cancel()
 }
 
-// RoundTrip implements http.RoundTripper. It sends req (with the
-// configured headers when its URL is the configured origin) and follows
-// 307 redirects itself: the Location resolved against the current URL,
-// the same method and body, at most MaxRedirectHops hops, never to another
+// typedErr returns the boundary's own error for a failure: the cause the
+// request's context was cancelled with (a timeout, the detach), the
+// connect timeout, else err.
+func typedErr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		if c := context.Cause(ctx); c != nil && c != context.Canceled && c != context.DeadlineExceeded {
+			for _, e := range boundaryErrs {
+				if errors.Is(c, e) {
+					return e
+				}
+			}
+		}
+	}
+	for _, e := range boundaryErrs {
+		if errors.Is(err, e) {
+			return e
+		}
+	}
+	return err
+}
+
+var boundaryErrs = []error{ErrHTTPConnectTimeout, ErrHTTPReceiveTimeout, ErrHTTPRequestTimeout, ErrHTTPDetached,
+	ErrHTTPRedirect, ErrHTTPTooManyRedirects, ErrHTTPCrossOrigin, ErrHTTPBadLocation, ErrHTTPBodyNotReplayable, ErrHTTPNotRecorded}
+
+// outcomeOf is how a failed request is recorded.
+func outcomeOf(ctx context.Context, err error) (events.HTTPOutcome, string) {
+	switch {
+	case errors.Is(err, ErrHTTPConnectTimeout):
+		return events.HTTPTimeout, "connect_timeout"
+	case errors.Is(err, ErrHTTPReceiveTimeout):
+		return events.HTTPTimeout, "receive_timeout"
+	case errors.Is(err, ErrHTTPRequestTimeout):
+		return events.HTTPTimeout, "request_timeout"
+	case errors.Is(err, ErrHTTPDetached):
+		return events.HTTPAborted, "aborted"
+	case errors.Is(err, ErrHTTPRedirect):
+		return events.HTTPError, "redirect_refused"
+	case errors.Is(err, ErrHTTPTooManyRedirects):
+		return events.HTTPError, "too_many_redirects"
+	case errors.Is(err, ErrHTTPCrossOrigin):
+		return events.HTTPError, "cross_origin"
+	case errors.Is(err, ErrHTTPBadLocation):
+		return events.HTTPError, "bad_location"
+	case errors.Is(err, ErrHTTPBodyNotReplayable):
+		return events.HTTPError, "body_not_replayable"
+	case ctx.Err() != nil:
+		return events.HTTPAborted, "cancelled"
+	}
+	return events.HTTPError, "transport_error"
+}
+
+// RoundTrip implements http.RoundTripper. It registers the request
+// durably (http.registered) before anything is sent, then sends it (with
+// the configured headers when its URL is the configured origin) and
+// follows 307 redirects itself: each hop recorded (http.redirect) before
+// the next request, the Location resolved against the current URL, the
+// same method and body, at most MaxRedirectHops hops, never to another
 // origin. Any other redirect status, a fourth hop, a bad Location or
 // another origin is a typed error returned before any further request.
+// The completion, barrier and worker end are handed to the activation's
+// cleanup worker when the body is closed, or when the request fails.
 func (rt *leaseRoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	rt.mu.Lock()
 	abort := rt.abort
 	rt.mu.Unlock()
+	method, scope := methodOf(req.Method)
+	stream := scope == scopeStream
 	ctx, cancel := context.WithCancelCause(req.Context())
 	stop := context.AfterFunc(abort, func() { cancel(ErrHTTPDetached) })
-	release := func() { stop(); cancel(nil) }
+	var whole *time.Timer
+	if !stream && rt.to.request > 0 {
+		whole = time.AfterFunc(rt.to.request, func() { cancel(ErrHTTPRequestTimeout) })
+	}
+	release := func() {
+		stop()
+		if whole != nil {
+			whole.Stop()
+		}
+		cancel(nil)
+	}
+	ref := ""
+	if rt.ev != nil {
+		if method == "" {
+			release()
+			return nil, ErrHTTPNotRecorded
+		}
+		r, err := rt.ev.register(ctx, method, scope, origin(rt.endpoint))
+		if err != nil {
+			release()
+			return nil, err
+		}
+		ref = r
+	}
+	fail := func(err error, status int) (*http.Response, error) {
+		err = typedErr(ctx, err)
+		outcome, detail := outcomeOf(ctx, err)
+		release()
+		if rt.ev != nil {
+			rt.ev.settle(ref, status, outcome, 0, detail)
+		}
+		return nil, err
+	}
 
 	cur := req.URL
 	for hop := 0; ; hop++ {
 		out := req.Clone(ctx)
 		out.URL, out.Host = cur, ""
-		if hop > 0 {
-			if req.Body != nil && req.Body != http.NoBody {
-				body, err := req.GetBody()
-				if err != nil {
-					release()
-					return nil, ErrHTTPBodyNotReplayable
-				}
-				out.Body = body
+		if hop > 0 && req.Body != nil && req.Body != http.NoBody {
+			body, err := req.GetBody()
+			if err != nil {
+				return fail(ErrHTTPBodyNotReplayable, 0)
 			}
+			out.Body = body
 		}
 		if sameOrigin(cur, rt.endpoint) {
 			for k, v := range rt.headers {
 				out.Header.Set(k, v)
 			}
 		}
+		var first *time.Timer
+		if rt.to.receive > 0 {
+			first = time.AfterFunc(rt.to.receive, func() { cancel(ErrHTTPReceiveTimeout) })
+		}
 		resp, err := rt.base.RoundTrip(out)
+		if first != nil {
+			first.Stop()
+		}
 		if err != nil {
-			release()
-			if c := context.Cause(ctx); errors.Is(c, ErrHTTPDetached) {
-				return nil, ErrHTTPDetached
-			}
-			return nil, err
+			return fail(err, 0)
 		}
 		if resp.StatusCode < 300 || resp.StatusCode > 399 {
-			resp.Body = &releasingBody{ReadCloser: resp.Body, release: release}
+			tb := &trackedBody{rc: resp.Body, rt: rt, ctx: ctx, ref: ref, status: resp.StatusCode, release: release}
+			if !stream && rt.to.receive > 0 {
+				tb.gap = time.AfterFunc(rt.to.receive, func() { cancel(ErrHTTPReceiveTimeout) })
+			}
+			resp.Body = tb
 			return resp, nil
 		}
 		loc := resp.Header.Get("Location")
 		drain(resp.Body)
 		if resp.StatusCode != http.StatusTemporaryRedirect {
-			release()
-			return nil, ErrHTTPRedirect
+			return fail(ErrHTTPRedirect, resp.StatusCode)
 		}
 		if hop+1 > MaxRedirectHops {
-			release()
-			return nil, ErrHTTPTooManyRedirects
+			return fail(ErrHTTPTooManyRedirects, resp.StatusCode)
 		}
 		next, err := cur.Parse(loc)
 		if loc == "" || err != nil || (next.Scheme != "http" && next.Scheme != "https") || next.Host == "" {
-			release()
-			return nil, ErrHTTPBadLocation
+			return fail(ErrHTTPBadLocation, resp.StatusCode)
 		}
 		if !sameOrigin(next, rt.endpoint) {
-			release()
-			return nil, ErrHTTPCrossOrigin
+			return fail(ErrHTTPCrossOrigin, resp.StatusCode)
 		}
 		if req.Body != nil && req.Body != http.NoBody && req.GetBody == nil {
-			release()
-			return nil, ErrHTTPBodyNotReplayable
+			return fail(ErrHTTPBodyNotReplayable, resp.StatusCode)
+		}
+		if rt.ev != nil {
+			hopRef, err := rt.ev.redirect(ctx, ref, hop+1, resp.StatusCode, origin(next), true)
+			if err != nil {
+				return fail(err, resp.StatusCode)
+			}
+			rt.ev.settleHop(hopRef) // its body is drained and closed
 		}
 		cur = next
 	}
+}
+
+// trackedBody is a response body under the lease's evidence: reads reset
+// the receive (gap) timer; Close releases the request and hands its
+// completion to the cleanup worker.
+type trackedBody struct {
+	rc      io.ReadCloser
+	rt      *leaseRoundTripper
+	ctx     context.Context
+	ref     string
+	status  int
+	release func()
+	gap     *time.Timer // nil for the GET stream
+
+	n       atomic.Int64
+	mu      sync.Mutex
+	readErr error
+	eof     bool
+	once    sync.Once
+}
+
+func (b *trackedBody) Read(p []byte) (int, error) {
+	n, err := b.rc.Read(p)
+	if n > 0 {
+		b.n.Add(int64(n))
+		if b.gap != nil {
+			b.gap.Reset(b.rt.to.receive)
+		}
+	}
+	if err != nil {
+		b.mu.Lock()
+		if err == io.EOF {
+			b.eof = true
+		} else {
+			err = typedErr(b.ctx, err)
+			if b.readErr == nil {
+				b.readErr = err
+			}
+		}
+		b.mu.Unlock()
+	}
+	return n, err
+}
+
+func (b *trackedBody) Close() error {
+	err := b.rc.Close()
+	b.once.Do(func() {
+		if b.gap != nil {
+			b.gap.Stop()
+		}
+		b.mu.Lock()
+		readErr, eof := b.readErr, b.eof
+		b.mu.Unlock()
+		outcome, detail := events.HTTPOK, ""
+		switch {
+		case readErr != nil:
+			outcome, detail = outcomeOf(b.ctx, readErr)
+		case !eof && b.ctx.Err() != nil:
+			outcome, detail = outcomeOf(b.ctx, typedErr(b.ctx, b.ctx.Err()))
+		}
+		b.release()
+		if b.rt.ev != nil {
+			b.rt.ev.settle(b.ref, b.status, outcome, b.n.Load(), detail)
+		}
+	})
+	return err
 }
 
 // drain reads what is left of a redirect's body (bounded) and closes it.
@@ -257,25 +470,13 @@ func drain(b io.ReadCloser) {
 	_ = b.Close()
 }
 
-// releasingBody releases the request's abort hook when the body is closed.
-type releasingBody struct {
-	io.ReadCloser
-	once    sync.Once
-	release func()
-}
-
-func (b *releasingBody) Close() error {
-	err := b.ReadCloser.Close()
-	b.once.Do(b.release)
-	return err
-}
-
 // httpChild is the "child" of an HTTP lease: the remote MCP session. It
 // has no process and no guardian. Its stream is a detach handle only (the
 // MCP messages travel through the go-sdk's StreamableClientTransport over
 // the manager's boundary); closing it aborts the requests in flight.
 type httpChild struct {
 	rt     *leaseRoundTripper
+	ev     *httpEvidence
 	client *http.Client
 	url    string
 
@@ -283,19 +484,21 @@ type httpChild struct {
 	doneCh   chan struct{}
 }
 
-// launchHTTP builds the HTTP child of a lease; nothing is sent until the
-// MCP initialize.
-func (m *Manager) launchHTTP(cfg ServerConfig) (*httpChild, error) {
-	u, err := checkEndpoint(cfg.URL)
+// launchHTTP builds the HTTP child of a lease and starts its cleanup
+// worker; nothing is sent until the MCP initialize.
+func (m *Manager) launchHTTP(l *lease) (*httpChild, error) {
+	u, err := checkEndpoint(l.cfg.URL)
 	if err != nil {
 		return nil, err
 	}
-	headers := make(map[string]string, len(cfg.Headers))
-	for k, v := range cfg.Headers {
+	headers := make(map[string]string, len(l.cfg.Headers))
+	for k, v := range l.cfg.Headers {
 		headers[k] = v
 	}
-	rt := newLeaseRoundTripper(m.httpBoundary().transport, u, headers)
-	return &httpChild{rt: rt, client: m.httpBoundary().clientFor(rt), url: u.String(), doneCh: make(chan struct{})}, nil
+	b := m.httpBoundary()
+	ev := newHTTPEvidence(m.emitFact, l.draft)
+	rt := newLeaseRoundTripper(b, u, headers, ev)
+	return &httpChild{rt: rt, ev: ev, client: b.clientFor(rt), url: u.String(), doneCh: make(chan struct{})}, nil
 }
 
 // transport is the go-sdk transport of the child's MCP session.
@@ -325,7 +528,19 @@ func (d httpDetach) Close() error              { d.h.rt.detach(false); return ni
 
 // httpBoundary returns the manager's HTTP boundary, built on first use.
 func (m *Manager) httpBoundary() *httpBoundary {
-	m.httpOnce.Do(func() { m.http = newHTTPBoundary() })
+	m.httpOnce.Do(func() {
+		to := httpTimeouts{m.opts.HTTPConnectTimeout, m.opts.HTTPReceiveTimeout, m.opts.HTTPRequestTimeout}
+		if to.connect <= 0 {
+			to.connect = DefaultHTTPConnectTimeout
+		}
+		if to.receive <= 0 {
+			to.receive = DefaultHTTPReceiveTimeout
+		}
+		if to.request <= 0 {
+			to.request = DefaultHTTPRequestTimeout
+		}
+		m.http = newHTTPBoundary(to)
+	})
 	return m.http
 }
 

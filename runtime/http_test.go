@@ -3,6 +3,7 @@
 package runtime
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net"
@@ -257,11 +258,11 @@ func leaseClient(t *testing.T, b *httpBoundary, endpoint string, headers map[str
 	if err != nil {
 		t.Fatal(err)
 	}
-	return b.clientFor(newLeaseRoundTripper(b.transport, u, headers))
+	return b.clientFor(newLeaseRoundTripper(b, u, headers, nil))
 }
 
 func TestHTTPRedirects(t *testing.T) {
-	b := newHTTPBoundary()
+	b := newHTTPBoundary(httpTimeouts{time.Second, 5 * time.Second, 10 * time.Second})
 	defer b.close()
 	hdr := map[string]string{"Authorization": "Bearer secret"}
 	post := func(c *http.Client, u string) (string, error) {
@@ -385,5 +386,196 @@ func TestHTTPEverythingBehindRedirects(t *testing.T) {
 	}
 	if got := len(h.requests()) - n; got != 4 {
 		t.Fatalf("4 hops: %d requests, want 4", got)
+	}
+	act := e.m.leaseOf("s1", "hop3").activation
+	s.Release(ctx) // the hop3 lease closes: its evidence is complete
+	completed, hops := checkHTTPEvidence(t, httpPayloads(e.events(), act))
+	if hops != 3*len(completed) {
+		t.Fatalf("%d hops for %d requests, want 3 each", hops, len(completed))
+	}
+}
+
+// recorder is an in-memory emitter for boundary tests with evidence.
+type recorder struct {
+	mu sync.Mutex
+	ps []events.Payload
+}
+
+func (r *recorder) emit(_ context.Context, ds ...events.Draft) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, d := range ds {
+		if err := d.Payload.Validate(); err != nil {
+			return err
+		}
+		r.ps = append(r.ps, d.Payload)
+	}
+	return nil
+}
+
+func (r *recorder) payloads() []events.Payload {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]events.Payload(nil), r.ps...)
+}
+
+func draftOf(p events.Payload) events.Draft {
+	return events.Draft{Activation: "act-test", Session: "s", Server: "x", Payload: p}
+}
+
+// checkHTTPEvidence checks one activation's http.* facts: every ref is
+// registered before any other fact about it, and ends with exactly one
+// completion, one ok barrier and one worker end; every hop has its own
+// ok barrier after its redirect.
+func checkHTTPEvidence(t *testing.T, ps []events.Payload) (completed map[string]*events.HTTPCompleted, hops int) {
+	t.Helper()
+	reg := map[string]bool{}
+	hopSeen := map[string]bool{}
+	barriers := map[string]int{}
+	down := map[string]int{}
+	completed = map[string]*events.HTTPCompleted{}
+	for _, p := range ps {
+		switch p := p.(type) {
+		case *events.HTTPRegistered:
+			if reg[p.Ref] {
+				t.Fatalf("%s registered twice", p.Ref)
+			}
+			reg[p.Ref] = true
+		case *events.HTTPRedirect:
+			if !reg[p.Ref] {
+				t.Fatalf("hop of unregistered %s", p.Ref)
+			}
+			hopSeen[p.HopRef] = true
+			hops++
+		case *events.HTTPCompleted:
+			if !reg[p.Ref] || completed[p.Ref] != nil {
+				t.Fatalf("completion of %s: registered %v, twice %v", p.Ref, reg[p.Ref], completed[p.Ref] != nil)
+			}
+			completed[p.Ref] = p
+		case *events.HTTPBarrier:
+			if !reg[p.Ref] && !hopSeen[p.Ref] {
+				t.Fatalf("barrier of untracked %s", p.Ref)
+			}
+			if p.Outcome != events.HTTPBarrierOK {
+				t.Fatalf("barrier %s: %s", p.Ref, p.Outcome)
+			}
+			barriers[p.Ref]++
+		case *events.HTTPWorkerDown:
+			down[p.Ref]++
+		}
+	}
+	for ref := range reg {
+		if completed[ref] == nil || barriers[ref] != 1 || down[ref] != 1 {
+			t.Fatalf("%s: completed %v, %d barriers, %d worker ends", ref, completed[ref] != nil, barriers[ref], down[ref])
+		}
+	}
+	for ref := range hopSeen {
+		if barriers[ref] != 1 {
+			t.Fatalf("hop %s: %d barriers", ref, barriers[ref])
+		}
+	}
+	return completed, hops
+}
+
+func httpPayloads(evs []ev, act string) []events.Payload {
+	var out []events.Payload
+	for _, x := range evs {
+		if x.Activation == act && strings.HasPrefix(string(x.Kind), "http.") {
+			out = append(out, x.Payload)
+		}
+	}
+	return out
+}
+
+// TestHTTPTimeouts: each of the three timeouts fires in its own case, as
+// its typed error and a recorded http.completed{timeout, detail}, with
+// its barrier.
+func TestHTTPTimeouts(t *testing.T) {
+	quit := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body) // lets the server notice the client's close
+		switch r.URL.Path {
+		case "/silent": // never answers
+			select {
+			case <-r.Context().Done():
+			case <-quit:
+			}
+		case "/stall": // answers, sends a byte, then nothing
+			w.WriteHeader(200)
+			io.WriteString(w, "x")
+			w.(http.Flusher).Flush()
+			select {
+			case <-r.Context().Done():
+			case <-quit:
+			}
+		case "/trickle": // a byte every 20ms, forever
+			w.WriteHeader(200)
+			for {
+				if _, err := io.WriteString(w, "x"); err != nil {
+					return
+				}
+				w.(http.Flusher).Flush()
+				select {
+				case <-r.Context().Done():
+					return
+				case <-quit:
+					return
+				case <-time.After(20 * time.Millisecond):
+				}
+			}
+		}
+	}))
+	defer srv.Close()
+	defer close(quit)
+	for _, c := range []struct {
+		path   string
+		want   error
+		detail string
+	}{
+		{"/connect", ErrHTTPConnectTimeout, "connect_timeout"},
+		{"/silent", ErrHTTPReceiveTimeout, "receive_timeout"},
+		{"/stall", ErrHTTPReceiveTimeout, "receive_timeout"},
+		{"/trickle", ErrHTTPRequestTimeout, "request_timeout"},
+	} {
+		t.Run(c.path[1:], func(t *testing.T) {
+			b := newHTTPBoundary(httpTimeouts{connect: 100 * time.Millisecond, receive: 200 * time.Millisecond, request: 500 * time.Millisecond})
+			defer b.close()
+			if c.path == "/connect" {
+				// A dial that never completes (a peer that never answers
+				// the SYN), on loopback.
+				b.dial = func(ctx context.Context, _, _ string) (net.Conn, error) {
+					<-ctx.Done()
+					return nil, ctx.Err()
+				}
+			}
+			rec := &recorder{}
+			ev := newHTTPEvidence(rec.emit, draftOf)
+			u, _ := checkEndpoint(srv.URL + "/")
+			client := b.clientFor(newLeaseRoundTripper(b, u, nil, ev))
+			t0 := time.Now()
+			resp, err := client.Post(srv.URL+c.path, "text/plain", strings.NewReader("{}"))
+			if err == nil {
+				_, err = io.ReadAll(resp.Body)
+				resp.Body.Close()
+			}
+			if !errors.Is(err, c.want) {
+				t.Fatalf("err %v, want %v", err, c.want)
+			}
+			if d := time.Since(t0); d > 3*time.Second {
+				t.Fatalf("took %v", d)
+			}
+			if out, detail := ev.finish(time.Now().Add(5 * time.Second)); out != events.BarrierOK {
+				t.Fatalf("finish %s %s", out, detail)
+			}
+			completed, _ := checkHTTPEvidence(t, rec.payloads())
+			if len(completed) != 1 {
+				t.Fatalf("%d completions", len(completed))
+			}
+			for _, p := range completed {
+				if p.Outcome != events.HTTPTimeout || p.Detail != c.detail {
+					t.Fatalf("completed %+v", p)
+				}
+			}
+		})
 	}
 }

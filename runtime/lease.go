@@ -158,7 +158,7 @@ func (l *lease) start(ctx context.Context) error {
 	var tr mcp.Transport
 	if l.cfg.isHTTP() {
 		// No process: the child is the HTTP session (http.go).
-		hc, err := m.launchHTTP(l.cfg)
+		hc, err := m.launchHTTP(l)
 		if err != nil {
 			return fail("spawn_failed", ErrSpawn, err)
 		}
@@ -341,6 +341,16 @@ func (l *lease) closeSteps(ctx context.Context, budget time.Duration, rep Connec
 	l.flushStderr() // the session's reader is gone: no more stderr
 	cancel()
 	tSupervisor := time.Since(t2)
+	// 4. http_requests: a stdio connection owns no HTTP request (no
+	// barrier; the projector confirms it as none owned). An HTTP one waits
+	// for every request and hop to settle and its cleanup worker to exit,
+	// then its evidence is frozen (httpevidence.go).
+	httpObs := ObligationReport{Name: events.ObligationHTTPRequests, Status: ObligationConfirmed, Detail: "none_owned"}
+	if hc, ok := l.child.(*httpChild); ok {
+		t3 := time.Now()
+		out, detail := hc.ev.finish(deadline)
+		httpObs = ObligationReport{Name: events.ObligationHTTPRequests, Outcome: out, Detail: detail, ElapsedNS: int64(time.Since(t3))}
+	}
 	elapsed := time.Since(t0)
 
 	var facts []events.Draft
@@ -367,9 +377,7 @@ func (l *lease) closeSteps(ctx context.Context, budget time.Duration, rep Connec
 		{Name: events.ObligationTransport, Outcome: transport, Detail: transportDetail, ElapsedNS: int64(tTransport)},
 		{Name: events.ObligationWorkers, Outcome: workers, Detail: workersDetail, ElapsedNS: int64(tWorkers)},
 		{Name: events.ObligationSupervisor, Outcome: supervisor, Detail: supervisorDetail, ElapsedNS: int64(tSupervisor)},
-		// A stdio connection owns no HTTP request: no barrier is recorded
-		// and the projector confirms the obligation as none owned.
-		{Name: events.ObligationHTTPRequests, Status: ObligationConfirmed, Detail: "none_owned"},
+		httpObs,
 	}
 	rep.Phase, rep.Result, rep.ElapsedNS = ConnectionClosed, ResultConfirmed, int64(elapsed)
 	rep.Retained = true

@@ -101,6 +101,10 @@ type Options struct {
 	// guardian's reader goroutine, so it must not block, and must not keep
 	// line. Server stderr never reaches events or errors.
 	StderrLog func(session, server, activation string, line []byte)
+	// HTTPConnectTimeout, HTTPReceiveTimeout and HTTPRequestTimeout are the
+	// three timeouts of HTTP servers' requests (http.go); the
+	// DefaultHTTP…Timeout values when zero.
+	HTTPConnectTimeout, HTTPReceiveTimeout, HTTPRequestTimeout time.Duration
 }
 
 // Manager owns every live MCP child of a runtime. It is safe for
