@@ -301,9 +301,15 @@ func (l *lease) closeSteps(ctx context.Context, budget time.Duration, rep Connec
 		closed <- l.child.stream().Close() // never initialized: detach the stream
 	}()
 	transport, transportDetail := events.BarrierOK, ""
+	hc, isHTTP := l.child.(*httpChild)
+	closeBy := deadline
+	if isHTTP {
+		// The session DELETE is best effort: it gets half the budget, then
+		// it is aborted so the rest of the close keeps its share.
+		closeBy = t0.Add(budget / 2)
+	}
 	select {
 	case err := <-closed:
-		_, isHTTP := l.child.(*httpChild)
 		switch {
 		case err == nil || errors.Is(err, mcp.ErrConnectionClosed):
 		case isHTTP:
@@ -313,10 +319,17 @@ func (l *lease) closeSteps(ctx context.Context, budget time.Duration, rep Connec
 		default:
 			transport = events.BarrierError
 		}
-	case <-until(deadline):
-		transport = events.BarrierTimeout
-		if hc, ok := l.child.(*httpChild); ok {
-			hc.rt.detach(true) // abort the session close's own requests: the worker exits
+	case <-until(closeBy):
+		if !isHTTP {
+			transport = events.BarrierTimeout
+			break
+		}
+		hc.rt.detach(true) // abort the DELETE (and anything left): the worker returns
+		select {
+		case <-closed:
+			transportDetail = "session_delete_aborted"
+		case <-until(deadline):
+			transport = events.BarrierTimeout
 		}
 	}
 	tTransport := time.Since(t0)
