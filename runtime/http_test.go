@@ -27,6 +27,13 @@ import (
 // and reaped when the test ends.
 func everythingHTTP(t testing.TB) string {
 	t.Helper()
+	endpoint, _ := everythingHTTPProc(t)
+	return endpoint
+}
+
+// everythingHTTPProc is everythingHTTP that also returns the process.
+func everythingHTTPProc(t testing.TB) (string, *exec.Cmd) {
+	t.Helper()
 	entry := everything(t) // fails when node or the package is missing
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -56,7 +63,7 @@ func everythingHTTP(t testing.TB) string {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	return "http://" + addr + "/mcp"
+	return "http://" + addr + "/mcp", cmd
 }
 
 func TestHTTPConfig(t *testing.T) {
@@ -577,5 +584,60 @@ func TestHTTPTimeouts(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestHTTPServerKilledMidCall: the server dies while a call's response
+// stream is open. The call fails (a transport error, the lease ends), every
+// request the lease made is settled and recorded, and the close report and
+// the audit agree (newEnv's cleanup audits the projector's verdict).
+func TestHTTPServerKilledMidCall(t *testing.T) {
+	e := newEnv(t, nil)
+	endpoint, cmd := everythingHTTPProc(t)
+	e.cfg.Set("remote", ServerConfig{URL: endpoint})
+	ctx := ctxT(t, 60*time.Second)
+	s, err := e.m.OpenSession(ctx, "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Release(ctx)
+	tools, err := s.Capability().Tools(ctx, "remote")
+	if err != nil {
+		t.Fatal(err)
+	}
+	act := e.m.leaseOf("s1", "remote").activation
+	callErr := make(chan error, 1)
+	go func() {
+		_, err := s.Capability().Call(ctx, CallRequest{Server: "remote", Tool: "trigger-long-running-operation",
+			Digest: digestOf(t, tools, "trigger-long-running-operation"), Arguments: map[string]any{"duration": 30, "steps": 30}})
+		callErr <- err
+	}()
+	time.Sleep(500 * time.Millisecond) // the call's stream is open
+	_ = cmd.Process.Kill()
+	select {
+	case err := <-callErr:
+		if !errors.Is(err, ErrCallFailed) {
+			t.Fatalf("call after the kill: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("call did not fail after the server died")
+	}
+	waitFor(t, func() bool {
+		r, ok := e.m.ConnectionStatus(act)
+		return ok && r.Phase == ConnectionClosed
+	})
+	rep, _ := e.m.ConnectionStatus(act)
+	if rep.Obligations[3].Outcome != events.BarrierOK {
+		t.Fatalf("http_requests %+v", rep.Obligations[3])
+	}
+	completed, _ := checkHTTPEvidence(t, httpPayloads(e.events(), act))
+	failed := 0
+	for _, p := range completed {
+		if p.Outcome != events.HTTPOK {
+			failed++
+		}
+	}
+	if failed == 0 {
+		t.Fatal("no request recorded as failed after the kill")
 	}
 }
