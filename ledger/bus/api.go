@@ -32,12 +32,12 @@ const MaxReplayScan = 64 << 10
 // errChunkFull stops a chunk's scan.
 var errChunkFull = errors.New("chunk full")
 
-func (b *Bus) serveReplay(m *nats.Msg) {
-	if !isInbox(m.Reply) {
+func (b *Bus) serveReplay(m *nats.Msg, r route) {
+	if !b.checkReply(m, r) {
 		return
 	}
 	reply := nats.NewMsg(m.Reply)
-	class := b.classOf(m.Reply)
+	class := r.class
 	if !b.admit(m, class) {
 		return
 	}
@@ -119,8 +119,8 @@ func replayFailure(err error) string {
 	return fmt.Sprintf("replay failed: storage damaged, seq %d cannot be read", le.Seq)
 }
 
-func (b *Bus) serveHead(m *nats.Msg) {
-	if !isInbox(m.Reply) || !b.admit(m, b.classOf(m.Reply)) {
+func (b *Bus) serveHead(m *nats.Msg, r route) {
+	if !b.checkReply(m, r) || !b.admit(m, r.class) {
 		return
 	}
 	if len(m.Data) != 0 {
@@ -194,11 +194,11 @@ func strictJSON(data []byte, v any) error {
 	return nil
 }
 
-func (b *Bus) serveAppend(m *nats.Msg) {
-	if !isInbox(m.Reply) {
+func (b *Bus) serveAppend(m *nats.Msg, r route) {
+	if !b.checkReply(m, r) || r.class != classWriter {
 		return
 	}
-	if !b.admit(m, b.classOf(m.Reply)) {
+	if !b.admit(m, r.class) {
 		return
 	}
 	b.appendsMu.Lock()

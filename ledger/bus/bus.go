@@ -172,12 +172,12 @@ func Start(l *ledger.Ledger, opts Options) (*Bus, error) {
 	}
 	if opts.ReadOnlyUser != "" {
 		users = append(users, &server.User{Username: opts.ReadOnlyUser, Password: opts.ReadOnlyPassword,
-			Permissions: client(opts.ReadOnlyUser, busclient.ReplaySubject, busclient.HeadSubject)})
+			Permissions: client(opts.ReadOnlyUser, busclient.UserSubject(busclient.ReplaySubject, opts.ReadOnlyUser), busclient.UserSubject(busclient.HeadSubject, opts.ReadOnlyUser))})
 		apiPublish = append(apiPublish, busclient.InboxPrefix(opts.ReadOnlyUser)+".>")
 	}
 	if opts.WriterUser != "" {
 		users = append(users, &server.User{Username: opts.WriterUser, Password: opts.WriterPassword,
-			Permissions: client(opts.WriterUser, busclient.ReplaySubject, busclient.HeadSubject, busclient.AppendSubject)})
+			Permissions: client(opts.WriterUser, busclient.UserSubject(busclient.ReplaySubject, opts.WriterUser), busclient.UserSubject(busclient.HeadSubject, opts.WriterUser), busclient.UserSubject(busclient.AppendSubject, opts.WriterUser))})
 		apiPublish = append(apiPublish, busclient.InboxPrefix(opts.WriterUser)+".>")
 	}
 	users = append(users, &server.User{Username: apiUser, Password: apiPass, Permissions: &server.Permissions{
@@ -222,7 +222,19 @@ func Start(l *ledger.Ledger, opts Options) (*Bus, error) {
 		b.Close()
 		return nil, &Error{Op: "start", Err: err}
 	}
-	for subj, h := range map[string]nats.MsgHandler{busclient.ReplaySubject: b.serveReplay, busclient.HeadSubject: b.serveHead, busclient.AppendSubject: b.serveAppend} {
+	// Each class of requester has request subjects of its own, which the
+	// permissions above let only that class publish to (the anonymous
+	// subjects are the bare ones): the subject, not the reply inbox (which
+	// NATS does not check), decides a request's class.
+	handlers := map[string]nats.MsgHandler{}
+	for _, r := range b.routes() {
+		handlers[busclient.UserSubject(busclient.ReplaySubject, r.user)] = func(m *nats.Msg) { b.serveReplay(m, r) }
+		handlers[busclient.UserSubject(busclient.HeadSubject, r.user)] = func(m *nats.Msg) { b.serveHead(m, r) }
+		if r.class == classWriter {
+			handlers[busclient.UserSubject(busclient.AppendSubject, r.user)] = func(m *nats.Msg) { b.serveAppend(m, r) }
+		}
+	}
+	for subj, h := range handlers {
 		sub, err := b.api.Subscribe(subj, h)
 		if err != nil {
 			b.Close()

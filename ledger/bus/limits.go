@@ -38,6 +38,8 @@ package bus
 
 import (
 	"strings"
+
+	"github.com/nats-io/nats.go"
 	"sync"
 	"time"
 
@@ -140,16 +142,43 @@ const (
 	classWriter
 )
 
-// classOf tells a reply inbox's class: only a named user may subscribe to
-// its own prefix, so a reply is read by the user whose prefix it carries.
-func (b *Bus) classOf(reply string) class {
-	switch {
-	case b.opts.WriterUser != "" && strings.HasPrefix(reply, busclient.InboxPrefix(b.opts.WriterUser)+"."):
-		return classWriter
-	case b.opts.ReadOnlyUser != "" && strings.HasPrefix(reply, busclient.InboxPrefix(b.opts.ReadOnlyUser)+"."):
-		return classReadOnly
+// route is who may send requests on a set of request subjects
+// (busclient.UserSubject): the server's permissions let only that user (or
+// only anonymous clients, user "") publish to them.
+type route struct {
+	class class
+	user  string // "" for anonymous clients
+}
+
+// routes are the request subjects' senders of the bus.
+func (b *Bus) routes() []route {
+	rs := []route{{class: classAnonymous}}
+	if b.opts.ReadOnlyUser != "" {
+		rs = append(rs, route{class: classReadOnly, user: b.opts.ReadOnlyUser})
 	}
-	return classAnonymous
+	if b.opts.WriterUser != "" {
+		rs = append(rs, route{class: classWriter, user: b.opts.WriterUser})
+	}
+	return rs
+}
+
+// checkReply reports whether a request on r's subjects may be answered: its
+// reply subject must be an inbox of r's user (anonymous: the bare _INBOX).
+// NATS does not check reply subjects against permissions, so a request
+// whose reply claims another user's inbox is refused with an error reply
+// and no work; a reply subject that is no inbox at all is not answered.
+func (b *Bus) checkReply(m *nats.Msg, r route) bool {
+	if !isInbox(m.Reply) {
+		return false
+	}
+	if strings.HasPrefix(m.Reply, busclient.InboxPrefix(r.user)+".") {
+		return true
+	}
+	b.limiter.mu.Lock()
+	b.limiter.misrouted++
+	b.limiter.mu.Unlock()
+	refuse(m, busclient.CodeBadRequest, "the reply inbox is not the requesting user's")
+	return false
 }
 
 // replayChunk is the chunk bound of a class.
@@ -203,6 +232,7 @@ type rateLimiter struct {
 	conns     map[string]*bucket
 	anonymous bucket
 	limited   uint64
+	misrouted uint64 // requests refused: reply inbox of another user
 }
 
 // allow takes a token for a request whose reply goes to reply.

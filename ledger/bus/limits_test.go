@@ -59,6 +59,9 @@ func TestStrictRequests(t *testing.T) {
 			conn = wc
 		}
 		msg := nats.NewMsg(c.subject)
+		if conn == wc {
+			msg.Subject = busclient.UserSubject(c.subject, "w")
+		}
 		msg.Data = []byte(c.body)
 		for k, v := range c.hdr {
 			msg.Header.Set(k, v)
@@ -279,4 +282,66 @@ func TestSlowAnonymousConsumersUnbounded(t *testing.T) {
 		t.Skip("a measurement: set LEASELEDGER_MEASURE=1")
 	}
 	slowConsumers(t, bus.Limits{MaxPendingBytes: 64 << 20, RequestRate: 1e9, RequestBurst: 1e9, AnonymousRate: 1e9}, false)
+}
+
+// A request's class comes from its subject, which permissions enforce, not
+// from its reply inbox, which NATS does not check: an anonymous client that
+// names the writer's inbox as its reply gets no writer chunk (an error
+// reply, no work), and cannot use the writer's subjects at all.
+func TestSpoofedReplyInboxRefused(t *testing.T) {
+	l, b := startBus(t, bus.Options{WriterUser: "w", WriterPassword: "pw", ReadOnlyUser: "ro", ReadOnlyPassword: "pw"})
+	for i := range 5 {
+		if _, err := l.Append(context.Background(), draft("act-1", "s", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w := connect(t, b.ClientURL(), busclient.UserOptions("w", "pw")...)
+	got, err := w.SubscribeSync(busclient.InboxPrefix("w") + ".spoof.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	perm := make(chan error, 10)
+	anon := connect(t, b.ClientURL(), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { perm <- err }))
+	ro := connect(t, b.ClientURL(), append(busclient.UserOptions("ro", "pw"), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { perm <- err }))...)
+	for i, c := range []*nats.Conn{anon, ro} {
+		for _, subj := range []string{busclient.ReplaySubject, busclient.UserSubject(busclient.ReplaySubject, "ro")} {
+			if err := c.PublishRequest(subj, fmt.Sprintf("%s.spoof.%d.1", busclient.InboxPrefix("w"), i), []byte(`{"from":1}`)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Not its subject: refused by the server's permissions.
+		if err := c.PublishRequest(busclient.UserSubject(busclient.ReplaySubject, "w"), fmt.Sprintf("%s.spoof.%d.2", busclient.InboxPrefix("w"), i), []byte(`{"from":1}`)); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Anonymous: bare subject (refused by the bus), ro's subject (denied),
+	// w's (denied); ro: bare (denied), own (refused by the bus), w's (denied).
+	for range 2 {
+		m, err := got.NextMsg(5 * time.Second)
+		if err != nil {
+			t.Fatalf("no refusal reached the claimed inbox: %v", err)
+		}
+		if m.Header.Get(busclient.HeaderErrorCode) != busclient.CodeBadRequest || len(m.Data) != 0 {
+			t.Fatalf("a spoofed reply inbox was served: error %q, %d bytes", m.Header.Get(busclient.HeaderError), len(m.Data))
+		}
+	}
+	if m, err := got.NextMsg(300 * time.Millisecond); err == nil {
+		t.Fatalf("unexpected reply to the claimed inbox: %q", m.Header.Get(busclient.HeaderError))
+	}
+	if len(perm) == 0 {
+		t.Fatal("publishing on another user's request subject was not refused by permissions")
+	}
+	// The real users are served on their own subjects.
+	for _, c := range []*nats.Conn{anon, ro, w} {
+		n := 0
+		if _, err := busclient.NewClient(c).Replay(context.Background(), 1, 0, busclient.TailFilter{}, func(events.Seq, []byte) error { n++; return nil }); err != nil || n != 5 {
+			t.Fatalf("replay as %q: %d events, %v", c.Opts.User, n, err)
+		}
+	}
 }

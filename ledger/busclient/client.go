@@ -18,16 +18,28 @@ import (
 // read-only permissions; Append needs the writer user.
 type Client struct {
 	nc    *nats.Conn
+	user  string      // the bus user whose request subjects are used (UserSubject)
 	retry RetryPolicy // of appends (see WithRetry)
 }
 
-// NewClient wraps a NATS connection to a ledger bus.
-func NewClient(nc *nats.Conn) *Client { return &Client{nc: nc} }
+// NewClient wraps a NATS connection to a ledger bus. Its requests go to the
+// subjects of the user the connection authenticated as (nats.UserInfo, as
+// UserOptions sets it; anonymous without one); a connection whose
+// credentials came another way (in its URL) needs WithUser.
+func NewClient(nc *nats.Conn) *Client { return &Client{nc: nc, user: nc.Opts.User} }
+
+// WithUser returns a copy of c whose requests use the subjects of user
+// (UserSubject; "" for anonymous).
+func (c *Client) WithUser(user string) *Client {
+	cp := *c
+	cp.user = user
+	return &cp
+}
 
 func (c *Client) request(ctx context.Context, subject string, data []byte) (*nats.Msg, error) {
 	ctx, cancel := context.WithTimeout(ctx, DefaultRequestTimeout)
 	defer cancel()
-	return c.nc.RequestWithContext(ctx, subject, data)
+	return c.nc.RequestWithContext(ctx, UserSubject(subject, c.user), data)
 }
 
 // Head asks the bus for the durable head.

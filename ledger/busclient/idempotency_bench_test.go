@@ -39,7 +39,7 @@ func BenchmarkAppendIdempotencyKeys(b *testing.B) {
 		for w := range writers {
 			wg.Go(func() {
 				for i := w; i < perRound; i += writers {
-					m := nats.NewMsg(busclient.AppendSubject)
+					m := nats.NewMsg(busclient.UserSubject(busclient.AppendSubject, "w"))
 					m.Data = line
 					if keyed {
 						m.Header.Set(busclient.HeaderIdempotencyKey, fmt.Sprintf("r%d-%d", r, i))

@@ -31,6 +31,21 @@ const (
 	APISubjects = "leaseledger.api.>"
 )
 
+// UserSubject is the request subject of API subject for a bus user: the
+// subject itself for anonymous clients (user ""), subject + "." + user for
+// a named user. The bus lets each named user publish only to its own
+// subjects (and anonymous clients only to the bare ones), so the subject a
+// request arrives on — never its reply subject, which NATS does not check —
+// tells the bus who sent it and so its limits. A request whose reply inbox
+// is not that of the subject's user is refused (CodeBadRequest). Client
+// uses the subject of the user it was connected as (see NewClient).
+func UserSubject(subject, user string) string {
+	if user == "" {
+		return subject
+	}
+	return subject + "." + user
+}
+
 // EventSubjects returns the subject that matches every event subject:
 // events.Subject with every token a wildcard (event subjects always have
 // three tokens after events.SubjectPrefix).
