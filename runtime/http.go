@@ -34,6 +34,11 @@ const (
 	httpMaxIdlePerHost = 32
 	// httpIdleTimeout closes a pooled connection idle this long.
 	httpIdleTimeout = 90 * time.Second
+	// MaxHTTPResponseBytes bounds one POST or DELETE response body (an MCP
+	// response stream): beyond it the request is aborted with
+	// ErrHTTPResponseTooLarge. The GET stream is bounded per event instead
+	// (MaxMessageBytes, go-sdk's MaxEventSize): it is long-lived.
+	MaxHTTPResponseBytes = 2 * MaxMessageBytes
 	// maxRedirectDrainBytes bounds what of a redirect response's body is
 	// read so its connection can be reused; beyond it the connection is
 	// closed instead.
@@ -75,6 +80,9 @@ var (
 	// ErrHTTPNotRecorded: the request's registration could not be
 	// recorded (or its method is not recordable); nothing was sent.
 	ErrHTTPNotRecorded = errors.New("runtime: http request not registered; nothing sent")
+	// ErrHTTPResponseTooLarge: a POST or DELETE response body exceeded
+	// MaxHTTPResponseBytes; the request was aborted.
+	ErrHTTPResponseTooLarge = errors.New("runtime: http response exceeds MaxHTTPResponseBytes")
 )
 
 // errEndpoint is why a configured url is refused (config errors keep it as
@@ -253,7 +261,7 @@ func typedErr(ctx context.Context, err error) error {
 }
 
 var boundaryErrs = []error{ErrHTTPConnectTimeout, ErrHTTPReceiveTimeout, ErrHTTPRequestTimeout, ErrHTTPDetached,
-	ErrHTTPRedirect, ErrHTTPTooManyRedirects, ErrHTTPCrossOrigin, ErrHTTPBadLocation, ErrHTTPBodyNotReplayable, ErrHTTPNotRecorded}
+	ErrHTTPRedirect, ErrHTTPTooManyRedirects, ErrHTTPCrossOrigin, ErrHTTPBadLocation, ErrHTTPBodyNotReplayable, ErrHTTPNotRecorded, ErrHTTPResponseTooLarge}
 
 // outcomeOf is how a failed request is recorded.
 func outcomeOf(ctx context.Context, err error) (events.HTTPOutcome, string) {
@@ -274,6 +282,8 @@ func outcomeOf(ctx context.Context, err error) (events.HTTPOutcome, string) {
 		return events.HTTPError, "cross_origin"
 	case errors.Is(err, ErrHTTPBadLocation):
 		return events.HTTPError, "bad_location"
+	case errors.Is(err, ErrHTTPResponseTooLarge):
+		return events.HTTPError, "response_too_large"
 	case errors.Is(err, ErrHTTPBodyNotReplayable):
 		return events.HTTPError, "body_not_replayable"
 	case ctx.Err() != nil:
@@ -362,9 +372,12 @@ func (rt *leaseRoundTripper) RoundTrip(req *http.Request) (*http.Response, error
 			return fail(err, 0)
 		}
 		if resp.StatusCode < 300 || resp.StatusCode > 399 {
-			tb := &trackedBody{rc: resp.Body, rt: rt, ctx: ctx, ref: ref, status: resp.StatusCode, release: release}
-			if !stream && rt.to.receive > 0 {
-				tb.gap = time.AfterFunc(rt.to.receive, func() { cancel(ErrHTTPReceiveTimeout) })
+			tb := &trackedBody{rc: resp.Body, rt: rt, ctx: ctx, cancel: cancel, ref: ref, status: resp.StatusCode, release: release}
+			if !stream {
+				tb.limit = MaxHTTPResponseBytes
+				if rt.to.receive > 0 {
+					tb.gap = time.AfterFunc(rt.to.receive, func() { cancel(ErrHTTPReceiveTimeout) })
+				}
 			}
 			resp.Body = tb
 			return resp, nil
@@ -409,6 +422,8 @@ type trackedBody struct {
 	status  int
 	release func()
 	gap     *time.Timer // nil for the GET stream
+	limit   int64       // 0 for the GET stream
+	cancel  context.CancelCauseFunc
 
 	n       atomic.Int64
 	mu      sync.Mutex
@@ -420,7 +435,10 @@ type trackedBody struct {
 func (b *trackedBody) Read(p []byte) (int, error) {
 	n, err := b.rc.Read(p)
 	if n > 0 {
-		b.n.Add(int64(n))
+		if total := b.n.Add(int64(n)); b.limit > 0 && total > b.limit {
+			b.cancel(ErrHTTPResponseTooLarge)
+			n, err = 0, ErrHTTPResponseTooLarge
+		}
 		if b.gap != nil {
 			b.gap.Reset(b.rt.to.receive)
 		}
@@ -503,7 +521,7 @@ func (m *Manager) launchHTTP(l *lease) (*httpChild, error) {
 
 // transport is the go-sdk transport of the child's MCP session.
 func (h *httpChild) transport() mcp.Transport {
-	return &mcp.StreamableClientTransport{Endpoint: h.url, HTTPClient: h.client}
+	return &mcp.StreamableClientTransport{Endpoint: h.url, HTTPClient: h.client, MaxEventSize: MaxMessageBytes}
 }
 
 func (h *httpChild) stream() io.ReadWriteCloser { return httpDetach{h} }

@@ -641,3 +641,42 @@ func TestHTTPServerKilledMidCall(t *testing.T) {
 		t.Fatal("no request recorded as failed after the kill")
 	}
 }
+
+// TestHTTPOversizeResponse: a response body beyond MaxHTTPResponseBytes is
+// aborted as ErrHTTPResponseTooLarge and recorded (response_too_large).
+func TestHTTPOversizeResponse(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		chunk := make([]byte, 1<<20)
+		for range MaxHTTPResponseBytes>>20 + 2 {
+			if _, err := w.Write(chunk); err != nil {
+				return
+			}
+		}
+	}))
+	defer srv.Close()
+	b := newHTTPBoundary(httpTimeouts{time.Second, 5 * time.Second, 10 * time.Second})
+	defer b.close()
+	rec := &recorder{}
+	ev := newHTTPEvidence(rec.emit, draftOf)
+	u, _ := checkEndpoint(srv.URL + "/")
+	client := b.clientFor(newLeaseRoundTripper(b, u, nil, ev))
+	resp, err := client.Post(srv.URL+"/big", "text/plain", strings.NewReader("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if !errors.Is(err, ErrHTTPResponseTooLarge) || n > MaxHTTPResponseBytes {
+		t.Fatalf("read %d bytes, err %v", n, err)
+	}
+	if out, detail := ev.finish(time.Now().Add(5 * time.Second)); out != events.BarrierOK {
+		t.Fatalf("finish %s %s", out, detail)
+	}
+	completed, _ := checkHTTPEvidence(t, rec.payloads())
+	for _, p := range completed {
+		if p.Outcome != events.HTTPError || p.Detail != "response_too_large" {
+			t.Fatalf("completed %+v", p)
+		}
+	}
+}
