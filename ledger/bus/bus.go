@@ -214,7 +214,7 @@ func Start(l *ledger.Ledger, opts Options) (*Bus, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	b := &Bus{srv: srv, l: l, opts: opts, ctx: ctx, cancel: cancel, appendSlots: make(chan struct{}, opts.MaxConcurrentAppends),
-		auth: auth, limiter: &rateLimiter{lim: opts.Limits, conns: map[string]*bucket{}}}
+		auth: auth, limiter: &rateLimiter{lim: opts.Limits, conns: map[string]*connBucket{}}}
 	if b.nc, err = nats.Connect("", nats.InProcessServer(srv), nats.UserInfo(internalUser, internalPass), nats.Name("leaseledger-publisher")); err == nil {
 		b.api, err = nats.Connect("", nats.InProcessServer(srv), nats.UserInfo(apiUser, apiPass), nats.Name("leaseledger-api"))
 	}

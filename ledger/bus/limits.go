@@ -78,7 +78,9 @@ const (
 	ReadOnlyReplayChunkBytes  = 128 << 10
 	ReadOnlyReplayChunkEvents = 256
 	// MaxRateTrackedConnections bounds the per-connection buckets kept;
-	// beyond it, idle full buckets are forgotten first.
+	// beyond it, idle full buckets are forgotten first (at most one scan
+	// per second), then new connections share one overflow bucket per
+	// class.
 	MaxRateTrackedConnections = 4096
 )
 
@@ -227,31 +229,56 @@ func (k *bucket) take(now time.Time, rate, burst float64) bool {
 
 // rateLimiter holds the buckets of the API's requests.
 type rateLimiter struct {
-	mu        sync.Mutex
-	lim       Limits
-	conns     map[string]*bucket
-	anonymous bucket
-	limited   uint64
-	misrouted uint64 // requests refused: reply inbox of another user
+	mu         sync.Mutex
+	lim        Limits
+	conns      map[string]*connBucket
+	overflow   [classWriter + 1]bucket // per class: connections beyond the table share one
+	anonymous  bucket
+	lastForget time.Time // of the last forgetIdle scan
+	limited    uint64
+	misrouted  uint64 // requests refused: reply inbox of another user
 }
 
-// allow takes a token for a request whose reply goes to reply.
-func (r *rateLimiter) allow(reply string, c class, now time.Time) bool {
-	rate, burst := r.lim.RequestRate, r.lim.RequestBurst
+// connBucket is one connection's bucket with its class's rate and burst.
+type connBucket struct {
+	bucket
+	rate, burst float64
+}
+
+// forgetInterval spaces the scans for idle buckets of a full table, so a
+// stream of new connection tokens costs no scan per request.
+const forgetInterval = time.Second
+
+func (r *rateLimiter) classRate(c class) (rate, burst float64) {
 	if c == classWriter {
-		rate, burst = r.lim.WriterRequestRate, r.lim.WriterRequestBurst
+		return r.lim.WriterRequestRate, r.lim.WriterRequestBurst
 	}
+	return r.lim.RequestRate, r.lim.RequestBurst
+}
+
+// allow takes a token for a request whose reply goes to reply. When the
+// table is full and nothing in it is idle, a new connection token is
+// charged to its class's shared overflow bucket (which runs dry) instead of
+// getting a full bucket of its own.
+func (r *rateLimiter) allow(reply string, c class, now time.Time) bool {
+	rate, burst := r.classRate(c)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	key := connToken(reply)
-	k := r.conns[key]
-	if k == nil {
-		if len(r.conns) >= MaxRateTrackedConnections {
+	var k *bucket
+	if ck := r.conns[key]; ck != nil {
+		k = &ck.bucket
+	} else {
+		if len(r.conns) >= MaxRateTrackedConnections && now.Sub(r.lastForget) >= forgetInterval {
+			r.lastForget = now
 			r.forgetIdle(now)
 		}
-		k = &bucket{}
 		if len(r.conns) < MaxRateTrackedConnections {
-			r.conns[key] = k
+			ck := &connBucket{rate: rate, burst: burst}
+			r.conns[key] = ck
+			k = &ck.bucket
+		} else {
+			k = &r.overflow[c]
 		}
 	}
 	ok := k.take(now, rate, burst)
@@ -264,11 +291,12 @@ func (r *rateLimiter) allow(reply string, c class, now time.Time) bool {
 	return ok
 }
 
-// forgetIdle drops buckets that have refilled completely (their
-// connections sent nothing for a while): forgetting them changes nothing.
+// forgetIdle drops buckets that have refilled completely at their own
+// class's rate (their connections sent nothing for a while): forgetting
+// them changes nothing.
 func (r *rateLimiter) forgetIdle(now time.Time) {
 	for key, k := range r.conns {
-		if now.Sub(k.last).Seconds()*r.lim.RequestRate >= r.lim.WriterRequestBurst {
+		if now.Sub(k.last).Seconds()*k.rate >= k.burst {
 			delete(r.conns, key)
 		}
 	}
