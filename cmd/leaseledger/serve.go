@@ -108,6 +108,7 @@ and append requests, and shuts down cleanly on SIGINT or SIGTERM.`,
 	f.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics on this address, e.g. 127.0.0.1:9248 (empty: off)")
 	f.BoolVar(&opts.DenyAnonymous, "deny-anonymous", false, "refuse unauthenticated clients (by default they are read-only)")
 	f.IntVar(&opts.Limits.MaxConnections, "max-connections", bus.DefaultMaxConnections, "NATS client connections at most")
+	f.IntVar(&opts.Limits.ReservedNamedConnections, "reserved-named-connections", bus.DefaultReservedNamedConnections, "connections of --max-connections that only named users may take (anonymous clients are refused beyond the rest)")
 	f.Int64Var(&opts.Limits.MaxPendingBytes, "max-pending-bytes", bus.DefaultMaxPendingBytes, "unread bytes held per connection before it is cut off as a slow consumer")
 	f.DurationVar(&opts.Limits.WriteDeadline, "write-deadline", bus.DefaultWriteDeadline, "a connection whose socket takes longer to accept a write is cut off as a slow consumer")
 	f.Float64Var(&opts.Limits.RequestRate, "request-rate", bus.DefaultRequestRate, "API requests per second per anonymous or read-only connection (burst --request-burst)")

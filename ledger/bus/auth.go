@@ -60,12 +60,21 @@ type authenticator struct {
 	lim       AuthLimits
 	users     map[string]*server.User // by name, with their passwords
 	anonymous *server.User            // nil: anonymous clients refused
+	// anonymousMax bounds the server's clients (this one included) at
+	// which an anonymous client is still admitted: MaxConnections minus
+	// ReservedNamedConnections, so anonymous clients cannot take the
+	// connections the named users need. clients counts the server's
+	// clients (set once the server exists).
+	anonymousMax int
+	clients      func() int
 
 	mu       sync.Mutex
 	failures map[string]*bucket // by source IP
 	checked  uint64             // passwords compared
 	refused  uint64             // attempts refused without a check
 	failed   uint64             // failed attempts (refused included)
+
+	anonymousRefused uint64 // anonymous clients refused: the reserve for named users
 }
 
 // Check implements server.Authentication.
@@ -74,6 +83,12 @@ func (a *authenticator) Check(c server.ClientAuthentication) bool {
 	if o.Username == "" && o.Password == "" && o.Token == "" && o.Nkey == "" && o.JWT == "" {
 		if a.anonymous == nil {
 			return a.fail(c, false)
+		}
+		if a.clients != nil && a.clients() > a.anonymousMax {
+			a.mu.Lock()
+			a.anonymousRefused++
+			a.mu.Unlock()
+			return false
 		}
 		c.RegisterUser(a.anonymous)
 		return true

@@ -185,7 +185,11 @@ func Start(l *ledger.Ledger, opts Options) (*Bus, error) {
 		Subscribe: &server.SubjectPermission{Allow: []string{busclient.APISubjects}},
 	}})
 	opts.Limits = opts.Limits.withDefaults(opts.ReplayChunkBytes)
-	auth := &authenticator{lim: opts.Limits.Auth, users: map[string]*server.User{}, failures: map[string]*bucket{}}
+	if opts.Limits.ReservedNamedConnections >= opts.Limits.MaxConnections-2 {
+		return nil, &Error{Op: "start", Err: fmt.Errorf("%w: the connections reserved for named users (%d) must leave room below the maximum (%d)", ErrOptions, opts.Limits.ReservedNamedConnections, opts.Limits.MaxConnections)}
+	}
+	auth := &authenticator{lim: opts.Limits.Auth, users: map[string]*server.User{}, failures: map[string]*bucket{},
+		anonymousMax: opts.Limits.MaxConnections - opts.Limits.ReservedNamedConnections}
 	for _, u := range users {
 		auth.users[u.Username] = u
 	}
@@ -206,6 +210,7 @@ func Start(l *ledger.Ledger, opts Options) (*Bus, error) {
 	if err != nil {
 		return nil, &Error{Op: "start", Err: err}
 	}
+	auth.clients = srv.NumClients
 	go srv.Start()
 	if !srv.ReadyForConnections(10 * time.Second) {
 		srv.Shutdown()

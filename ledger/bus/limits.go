@@ -52,6 +52,10 @@ const (
 	// DefaultMaxConnections bounds client connections (the bus's own two
 	// in-process connections included).
 	DefaultMaxConnections = 256
+	// DefaultReservedNamedConnections of MaxConnections are kept for
+	// named users: anonymous clients are refused once the server has
+	// MaxConnections minus these, so they cannot lock the writer out.
+	DefaultReservedNamedConnections = 16
 	// DefaultMaxPendingBytes bounds the outbound data the server holds for
 	// one connection that does not read it: 24 such connections cost at
 	// most 24 × 4 MiB.
@@ -87,9 +91,12 @@ const (
 // Limits bounds what clients may cost the bus; zero fields take the
 // defaults above.
 type Limits struct {
-	MaxConnections  int
-	MaxPendingBytes int64
-	WriteDeadline   time.Duration
+	MaxConnections int
+	// ReservedNamedConnections of MaxConnections only named users may
+	// take (anonymous clients are refused beyond the rest).
+	ReservedNamedConnections int
+	MaxPendingBytes          int64
+	WriteDeadline            time.Duration
 	// MaxPayload bounds one message; by default the writer's replay chunk
 	// plus headroom, at least 1 MiB (so the largest append fits).
 	MaxPayload int32
@@ -106,6 +113,9 @@ type Limits struct {
 func (l Limits) withDefaults(replayChunkBytes int) Limits {
 	if l.MaxConnections <= 0 {
 		l.MaxConnections = DefaultMaxConnections
+	}
+	if l.ReservedNamedConnections <= 0 {
+		l.ReservedNamedConnections = DefaultReservedNamedConnections
 	}
 	if l.MaxPendingBytes <= 0 {
 		l.MaxPendingBytes = DefaultMaxPendingBytes

@@ -345,3 +345,27 @@ func TestSpoofedReplyInboxRefused(t *testing.T) {
 		}
 	}
 }
+
+// Anonymous clients cannot take the connections kept for named users: with
+// the anonymous quota used up, the writer still connects.
+func TestAnonymousCannotLockOutTheWriter(t *testing.T) {
+	_, b := startBus(t, bus.Options{WriterUser: "w", WriterPassword: "pw", ReadOnlyUser: "ro", ReadOnlyPassword: "pw",
+		Limits: bus.Limits{MaxConnections: 24, ReservedNamedConnections: 16}})
+	admitted := 0
+	for range 24 {
+		nc, err := nats.Connect(b.ClientURL(), nats.NoReconnect())
+		if err != nil {
+			continue
+		}
+		t.Cleanup(nc.Close)
+		admitted++
+	}
+	if admitted == 0 || admitted > 24-16 {
+		t.Fatalf("%d anonymous clients admitted, want 1 to %d", admitted, 24-16)
+	}
+	w := connect(t, b.ClientURL(), busclient.UserOptions("w", "pw")...)
+	if _, err := busclient.NewClient(w).Head(context.Background()); err != nil {
+		t.Fatalf("the writer, with the anonymous quota used up: %v", err)
+	}
+	connect(t, b.ClientURL(), busclient.UserOptions("ro", "pw")...)
+}
