@@ -14,20 +14,20 @@ const (
 	// DefaultAuthFailureDelay is how long a failed authentication is held
 	// before the server answers it (only that connection waits).
 	DefaultAuthFailureDelay = 500 * time.Millisecond
-	// DefaultAuthFailureBurst is how many failures a source address may
+	// DefaultAuthFailureBurst is how many failures a (source address, user) may
 	// have at once before it is throttled.
 	DefaultAuthFailureBurst = 5
-	// DefaultAuthFailureInterval is how often a throttled source address
+	// DefaultAuthFailureInterval is how often a throttled (address, user)
 	// regains one attempt: at most one password is checked per interval.
 	DefaultAuthFailureInterval = time.Second
-	// MaxAuthTrackedAddrs bounds the source addresses whose failures are
-	// remembered; beyond it, addresses that have recovered are forgotten
-	// first, then the map is cleared (failing open to the per-connection
-	// delay, never growing).
+	// MaxAuthTrackedAddrs bounds the (source address, user) budgets
+	// remembered; beyond it, budgets that have recovered are forgotten
+	// (at most one scan per second), and new keys share one overflow
+	// budget of the same size (failing closed for them, never clearing).
 	MaxAuthTrackedAddrs = 4096
 )
 
-// AuthLimits bounds password guessing per source address; zero fields
+// AuthLimits bounds password guessing per source address and user; zero fields
 // take the defaults above.
 type AuthLimits struct {
 	FailureDelay    time.Duration
@@ -50,12 +50,14 @@ func (a AuthLimits) withDefaults() AuthLimits {
 
 // authenticator is the server's client authentication: users by name and
 // password (compared in constant time), anonymous clients as the anonymous
-// user when admitted, and a failure budget per source address. A source
-// address without budget left has its attempts refused without checking
-// them — a correct password too, so that guessing learns nothing — until
-// the budget refills. On a shared address (loopback) this throttles every
-// named user of that address while someone guesses; anonymous clients
-// (no credentials) are never throttled.
+// user when admitted, and a failure budget per source address and user
+// (budgetKey). An (address, user) without budget left has its attempts
+// refused without checking them — a correct password too, so that guessing
+// learns nothing — until the budget refills. Guessing one user's password
+// never throttles another user of the same address (loopback); each
+// attempt reserves its budget before the check (refunded on success), so
+// parallel attempts cannot pass together beyond it. Anonymous clients (no
+// credentials) are never throttled.
 type authenticator struct {
 	lim       AuthLimits
 	users     map[string]*server.User // by name, with their passwords
@@ -68,11 +70,13 @@ type authenticator struct {
 	anonymousMax int
 	clients      func() int
 
-	mu       sync.Mutex
-	failures map[string]*bucket // by source IP
-	checked  uint64             // passwords compared
-	refused  uint64             // attempts refused without a check
-	failed   uint64             // failed attempts (refused included)
+	mu         sync.Mutex
+	failures   map[string]*bucket // by source IP and user (budgetKey)
+	overflow   bucket             // shared by new keys while the table is full
+	lastForget time.Time          // of the last forgetRecovered scan
+	checked    uint64             // passwords compared
+	refused    uint64             // attempts refused without a check
+	failed     uint64             // failed attempts (refused included)
 
 	anonymousRefused uint64 // anonymous clients refused: the reserve for named users
 }
@@ -93,7 +97,8 @@ func (a *authenticator) Check(c server.ClientAuthentication) bool {
 		c.RegisterUser(a.anonymous)
 		return true
 	}
-	if !a.budget(c) {
+	k := a.budget(c, o.Username)
+	if k == nil {
 		return a.fail(c, true)
 	}
 	u := a.users[o.Username]
@@ -105,65 +110,82 @@ func (a *authenticator) Check(c server.ClientAuthentication) bool {
 	if !ok {
 		return a.fail(c, false)
 	}
+	a.refund(k)
 	c.RegisterUser(u)
 	return true
 }
 
-// budget takes one attempt from the source address's budget, counting the
-// check.
-func (a *authenticator) budget(c server.ClientAuthentication) bool {
-	ip := sourceIP(c)
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	k := a.failures[ip]
-	if k == nil {
-		a.checked++
-		return true
+// budgetKey is whose failure budget an attempt spends: its source address
+// and the user it names, so guessing one user's password never throttles
+// another user of the same address. Names of no user share one budget per
+// address (the table grows with addresses, not with invented names).
+func (a *authenticator) budgetKey(c server.ClientAuthentication, user string) string {
+	if _, known := a.users[user]; !known {
+		user = "\x00unknown"
 	}
-	// Peek without spending: an attempt spends only when it fails.
-	now := time.Now()
-	tokens := min(float64(a.lim.FailureBurst), k.tokens+now.Sub(k.last).Seconds()/a.lim.FailureInterval.Seconds())
-	if tokens < 1 {
-		return false
-	}
-	a.checked++
-	return true
+	return sourceIP(c) + "\x00" + user
 }
 
-// fail records a failure of c's address and holds the answer for the
-// failure delay. refused: the attempt was not checked.
-func (a *authenticator) fail(c server.ClientAuthentication, refused bool) bool {
-	ip := sourceIP(c)
+// budget reserves one attempt of the (address, user) budget, under the
+// lock, so parallel attempts cannot pass together beyond it; it returns the
+// bucket to refund when the attempt succeeds, or nil when the budget is
+// spent (the attempt is refused without a check). When the table is full
+// and nothing in it has recovered, new keys share one overflow budget
+// (failing closed for them, never forgetting what is tracked).
+func (a *authenticator) budget(c server.ClientAuthentication, user string) *bucket {
+	key := a.budgetKey(c, user)
 	now := time.Now()
+	rate, burst := 1/a.lim.FailureInterval.Seconds(), float64(a.lim.FailureBurst)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	k := a.failures[key]
+	if k == nil {
+		if len(a.failures) >= MaxAuthTrackedAddrs && now.Sub(a.lastForget) >= forgetInterval {
+			a.lastForget = now
+			a.forgetRecovered(now)
+		}
+		if len(a.failures) < MaxAuthTrackedAddrs {
+			k = &bucket{}
+			a.failures[key] = k
+		} else {
+			k = &a.overflow
+		}
+	}
+	if !k.take(now, rate, burst) {
+		return nil
+	}
+	a.checked++
+	return k
+}
+
+// refund returns the attempt a successful authentication reserved.
+func (a *authenticator) refund(k *bucket) {
+	a.mu.Lock()
+	k.tokens = min(float64(a.lim.FailureBurst), k.tokens+1)
+	a.mu.Unlock()
+}
+
+// fail counts a failure (its attempt was already spent by budget) and
+// holds the answer for the failure delay. refused: the attempt was not
+// checked.
+func (a *authenticator) fail(c server.ClientAuthentication, refused bool) bool {
 	a.mu.Lock()
 	a.failed++
 	if refused {
 		a.refused++
-	} else {
-		k := a.failures[ip]
-		if k == nil {
-			if len(a.failures) >= MaxAuthTrackedAddrs {
-				a.forgetRecovered(now)
-			}
-			k = &bucket{}
-			a.failures[ip] = k
-		}
-		k.take(now, 1/a.lim.FailureInterval.Seconds(), float64(a.lim.FailureBurst))
 	}
 	a.mu.Unlock()
 	time.Sleep(a.lim.FailureDelay)
 	return false
 }
 
+// forgetRecovered drops budgets that have refilled completely.
 func (a *authenticator) forgetRecovered(now time.Time) {
 	full := time.Duration(a.lim.FailureBurst) * a.lim.FailureInterval
-	for ip, k := range a.failures {
+	for key, k := range a.failures {
 		if now.Sub(k.last) >= full {
-			delete(a.failures, ip)
+			delete(a.failures, key)
 		}
-	}
-	if len(a.failures) >= MaxAuthTrackedAddrs {
-		clear(a.failures)
 	}
 }
 

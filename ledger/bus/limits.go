@@ -24,8 +24,8 @@ package bus
 //     request over the limit gets an error reply (busclient.CodeRateLimited),
 //     never silence;
 //   - authentication: failures are answered after AuthFailureDelay, and
-//     each source address may fail at most AuthFailureBurst times and then
-//     once per AuthFailureInterval; beyond that its attempts are refused
+//     each (source address, user) may fail at most AuthFailureBurst times
+//     and then once per AuthFailureInterval; beyond that its attempts are refused
 //     without being checked (auth.go).
 //
 // The connection a request came from is not visible to the responder: it

@@ -127,10 +127,11 @@ func TestRateLimitAnswers(t *testing.T) {
 // answered late; anonymous clients are not throttled.
 func TestAuthFailureBackoff(t *testing.T) {
 	const delay = 50 * time.Millisecond
-	_, b := startBus(t, bus.Options{WriterUser: "w", WriterPassword: "right",
+	_, b := startBus(t, bus.Options{WriterUser: "w", WriterPassword: "right", ReadOnlyUser: "ro", ReadOnlyPassword: "pw",
 		Limits: bus.Limits{Auth: bus.AuthLimits{FailureDelay: delay, FailureBurst: 3, FailureInterval: time.Hour}}})
 	var wg sync.WaitGroup
 	var accepted atomic.Int32
+	base := b.AuthStats() // the bus's own connections
 	start := time.Now()
 	for i := range 30 {
 		wg.Go(func() {
@@ -146,14 +147,20 @@ func TestAuthFailureBackoff(t *testing.T) {
 		t.Fatalf("%d guesses accepted, took %v", accepted.Load(), time.Since(start))
 	}
 	st := b.AuthStats()
-	// Parallel attempts may pass the budget check together before the
-	// first failures are recorded; each later one is refused unchecked.
-	if st.Failed != 30 || st.Checked > 3+8 || st.Refused < 30-3-8 {
+	// Each attempt reserves its budget before the check: parallel attempts
+	// cannot pass together beyond it.
+	if st.Failed-base.Failed != 30 || st.Checked-base.Checked != 3 || st.Refused-base.Refused != 30-3 {
 		t.Fatalf("auth stats %+v: the budget of 3 did not hold", st)
 	}
 	if _, err := nats.Connect(b.ClientURL(), nats.UserInfo("w", "right"), nats.NoReconnect()); err == nil {
 		t.Fatal("the right password was checked while the address had no budget left")
 	}
+	// Another user of the same address is not throttled by the guessing.
+	ro, err := nats.Connect(b.ClientURL(), nats.UserInfo("ro", "pw"), nats.NoReconnect())
+	if err != nil {
+		t.Fatalf("guessing w's password throttled ro on the same address: %v", err)
+	}
+	ro.Close()
 	nc, err := nats.Connect(b.ClientURL(), nats.NoReconnect())
 	if err != nil {
 		t.Fatalf("anonymous client throttled: %v", err)
