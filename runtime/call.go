@@ -329,14 +329,17 @@ func (l *lease) neverReached(sent time.Time, relayed int64) bool {
 }
 
 // release leaves the gate after a call that never reached tools/call.
-func (l *lease) release() {
+func (l *lease) release() { l.releaseFrom(context.Background()) }
+
+// releaseFrom is release with the context its termination runs under.
+func (l *lease) releaseFrom(ctx context.Context) {
 	l.mu.Lock()
 	l.inflight--
 	killer := l.state == stateRevoked && l.inflight == 0
 	l.mu.Unlock()
 	if killer {
 		<-l.revokedLogged
-		l.m.keep(l.terminate(context.Background(), "revoked"))
+		l.m.keep(l.terminate(ctx, "revoked"))
 	}
 }
 

@@ -145,8 +145,8 @@ func (h *ResourceHandle) register(ctx context.Context, timeout time.Duration, ar
 	err := m.emit(rctx, h.draft(reg))
 	timedOut := rctx.Err() != nil
 	cancel()
-	l.admitting.Done()
 	if err != nil {
+		l.admitting.Done()
 		kind := ErrLedger
 		if timedOut {
 			kind = ErrRegisterTimeout
@@ -188,6 +188,7 @@ func (h *ResourceHandle) register(ctx context.Context, timeout time.Duration, ar
 	if !started {
 		// The owner ended during the registration: its end records the
 		// cancellation (nothing was sent).
+		l.admitting.Done()
 		h.cancel()
 		close(h.workerDone)
 		close(h.regDone)
@@ -195,7 +196,13 @@ func (h *ResourceHandle) register(ctx context.Context, timeout time.Duration, ar
 		m.keep(m.release(ctx, h.st))
 		return nil
 	}
+	// The worker counts (track) before the admission ends: a termination
+	// waiting on admitting then finds it in its workers obligation.
 	l.reqs.track(h)
+	l.admitting.Done()
+	if hook := m.testHookRequestAdmitted; hook != nil {
+		hook(h)
+	}
 	close(h.regDone)
 	go h.run()
 	return nil
@@ -207,12 +214,19 @@ func (h *ResourceHandle) register(ctx context.Context, timeout time.Duration, ar
 func (h *ResourceHandle) run() {
 	l, m := h.l, h.l.m
 	defer func() {
-		// After the handle's own work: the lease's gate and the session
-		// (either may end the lease, whose close waits for the workers).
-		l.release()
-		m.keep(m.release(context.Background(), h.st))
+		// After the handle's own work: the lease's gate and the session,
+		// then the worker's exit — it counts until its releases (which
+		// may record session.ended and end leases) returned. Either
+		// release may end this lease, whose close waits for the workers:
+		// that close, run here, does not wait for this worker (selfWorker).
+		if hook := m.testHookWorkerReleasing; hook != nil {
+			hook(h)
+		}
+		ctx := context.WithValue(context.Background(), selfWorkerKey{}, l)
+		l.releaseFrom(ctx)
+		m.keep(m.release(ctx, h.st))
+		l.reqs.workerExit()
 	}()
-	defer l.reqs.workerExit()
 	res, err := h.dispatch()
 	expired := errors.Is(h.ctx.Err(), context.DeadlineExceeded)
 	h.cancel() // the budget's timer ends with the request

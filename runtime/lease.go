@@ -340,7 +340,7 @@ func (l *lease) closeSteps(ctx context.Context, budget time.Duration, rep Connec
 	workers, workersDetail := events.BarrierOK, ""
 	select {
 	case <-exited:
-		if l.reqs.awaitWorkers(deadline) > 0 {
+		if l.reqs.awaitWorkers(deadline, selfWorker(ctx, l)) > 0 {
 			workers, workersDetail = events.BarrierTimeout, "request_workers_running"
 		}
 	case <-until(deadline):

@@ -176,6 +176,12 @@ type Manager struct {
 	// testHookRegister runs before a resource request's registration is
 	// appended.
 	testHookRegister func(*ResourceHandle)
+	// testHookRequestAdmitted runs after a resource request's admission
+	// ended (its registration durable), before its worker starts.
+	testHookRequestAdmitted func(*ResourceHandle)
+	// testHookWorkerReleasing runs in a resource request's worker after
+	// its request settled, before it releases the lease and the session.
+	testHookWorkerReleasing func(*ResourceHandle)
 }
 
 type leaseKey struct{ session, server string }

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"strconv"
 	"sync"
@@ -24,7 +25,7 @@ type reqTable struct {
 	byToken map[string]*ResourceHandle
 	byWire  map[string]*ResourceHandle
 	workers int
-	idle    chan struct{} // closed while workers == 0 (nil: never started one)
+	exited  chan struct{} // closed (and cleared) at each worker's exit; nil when nobody waits
 }
 
 // track makes h visible to the transport and counts its worker.
@@ -35,9 +36,6 @@ func (t *reqTable) track(h *ResourceHandle) {
 		t.byWire = make(map[string]*ResourceHandle)
 	}
 	t.byToken[h.id] = h
-	if t.workers == 0 {
-		t.idle = make(chan struct{})
-	}
 	t.workers++
 	t.mu.Unlock()
 	t.live.Add(1)
@@ -64,29 +62,54 @@ func (t *reqTable) untrack(h *ResourceHandle) {
 func (t *reqTable) workerExit() {
 	t.mu.Lock()
 	t.workers--
-	if t.workers == 0 {
-		close(t.idle)
+	if t.exited != nil {
+		close(t.exited)
+		t.exited = nil
 	}
 	t.mu.Unlock()
 }
 
-// awaitWorkers waits until no handle worker runs, or until deadline; it
-// returns the number still running.
-func (t *reqTable) awaitWorkers(deadline time.Time) int {
-	t.mu.Lock()
-	n, idle := t.workers, t.idle
-	t.mu.Unlock()
-	if n == 0 {
-		return 0
+// selfWorkerKey marks the context of a handle worker's releases with its
+// lease: a close of that lease run by those releases does not wait for
+// the worker running it (it would wait for itself).
+type selfWorkerKey struct{}
+
+// selfWorker is 1 when ctx is the releases' context of one of l's
+// workers, else 0.
+func selfWorker(ctx context.Context, l *lease) int {
+	if v, _ := ctx.Value(selfWorkerKey{}).(*lease); v == l {
+		return 1
 	}
-	select {
-	case <-idle:
-		return 0
-	case <-until(deadline):
+	return 0
+}
+
+// awaitWorkers waits until no handle worker runs (but self, the calling
+// worker), or until deadline; it returns the number still running.
+func (t *reqTable) awaitWorkers(deadline time.Time, self int) int {
+	var late <-chan time.Time
+	for {
+		t.mu.Lock()
+		n := t.workers - self
+		if n <= 0 {
+			t.mu.Unlock()
+			return 0
+		}
+		if t.exited == nil {
+			t.exited = make(chan struct{})
+		}
+		ch := t.exited
+		t.mu.Unlock()
+		if late == nil {
+			late = until(deadline)
+		}
+		select {
+		case <-ch:
+		case <-late:
+			t.mu.Lock()
+			defer t.mu.Unlock()
+			return max(t.workers-self, 0)
+		}
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.workers
 }
 
 // wireText is a JSON-RPC id as text (the events' wire_id).

@@ -1,0 +1,139 @@
+//go:build linux
+
+package runtime
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/leaseledger/leaseledger/events"
+)
+
+// workersBarrier returns the connection.barrier{workers} of act, if any.
+func workersBarrier(p *policyEnv, act string) *events.ConnectionBarrier {
+	for _, x := range p.events() {
+		if b, ok := x.Payload.(*events.ConnectionBarrier); ok && x.Activation == act && b.Obligation == events.ObligationWorkers {
+			return b
+		}
+	}
+	return nil
+}
+
+// holdWorkerThenTerminate parks a handle's worker in a hook (set by arm)
+// and runs TerminateAll meanwhile: the termination's workers obligation
+// must not be confirmed while the worker is parked; once released, the
+// worker ends and the termination completes.
+func holdWorkerThenTerminate(t *testing.T, arm func(p *policyEnv, hook func(*ResourceHandle)), uri string, openGate bool) {
+	p := newPolicyEnv(t, nil)
+	s := p.open("s1")
+	capa := s.Capability()
+	ctx := ctxT(t, 30*time.Second)
+	o, err := capa.NewOwner(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parked, release := make(chan *ResourceHandle, 1), make(chan struct{})
+	arm(p, func(h *ResourceHandle) {
+		parked <- h
+		<-release
+	})
+	type started struct {
+		h   *ResourceHandle
+		err error
+	}
+	st := make(chan started, 1)
+	go func() {
+		h, err := capa.ReadResource(ctx, o, "fs", uri, RequestOptions{Budget: 10 * time.Second})
+		st <- started{h, err}
+	}()
+	if openGate {
+		p.w.openGate(uri)
+	}
+	var h *ResourceHandle
+	select {
+	case h = <-parked:
+	case <-ctx.Done():
+		t.Fatal("the hook never ran")
+	}
+	act := h.Activation()
+	term := make(chan error, 1)
+	go func() { term <- p.m.TerminateAll(context.Background()) }()
+	select {
+	case err := <-term:
+		t.Fatalf("TerminateAll returned while the worker was held (workers barrier %+v, err %v)", workersBarrier(p, act), err)
+	case <-time.After(700 * time.Millisecond):
+	}
+	if b := workersBarrier(p, act); b != nil {
+		t.Fatalf("workers barrier recorded while the worker was held: %+v", b)
+	}
+	close(release)
+	if err := <-term; err != nil {
+		t.Fatalf("TerminateAll: %v", err)
+	}
+	<-h.workerDone
+	if b := workersBarrier(p, act); b == nil || b.Outcome != events.BarrierOK {
+		t.Fatalf("workers barrier %+v", b)
+	}
+	if r := <-st; r.err != nil {
+		t.Fatalf("start: %v", r.err)
+	}
+	<-h.Done()
+	if _, err := h.Await(ctx); err != nil && !errors.Is(err, ErrRequestFailed) {
+		t.Fatalf("await after close: %v", err)
+	}
+}
+
+// A request admitted (registration durable) whose worker has not started
+// yet counts in the workers obligation of a concurrent termination.
+func TestRequestWorkerCountedFromAdmission(t *testing.T) {
+	holdWorkerThenTerminate(t, func(p *policyEnv, hook func(*ResourceHandle)) {
+		p.m.testHookRequestAdmitted = hook
+	}, "fake://gate/admitted", false)
+}
+
+// A worker whose request settled counts until its releases (which may
+// record session.ended and end leases) returned.
+func TestRequestWorkerCountedUntilReleased(t *testing.T) {
+	holdWorkerThenTerminate(t, func(p *policyEnv, hook func(*ResourceHandle)) {
+		p.m.testHookWorkerReleasing = hook
+	}, "fake://gate/released", true)
+}
+
+// A worker whose releases end the session (the scope was released while
+// the request ran) ends its own lease: that close does not wait for the
+// worker running it, and its workers obligation is confirmed.
+func TestRequestWorkerEndsItsOwnLease(t *testing.T) {
+	p := newPolicyEnv(t, nil)
+	ctx := ctxT(t, 30*time.Second)
+	s, err := p.m.OpenSession(ctx, "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	capa := s.Capability()
+	o, err := capa.NewOwner(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := capa.ReadResource(ctx, o, "fs", "fake://gate/self", RequestOptions{Budget: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	p.w.openGate("fake://gate/self")
+	<-h.Done()
+	waitFor(t, func() bool { return workersBarrier(p, h.Activation()) != nil })
+	if b := workersBarrier(p, h.Activation()); b.Outcome != events.BarrierOK {
+		t.Fatalf("workers barrier %+v", b)
+	}
+	if d := time.Since(t0); d > 2*time.Second {
+		t.Fatalf("the worker's own close took %v", d)
+	}
+	if _, err := h.Await(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
