@@ -3,6 +3,7 @@ package ledger_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"testing"
 
 	"github.com/leaseledger/leaseledger/ledger"
@@ -109,5 +110,40 @@ func TestOpenRefusesADamagedHead(t *testing.T) {
 		if !errors.Is(err, ledger.ErrCorrupt) || !errors.As(err, &le) || le.Op != "open" || le.Seq != n {
 			t.Fatalf("open (read-only %v) with the last event damaged: %v", ro, err)
 		}
+	}
+}
+
+// A matched retry whose original acknowledgements cannot be read (damaged
+// storage) is not reported as a refusal: its events are durable, so the
+// error is ErrUnacknowledged (in doubt), never a plain failure.
+func TestIdempotentRetryOfUnreadableAcksIsInDoubt(t *testing.T) {
+	const n, bad = 400, 200
+	dir := t.TempDir()
+	id := ledger.Idempotency{Key: "k-200"}
+	ledgertest.WriteFlushedWith(t, dir, func(l *ledger.Ledger) {
+		for i := 1; i <= n; i++ {
+			var err error
+			if i == bad {
+				_, _, err = l.AppendIdempotent(context.Background(), id, ledgertest.Draft(i))
+			} else {
+				_, err = l.Append(context.Background(), ledgertest.Draft(i))
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+	ledgertest.DamageEvent(t, dir, bad)
+	l, err := ledger.Open(ledger.Options{Dir: dir, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	_, _, err = l.AppendIdempotent(context.Background(), id, ledgertest.Draft(bad))
+	if !errors.Is(err, ledger.ErrUnacknowledged) || !errors.Is(err, ledger.ErrCorrupt) {
+		t.Fatalf("retry of a key whose events cannot be read: %v, want ErrUnacknowledged wrapping ErrCorrupt", err)
+	}
+	if h := l.Head().Seq; h != n {
+		t.Fatalf("the retry wrote: head %d", h)
 	}
 }

@@ -135,7 +135,13 @@ func (l *Ledger) AppendIdempotent(ctx context.Context, id Idempotency, drafts ..
 		return acks, false, err
 	}
 	acks, err = l.readAcks(req.dupFirst, req.dupCount)
-	return acks, true, err
+	if err != nil {
+		// The events are durable (the key matched a sealed record), but
+		// their acknowledgements cannot be read: the caller cannot be told
+		// they were written, and must not be told they were not.
+		return nil, true, &Error{Op: "append", Err: fmt.Errorf("%w: the key's events are durable but their acknowledgements cannot be read: %w", ErrUnacknowledged, err)}
+	}
+	return acks, true, nil
 }
 
 // readAcks rebuilds the acknowledgements of the durable events first..first+n-1.

@@ -37,15 +37,23 @@ func Marker(i int) string { return fmt.Sprintf("dmg-%06d", i) }
 // the events are read from that file (not the write-ahead log) afterwards.
 func WriteFlushed(t testing.TB, dir string, n int) {
 	t.Helper()
+	WriteFlushedWith(t, dir, func(l *ledger.Ledger) {
+		for i := 1; i <= n; i++ {
+			if _, err := l.Append(context.Background(), Draft(i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
+
+// WriteFlushedWith is WriteFlushed with the appends made by write.
+func WriteFlushedWith(t testing.TB, dir string, write func(l *ledger.Ledger)) {
+	t.Helper()
 	l, err := ledger.Open(ledger.Options{Dir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := 1; i <= n; i++ {
-		if _, err := l.Append(context.Background(), Draft(i)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	write(l)
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
