@@ -47,8 +47,10 @@ type CancelReport struct {
 // awaited, and request.cancelled records the report. On a handle that
 // completed first it returns SettlementAlreadyCompleted (the result stays
 // available; request.cancelled{local_settled: false} records the
-// attempt); on a handle already cancelled ErrHandleSettled with the
-// stored report, and ErrOwnerEnded when its owner's end settled it.
+// attempt, once: a later Cancel returns the same report with
+// ErrHandleSettled and records nothing); on a handle already cancelled
+// ErrHandleSettled with the stored report, and ErrOwnerEnded when its
+// owner's end settled it.
 func (h *ResourceHandle) Cancel(ctx context.Context) (CancelReport, error) {
 	return h.cancelAs(ctx, reasonCallerCancelled, settleCancelled)
 }
@@ -66,9 +68,17 @@ func (h *ResourceHandle) cancelAs(ctx context.Context, reason string, kind settl
 		rep := CancelReport{Handle: h.id, Reason: reason, Settlement: SettlementAlreadyCompleted,
 			TransportAccepted: events.DeliveryNo, NotificationDelivered: events.DeliveryNo, Remote: events.RemoteUnknown}
 		if kind == settleCancelled && !h.owner.isEnded() {
+			// The first attempt is recorded; a repeated one is refused.
 			h.logMu.Lock()
-			h.l.m.keep(h.l.m.emitFact(ctx, h.draft(rep.payload())))
+			again := h.cancelTried
+			if !again {
+				h.cancelTried = true
+				h.l.m.keep(h.l.m.emitFact(ctx, h.draft(rep.payload())))
+			}
 			h.logMu.Unlock()
+			if again {
+				return rep, h.errorOf(ErrHandleSettled, nil)
+			}
 		}
 		return rep, nil
 	default:

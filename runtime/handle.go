@@ -53,8 +53,9 @@ type ResourceHandle struct {
 	// logMu serializes the handle's appends, so its wire ids are recorded
 	// in order and nothing follows its settlement; final is set, under
 	// it, with the settlement's record.
-	logMu sync.Mutex
-	final bool
+	logMu       sync.Mutex
+	final       bool
+	cancelTried bool // a Cancel after completion was recorded (under logMu)
 
 	mu         sync.Mutex
 	settle     settleKind

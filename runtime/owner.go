@@ -18,9 +18,9 @@ type Owner struct {
 	m       *Manager
 	session string
 	id      string
-	stop    func() bool
 
 	mu      sync.Mutex
+	stop    func() bool // the AfterFunc's stop, set under mu (nil until then)
 	handles map[string]*ResourceHandle
 	ended   bool
 
@@ -53,7 +53,12 @@ func (c LeaseCapability) NewOwner(ctx context.Context) (*Owner, error) {
 	}
 	a := newActivationID()
 	o := &Owner{m: c.m, session: c.st.id, id: "own-" + a[4:], handles: map[string]*ResourceHandle{}, endDone: make(chan struct{})}
-	o.stop = context.AfterFunc(ctx, func() { _, _ = o.End(context.WithoutCancel(ctx)) })
+	// With ctx already done the callback runs at once, concurrently with
+	// this assignment: End reads stop under o.mu (nil: not assigned yet).
+	stop := context.AfterFunc(ctx, func() { _, _ = o.End(context.WithoutCancel(ctx)) })
+	o.mu.Lock()
+	o.stop = stop
+	o.mu.Unlock()
 	return o, nil
 }
 
@@ -114,8 +119,10 @@ func (o *Owner) remove(h *ResourceHandle) {
 func (o *Owner) End(ctx context.Context) (OwnerReport, error) {
 	o.endOnce.Do(func() {
 		defer close(o.endDone)
-		o.stop()
 		o.mu.Lock()
+		if o.stop != nil {
+			o.stop()
+		}
 		o.ended = true
 		hs := make([]*ResourceHandle, 0, len(o.handles))
 		for _, h := range o.handles {

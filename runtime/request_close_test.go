@@ -137,3 +137,66 @@ func TestRequestWorkerEndsItsOwnLease(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// An owner created with an already-ended context ends at once (its
+// AfterFunc runs concurrently with NewOwner's return): no race, no panic.
+func TestOwnerNewWithEndedContext(t *testing.T) {
+	p := newPolicyEnv(t, nil)
+	capa := p.open("s1").Capability()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	o, err := capa.NewOwner(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-o.Ended():
+	case <-time.After(10 * time.Second):
+		t.Fatal("owner not ended")
+	}
+	if _, err := o.End(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := capa.ReadResource(context.Background(), o, "fs", "fake://gate/x", DefaultRequestOptions()); !errors.Is(err, ErrOwnerEnded) {
+		t.Fatalf("start under ended owner: %v", err)
+	}
+}
+
+// Cancel on a completed handle records the attempt once; a second Cancel
+// is ErrHandleSettled and records nothing.
+func TestRequestCancelCompletedOnce(t *testing.T) {
+	p := newPolicyEnv(t, nil)
+	capa := p.open("s1").Capability()
+	ctx := ctxT(t, 30*time.Second)
+	o, err := capa.NewOwner(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.w.openGate("fake://gate/done")
+	h, err := capa.ReadResource(ctx, o, "fs", "fake://gate/done", RequestOptions{Budget: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Await(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := h.Cancel(ctx)
+	if err != nil || rep.Settlement != SettlementAlreadyCompleted {
+		t.Fatalf("first cancel %+v %v", rep, err)
+	}
+	for range 3 {
+		rep, err = h.Cancel(ctx)
+		if !errors.Is(err, ErrHandleSettled) || rep.Settlement != SettlementAlreadyCompleted {
+			t.Fatalf("repeated cancel %+v %v", rep, err)
+		}
+	}
+	n := 0
+	for _, x := range p.events() {
+		if c, ok := x.Payload.(*events.RequestCancelled); ok && c.Handle == h.ID() {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatalf("%d request.cancelled recorded, want 1", n)
+	}
+}
