@@ -31,6 +31,11 @@ const (
 	scopeOther   = "other"
 )
 
+// maxSettleBatches bounds how many requests' settle facts (at most three
+// events each) the cleanup worker appends at once, well under the
+// ledger's per-append event bound.
+const maxSettleBatches = 256
+
 // httpWorkerID is the worker named in http.worker_down: the go-sdk
 // goroutine that issued the request and released it by closing its body.
 const httpWorkerID = "mcp_http_client"
@@ -159,14 +164,21 @@ func (ev *httpEvidence) worker() {
 				ev.mu.Unlock()
 				break
 			}
-			batch := ev.queue[0]
-			ev.queue[0] = nil
-			ev.queue = ev.queue[1:]
+			// Take what is queued, in hand-off order, up to
+			// maxSettleBatches: one append keeps the worker abreast of many
+			// concurrent requests (each append is a durable commit).
+			k := min(len(ev.queue), maxSettleBatches)
+			var drafts []events.Draft
+			for i := range k {
+				drafts = append(drafts, ev.queue[i]...)
+				ev.queue[i] = nil
+			}
+			ev.queue = ev.queue[k:]
 			ev.mu.Unlock()
 			ctx, cancel := context.WithTimeout(context.Background(), factTimeout)
-			err := ev.emit(ctx, batch...)
+			err := ev.emit(ctx, drafts...)
 			cancel()
-			ev.settled(1, err != nil)
+			ev.settled(k, err != nil)
 		}
 	}
 }
