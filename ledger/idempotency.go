@@ -128,6 +128,12 @@ func (l *Ledger) AppendIdempotent(ctx context.Context, id Idempotency, drafts ..
 	}
 	req := &appendReq{prepared: prepared, key: key, digest: contentDigest(prepared), done: make(chan struct{})}
 	if !id.FirstSent.IsZero() {
+		// A first attempt cannot have been sent later than now (give or
+		// take the clocks' difference); beyond that the value is refused,
+		// which also keeps UnixNano from overflowing.
+		if id.FirstSent.After(time.Now().Add(IdempotencyClockSlack)) {
+			return nil, false, &Error{Op: "append", Err: fmt.Errorf("%w: its first-sent time is more than %v in the future", ErrIdempotencyKey, IdempotencyClockSlack)}
+		}
 		req.firstSent = id.FirstSent.UnixNano()
 	}
 	acks, err = l.await(ctx, req)

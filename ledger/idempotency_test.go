@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"testing"
@@ -138,5 +139,24 @@ func TestIdempotencyWindow(t *testing.T) {
 	}
 	if _, replayed, _ := l.AppendIdempotent(ctx, ledger.Idempotency{Key: "k3"}, drafts("a", 1)...); replayed {
 		t.Fatal("k3 kept beyond a window of 1")
+	}
+}
+
+// A first-sent time far in the future is refused (it cannot be true, and
+// would overflow nanoseconds); nothing is written.
+func TestIdempotencyFirstSentInTheFuture(t *testing.T) {
+	l := open(t, t.TempDir())
+	defer l.Close()
+	for _, fs := range []time.Time{time.Now().Add(time.Hour), time.UnixMilli(math.MaxInt64)} {
+		_, _, err := l.AppendIdempotent(context.Background(), ledger.Idempotency{Key: "k", FirstSent: fs}, drafts("act-1", 1)...)
+		if !errors.Is(err, ledger.ErrIdempotencyKey) {
+			t.Fatalf("first sent %v: %v, want ErrIdempotencyKey", fs, err)
+		}
+	}
+	if h := l.Head().Seq; h != 0 {
+		t.Fatalf("a refused append wrote: head %d", h)
+	}
+	if _, _, err := l.AppendIdempotent(context.Background(), ledger.Idempotency{Key: "k", FirstSent: time.Now().Add(30 * time.Second)}, drafts("act-1", 1)...); err != nil {
+		t.Fatalf("first sent within the clock slack: %v", err)
 	}
 }

@@ -264,6 +264,11 @@ func (b *Bus) appendLines(h nats.Header, data []byte) (acks []ledger.Ack, replay
 			if err != nil || ms <= 0 {
 				return nil, false, fmt.Errorf("%w: %s must be Unix milliseconds", errBadRequest, busclient.HeaderFirstSent)
 			}
+			// Compared in milliseconds: a far-future value must not
+			// overflow the ledger's nanoseconds.
+			if ms > time.Now().Add(ledger.IdempotencyClockSlack).UnixMilli() {
+				return nil, false, fmt.Errorf("%w: %s is in the future (more than %v ahead of the server's clock)", errBadRequest, busclient.HeaderFirstSent, ledger.IdempotencyClockSlack)
+			}
 			id.FirstSent = time.UnixMilli(ms)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -53,6 +54,8 @@ func TestStrictRequests(t *testing.T) {
 		{busclient.AppendSubject, `{"kind":"lease.terminated","data":{"reason":"revoked"}}`, map[string]string{busclient.HeaderIdempotencyKey: "bad key!"}, "Ledger-Idempotency-Key must be"},
 		{busclient.AppendSubject, `{"kind":"lease.terminated","data":{"reason":"revoked"}}`, map[string]string{busclient.HeaderIdempotencyKey: "k1", busclient.HeaderFirstSent: "yesterday"}, "Ledger-First-Sent must be"},
 		{busclient.AppendSubject, `{"kind":"lease.terminated","data":{"reason":"revoked"}}` + "\nnull", nil, "line 2"},
+		{busclient.AppendSubject, `{"kind":"lease.terminated","data":{"reason":"revoked"}}`, map[string]string{busclient.HeaderIdempotencyKey: "k2", busclient.HeaderFirstSent: strconv.FormatInt(time.Now().Add(time.Hour).UnixMilli(), 10)}, "is in the future"},
+		{busclient.AppendSubject, `{"kind":"lease.terminated","data":{"reason":"revoked"}}`, map[string]string{busclient.HeaderIdempotencyKey: "k3", busclient.HeaderFirstSent: "9223372036854775807"}, "is in the future"},
 	} {
 		conn := nc
 		if c.subject == busclient.AppendSubject {
