@@ -49,6 +49,7 @@ func TestStrictRequests(t *testing.T) {
 		{busclient.ReplaySubject, `{"max_events":-1}`, nil, "max_events is negative"},
 		{busclient.ReplaySubject, `{"from":1`, nil, "not valid JSON"},
 		{busclient.ReplaySubject, `{"kind":"no.such"}`, nil, "invalid replay request"},
+		{busclient.ReplaySubject, `{"kind":"secret.kind"}`, nil, "unknown kind"},
 		{busclient.HeadSubject, ``, nil, ""},
 		{busclient.HeadSubject, `{}`, nil, "the body must be empty"},
 		{busclient.AppendSubject, `{"kind":"lease.terminated","data":{"reason":"revoked"}}`, map[string]string{busclient.HeaderIdempotencyKey: "bad key!"}, "Ledger-Idempotency-Key must be"},
