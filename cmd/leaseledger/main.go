@@ -100,13 +100,25 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 // fsynced events were ever acknowledged.
 const shutdownGrace = 20 * time.Second
 
+// exitProcess ends the process when a shutdown outlives its grace (tests
+// replace it).
+var exitProcess = os.Exit
+
+// startGraceTimer exits the process with code 3 unless stop is called
+// within grace of what started the shutdown (why).
+func startGraceTimer(stderr io.Writer, why string, grace time.Duration, exit func(int)) (stop func()) {
+	t := time.AfterFunc(grace, func() {
+		fmt.Fprintf(stderr, "leaseledger: did not stop within %v of %s (storage not responding); exiting\n", grace, why)
+		exit(3)
+	})
+	return func() { t.Stop() }
+}
+
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	go func() {
 		<-ctx.Done()
-		time.Sleep(shutdownGrace)
-		fmt.Fprintf(os.Stderr, "leaseledger: did not stop within %v of the signal (storage not responding); exiting\n", shutdownGrace)
-		os.Exit(3)
+		startGraceTimer(os.Stderr, "the signal", shutdownGrace, os.Exit)
 	}()
 	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()

@@ -360,3 +360,44 @@ func TestCheckpointCommands(t *testing.T) {
 		t.Fatalf("verify of a shorter log: %+v", r)
 	}
 }
+
+// The grace timer that bounds a shutdown (a signal's, or serve's after the
+// ledger failed) exits with code 3 when closing outlives it, and does
+// nothing once stopped.
+func TestShutdownGraceTimer(t *testing.T) {
+	exited := make(chan int, 1)
+	var stderr syncBuffer
+	startGraceTimer(&stderr, "the ledger's failure", 20*time.Millisecond, func(code int) { exited <- code })
+	select {
+	case code := <-exited:
+		if code != 3 || !strings.Contains(stderr.String(), "did not stop within") {
+			t.Fatalf("exit %d, stderr %q", code, stderr.String())
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a shutdown past its grace did not exit")
+	}
+	stop := startGraceTimer(io.Discard, "x", 20*time.Millisecond, func(code int) { exited <- code })
+	stop()
+	select {
+	case <-exited:
+		t.Fatal("a stopped grace timer exited")
+	case <-time.After(100 * time.Millisecond):
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

@@ -44,6 +44,10 @@ and append requests, and shuts down cleanly on SIGINT or SIGTERM.`,
 			// The ledger is opened with its live projection: the newest
 			// snapshot plus the tail is restored before anything can be
 			// appended, and snapshots are saved periodically and on close.
+			// Stopped last: the grace timer of a failure's shutdown
+			// (below) bounds the deferred closes too.
+			stopGrace := func() {}
+			defer func() { stopGrace() }()
 			proj, err := live.Open(cmd.Context(), live.Options{Ledger: ledger.Options{Dir: a.dataDir, Logger: a.logger}, Logger: a.logger})
 			if errors.Is(err, ledger.ErrCorrupt) {
 				// Refuse rather than serve a projection that skipped events.
@@ -84,6 +88,9 @@ and append requests, and shuts down cleanly on SIGINT or SIGTERM.`,
 				// the cause is fixed; nothing acknowledged is lost.
 				failure = l.Stats().Failure
 				fmt.Fprintf(a.stderr, "leaseledger: the ledger failed, shutting down: %v\n", failure)
+				// Closing waits for appends in flight and the storage:
+				// bound it as a signal's shutdown is bounded (main).
+				stopGrace = startGraceTimer(a.stderr, "the ledger's failure", shutdownGrace, exitProcess)
 			}
 			fmt.Fprintln(a.stdout, "leaseledger: shutting down")
 			if err := b.Close(); err != nil {
