@@ -110,7 +110,7 @@ and append requests, and shuts down cleanly on SIGINT or SIGTERM.`,
 	f.IntVar(&opts.WebSocketPort, "ws-port", 0, "NATS WebSocket port for browser dashboards (0: off, -1: any free port)")
 	f.StringVar(&opts.ReadOnlyUser, "read-only-user", "", "add a read-only NATS user (subscribe to events, call replay/head)")
 	f.StringVar(&opts.ReadOnlyPassword, "read-only-password", "", "password of --read-only-user (env LEASELEDGER_READONLY_PASSWORD)")
-	f.StringVar(&opts.WriterUser, "writer-user", "", "add a NATS user that may also append through leaseledger.api.append")
+	f.StringVar(&opts.WriterUser, "writer-user", "", "add a NATS user that may also append (on its own subject, leaseledger.api.append.<user>)")
 	f.StringVar(&opts.WriterPassword, "writer-password", "", "password of --writer-user (env LEASELEDGER_WRITER_PASSWORD)")
 	f.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics on this address, e.g. 127.0.0.1:9248 (empty: off)")
 	f.BoolVar(&opts.DenyAnonymous, "deny-anonymous", false, "refuse unauthenticated clients (by default they are read-only)")
@@ -122,8 +122,8 @@ and append requests, and shuts down cleanly on SIGINT or SIGTERM.`,
 	f.Float64Var(&opts.Limits.RequestBurst, "request-burst", bus.DefaultRequestBurst, "API request burst per anonymous or read-only connection")
 	f.Float64Var(&opts.Limits.AnonymousRate, "anonymous-rate", bus.DefaultAnonymousRate, "API requests per second of all anonymous connections together")
 	f.DurationVar(&opts.Limits.Auth.FailureDelay, "auth-failure-delay", bus.DefaultAuthFailureDelay, "a failed authentication is answered after this delay")
-	f.IntVar(&opts.Limits.Auth.FailureBurst, "auth-failure-burst", bus.DefaultAuthFailureBurst, "failed authentications per source address before it is throttled")
-	f.DurationVar(&opts.Limits.Auth.FailureInterval, "auth-failure-interval", bus.DefaultAuthFailureInterval, "a throttled source address regains one attempt per interval")
+	f.IntVar(&opts.Limits.Auth.FailureBurst, "auth-failure-burst", bus.DefaultAuthFailureBurst, "failed authentications per source address and user before that pair is throttled")
+	f.DurationVar(&opts.Limits.Auth.FailureInterval, "auth-failure-interval", bus.DefaultAuthFailureInterval, "a throttled address and user pair regains one attempt per interval")
 	return cmd
 }
 
