@@ -96,6 +96,9 @@ func (h *ResourceHandle) cancelAs(ctx context.Context, reason string, kind settl
 	// This call settles h. Wait for the registration's outcome first, so
 	// the cancellation is recorded after it.
 	<-h.regDone
+	h.mu.Lock()
+	registered := h.registered
+	h.mu.Unlock()
 	if h.cancel != nil {
 		h.cancel()
 	}
@@ -142,8 +145,11 @@ func (h *ResourceHandle) cancelAs(ctx context.Context, reason string, kind settl
 		h.mu.Unlock()
 	}
 	h.logMu.Lock()
-	drafts := append(h.wireDraftsLocked(), h.draft(rep.payload()))
-	err := h.l.m.emitFact(ctx, drafts...)
+	var err error
+	if registered { // a registration that never became durable is not settled in the events
+		drafts := append(h.wireDraftsLocked(), h.draft(rep.payload()))
+		err = h.l.m.emitFact(ctx, drafts...)
+	}
 	h.final = true
 	h.logMu.Unlock()
 	h.mu.Lock()

@@ -142,16 +142,23 @@ func (h *ResourceHandle) register(ctx context.Context, timeout time.Duration, ar
 	if hook := m.testHookRegister; hook != nil {
 		hook(h)
 	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
-	err := m.emit(rctx, h.draft(reg))
-	timedOut := rctx.Err() != nil
-	cancel()
-	if err != nil {
-		l.admitting.Done()
-		kind := ErrLedger
-		if timedOut {
-			kind = ErrRegisterTimeout
-		}
+	// The append runs detached, bounded by timeout plus factTimeout: past
+	// timeout the start fails (ErrRegisterTimeout, nothing sent), and the
+	// append's outcome is still awaited, so the settlement follows a
+	// registration that became durable, and nothing is recorded for one
+	// that failed (lateRegistration).
+	actx, acancel := context.WithTimeout(context.WithoutCancel(ctx), timeout+factTimeout)
+	res := make(chan error, 1)
+	go func() {
+		res <- m.emit(actx, h.draft(reg))
+		acancel()
+	}()
+	t := time.NewTimer(timeout)
+	var err error
+	select {
+	case err = <-res:
+		t.Stop()
+	case <-t.C:
 		h.mu.Lock()
 		mine := h.settle == settleNone // else the owner's end is settling it
 		if mine {
@@ -160,26 +167,21 @@ func (h *ResourceHandle) register(ctx context.Context, timeout time.Duration, ar
 				TransportAccepted: events.DeliveryNo, NotificationDelivered: events.DeliveryNo, Remote: events.RemoteUnknown}
 		}
 		h.mu.Unlock()
-		if mine && timedOut {
-			// The append may still become durable: settle it, so a late
-			// registration is never left unsettled.
-			h.logMu.Lock()
-			m.keep(m.emitFact(ctx, h.draft(h.report.payload())))
-			h.final = true
-			h.logMu.Unlock()
-		}
-		close(h.workerDone)
-		close(h.regDone)
+		go h.lateRegistration(context.WithoutCancel(ctx), res, mine)
+		return h.errorOf(ErrRegisterTimeout, nil)
+	}
+	if err != nil {
+		// The registration failed: nothing to settle in the events.
+		h.mu.Lock()
+		mine := h.settle == settleNone // else the owner's end is settling it
 		if mine {
-			h.mu.Lock()
-			h.closeProgressLocked()
-			h.mu.Unlock()
-			close(h.done)
-			h.owner.remove(h)
+			h.settle = settleCancelled
+			h.report = &CancelReport{Handle: h.id, Reason: reasonRegisterTimeout, Settlement: SettlementNotSent, LocalSettled: true,
+				TransportAccepted: events.DeliveryNo, NotificationDelivered: events.DeliveryNo, Remote: events.RemoteUnknown}
 		}
-		l.release()
-		m.keep(m.release(ctx, h.st))
-		return h.errorOf(kind, nil)
+		h.mu.Unlock()
+		h.notStarted(ctx, mine)
+		return h.errorOf(ErrLedger, nil)
 	}
 	h.ctx, h.cancel = context.WithTimeout(context.Background(), h.budget)
 	h.mu.Lock()
@@ -207,6 +209,45 @@ func (h *ResourceHandle) register(ctx context.Context, timeout time.Duration, ar
 	close(h.regDone)
 	go h.run()
 	return nil
+}
+
+// lateRegistration awaits a registration append that outlived the
+// start's RegisterTimeout: once it became durable, the handle's
+// settlement (request.cancelled{register_timeout}, when mine) follows it;
+// when it failed nothing is recorded (the owner's end, settling it
+// otherwise, sees it unregistered).
+func (h *ResourceHandle) lateRegistration(ctx context.Context, res <-chan error, mine bool) {
+	err := <-res
+	if err == nil {
+		h.mu.Lock()
+		h.registered = true
+		h.mu.Unlock()
+		if mine {
+			h.logMu.Lock()
+			h.l.m.keep(h.l.m.emitFact(ctx, h.draft(h.report.payload())))
+			h.final = true
+			h.logMu.Unlock()
+		}
+	}
+	h.notStarted(ctx, mine)
+}
+
+// notStarted ends a handle whose request is never sent: its registration
+// outcome is known, the settlement (when mine) is done, and the
+// admission, the lease's gate and the session are released.
+func (h *ResourceHandle) notStarted(ctx context.Context, mine bool) {
+	close(h.workerDone)
+	close(h.regDone)
+	if mine {
+		h.mu.Lock()
+		h.closeProgressLocked()
+		h.mu.Unlock()
+		close(h.done)
+		h.owner.remove(h)
+	}
+	h.l.admitting.Done()
+	h.l.release()
+	h.l.m.keep(h.l.m.release(ctx, h.st))
 }
 
 // run is the handle's worker: the request under its budget, then, when

@@ -200,3 +200,72 @@ func TestRequestCancelCompletedOnce(t *testing.T) {
 		t.Fatalf("%d request.cancelled recorded, want 1", n)
 	}
 }
+
+// A registration append that outlives RegisterTimeout: the start fails
+// with ErrRegisterTimeout and nothing is sent; once the append returns,
+// a durable registration is followed by request.cancelled{register_timeout},
+// and a failed one leaves neither.
+func TestRequestRegisterTimeout(t *testing.T) {
+	for _, fails := range []bool{false, true} {
+		t.Run(map[bool]string{false: "durable_late", true: "failed_late"}[fails], func(t *testing.T) {
+			p := newPolicyEnv(t, nil)
+			capa := p.open("s1").Capability()
+			ctx := ctxT(t, 30*time.Second)
+			o, err := capa.NewOwner(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			hold := make(chan struct{})
+			p.l.setBefore(func(ds []events.Draft) {
+				if _, ok := ds[0].Payload.(*events.RequestRegistered); ok {
+					<-hold
+				}
+			})
+			hs := make(chan *ResourceHandle, 1)
+			p.m.testHookRegister = func(h *ResourceHandle) { hs <- h }
+			_, err = capa.ReadResource(ctx, o, "fs", "fake://gate/late", RequestOptions{Budget: 10 * time.Second, RegisterTimeout: 100 * time.Millisecond})
+			if !errors.Is(err, ErrRegisterTimeout) {
+				t.Fatalf("start: %v", err)
+			}
+			h := <-hs
+			if fails {
+				e := errors.New("append refused")
+				p.l.fail.Store(&e)
+			}
+			close(hold)
+			<-h.Done()
+			p.l.fail.Store(nil)
+			p.l.setBefore(func([]events.Draft) {})
+			var reg, canc events.Seq
+			for _, x := range p.events() {
+				switch pl := x.Payload.(type) {
+				case *events.RequestRegistered:
+					if pl.Handle == h.ID() {
+						reg = x.Seq
+					}
+				case *events.RequestCancelled:
+					if pl.Handle == h.ID() {
+						if pl.Reason != "register_timeout" || !pl.LocalSettled {
+							t.Fatalf("settlement %+v", pl)
+						}
+						canc = x.Seq
+					}
+				case *events.RequestDispatched, *events.RequestCompleted:
+					t.Fatalf("something was sent: %T", pl)
+				}
+			}
+			switch {
+			case fails && (reg != 0 || canc != 0):
+				t.Fatalf("failed registration: registered at %d, cancelled at %d", reg, canc)
+			case !fails && (reg == 0 || canc <= reg):
+				t.Fatalf("late registration: registered at %d, cancelled at %d", reg, canc)
+			}
+			if len(h.WireIDs()) != 0 {
+				t.Fatal("wire ids on a request never sent")
+			}
+			if _, err := o.End(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
