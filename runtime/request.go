@@ -19,7 +19,8 @@ import (
 // Bounds and defaults of resource requests.
 const (
 	// DefaultRequestBudget is the end-to-end budget DefaultRequestOptions
-	// gives a handle: from its start to its settlement.
+	// gives a handle: from its registration (once durable, not from the
+	// start call) to its settlement.
 	DefaultRequestBudget = 30 * time.Second
 	// MaxRequestBudget bounds a handle's budget; a longer (or infinite)
 	// budget is refused with ErrInvalidBudget.
@@ -112,14 +113,15 @@ func (c LeaseCapability) ListResourceTemplates(ctx context.Context, owner *Owner
 // fingerprint, that calls tools — owned by owner, and returns its handle
 // once request.registered is durable; the request is sent after that.
 //
-// Refused before anything is registered or sent: a nil or ended owner
-// (ErrOwnerEnded), an owner of another session, an empty, non-UTF-8 or
+// Refused before anything is registered or sent: a nil owner or one of
+// another session (ErrInvalidRequest), an ended owner (ErrOwnerEnded), an empty, non-UTF-8 or
 // oversize uri or cursor (ErrInvalidRequest), a bad budget
 // (ErrInvalidBudget), a revoked, poisoned or terminated lease (ErrRevoked,
 // ErrPoisoned, ErrTerminated), a denied server (ErrDenied). A registration
 // not acknowledged within RegisterTimeout is ErrRegisterTimeout: nothing
-// is sent, and the registration (which may yet become durable) is settled
-// by request.cancelled{register_timeout}.
+// is sent; the append is still awaited (bounded), and once it becomes
+// durable request.cancelled{register_timeout} follows it (nothing is
+// recorded when it failed).
 func (c LeaseCapability) ReadResource(ctx context.Context, owner *Owner, server, uri string, opts RequestOptions) (*ResourceHandle, error) {
 	return c.startRequest(ctx, owner, server, events.MethodReadResource, uri, opts)
 }
