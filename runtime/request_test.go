@@ -397,3 +397,43 @@ func TestRequestBadInput(t *testing.T) {
 		t.Fatalf("%d registrations", n)
 	}
 }
+
+// Two owners on one lease, one ends while both have a request in flight:
+// only its handle settles (owner_ended), the other owner's request
+// finishes normally on the same activation.
+func TestRequestOwnerEndMidRequestIsolated(t *testing.T) {
+	e, capa, o1 := reqEnv(t)
+	e.cfg.Set("ts", testServer(nil))
+	ctx := ctxT(t, 30*time.Second)
+	octx, endTurn := context.WithCancel(ctx)
+	o2, err := capa.NewOwner(octx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h1, err := capa.ReadResource(ctx, o1, "ts", "test://delay", DefaultRequestOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h2, err := capa.ReadResource(ctx, o2, "ts", "test://slow", DefaultRequestOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return len(h1.WireIDs()) == 1 && len(h2.WireIDs()) == 1 })
+	select {
+	case <-h1.Done():
+		t.Fatal("the other owner's read finished before the owner ended: nothing was in flight")
+	default:
+	}
+	endTurn()
+	<-o2.Ended()
+	rep, err := o2.End(ctx)
+	if err != nil || len(rep.Settled) != 1 || rep.Settled[0].Handle != h2.ID() || rep.Settled[0].Reason != "owner_ended" {
+		t.Fatalf("owner end %+v %v", rep, err)
+	}
+	if r := await(t, h1).Read; len(r.Contents) != 1 || r.Contents[0].Text != "delayed" {
+		t.Fatalf("other owner's read %s", mustJSON(r))
+	}
+	if h1.Activation() != h2.Activation() {
+		t.Fatal("the two owners were not on one lease")
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -41,6 +42,15 @@ func addResources(s *mcp.Server) {
 		func(ctx context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
 			<-ctx.Done() // held until the client cancels (or the session ends)
 			return nil, ctx.Err()
+		})
+	s.AddResource(&mcp.Resource{URI: "test://delay", Name: "delay"},
+		func(ctx context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+			select { // answered after a second, so another owner can end meanwhile
+			case <-time.After(time.Second):
+				return text("test://delay", "delayed"), nil
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
 		})
 	s.AddResource(&mcp.Resource{URI: "test://progress", Name: "progress"},
 		func(ctx context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
