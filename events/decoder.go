@@ -1,8 +1,6 @@
 package events
 
 import (
-	"bytes"
-	"encoding/binary"
 	"reflect"
 	"time"
 
@@ -318,82 +316,6 @@ func (c *codec) decode(d *Decoder, data []byte) (Payload, bool) {
 	return p, true
 }
 
-func hasPrefixAt(b []byte, i int, p string) bool {
-	// The conversion does not allocate: the compiler compares in place.
-	return i >= 0 && len(b)-i >= len(p) && string(b[i:i+len(p)]) == p
-}
-
-// plainByte marks the bytes encoding/json writes as themselves inside a
-// string: printable ASCII except the quote, the backslash and the three
-// bytes it escapes for HTML safety (<, >, &). Everything else — control
-// bytes, escapes, and all non-ASCII (which may be invalid UTF-8 or U+2028
-// and U+2029, both escaped) — sends the string to the strict decoder.
-var plainByte = func() (t [256]byte) {
-	for c := 0x20; c < 0x7f; c++ {
-		t[c] = 1
-	}
-	for _, c := range `"\<>&` {
-		t[c] = 0
-	}
-	return t
-}()
-
-// plainBytes reads a JSON string starting at b[i] made of plainByte bytes
-// only; it returns the string's bytes (aliasing b) and the index after it.
-func plainBytes(b []byte, i int) ([]byte, int, bool) {
-	if i >= len(b) || b[i] != '"' {
-		return nil, 0, false
-	}
-	j := bytes.IndexByte(b[i+1:], '"')
-	if j < 0 {
-		return nil, 0, false
-	}
-	s := b[i+1 : i+1+j]
-	ok := byte(1)
-	for _, c := range s { // branch-free, like isHex64Bytes: strings are mostly digests
-		ok &= plainByte[c]
-	}
-	if ok != 1 {
-		return nil, 0, false
-	}
-	return s, i + 2 + j, true
-}
-
-// plainString is plainBytes as a new string.
-func plainString(b []byte, i int) (string, int, bool) {
-	s, n, ok := plainBytes(b, i)
-	return string(s), n, ok
-}
-
-// plainInt reads a canonical JSON integer (no leading zeros, no fraction or
-// exponent) starting at b[i].
-func plainInt(b []byte, i int) (int64, int, bool) {
-	neg := false
-	if i < len(b) && b[i] == '-' {
-		neg = true
-		i++
-	}
-	start := i
-	var x int64
-	for i < len(b) && b[i] >= '0' && b[i] <= '9' {
-		if i-start >= 18 {
-			return 0, 0, false
-		}
-		x = x*10 + int64(b[i]-'0')
-		i++
-	}
-	if i == start || (b[start] == '0' && i-start > 1) || (neg && x == 0) {
-		return 0, 0, false
-	}
-	if i < len(b) && (b[i] == '.' || b[i] == 'e' || b[i] == 'E') {
-		return 0, 0, false
-	}
-	if neg {
-		x = -x
-	}
-	return x, i, true
-}
-
 // parseTimeCached is parseTime with the Decoder's cache of the last date:
 // events of one day share its midnight, and only the clock is added.
 func (d *Decoder) parseTimeCached(b []byte) (time.Time, bool) {
@@ -545,84 +467,4 @@ func (d *Decoder) fast(raw []byte, h *Header) (Payload, bool) {
 	}
 	*h = Header{Seq: Seq(seq), Time: t, Kind: p.Kind(), Activation: ids[0], Session: ids[1], Server: ids[2]}
 	return p, true
-}
-
-// isHex64Bytes is the digest rule for bytes: 64 lowercase hex digits. It
-// runs twice per event (prev, hash) on the replay path, so it checks eight
-// bytes at a time without a branch per byte (a comparison chain
-// mispredicts on random hex digits): in each byte lane, adding a constant
-// sets the lane's top bit exactly when the byte is at least some bound,
-// and no lane carries into the next because every byte is below 0x80.
-func isHex64Bytes(b []byte) bool {
-	if len(b) != 64 {
-		return false
-	}
-	const (
-		ones = 0x0101010101010101
-		top  = 0x8080808080808080
-	)
-	for i := 0; i < 64; i += 8 {
-		x := binary.LittleEndian.Uint64(b[i:])
-		if x&top != 0 {
-			return false
-		}
-		ge := func(bound uint64) uint64 { return (x + (0x80-bound)*ones) & top }
-		digit := ge('0') &^ ge('9'+1)
-		letter := ge('a') &^ ge('f'+1)
-		if digit|letter != top {
-			return false
-		}
-	}
-	return true
-}
-
-// canonicalULID reports whether id is a ULID as the canonical encoder
-// writes it: 26 characters of uppercase Crockford base32 (no I, L, O, U),
-// the first at most '7' (a larger one would overflow 128 bits). That is
-// exactly what ulid.ParseStrict accepts, minus lowercase.
-func canonicalULID(id []byte) bool {
-	if len(id) != ulid.EncodedSize || id[0] > '7' {
-		return false
-	}
-	ok := byte(1)
-	for _, c := range id {
-		ok &= crockford[c]
-	}
-	return ok == 1
-}
-
-// crockford is 1 for the uppercase Crockford base32 alphabet.
-var crockford = func() (t [256]byte) {
-	for _, c := range "0123456789ABCDEFGHJKMNPQRSTVWXYZ" {
-		t[c] = 1
-	}
-	return t
-}()
-
-// zeroField reports whether a decoded field holds its zero value, which
-// the encoder never writes for an omitempty field. Instants and int lists
-// are never zero once read (a pointer; at least one element).
-func zeroField(t fieldType, v reflect.Value) bool {
-	switch t {
-	case fString:
-		return v.Len() == 0
-	case fInt, fInt64:
-		return v.Int() == 0
-	case fBool:
-		return !v.Bool()
-	}
-	return false
-}
-
-// validIDBytes is [ValidID] for bytes.
-func validIDBytes(b []byte) bool {
-	if len(b) == 0 || len(b) > MaxIDLen {
-		return false
-	}
-	for _, c := range b {
-		if !isIDByte(c) {
-			return false
-		}
-	}
-	return true
 }
