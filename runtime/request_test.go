@@ -157,7 +157,7 @@ func TestRequestTestServer(t *testing.T) {
 			break
 		}
 	}
-	if pages < 3 || len(names) != 8 {
+	if pages < 3 || len(names) != 9 {
 		t.Fatalf("%d pages, %d resources %v", pages, len(names), names)
 	}
 	h, err := capa.ReadResource(ctx, o, "ts", "test://text", opts)
