@@ -24,6 +24,7 @@ var kindList = []func() Payload{
 	func() Payload { return new(CallAdmitted) },
 	func() Payload { return new(CallRefused) },
 	func() Payload { return new(CallFinished) },
+	func() Payload { return new(SessionOpened) },
 	func() Payload { return new(SessionEnded) },
 	func() Payload { return new(RequestRegistered) },
 	func() Payload { return new(RequestDispatched) },
@@ -270,6 +271,28 @@ func (p *CallFinished) Validate() error {
 }
 
 // ---- session ----
+
+// SessionOpened records that a host opened a session scope: who opened it
+// (the access token or tenant name, when the host has one) and through
+// which entry point. It precedes every other event of the session.
+type SessionOpened struct {
+	// Principal is the name of the access token or tenant that opened the
+	// session (never a secret); absent when the host has no principal.
+	Principal string           `json:"principal,omitempty"`
+	Transport SessionTransport `json:"transport"`
+}
+
+// Kind implements [Payload].
+func (*SessionOpened) Kind() Kind { return "session.opened" }
+
+// Validate implements [Payload].
+func (p *SessionOpened) Validate() error {
+	var principal error
+	if p.Principal != "" {
+		principal = id("principal", p.Principal)
+	}
+	return checks{principal, member("transport", p.Transport)}.first()
+}
 
 // SessionEnded records the release of the last owner of a session scope.
 type SessionEnded struct {

@@ -191,6 +191,33 @@ func (v Transport) Valid() bool {
 // values lists the Transport values in catalogue order.
 func (Transport) values() []Transport { return []Transport{TransportStdio, TransportHTTP} }
 
+// SessionTransport is the entry point through which a host opened a
+// session.
+type SessionTransport string
+
+// SessionTransport values.
+const (
+	// SessionEmbedded: a Go host calling the runtime package directly.
+	SessionEmbedded SessionTransport = "embedded"
+	// SessionMCPHTTP: an MCP client session of the gateway's Streamable
+	// HTTP endpoint.
+	SessionMCPHTTP SessionTransport = "mcp_http"
+)
+
+// Valid reports whether v is one of the SessionTransport values.
+func (v SessionTransport) Valid() bool {
+	switch v {
+	case SessionEmbedded, SessionMCPHTTP:
+		return true
+	}
+	return false
+}
+
+// values lists the SessionTransport values in catalogue order.
+func (SessionTransport) values() []SessionTransport {
+	return []SessionTransport{SessionEmbedded, SessionMCPHTTP}
+}
+
 // Phase is a connection's close phase as recorded by connection.phase.
 type Phase string
 

@@ -45,4 +45,5 @@ func TestClosedSets(t *testing.T) {
 	checkSet(t, HTTPMethod(""))
 	checkSet(t, HTTPOutcome(""))
 	checkSet(t, HTTPBarrierOutcome(""))
+	checkSet(t, SessionTransport(""))
 }
