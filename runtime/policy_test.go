@@ -658,6 +658,7 @@ func TestPolicyAppendFailuresSurface(t *testing.T) {
 	if !terminated(l) {
 		t.Fatal("lease not ended")
 	}
+	p.l.fail.Store(nil) // the open records session.opened
 	b := p.open("sb")
 	_ = acquire(b, "fs")
 	check("Revoke", p.m.Revoke(ctx, "sb", "fs", "host_revoked"))
@@ -673,6 +674,7 @@ func TestPolicyAppendFailuresSurface(t *testing.T) {
 
 	// A session end run by a call's deferred release has no caller to
 	// tell: the next TerminateAll reports it.
+	p.l.fail.Store(nil) // the open records session.opened
 	c := p.open("sc")
 	block := func() string {
 		p.l.fail.Store(nil)
@@ -700,6 +702,7 @@ func TestPolicyAppendFailuresSurface(t *testing.T) {
 		t.Fatalf("a failure was reported twice: %v", err)
 	}
 
+	p.l.fail.Store(nil)
 	d := p.open("sd")
 	_ = acquire(d, "fs")
 	check("Close", p.m.Close(ctx))

@@ -32,23 +32,68 @@ type SessionScope struct {
 	released atomic.Bool
 }
 
+// SessionOptions are the facts recorded when a host opens a session
+// (session.opened).
+type SessionOptions struct {
+	// Principal names the access token or tenant that opens the session:
+	// an identifier (events.IDRule), never a secret. Empty when the host
+	// has no principal; it is then omitted from the record.
+	Principal string
+	// Transport is the host's entry point; the zero value means
+	// events.SessionEmbedded.
+	Transport events.SessionTransport
+}
+
 // OpenSession opens the scope of session with one owner (the returned
-// value). It fails with ErrSessionOpen while a scope for session is open,
-// and refuses SharedSessionKey and malformed identifiers.
+// value), recorded as session.opened with transport embedded and no
+// principal. See OpenSessionWith.
 func (m *Manager) OpenSession(ctx context.Context, session string) (*SessionScope, error) {
-	if !events.ValidID(session) || session == SharedSessionKey {
+	return m.OpenSessionWith(ctx, session, SessionOptions{})
+}
+
+// OpenSessionWith opens the scope of session with one owner (the returned
+// value) and records session.opened (opts' principal and transport)
+// durably before returning. It fails with ErrSessionOpen while a scope for
+// session is open, with ErrInvalidRequest for SharedSessionKey, a malformed
+// session or principal, or an unknown transport (nothing recorded), and
+// with ErrLedger when the record failed: the session is then not open.
+//
+// The record is appended detached from ctx's cancellation (bounded like
+// every fact): a session.opened that became durable is always followed
+// by its session.ended once the scope is released.
+func (m *Manager) OpenSessionWith(ctx context.Context, session string, opts SessionOptions) (*SessionScope, error) {
+	tr := opts.Transport
+	if tr == "" {
+		tr = events.SessionEmbedded
+	}
+	if !events.ValidID(session) || session == SharedSessionKey || !tr.Valid() ||
+		(opts.Principal != "" && !events.ValidID(opts.Principal)) {
 		return nil, newErr("open_session", nil, ErrInvalidRequest, nil)
 	}
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	if m.closed {
+		m.mu.Unlock()
 		return nil, newErr("open_session", &leaseKey{session: session}, ErrClosed, nil)
 	}
 	if _, open := m.sessions[session]; open {
+		m.mu.Unlock()
 		return nil, newErr("open_session", &leaseKey{session: session}, ErrSessionOpen, nil)
 	}
+	// Reserved before the append, so a concurrent open of the same id
+	// fails with ErrSessionOpen; nobody holds the scope until it returns.
 	st := &sessionState{id: session, owners: 1}
 	m.sessions[session] = st
+	m.mu.Unlock()
+	err := m.emitFact(ctx, events.Draft{Session: session, Payload: &events.SessionOpened{Principal: opts.Principal, Transport: tr}})
+	if err != nil {
+		m.mu.Lock()
+		st.owners, st.ended = 0, true
+		if m.sessions[session] == st {
+			delete(m.sessions, session)
+		}
+		m.mu.Unlock()
+		return nil, err
+	}
 	return &SessionScope{m: m, st: st}, nil
 }
 
