@@ -100,7 +100,8 @@ func (s *Session) startHelper() error {
 		}
 		errFile = devNull
 	}
-	proc, err := os.StartProcess(s.helperPath, []string{s.helperPath}, &os.ProcAttr{
+	argv := append([]string{s.helperPath}, s.spec.HelperArgs...)
+	proc, err := os.StartProcess(s.helperPath, argv, &os.ProcAttr{
 		Files: []*os.File{toR, fromW, errFile},
 		Sys:   helperSysProcAttr(),
 	})

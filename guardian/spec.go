@@ -67,6 +67,10 @@ type Spec struct {
 	// running executable. There is deliberately no PATH search: the helper
 	// becomes the parent of the target and must be the one configured.
 	HelperPath string
+	// HelperArgs are extra arguments the helper is started with, after
+	// argv[0] (at most MaxArgs): a HelperPath that is a multi-command binary
+	// (leaseledger itself) uses them to select its helper mode.
+	HelperArgs []string
 	// HelloTimeout bounds the hello and launch exchanges.
 	HelloTimeout time.Duration
 	// Stderr receives the target's stderr bytes. It is called from the
@@ -113,6 +117,9 @@ func (s Spec) request() (wire.LaunchRequest, error) {
 	}
 	if err := req.Validate(); err != nil {
 		return req, fmt.Errorf("%w: %w", ErrInvalidSpec, err)
+	}
+	if len(s.HelperArgs) > MaxArgs {
+		return req, fmt.Errorf("%w: more than MaxArgs=%d helper arguments", ErrInvalidSpec, MaxArgs)
 	}
 	return req, nil
 }

@@ -74,6 +74,6 @@ func (m *Manager) launchSpec(l *lease) guardian.Spec {
 	return guardian.Spec{
 		Command: l.cfg.Command, Args: l.cfg.Args, Env: l.cfg.envList(), Dir: l.cfg.Cwd, ActivationID: l.activation,
 		EOFGrace: m.opts.EOFGrace, TermGrace: m.opts.TermGrace, KillGrace: m.opts.KillGrace, PipeGrace: m.opts.PipeGrace,
-		KillDescendants: m.opts.KillDescendants, HelperPath: m.opts.HelperPath, Stderr: stderrSink{l},
+		KillDescendants: m.opts.KillDescendants, HelperPath: m.opts.HelperPath, HelperArgs: m.opts.HelperArgs, Stderr: stderrSink{l},
 	}
 }

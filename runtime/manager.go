@@ -71,6 +71,10 @@ type Options struct {
 	Ledger Appender
 	// HelperPath is the guardian helper binary (see guardian.Spec).
 	HelperPath string
+	// HelperArgs are the helper's arguments after argv[0] (see
+	// guardian.Spec): serve sets HelperPath to its own executable and
+	// HelperArgs to the argument that makes it act as the helper.
+	HelperArgs []string
 	// MaxLiveLeases caps live leases; DefaultMaxLiveLeases when zero. It is
 	// also the per-pass reap scan bound.
 	MaxLiveLeases int

@@ -1,7 +1,9 @@
 // Command leaseledger runs and inspects a leaseledger event ledger: `serve`
 // opens the ledger in a data directory and starts its embedded NATS bus;
 // `append`, `head`, `verify` and `export` work on a data directory;
-// `tail` follows a running `serve` over NATS; `bench` measures.
+// `tail` follows a running `serve` over NATS; `bench` measures. Started
+// with the hidden first argument `guardian-helper` it is the guardian helper
+// (see helperArg), so serve needs no separately installed helper binary.
 package main
 
 import (
@@ -16,7 +18,16 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/leaseledger/leaseledger/guardian/helper"
 )
+
+// helperArg, as the first argument, makes this binary the guardian helper
+// (helper.Main) instead of the CLI. serve launches its MCP servers'
+// guardians as its own executable with this argument
+// (runtime.Options.HelperArgs); it is not a command for people, so cobra
+// never sees it.
+const helperArg = "guardian-helper"
 
 // exitError carries a specific exit status out of a command.
 type exitError struct {
@@ -115,6 +126,13 @@ func startGraceTimer(stderr io.Writer, why string, grace time.Duration, exit fun
 }
 
 func main() {
+	if len(os.Args) == 2 && os.Args[1] == helperArg {
+		// Before anything else, on the main goroutine: helper.Main locks
+		// this OS thread, which forks the target, so the target's
+		// PR_SET_PDEATHSIG fires only when the helper dies; and no signal
+		// handler of the CLI may be installed in the helper.
+		os.Exit(helper.Main())
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	go func() {
 		<-ctx.Done()
