@@ -8,6 +8,10 @@
 // also holds the clients (Client: head, replay, tail, raw append; Appender:
 // the ledger's Append, remotely) and links neither this server nor the log.
 // Event subjects come from package events (events.Subject).
+//
+// Other packages add request/reply APIs of their own as Services
+// (services.go), served under the same rules; the control user
+// (Options.ControlUser) is the only one that may call AccessControl ones.
 package bus
 
 import (
@@ -59,6 +63,13 @@ type Options struct {
 	// also append through busclient.AppendSubject. Nobody else may append
 	// over NATS.
 	WriterUser, WriterPassword string
+	// ControlUser and ControlPassword, when set, add a named user that may
+	// read like the read-only user and is the only one that may call
+	// AccessControl services (the runtime's control API).
+	ControlUser, ControlPassword string
+	// Services are request/reply APIs served besides replay, head and
+	// append (services.go); Start refuses invalid or colliding subjects.
+	Services []Service
 	// MaxConcurrentAppends bounds append requests served at once;
 	// DefaultMaxConcurrentAppends when zero. More wait (NATS buffers them).
 	MaxConcurrentAppends int
@@ -97,6 +108,9 @@ type Bus struct {
 
 	auth    *authenticator // client authentication (auth.go)
 	limiter *rateLimiter   // API request rates (limits.go)
+
+	callSlots [numClasses]chan struct{} // per class: service calls being served (services.go)
+	calls     sync.WaitGroup            // service calls taken in (added under appendsMu)
 }
 
 // DefaultMaxConcurrentAppends bounds append requests served at once. Each
@@ -126,7 +140,7 @@ func Start(l *ledger.Ledger, opts Options) (*Bus, error) {
 		opts.Logger = slog.Default()
 	}
 	for _, u := range []struct{ name, pass, flag string }{
-		{opts.ReadOnlyUser, opts.ReadOnlyPassword, "read-only"}, {opts.WriterUser, opts.WriterPassword, "writer"}} {
+		{opts.ReadOnlyUser, opts.ReadOnlyPassword, "read-only"}, {opts.WriterUser, opts.WriterPassword, "writer"}, {opts.ControlUser, opts.ControlPassword, "control"}} {
 		if u.name == "" {
 			continue
 		}
@@ -137,8 +151,9 @@ func Start(l *ledger.Ledger, opts Options) (*Bus, error) {
 			return nil, &Error{Op: "start", Err: fmt.Errorf("%w: the %s user needs a password", ErrOptions, u.flag)}
 		}
 	}
-	if opts.WriterUser != "" && opts.WriterUser == opts.ReadOnlyUser {
-		return nil, &Error{Op: "start", Err: fmt.Errorf("%w: the writer and read-only users must differ", ErrOptions)}
+	if opts.WriterUser != "" && opts.WriterUser == opts.ReadOnlyUser ||
+		opts.ControlUser != "" && (opts.ControlUser == opts.ReadOnlyUser || opts.ControlUser == opts.WriterUser) {
+		return nil, &Error{Op: "start", Err: fmt.Errorf("%w: the writer, read-only and control users must differ", ErrOptions)}
 	}
 	if opts.MaxConcurrentAppends <= 0 {
 		opts.MaxConcurrentAppends = DefaultMaxConcurrentAppends
@@ -154,9 +169,9 @@ func Start(l *ledger.Ledger, opts Options) (*Bus, error) {
 	// Every named user receives replies on its own inbox prefix (see
 	// busclient.InboxPrefix), so no user can read another's replies; anonymous
 	// clients share the default _INBOX prefix among themselves.
-	client := func(user string, publish ...string) *server.Permissions {
+	client := func(c class, user string, publish ...string) *server.Permissions {
 		return &server.Permissions{
-			Publish:   &server.SubjectPermission{Allow: publish},
+			Publish:   &server.SubjectPermission{Allow: append(publish, servicePublish(opts.Services, c, user)...)},
 			Subscribe: &server.SubjectPermission{Allow: []string{busclient.EventSubjects(), busclient.InboxPrefix(user) + ".>"}},
 		}
 	}
@@ -172,19 +187,27 @@ func Start(l *ledger.Ledger, opts Options) (*Bus, error) {
 	}
 	if opts.ReadOnlyUser != "" {
 		users = append(users, &server.User{Username: opts.ReadOnlyUser, Password: opts.ReadOnlyPassword,
-			Permissions: client(opts.ReadOnlyUser, busclient.UserSubject(busclient.ReplaySubject, opts.ReadOnlyUser), busclient.UserSubject(busclient.HeadSubject, opts.ReadOnlyUser))})
+			Permissions: client(classReadOnly, opts.ReadOnlyUser, busclient.UserSubject(busclient.ReplaySubject, opts.ReadOnlyUser), busclient.UserSubject(busclient.HeadSubject, opts.ReadOnlyUser))})
 		apiPublish = append(apiPublish, busclient.InboxPrefix(opts.ReadOnlyUser)+".>")
 	}
 	if opts.WriterUser != "" {
 		users = append(users, &server.User{Username: opts.WriterUser, Password: opts.WriterPassword,
-			Permissions: client(opts.WriterUser, busclient.UserSubject(busclient.ReplaySubject, opts.WriterUser), busclient.UserSubject(busclient.HeadSubject, opts.WriterUser), busclient.UserSubject(busclient.AppendSubject, opts.WriterUser))})
+			Permissions: client(classWriter, opts.WriterUser, busclient.UserSubject(busclient.ReplaySubject, opts.WriterUser), busclient.UserSubject(busclient.HeadSubject, opts.WriterUser), busclient.UserSubject(busclient.AppendSubject, opts.WriterUser))})
 		apiPublish = append(apiPublish, busclient.InboxPrefix(opts.WriterUser)+".>")
+	}
+	if opts.ControlUser != "" {
+		users = append(users, &server.User{Username: opts.ControlUser, Password: opts.ControlPassword,
+			Permissions: client(classControl, opts.ControlUser, busclient.UserSubject(busclient.ReplaySubject, opts.ControlUser), busclient.UserSubject(busclient.HeadSubject, opts.ControlUser))})
+		apiPublish = append(apiPublish, busclient.InboxPrefix(opts.ControlUser)+".>")
 	}
 	users = append(users, &server.User{Username: apiUser, Password: apiPass, Permissions: &server.Permissions{
 		Publish:   &server.SubjectPermission{Allow: apiPublish},
 		Subscribe: &server.SubjectPermission{Allow: []string{busclient.APISubjects}},
 	}})
 	opts.Limits = opts.Limits.withDefaults(opts.ReplayChunkBytes)
+	if err := validateServices(&opts); err != nil {
+		return nil, &Error{Op: "start", Err: err}
+	}
 	if opts.Limits.ReservedNamedConnections >= opts.Limits.MaxConnections-2 {
 		return nil, &Error{Op: "start", Err: fmt.Errorf("%w: the connections reserved for named users (%d) must leave room below the maximum (%d)", ErrOptions, opts.Limits.ReservedNamedConnections, opts.Limits.MaxConnections)}
 	}
@@ -194,7 +217,7 @@ func Start(l *ledger.Ledger, opts Options) (*Bus, error) {
 		auth.users[u.Username] = u
 	}
 	if !opts.DenyAnonymous {
-		auth.anonymous = &server.User{Username: anonymousUser, Permissions: client("", busclient.ReplaySubject, busclient.HeadSubject)}
+		auth.anonymous = &server.User{Username: anonymousUser, Permissions: client(classAnonymous, "", busclient.ReplaySubject, busclient.HeadSubject)}
 	}
 	sopts := &server.Options{
 		Host: opts.Host, Port: opts.Port, NoSigs: true, NoLog: true,
@@ -220,6 +243,9 @@ func Start(l *ledger.Ledger, opts Options) (*Bus, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	b := &Bus{srv: srv, l: l, opts: opts, ctx: ctx, cancel: cancel, appendSlots: make(chan struct{}, opts.MaxConcurrentAppends),
 		auth: auth, limiter: &rateLimiter{lim: opts.Limits, conns: map[string]*connBucket{}}}
+	for c := range b.callSlots {
+		b.callSlots[c] = make(chan struct{}, opts.Limits.ServiceConcurrency)
+	}
 	if b.nc, err = nats.Connect("", nats.InProcessServer(srv), nats.UserInfo(internalUser, internalPass), nats.Name("leaseledger-publisher")); err == nil {
 		b.api, err = nats.Connect("", nats.InProcessServer(srv), nats.UserInfo(apiUser, apiPass), nats.Name("leaseledger-api"))
 	}
@@ -239,6 +265,7 @@ func Start(l *ledger.Ledger, opts Options) (*Bus, error) {
 			handlers[busclient.UserSubject(busclient.AppendSubject, r.user)] = func(m *nats.Msg) { b.serveAppend(m, r) }
 		}
 	}
+	b.serviceHandlers(handlers)
 	for subj, h := range handlers {
 		sub, err := b.api.Subscribe(subj, h)
 		if err != nil {
@@ -307,7 +334,8 @@ func (b *Bus) Committed(batch []ledger.Record) {
 }
 
 // Close stops the API, waits for the appends it is serving (they finish:
-// the ledger is still open), stops publication and shuts the server down.
+// the ledger is still open) and for the service calls it is serving (their
+// ctx is cancelled), stops publication and shuts the server down.
 // Close the bus before the ledger. It is idempotent.
 func (b *Bus) Close() error {
 	b.appendsMu.Lock()
@@ -320,8 +348,9 @@ func (b *Bus) Close() error {
 	for _, sub := range b.subs {
 		_ = sub.Unsubscribe()
 	}
-	b.cancel()       // releases handlers waiting for an append slot
+	b.cancel()       // releases handlers waiting for an append or service slot
 	b.appends.Wait() // every append taken in has been answered
+	b.calls.Wait()   // every service call taken in has returned (its ctx ended)
 	if b.unwatch != nil {
 		b.unwatch() // waits for a publication in progress
 	}

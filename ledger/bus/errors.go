@@ -14,7 +14,11 @@ var ErrOptions = errors.New("bus: invalid options")
 type Error struct {
 	Op      string
 	Subject string
-	Err     error
+	// Code, on a service handler's refusal (Refuse, Op "refuse"), is the
+	// busclient.HeaderErrorCode value the requester gets; Err's text is
+	// the static busclient.HeaderError text.
+	Code string
+	Err  error
 }
 
 // Error returns "bus <op> [<subject>]: <cause>".

@@ -18,7 +18,7 @@ package bus
 //     (AnonymousReplayChunk*, ReadOnlyReplayChunk*) than the writer, so a
 //     tiny request cannot return much;
 //   - request rates: each connection has a token bucket per its class
-//     (Limits.RequestRate/RequestBurst for anonymous and read-only users,
+//     (Limits.RequestRate/RequestBurst for anonymous, read-only and control users,
 //     WriterRequestRate/WriterRequestBurst for the writer) and anonymous
 //     connections together share one more (Limits.AnonymousRate); a
 //     request over the limit gets an error reply (busclient.CodeRateLimited),
@@ -100,7 +100,7 @@ type Limits struct {
 	// MaxPayload bounds one message; by default the writer's replay chunk
 	// plus headroom, at least 1 MiB (so the largest append fits).
 	MaxPayload int32
-	// RequestRate and RequestBurst: per anonymous or read-only connection.
+	// RequestRate and RequestBurst: per anonymous, read-only or control connection.
 	RequestRate, RequestBurst float64
 	// WriterRequestRate and WriterRequestBurst: per writer connection.
 	WriterRequestRate, WriterRequestBurst float64
@@ -108,6 +108,9 @@ type Limits struct {
 	AnonymousRate float64
 	// Auth bounds password guessing (see auth.go).
 	Auth AuthLimits
+	// ServiceConcurrency bounds the service calls of one class of users
+	// served at once (services.go).
+	ServiceConcurrency int
 }
 
 func (l Limits) withDefaults(replayChunkBytes int) Limits {
@@ -141,6 +144,9 @@ func (l Limits) withDefaults(replayChunkBytes int) Limits {
 	if l.AnonymousRate <= 0 {
 		l.AnonymousRate = DefaultAnonymousRate
 	}
+	if l.ServiceConcurrency <= 0 {
+		l.ServiceConcurrency = DefaultServiceConcurrency
+	}
 	l.Auth = l.Auth.withDefaults()
 	return l
 }
@@ -152,6 +158,8 @@ const (
 	classAnonymous class = iota
 	classReadOnly
 	classWriter
+	classControl // the control user: read-only limits, and AccessControl services
+	numClasses
 )
 
 // route is who may send requests on a set of request subjects
@@ -170,6 +178,9 @@ func (b *Bus) routes() []route {
 	}
 	if b.opts.WriterUser != "" {
 		rs = append(rs, route{class: classWriter, user: b.opts.WriterUser})
+	}
+	if b.opts.ControlUser != "" {
+		rs = append(rs, route{class: classControl, user: b.opts.ControlUser})
 	}
 	return rs
 }
@@ -198,7 +209,7 @@ func (b *Bus) replayChunk(c class) (events, bytes int) {
 	switch c {
 	case classWriter:
 		return b.opts.ReplayChunkEvents, b.opts.ReplayChunkBytes
-	case classReadOnly:
+	case classReadOnly, classControl:
 		return min(b.opts.ReplayChunkEvents, ReadOnlyReplayChunkEvents), min(b.opts.ReplayChunkBytes, ReadOnlyReplayChunkBytes)
 	}
 	return min(b.opts.ReplayChunkEvents, AnonymousReplayChunkEvents), min(b.opts.ReplayChunkBytes, AnonymousReplayChunkBytes)
@@ -242,7 +253,7 @@ type rateLimiter struct {
 	mu         sync.Mutex
 	lim        Limits
 	conns      map[string]*connBucket
-	overflow   [classWriter + 1]bucket // per class: connections beyond the table share one
+	overflow   [numClasses]bucket // per class: connections beyond the table share one
 	anonymous  bucket
 	lastForget time.Time // of the last forgetIdle scan
 	limited    uint64
