@@ -7,11 +7,11 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
-	"time"
 
 	"github.com/leaseledger/leaseledger/events"
 	"github.com/leaseledger/leaseledger/ledger"
 	"github.com/leaseledger/leaseledger/projector"
+	"github.com/leaseledger/leaseledger/projector/audit"
 	"github.com/spf13/cobra"
 )
 
@@ -20,134 +20,6 @@ func init() { extraCommands = append(extraCommands, newAuditCmd) }
 // exitUnconfirmed is the exit status of an audit whose verdict (or any
 // verdict, with --all) is unconfirmed.
 const exitUnconfirmed = 2
-
-// timelineEntry is one event of an activation's timeline.
-type timelineEntry struct {
-	Seq  uint64          `json:"seq"`
-	Time events.Instant  `json:"time"`
-	Kind events.Kind     `json:"kind"`
-	Data json.RawMessage `json:"data"`
-}
-
-// auditOutput is the --json form of `audit <activation>`.
-type auditOutput struct {
-	Report          projector.ActivationReport `json:"report"`
-	Requests        []requestTimeline          `json:"requests"`
-	RequestsOmitted int                        `json:"requests_omitted"`
-	Timeline        []timelineEntry            `json:"timeline"`
-	TimelineOmitted uint64                     `json:"timeline_omitted"`
-}
-
-// maxAuditRequests bounds the request timelines `audit <activation>`
-// keeps (the first ones registered; the rest are counted).
-const maxAuditRequests = 1000
-
-// requestTimeline is one logical resource request of an activation: its
-// registration, every wire id (dispatch and MRTR continuations), timed-out
-// awaits, and its settlement with the cancel report when cancelled.
-type requestTimeline struct {
-	Handle        string                   `json:"handle"`
-	Owner         string                   `json:"owner,omitempty"`
-	Method        events.RequestMethod     `json:"method,omitempty"`
-	RegisteredSeq uint64                   `json:"registered_seq,omitempty"`
-	WireIDs       []string                 `json:"wire_ids,omitempty"`
-	AwaitTimeouts int                      `json:"await_timeouts,omitempty"`
-	Completed     *events.RequestCompleted `json:"completed,omitempty"`
-	Cancelled     *events.RequestCancelled `json:"cancelled,omitempty"`
-	Steps         []string                 `json:"steps"`
-}
-
-// requestFold collects request timelines from an activation's events.
-type requestFold struct {
-	byHandle map[string]int
-	list     []requestTimeline
-	omitted  int
-}
-
-func (f *requestFold) add(seq uint64, p events.Payload) {
-	var handle, step string
-	switch p := p.(type) {
-	case *events.RequestRegistered:
-		handle, step = p.Handle, "registered"
-	case *events.RequestDispatched:
-		handle, step = p.Handle, "dispatched wire "+p.WireID
-	case *events.RequestContinued:
-		handle, step = p.Handle, fmt.Sprintf("continued wire %s (round %d)", p.WireID, p.Round)
-	case *events.RequestAwaitTimedOut:
-		handle, step = p.Handle, fmt.Sprintf("await timed out after %s", time.Duration(p.WaitedNS))
-	case *events.RequestCompleted:
-		handle, step = p.Handle, fmt.Sprintf("completed %s, %d bytes", p.Outcome, p.ResultBytes)
-		if p.Detail != "" {
-			step += ", " + p.Detail
-		}
-		if p.Code != 0 {
-			step += fmt.Sprintf(" (code %d)", p.Code)
-		}
-	case *events.RequestCancelled:
-		handle, step = p.Handle, fmt.Sprintf("cancelled (%s): local_settled %v, transport_accepted %s, notification_delivered %s, remote %s",
-			p.Reason, p.LocalSettled, p.TransportAccepted, p.NotificationDelivered, p.Remote)
-	default:
-		return
-	}
-	if f.byHandle == nil {
-		f.byHandle = map[string]int{}
-	}
-	i, ok := f.byHandle[handle]
-	if !ok {
-		if len(f.list) >= maxAuditRequests {
-			if _, reg := p.(*events.RequestRegistered); reg {
-				f.omitted++
-			}
-			return
-		}
-		i = len(f.list)
-		f.byHandle[handle] = i
-		f.list = append(f.list, requestTimeline{Handle: handle})
-	}
-	r := &f.list[i]
-	switch p := p.(type) {
-	case *events.RequestRegistered:
-		r.Owner, r.Method, r.RegisteredSeq = p.Owner, p.Method, seq
-	case *events.RequestDispatched:
-		r.WireIDs = append(r.WireIDs, p.WireID)
-	case *events.RequestContinued:
-		r.WireIDs = append(r.WireIDs, p.WireID)
-	case *events.RequestAwaitTimedOut:
-		r.AwaitTimeouts++
-	case *events.RequestCompleted:
-		if r.Completed == nil {
-			r.Completed = p
-		}
-	case *events.RequestCancelled:
-		if r.Cancelled == nil {
-			r.Cancelled = p
-		}
-	}
-	if len(r.Steps) < maxRequestSteps {
-		r.Steps = append(r.Steps, fmt.Sprintf("%d %s", seq, step))
-	}
-}
-
-// maxRequestSteps bounds the steps kept per request timeline (a handle
-// has at most 1 + 11 wire events and a settlement, plus awaits).
-const maxRequestSteps = 64
-
-// auditAllOutput is the --json form of `audit --all`.
-type auditAllOutput struct {
-	Events      uint64              `json:"events"`
-	Activations int                 `json:"activations"`
-	Verdicts    map[string]int      `json:"verdicts"`
-	NotClosed   int                 `json:"not_closed"`
-	Unconfirmed []auditAllEntry     `json:"unconfirmed"`
-	Omitted     int                 `json:"unconfirmed_omitted"`
-	Anomalies   projector.Anomalies `json:"anomalies"`
-}
-
-type auditAllEntry struct {
-	Activation string   `json:"activation_id"`
-	Closed     bool     `json:"closed"`
-	Reasons    []string `json:"reasons"`
-}
 
 func newAuditCmd(a *app) *cobra.Command {
 	var (
@@ -198,8 +70,8 @@ unconfirmed, 1 on errors.`,
 	f := cmd.Flags()
 	f.BoolVar(&asJSON, "json", false, "print JSON instead of text")
 	f.BoolVar(&all, "all", false, "summarise every activation")
-	f.IntVar(&timeline, "timeline", 1000, "print at most the last N events of the timeline (0: all)")
-	f.IntVar(&limit, "limit", 100, "with --all, list at most N unconfirmed activations (0: all)")
+	f.IntVar(&timeline, "timeline", audit.DefaultTimeline, "print at most the last N events of the timeline (0: all)")
+	f.IntVar(&limit, "limit", audit.DefaultUnconfirmed, "with --all, list at most N unconfirmed activations (0: all)")
 	return cmd
 }
 
@@ -207,45 +79,26 @@ func auditOne(cmd *cobra.Command, a *app, l *ledger.Ledger, id string, asJSON bo
 	if !events.ValidID(id) {
 		return &exitError{code: 1, err: errors.New("activation: want " + events.IDRule)}
 	}
-	s := projector.New()
-	// The timeline keeps the last `keep` events in a ring.
-	var ring []timelineEntry
-	var total uint64
-	var reqs requestFold
+	if keep <= 0 {
+		keep = audit.All
+	}
+	f := audit.NewFold(id, audit.Options{Timeline: keep})
 	err := l.Scan(cmd.Context(), ledger.Query{Activation: id}, func(seq ledger.Seq, raw []byte) error {
-		env, err := events.Decode(raw)
-		if err != nil {
+		if err := f.AddRaw(raw); err != nil {
 			return fmt.Errorf("seq %d: %w", seq, err)
 		}
-		if err := s.Apply(&env); err != nil {
-			return fmt.Errorf("seq %d: %w", seq, err)
-		}
-		if env.Kind.Family() == "request" {
-			if p, err := env.Payload(); err == nil {
-				reqs.add(uint64(env.Seq), p)
-			}
-		}
-		e := timelineEntry{Seq: uint64(env.Seq), Time: events.Instant{Time: env.Time}, Kind: env.Kind, Data: env.Data}
-		if keep <= 0 || len(ring) < keep {
-			ring = append(ring, e)
-		} else {
-			ring[total%uint64(keep)] = e
-		}
-		total++
 		return nil
 	})
 	if err != nil {
 		return err
 	}
-	rep, ok := s.Report(id)
-	if !ok {
+	out, err := f.Result()
+	if errors.Is(err, audit.ErrNoEvents) {
 		return &exitError{code: 1, err: fmt.Errorf("no events for activation %s", id)}
 	}
-	if keep > 0 && total > uint64(keep) { // rotate the ring to oldest-first
-		start := int(total % uint64(keep))
-		ring = append(ring[start:], ring[:start]...)
+	if err != nil {
+		return err
 	}
-	out := auditOutput{Report: rep, Requests: reqs.list, RequestsOmitted: reqs.omitted, Timeline: ring, TimelineOmitted: total - uint64(len(ring))}
 	if asJSON {
 		enc := json.NewEncoder(a.stdout)
 		enc.SetIndent("", "  ")
@@ -255,7 +108,7 @@ func auditOne(cmd *cobra.Command, a *app, l *ledger.Ledger, id string, asJSON bo
 	} else {
 		printReport(a.stdout, &out)
 	}
-	if rep.Verdict == projector.ResultUnconfirmed {
+	if out.Report.Verdict == projector.ResultUnconfirmed {
 		return &exitError{code: exitUnconfirmed, err: fmt.Errorf("activation %s: unconfirmed", id)}
 	}
 	return nil
@@ -266,7 +119,7 @@ func factsJSON(f projector.Facts) string {
 	return string(b)
 }
 
-func printReport(w io.Writer, out *auditOutput) {
+func printReport(w io.Writer, out *audit.Activation) {
 	r := &out.Report
 	fmt.Fprintf(w, "activation %s (session %s, server %s)\n", r.Activation, orNone(r.Session), orNone(r.Server))
 	fmt.Fprintf(w, "verdict: %s\n", r.Verdict)
@@ -338,9 +191,7 @@ func printReport(w io.Writer, out *auditOutput) {
 		fmt.Fprintln(w, "):")
 		for _, r := range out.Requests {
 			fmt.Fprintf(w, "  %s owner %s %s, wire ids [%s]\n", r.Handle, orNone(r.Owner), orNone(string(r.Method)), strings.Join(r.WireIDs, " "))
-			for _, st := range r.Steps {
-				fmt.Fprintf(w, "    %s\n", st)
-			}
+			printSteps(w, r.Steps, r.StepsOmitted)
 		}
 	}
 	fmt.Fprintf(w, "timeline (%d event(s)", len(out.Timeline))
@@ -350,6 +201,16 @@ func printReport(w io.Writer, out *auditOutput) {
 	fmt.Fprintln(w, "):")
 	for _, e := range out.Timeline {
 		fmt.Fprintf(w, "  %d\t%s\t%s\t%s\n", e.Seq, e.Time.UTC().Format(events.TimeLayout), e.Kind, e.Data)
+	}
+}
+
+// printSteps prints a timeline entry's steps and how many were left out.
+func printSteps(w io.Writer, steps []string, omitted int) {
+	for _, st := range steps {
+		fmt.Fprintf(w, "    %s\n", st)
+	}
+	if omitted > 0 {
+		fmt.Fprintf(w, "    … and %d more step(s)\n", omitted)
 	}
 }
 
@@ -379,25 +240,10 @@ func auditAll(cmd *cobra.Command, a *app, l *ledger.Ledger, asJSON bool, limit i
 	}
 	pb.update(done, head)
 	pb.finish()
-	out := auditAllOutput{Events: done, Verdicts: map[string]int{projector.ResultConfirmed: 0, projector.ResultUnconfirmed: 0, projector.ResultNeverStarted: 0},
-		Unconfirmed: []auditAllEntry{}, Anomalies: s.Anomalies()}
-	for _, id := range s.ActivationIDs() {
-		out.Activations++
-		v, reasons, _ := s.Verdict(id)
-		out.Verdicts[v]++
-		if v != projector.ResultUnconfirmed { // confirmed, or never started: no cleanup owed
-			continue
-		}
-		_, closed := s.CloseReport(id)
-		if !closed {
-			out.NotClosed++
-		}
-		if limit > 0 && len(out.Unconfirmed) >= limit {
-			out.Omitted++
-			continue
-		}
-		out.Unconfirmed = append(out.Unconfirmed, auditAllEntry{Activation: id, Closed: closed, Reasons: reasons})
+	if limit <= 0 {
+		limit = audit.All
 	}
+	out := audit.Summarize(s, limit)
 	if asJSON {
 		enc := json.NewEncoder(a.stdout)
 		enc.SetIndent("", "  ")

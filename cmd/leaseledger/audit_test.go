@@ -11,6 +11,7 @@ import (
 	"github.com/leaseledger/leaseledger/events"
 	"github.com/leaseledger/leaseledger/ledger"
 	"github.com/leaseledger/leaseledger/projector"
+	"github.com/leaseledger/leaseledger/projector/audit"
 )
 
 var auditDigest = strings.Repeat("ab", 32)
@@ -81,7 +82,7 @@ func TestAudit(t *testing.T) {
 	if r.code != exitUnconfirmed {
 		t.Fatalf("audit act-bad: %d %s", r.code, r.stderr)
 	}
-	var out auditOutput
+	var out audit.Activation
 	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil {
 		t.Fatalf("json: %v\n%s", err, r.stdout)
 	}
@@ -100,7 +101,7 @@ func TestAudit(t *testing.T) {
 		t.Fatalf("audit --all: %+v", r)
 	}
 	r = runCLI(t, ctx, "", "--data-dir", dir, "audit", "--all", "--json")
-	var all auditAllOutput
+	var all audit.Summary
 	if err := json.Unmarshal([]byte(r.stdout), &all); err != nil || all.Verdicts["confirmed"] != 1 || all.Verdicts["unconfirmed"] != 2 || len(all.Unconfirmed) != 2 {
 		t.Fatalf("audit --all --json: %v %+v", err, all)
 	}

@@ -1,0 +1,171 @@
+package audit
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/leaseledger/leaseledger/events"
+	"github.com/leaseledger/leaseledger/projector"
+)
+
+// Bounds of an activation's audit. Each list reports how many entries it
+// left out.
+const (
+	// DefaultTimeline is the number of events the timeline keeps (the
+	// last ones) when Options.Timeline is zero.
+	DefaultTimeline = 1000
+	// All, as Options.Timeline or Summarize's limit, keeps every entry.
+	All = -1
+	// MaxRequests bounds the request timelines (the first ones
+	// registered; the rest are counted in requests_omitted).
+	MaxRequests = 1000
+	// MaxSteps bounds the steps kept per timeline entry (a request has at
+	// most 1 + 11 wire events and a settlement, plus timed-out awaits).
+	MaxSteps = 64
+)
+
+var (
+	// ErrNoEvents: Result was asked of a fold that was given no event.
+	ErrNoEvents = errors.New("audit: no events for the activation")
+	// ErrOtherActivation: Add was given an event of another activation.
+	ErrOtherActivation = errors.New("audit: event of another activation")
+)
+
+// Error reports a failed fold step: Op is "add" or "result", Seq the
+// event's seq (0 when unknown). It wraps ErrNoEvents, ErrOtherActivation,
+// or the decoding or projector error.
+type Error struct {
+	Op         string
+	Activation string
+	Seq        uint64
+	Err        error
+}
+
+func (e *Error) Error() string {
+	if e.Seq != 0 {
+		return fmt.Sprintf("audit: %s (activation %s, seq %d): %v", e.Op, e.Activation, e.Seq, e.Err)
+	}
+	return fmt.Sprintf("audit: %s (activation %s): %v", e.Op, e.Activation, e.Err)
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Options bound a [Fold].
+type Options struct {
+	// Timeline is how many events the timeline keeps, the last ones:
+	// zero keeps DefaultTimeline, All keeps every event.
+	Timeline int
+}
+
+// Activation is the audit of one activation: the `leaseledger audit
+// <activation> --json` output and the projection API's reply (see the
+// package documentation for the JSON).
+type Activation struct {
+	// Report is the projector's report, rebuilt from the activation's
+	// events alone.
+	Report projector.ActivationReport `json:"report"`
+	// Requests are the resource request timelines, in registration
+	// order; RequestsOmitted counts registrations past MaxRequests.
+	Requests        []Request `json:"requests"`
+	RequestsOmitted int       `json:"requests_omitted"`
+	// Timeline is the last Options.Timeline events, oldest first;
+	// TimelineOmitted counts the earlier ones left out.
+	Timeline        []Event `json:"timeline"`
+	TimelineOmitted uint64  `json:"timeline_omitted"`
+}
+
+// Event is one event of an activation's timeline, its payload as recorded.
+type Event struct {
+	Seq  uint64          `json:"seq"`
+	Time events.Instant  `json:"time"`
+	Kind events.Kind     `json:"kind"`
+	Data json.RawMessage `json:"data"`
+}
+
+// Fold folds one activation's events into its [Activation]. The zero Fold
+// is not usable: use [NewFold]. A Fold is not safe for concurrent use.
+type Fold struct {
+	id    string
+	keep  int // 0: every event
+	state *projector.State
+	ring  []Event
+	total uint64
+	reqs  requestFold
+}
+
+// NewFold returns a fold of activation's events.
+func NewFold(activation string, opts Options) *Fold {
+	keep := opts.Timeline
+	switch {
+	case keep == 0:
+		keep = DefaultTimeline
+	case keep < 0:
+		keep = 0
+	}
+	return &Fold{id: activation, keep: keep, state: projector.New()}
+}
+
+// Add folds env, an event of the fold's activation; events must come in
+// increasing seq order (the activation's events may skip seqs). On error
+// the fold is unchanged.
+func (f *Fold) Add(env *events.Envelope) error {
+	if env.Activation != f.id {
+		return &Error{Op: "add", Activation: f.id, Seq: uint64(env.Seq), Err: ErrOtherActivation}
+	}
+	var p events.Payload
+	if env.Kind.Family() == "request" {
+		var err error
+		if p, err = env.Payload(); err != nil {
+			return &Error{Op: "add", Activation: f.id, Seq: uint64(env.Seq), Err: err}
+		}
+	}
+	if err := f.state.Apply(env); err != nil {
+		return &Error{Op: "add", Activation: f.id, Seq: uint64(env.Seq), Err: err}
+	}
+	seq := uint64(env.Seq)
+	if p != nil {
+		f.reqs.add(seq, p)
+	}
+	e := Event{Seq: seq, Time: events.Instant{Time: env.Time}, Kind: env.Kind, Data: env.Data}
+	if f.keep == 0 || len(f.ring) < f.keep {
+		f.ring = append(f.ring, e)
+	} else {
+		f.ring[f.total%uint64(f.keep)] = e
+	}
+	f.total++
+	return nil
+}
+
+// AddRaw decodes raw, the stored bytes of one ledger record, strictly
+// (events.Decode) and folds it with [Fold.Add].
+func (f *Fold) AddRaw(raw []byte) error {
+	env, err := events.Decode(raw)
+	if err != nil {
+		return &Error{Op: "add", Activation: f.id, Err: err}
+	}
+	return f.Add(&env)
+}
+
+// Events returns the number of events folded so far.
+func (f *Fold) Events() uint64 { return f.total }
+
+// Result returns the activation's audit from the events folded so far
+// (ErrNoEvents when there were none). It may be called at any point: a
+// later Add does not change an Activation already returned.
+func (f *Fold) Result() (Activation, error) {
+	rep, ok := f.state.Report(f.id)
+	if !ok {
+		return Activation{}, &Error{Op: "result", Activation: f.id, Err: ErrNoEvents}
+	}
+	out := Activation{Report: rep, Requests: f.reqs.result(), RequestsOmitted: f.reqs.omitted}
+	if f.keep > 0 && f.total > uint64(f.keep) { // the ring, oldest first
+		start := int(f.total % uint64(f.keep))
+		out.Timeline = append(slices.Clone(f.ring[start:]), f.ring[:start]...)
+	} else {
+		out.Timeline = slices.Clone(f.ring)
+	}
+	out.TimelineOmitted = f.total - uint64(len(out.Timeline))
+	return out, nil
+}
