@@ -42,6 +42,16 @@ type CallRequest struct {
 	// Arguments are encoded as JSON (a json.RawMessage is sent as is); nil
 	// sends {}.
 	Arguments any
+	// Progress, when set, receives the server's progress notifications for
+	// the call: the request then carries a progress token (the call's id),
+	// and every notifications/progress the server sends with it is handed
+	// to Progress in order, one at a time, from a goroutine of the call;
+	// Call returns only after Progress returned for the last one. The
+	// connection's reader never waits for it: at most MaxProgressBuffered
+	// notifications wait for delivery, later ones are dropped while the
+	// buffer is full and counted in Progress.Dropped. Progress should
+	// return promptly: Call's return waits for it.
+	Progress func(Progress)
 }
 
 // callRun is one call through one lease's gate, recorded under the
@@ -52,6 +62,8 @@ type callRun struct {
 	id      string
 	req     CallRequest
 	args    []byte
+	// progress delivers the call's progress notifications (req.Progress set).
+	progress *callProgress
 }
 
 // draft is an event of this call: the lease's activation and server, the
@@ -77,6 +89,11 @@ func (l *lease) call(ctx context.Context, session string, req CallRequest, args 
 	if err := c.admit(ctx); err != nil {
 		return nil, false, err
 	}
+	defer func() {
+		if c.progress != nil {
+			c.progress.finish()
+		}
+	}()
 	return c.run(ctx)
 }
 
@@ -180,8 +197,20 @@ func (c *callRun) run(ctx context.Context) (*mcp.CallToolResult, bool, error) {
 	// another process's reading of the same CLOCK_REALTIME; not
 	// m.opts.Now, which tests move), and the bytes relayed so far.
 	sent, relayed := time.Now(), l.wire.written.Load()
-	res, err := l.cs.CallTool(ctx, &mcp.CallToolParams{Name: c.req.Tool, Arguments: json.RawMessage(c.args)})
+	params := &mcp.CallToolParams{Name: c.req.Tool, Arguments: json.RawMessage(c.args)}
+	if c.req.Progress != nil {
+		// Routed before the request is written, so no notification of it
+		// can arrive unrouted; the callback's drain waits until the call
+		// left the gate (see lease.call).
+		params.SetProgressToken(c.id)
+		c.progress = startProgress(c.req.Progress)
+		l.reqs.calls.add(c.id, c.progress)
+	}
+	res, err := l.cs.CallTool(ctx, params)
 	end := m.opts.Now()
+	if c.progress != nil {
+		l.reqs.calls.remove(c.id)
+	}
 
 	argSum := sha256.Sum256(c.args)
 	fin := &events.CallFinished{CallID: c.id, Tool: c.req.Tool, DurationNS: since(end, t0),

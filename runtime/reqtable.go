@@ -26,6 +26,9 @@ type reqTable struct {
 	byWire  map[string]*ResourceHandle
 	workers int
 	exited  chan struct{} // closed (and cleared) at each worker's exit; nil when nobody waits
+
+	// calls are the lease's tool calls that asked for progress (transport.go).
+	calls progressRoutes
 }
 
 // track makes h visible to the transport and counts its worker.

@@ -89,11 +89,16 @@ type ResourceResult struct {
 }
 
 // Progress is one progress notification the server sent for a handle
-// (matched by its progress token, the handle id). Message is server text:
-// it reaches the owner, never an event or an error.
+// (matched by its progress token, the handle id) or for a tool call with
+// CallRequest.Progress set. Message is server text: it reaches the owner,
+// never an event or an error.
 type Progress struct {
 	Progress, Total float64
 	Message         string
+	// Dropped (tool calls only) counts the call's notifications dropped so
+	// far on a full buffer, as of this delivery; the last delivery of a
+	// call carries its total. Handles count theirs in ProgressDropped.
+	Dropped int
 }
 
 // ListResources starts resources/list (cursor: "" for the first page) on

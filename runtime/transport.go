@@ -2,7 +2,9 @@ package runtime
 
 import (
 	"context"
+	"encoding/json"
 	"io"
+	"sync"
 	"sync/atomic"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -83,6 +85,9 @@ func (c *observedConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 		if c.reqs != nil && c.reqs.live.Load() > 0 {
 			c.reqs.onRead(m)
 		}
+		if c.reqs != nil && c.reqs.calls.live.Load() > 0 {
+			c.reqs.calls.onRead(m)
+		}
 	}
 	return m, err
 }
@@ -109,4 +114,114 @@ func (c *observedConn) Write(ctx context.Context, m jsonrpc.Message) error {
 		noted.afterCancelWrite(err)
 	}
 	return err
+}
+
+// progressRoutes are a lease's tool calls that asked for progress, by
+// progress token (the call id): the connection's reader hands each
+// matching notifications/progress to its call without blocking.
+type progressRoutes struct {
+	live atomic.Int64 // routed calls: zero keeps reads on the fast path
+
+	mu      sync.Mutex
+	byToken map[string]*callProgress
+}
+
+// add routes token's progress to p.
+func (r *progressRoutes) add(token string, p *callProgress) {
+	r.mu.Lock()
+	if r.byToken == nil {
+		r.byToken = make(map[string]*callProgress)
+	}
+	r.byToken[token] = p
+	r.mu.Unlock()
+	r.live.Add(1)
+}
+
+// remove stops routing token's progress.
+func (r *progressRoutes) remove(token string) {
+	r.mu.Lock()
+	if _, ok := r.byToken[token]; ok {
+		delete(r.byToken, token)
+		r.live.Add(-1)
+	}
+	r.mu.Unlock()
+}
+
+// onRead delivers a progress notification to the call whose token it
+// carries; anything else is ignored.
+func (r *progressRoutes) onRead(m jsonrpc.Message) {
+	x, ok := m.(*jsonrpc.Request)
+	if !ok || x.Method != "notifications/progress" {
+		return
+	}
+	var p mcp.ProgressNotificationParams
+	if json.Unmarshal(x.Params, &p) != nil {
+		return
+	}
+	tok, _ := p.ProgressToken.(string)
+	r.mu.Lock()
+	c := r.byToken[tok]
+	r.mu.Unlock()
+	if c != nil {
+		c.deliver(Progress{Progress: p.Progress, Total: p.Total, Message: p.Message})
+	}
+}
+
+// callProgress hands one call's progress notifications to its callback
+// from a goroutine of its own, in order: the connection's reader only
+// queues them (at most MaxProgressBuffered; later ones are dropped and
+// counted while the buffer is full), so a slow callback never stalls the
+// lease.
+type callProgress struct {
+	fn   func(Progress)
+	ch   chan Progress
+	done chan struct{} // closed once every queued notification was handed over
+
+	mu      sync.Mutex
+	closed  bool
+	dropped int
+}
+
+// startProgress starts delivering to fn; finish ends it.
+func startProgress(fn func(Progress)) *callProgress {
+	p := &callProgress{fn: fn, ch: make(chan Progress, MaxProgressBuffered), done: make(chan struct{})}
+	go p.run()
+	return p
+}
+
+func (p *callProgress) run() {
+	defer close(p.done)
+	for x := range p.ch {
+		p.mu.Lock()
+		x.Dropped = p.dropped
+		p.mu.Unlock()
+		p.fn(x)
+	}
+}
+
+// deliver queues x without blocking; it is dropped (and counted) when the
+// buffer is full, and ignored after finish.
+func (p *callProgress) deliver(x Progress) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return
+	}
+	select {
+	case p.ch <- x:
+	default:
+		p.dropped++
+	}
+}
+
+// finish stops queueing and returns once the callback returned for every
+// notification queued before.
+func (p *callProgress) finish() {
+	p.mu.Lock()
+	if !p.closed {
+		p.closed = true
+		close(p.ch)
+	}
+	p.mu.Unlock()
+	<-p.done
 }

@@ -19,6 +19,10 @@
 //	                                   input_required continuation, which the go-sdk server side cannot
 //	                                   produce for a 2025-11-25 client
 //
+// Tool progress: sends its "n" argument's worth of progress notifications
+// (with server text) when the call carries a progress token, and answers
+// "sent <count>".
+//
 // Resources (resources.go): test://item/0..4 and three templates, listed two
 // per page; test://text, test://blob, test://slow (held until cancelled,
 // then recorded), test://progress (three progress notifications first).
@@ -169,6 +173,22 @@ func newServer(variant, calls string) *mcp.Server {
 		InputSchema: json.RawMessage(`{"type":"object"}`)},
 		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "SECRET provider text"}}}, nil
+		})
+	s.AddTool(&mcp.Tool{Name: "progress", Description: "sends n progress notifications (with server text) when the call has a progress token, then answers",
+		InputSchema: json.RawMessage(`{"type":"object","properties":{"n":{"type":"integer"}}}`)},
+		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			var in struct{ N int }
+			_ = json.Unmarshal(req.Params.Arguments, &in)
+			sent := 0
+			if tok := req.Params.GetProgressToken(); tok != nil {
+				for i := 1; i <= in.N; i++ {
+					if req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: tok,
+						Progress: float64(i), Total: float64(in.N), Message: "SECRET provider text " + strconv.Itoa(i)}) == nil {
+						sent++
+					}
+				}
+			}
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "sent " + strconv.Itoa(sent)}}}, nil
 		})
 	addResources(s)
 	return s
