@@ -113,7 +113,7 @@ func Example() {
 	}
 	fmt.Println("recorded:", strings.Join(recorded, " "))
 	// Output:
-	// tools: crash echo fail refuse slow
+	// tools: crash echo fail progress refuse slow
 	// echo: hello
 	// recorded: lease.acquired call.admitted call.finished session.ended lease.terminated guardian.receipt connection.closed
 }
