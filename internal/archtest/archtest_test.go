@@ -127,7 +127,7 @@ func TestArchitectureDocMatchesImports(t *testing.T) {
 
 // Arrows point down the layer table: events, schemas and guardian import no
 // other layer; ledger and projector only events (and schemas); runtime only
-// events and guardian; cmd anything.
+// events and guardian; gateway only events and runtime; cmd anything.
 func TestLayers(t *testing.T) {
 	allowed := map[string][]string{
 		"events":    {},
@@ -136,6 +136,7 @@ func TestLayers(t *testing.T) {
 		"ledger":    {"events", "schemas"},
 		"projector": {"events", "ledger"}, // only projector/live may tie the reducer to the log
 		"runtime":   {"events", "guardian"},
+		"gateway":   {"events", "runtime"}, // the MCP endpoint over the runtime
 		"internal":  {},
 	}
 	for pkg, deps := range realGraph(t) {

@@ -1,0 +1,258 @@
+package gateway
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/leaseledger/leaseledger/runtime"
+	"github.com/modelcontextprotocol/go-sdk/auth"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/oklog/ulid/v2"
+)
+
+// Bounds and defaults.
+const (
+	// DefaultMaxSessions caps the live MCP sessions of a gateway when
+	// Options.MaxSessions is zero; a new session beyond it is refused with
+	// 503 and nothing is started.
+	DefaultMaxSessions = 128
+	// DefaultMaxSessionsPerToken caps the live sessions one token opened
+	// when Options.MaxSessionsPerToken is zero; beyond it 429, nothing
+	// started. Without tokens only the global cap applies.
+	DefaultMaxSessionsPerToken = 32
+	// DefaultSessionIdleTimeout ends a session that received no POST or
+	// DELETE for this long (and has none in flight) when
+	// Options.SessionIdleTimeout is zero.
+	DefaultSessionIdleTimeout = 30 * time.Minute
+	// MaxServers bounds Options.Servers.
+	MaxServers = 64
+	// MaxParallelListings bounds the servers one tools/list acquires at
+	// the same time.
+	MaxParallelListings = 8
+	// MaxRequestBodyBytes bounds one HTTP request body (413 beyond it).
+	MaxRequestBodyBytes = 4 << 20
+	// SessionEndTimeout bounds ending one session (its handlers, request
+	// handles, then the runtime scope), detached from the caller's
+	// cancellation: an end once begun always completes.
+	SessionEndTimeout = 2 * time.Minute
+	// SessionIDPrefix starts every MCP session id; the rest is a ULID, so
+	// the id follows events.IDRule and is also the runtime session id.
+	SessionIDPrefix = "mcp-"
+)
+
+// Options configures a Gateway.
+type Options struct {
+	// Manager runs the servers; required. The gateway never closes it.
+	Manager *runtime.Manager
+	// Servers are the config names exposed, in listing order; each must
+	// satisfy ValidServerName (ErrServerName), at most MaxServers.
+	Servers []string
+	// Tokens, when set, are required on every request (401 otherwise).
+	// Nil: no bearer tokens, and requests arriving on a non-loopback local
+	// address are refused (403).
+	Tokens *Tokens
+	// AllowedOrigins are Origin header values accepted (scheme://host[:port]),
+	// besides requests without an Origin header and, on a loopback
+	// listener, loopback origins. Any other Origin is refused (403).
+	AllowedOrigins []string
+	// MaxSessions and MaxSessionsPerToken cap live sessions; the Default…
+	// constants when zero.
+	MaxSessions, MaxSessionsPerToken int
+	// SessionIdleTimeout ends idle sessions; DefaultSessionIdleTimeout
+	// when zero.
+	SessionIdleTimeout time.Duration
+	// RequestBudget is the budget of each resource request handle;
+	// runtime.DefaultRequestBudget when zero, at most
+	// runtime.MaxRequestBudget.
+	RequestBudget time.Duration
+	// Logger receives the gateway's own records (session ids, server
+	// names, static error text); discarded when nil.
+	Logger *slog.Logger
+}
+
+// SessionInfo describes one live MCP session.
+type SessionInfo struct {
+	// ID is the MCP session id, also the runtime session id.
+	ID string
+	// Principal is the name of the token that opened it ("" without tokens).
+	Principal string
+	Opened    time.Time
+}
+
+// Gateway is the Streamable HTTP MCP endpoint over one runtime.Manager.
+// It is safe for concurrent use.
+type Gateway struct {
+	opts      Options
+	servers   []string
+	serverSet map[string]bool
+	origins   []string
+	srv       *mcp.Server
+	handler   http.Handler
+	unsub     func()
+
+	mu       sync.Mutex
+	sessions map[string]*session
+	slots    map[string]int // sessions and reservations per principal
+	total    int
+	closed   bool
+	// ending holds the ends in progress, so Close waits for them.
+	wg sync.WaitGroup
+}
+
+// New validates opts and returns a gateway. It starts no goroutine: each
+// session has its own, ended with it.
+func New(opts Options) (*Gateway, error) {
+	bad := func(kind error, server string) error { return &Error{Op: "new", Server: server, Err: kind} }
+	switch {
+	case opts.Manager == nil, len(opts.Servers) > MaxServers,
+		opts.MaxSessions < 0, opts.MaxSessionsPerToken < 0, opts.SessionIdleTimeout < 0,
+		opts.RequestBudget < 0, opts.RequestBudget > runtime.MaxRequestBudget:
+		return nil, bad(ErrInvalidOptions, "")
+	}
+	if opts.MaxSessions == 0 {
+		opts.MaxSessions = DefaultMaxSessions
+	}
+	if opts.MaxSessionsPerToken == 0 {
+		opts.MaxSessionsPerToken = DefaultMaxSessionsPerToken
+	}
+	if opts.SessionIdleTimeout == 0 {
+		opts.SessionIdleTimeout = DefaultSessionIdleTimeout
+	}
+	if opts.RequestBudget == 0 {
+		opts.RequestBudget = runtime.DefaultRequestBudget
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	g := &Gateway{opts: opts, serverSet: map[string]bool{}, sessions: map[string]*session{}, slots: map[string]int{}}
+	for _, s := range opts.Servers {
+		if !ValidServerName(s) {
+			return nil, bad(ErrServerName, "")
+		}
+		if g.serverSet[s] {
+			return nil, bad(ErrServerName, s)
+		}
+		g.serverSet[s] = true
+		g.servers = append(g.servers, s)
+	}
+	for _, o := range opts.AllowedOrigins {
+		n, ok := normalizeOrigin(o)
+		if !ok {
+			return nil, bad(ErrInvalidOptions, "")
+		}
+		g.origins = append(g.origins, n)
+	}
+	g.srv = mcp.NewServer(&mcp.Implementation{Name: "leaseledger", Version: "0.1.0"}, &mcp.ServerOptions{
+		// Tools and resources only, without list-changed notifications
+		// (listings are per session and pinned), and no logging.
+		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}, Resources: &mcp.ResourceCapabilities{}},
+		GetSessionID: func() string { return SessionIDPrefix + ulid.Make().String() },
+		// Only protocol versions that have sessions: each MCP session is
+		// a runtime session.
+		SupportedProtocolVersions: sessionVersions(),
+	})
+	g.srv.AddReceivingMiddleware(g.middleware)
+	inner := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return g.srv },
+		&mcp.StreamableHTTPOptions{MaxRequestBodyBytes: MaxRequestBodyBytes})
+	var h http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { g.serveSession(w, r, inner) })
+	if opts.Tokens != nil {
+		h = auth.RequireBearerToken(g.verifyToken, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(h)
+		g.unsub = opts.Tokens.subscribe(g.tokensReloaded)
+	}
+	g.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { g.serveAccess(w, r, h) })
+	return g, nil
+}
+
+// sessionVersions returns the go-sdk's protocol versions that have
+// sessions (before the sessionless 2026-07-28), newest first.
+func sessionVersions() []string {
+	return slices.DeleteFunc(mcp.SupportedProtocolVersions(), func(v string) bool { return v >= "2026-07-28" })
+}
+
+// normalizeOrigin returns an origin as browsers send it (lowercase
+// scheme and host, no path), and whether o is one.
+func normalizeOrigin(o string) (string, bool) {
+	u, err := url.Parse(o)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" ||
+		(u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+		return "", false
+	}
+	return strings.ToLower(u.Scheme + "://" + u.Host), true
+}
+
+// Handler returns the Streamable HTTP MCP endpoint (serve mounts it at /mcp).
+func (g *Gateway) Handler() http.Handler { return g.handler }
+
+// Servers returns the exposed server names, in listing order.
+func (g *Gateway) Servers() []string { return slices.Clone(g.servers) }
+
+// Sessions returns the live sessions, oldest first.
+func (g *Gateway) Sessions() []SessionInfo {
+	g.mu.Lock()
+	out := make([]SessionInfo, 0, len(g.sessions))
+	for _, s := range g.sessions {
+		out = append(out, SessionInfo{ID: s.id, Principal: s.principal, Opened: s.opened})
+	}
+	g.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool {
+		return out[i].Opened.Before(out[j].Opened) || out[i].Opened.Equal(out[j].Opened) && out[i].ID < out[j].ID
+	})
+	return out
+}
+
+// EndSession ends the MCP session id: its requests in flight are
+// cancelled, its request handles settled, the MCP session closed (the
+// client's next request gets 404) and its runtime scope released, which
+// ends the session's leases (last-owner end). It returns once that is
+// done, or ctx's error when ctx ends first (the end goes on). Its error
+// joins what failed to record. ErrUnknownSession when no live session
+// has that id.
+func (g *Gateway) EndSession(ctx context.Context, id string) error {
+	g.mu.Lock()
+	s := g.sessions[id]
+	g.mu.Unlock()
+	if s == nil {
+		return &Error{Op: "end_session", Session: id, Err: ErrUnknownSession}
+	}
+	return g.end(ctx, s, endedByHost)
+}
+
+// Close refuses new sessions (503), ends every session and waits for
+// their ends, or for ctx. It is idempotent; the manager stays open.
+func (g *Gateway) Close(ctx context.Context) error {
+	g.mu.Lock()
+	first := !g.closed
+	g.closed = true
+	all := make([]*session, 0, len(g.sessions))
+	for _, s := range g.sessions {
+		all = append(all, s)
+	}
+	g.mu.Unlock()
+	if first && g.unsub != nil {
+		g.unsub()
+	}
+	for _, s := range all {
+		g.startEnd(s, endedByClose)
+	}
+	done := make(chan struct{})
+	go func() { g.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return &Error{Op: "close", Err: ErrClosed, cause: ctx.Err()}
+	}
+	var errs []error
+	for _, s := range all {
+		if s.endErr != nil {
+			errs = append(errs, s.endErr)
+		}
+	}
+	return joinErrs(errs)
+}

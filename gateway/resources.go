@@ -1,0 +1,149 @@
+package gateway
+
+import (
+	"context"
+
+	"github.com/leaseledger/leaseledger/runtime"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// Resources and templates are listed page by page: a gateway page is one
+// page of one server (servers in Options.Servers order, empty pages
+// skipped), and the gateway cursor says which server and which of its
+// cursors comes next. Every request to a server is a runtime request
+// handle owned by the session's owner.
+
+// requestOptions are the bounds of the session's request handles.
+func (s *session) requestOptions() runtime.RequestOptions {
+	o := runtime.DefaultRequestOptions()
+	o.Budget = s.g.opts.RequestBudget
+	return o
+}
+
+// listPage runs one list method over the servers from the cursor on:
+// start starts the handle for a server and cursor, take reads the page
+// (its item count and next cursor) and keeps its items. A server that
+// fails is left out.
+func (s *session) listPage(ctx context.Context, cursor string, token any,
+	start func(server, cursor string) (*runtime.ResourceHandle, error),
+	take func(server string, r *runtime.ResourceResult) (n int, next string)) (string, error) {
+	servers := s.g.servers
+	c, ok := decodeCursor(cursor, len(servers))
+	if !ok {
+		return "", codeError(CodeInvalidParams, msgInvalidCursor)
+	}
+	items := 0
+	for i := c.Server; i < len(servers); i++ {
+		server := servers[i]
+		sc := ""
+		if i == c.Server {
+			sc = c.Cursor
+		}
+		h, err := start(server, sc)
+		var res *runtime.ResourceResult
+		if err == nil {
+			res, err = s.await(ctx, h, token)
+		}
+		if ctx.Err() != nil {
+			return "", rpcError(ctx.Err())
+		}
+		if err != nil {
+			s.g.opts.Logger.Warn("gateway: server left out of the listing", "session", s.id, "server", server, "err", err)
+			continue
+		}
+		n, next := take(server, res)
+		items += n
+		if next != "" {
+			return encodeCursor(pageCursor{Server: i, Cursor: next}), nil
+		}
+		if items > 0 && i+1 < len(servers) {
+			return encodeCursor(pageCursor{Server: i + 1}), nil
+		}
+	}
+	return "", nil
+}
+
+// listResources lists resources under leaseledger://<server>/<uri>.
+func (s *session) listResources(ctx context.Context, p *mcp.ListResourcesParams) (*mcp.ListResourcesResult, error) {
+	out := &mcp.ListResourcesResult{Resources: []*mcp.Resource{}}
+	next, err := s.listPage(ctx, p.Cursor, p.GetProgressToken(),
+		func(server, cursor string) (*runtime.ResourceHandle, error) {
+			return s.capa.ListResources(ctx, s.owner, server, cursor, s.requestOptions())
+		},
+		func(server string, r *runtime.ResourceResult) (int, string) {
+			for _, x := range r.Resources.Resources {
+				y := *x
+				y.URI = ResourceURI(server, x.URI)
+				out.Resources = append(out.Resources, &y)
+			}
+			return len(r.Resources.Resources), r.Resources.NextCursor
+		})
+	if err != nil {
+		return nil, err
+	}
+	out.NextCursor = next
+	return out, nil
+}
+
+// listTemplates lists resource templates under
+// leaseledger://<server>/<template>.
+func (s *session) listTemplates(ctx context.Context, p *mcp.ListResourceTemplatesParams) (*mcp.ListResourceTemplatesResult, error) {
+	out := &mcp.ListResourceTemplatesResult{ResourceTemplates: []*mcp.ResourceTemplate{}}
+	next, err := s.listPage(ctx, p.Cursor, p.GetProgressToken(),
+		func(server, cursor string) (*runtime.ResourceHandle, error) {
+			return s.capa.ListResourceTemplates(ctx, s.owner, server, cursor, s.requestOptions())
+		},
+		func(server string, r *runtime.ResourceResult) (int, string) {
+			for _, x := range r.Templates.ResourceTemplates {
+				y := *x
+				y.URITemplate = ResourceURI(server, x.URITemplate)
+				out.ResourceTemplates = append(out.ResourceTemplates, &y)
+			}
+			return len(r.Templates.ResourceTemplates), r.Templates.NextCursor
+		})
+	if err != nil {
+		return nil, err
+	}
+	out.NextCursor = next
+	return out, nil
+}
+
+// readResource reads leaseledger://<server>/<uri> as <uri> from server;
+// the contents pass through as the server produced them.
+func (s *session) readResource(ctx context.Context, p *mcp.ReadResourceParams) (*mcp.ReadResourceResult, error) {
+	server, uri, ok := SplitResourceURI(p.URI)
+	if !ok || !s.g.serverSet[server] {
+		return nil, codeError(CodeUnknownResource, msgUnknownResource)
+	}
+	h, err := s.capa.ReadResource(ctx, s.owner, server, uri, s.requestOptions())
+	if err != nil {
+		return nil, rpcError(err)
+	}
+	res, err := s.await(ctx, h, p.GetProgressToken())
+	if err != nil {
+		return nil, rpcError(err)
+	}
+	return res.Read, nil
+}
+
+// await relays the handle's progress to the client (when it sent a
+// progress token) until the handle settles, and returns its result. When
+// ctx ends first — the client's notifications/cancelled, or the session's
+// end — the handle is cancelled (its cancellation reaches the server).
+func (s *session) await(ctx context.Context, h *runtime.ResourceHandle, token any) (*runtime.ResourceResult, error) {
+	prog := h.Progress()
+	for prog != nil {
+		select {
+		case p, ok := <-prog:
+			if !ok {
+				prog = nil
+			} else if token != nil {
+				s.notifyProgress(ctx, token, p)
+			}
+		case <-ctx.Done():
+			_, _ = h.Cancel(context.WithoutCancel(ctx))
+			return nil, ctx.Err()
+		}
+	}
+	return h.Await(context.WithoutCancel(ctx))
+}
