@@ -202,6 +202,8 @@ func (s *State) apply(e *event) {
 			}
 			l.LastUse = events.Instant{Time: e.time}
 		}
+	case *events.SessionOpened:
+		s.sessionOpened(e, p)
 	case *events.SessionEnded:
 		s.sessionEnded(e.session)
 
@@ -368,13 +370,15 @@ func (s *State) endLease(l *Lease, e *event, reason string) {
 	l.EndedAt = events.Instant{Time: e.time}
 }
 
-// sessionEnded drops the terminated leases keyed by session: the table
-// keeps terminated leases only until their session's end, so it is bounded
-// by live sessions times servers. Live leases and shared leases stay.
+// sessionEnded drops the session and the terminated leases keyed by it:
+// the lease table keeps terminated leases only until their session's end,
+// so it is bounded by live sessions times servers. Live leases and shared
+// leases stay.
 func (s *State) sessionEnded(session string) {
 	if session == "" {
 		return
 	}
+	delete(s.sessions, session)
 	for k, l := range s.leases {
 		if k.Session == session && !l.Live() {
 			delete(s.leases, k)

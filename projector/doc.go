@@ -1,7 +1,7 @@
 // Package projector owns the one reducer of leaseledger: a pure
 // [Apply](state, event) that folds committed events, in seq order, into the
 // reports that the runtime reads live and that compliance tooling rebuilds
-// by replay. It owns four projections and their snapshot format:
+// by replay. It owns five projections and their snapshot format:
 //
 //  1. Evidence, per activation: every owned resource (a guardian-supervised
 //     child, an HTTP request and each of its redirect hops) with its status
@@ -17,6 +17,8 @@
 //     and listing digest, calls in flight, last use.
 //  4. Requests by owner and handle: registration, every wire ID, completion,
 //     timed-out awaits, cancellation reports and owner end.
+//  5. Open sessions: who opened each (principal, transport) and when,
+//     dropped at the session's end.
 //
 // The package does no I/O and reads no clock: every time it stores is an
 // envelope time or a fact time from the log. Events record facts; every

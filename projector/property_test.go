@@ -41,7 +41,7 @@ func genDraft(t *rapid.T) events.Draft {
 	outcome := func(name string, vs ...string) string { return rapid.SampledFrom(vs).Draw(t, name) }
 	var p events.Payload
 	// Weighted: evidence events (which drive the ring) are most frequent.
-	switch k := rapid.IntRange(0, 40).Draw(t, "kind"); k {
+	switch k := rapid.IntRange(0, 41).Draw(t, "kind"); k {
 	case 0:
 		p = &events.LeaseAcquiring{KeySession: sess, Fingerprint: eventgen.Digest, Shared: rapid.Bool().Draw(t, "shared")}
 	case 1:
@@ -114,6 +114,9 @@ func genDraft(t *rapid.T) events.Draft {
 		p = &events.HTTPWorkerDown{Ref: ref, Worker: "w1", Reason: "normal"}
 	case 40:
 		p = &events.HTTPLost{Ref: ref, Reason: "connection_dropped"}
+	case 41:
+		return events.Draft{Session: sess, Payload: &events.SessionOpened{Principal: pick(t, "principal", "", "team-a"),
+			Transport: pick(t, "st", events.SessionEmbedded, events.SessionMCPHTTP)}}
 	}
 	return events.Draft{Activation: act, Session: sess, Server: srv, Payload: p}
 }

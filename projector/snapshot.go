@@ -15,7 +15,7 @@ import (
 // trusting an older layout half-way.
 const (
 	SnapshotFormat  = "leaseledger-projector"
-	SnapshotVersion = 2
+	SnapshotVersion = 3 // 3: open sessions (session.opened)
 )
 
 // Errors of Unmarshal.
@@ -55,6 +55,7 @@ type snapshotWire struct {
 	Activations map[string]*activationWire `json:"activations"`
 	Leases      map[string]*Lease          `json:"leases"`
 	Owners      map[string]*Owner          `json:"owners"`
+	Sessions    map[string]*Session        `json:"sessions"`
 }
 
 type activationWire struct {
@@ -88,7 +89,7 @@ type evidenceWire struct {
 func Marshal(s *State) ([]byte, error) {
 	w := snapshotWire{Format: SnapshotFormat, Version: SnapshotVersion, Seq: s.seq, Applied: s.applied,
 		Anomalies: s.anomalies, Activations: make(map[string]*activationWire, len(s.activations)),
-		Leases: make(map[string]*Lease, len(s.leases)), Owners: s.owners}
+		Leases: make(map[string]*Lease, len(s.leases)), Owners: s.owners, Sessions: s.sessions}
 	for id, a := range s.activations {
 		ev := &a.Evidence
 		w.Activations[id] = &activationWire{Session: a.Session, Server: a.Server, FirstSeq: a.FirstSeq,
@@ -180,6 +181,12 @@ func Unmarshal(b []byte) (*State, error) {
 			s.ownerOf[h] = id
 		}
 		s.owners[id] = o
+	}
+	for id, x := range w.Sessions {
+		if x == nil || x.ID != id || !events.ValidID(id) {
+			return nil, corrupt("session entry")
+		}
+		s.sessions[id] = x
 	}
 	return s, nil
 }

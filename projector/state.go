@@ -329,6 +329,7 @@ type State struct {
 	activations map[string]*Activation
 	leases      map[LeaseKey]*Lease
 	owners      map[string]*Owner
+	sessions    map[string]*Session // open sessions only
 	anomalies   Anomalies
 
 	// Derived indexes, rebuilt by Unmarshal and never serialised.
@@ -348,6 +349,7 @@ func New() *State {
 		activations: map[string]*Activation{},
 		leases:      map[LeaseKey]*Lease{},
 		owners:      map[string]*Owner{},
+		sessions:    map[string]*Session{},
 		leaseOf:     map[string]LeaseKey{},
 		ownerOf:     map[string]string{},
 	}
