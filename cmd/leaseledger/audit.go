@@ -36,9 +36,13 @@ snapshot is used) and reports cleanup evidence.
 
 With an activation, it prints the activation's timeline, every tracked
 resource with its status and facts, the recent confirmed receipts and the
-aggregate resources, the connection and its close report, and the verdict
-(confirmed / unconfirmed) with every reason it is not confirmed. Every event
-of the activation is decoded strictly (events.Decode).
+aggregate resources, the connection and its close report, the resource
+request timelines, the HTTP request timelines (each redirect hop with its
+origins and barriers, completions, barriers, worker ends, lost evidence),
+and the verdict (confirmed / unconfirmed) with every reason it is not
+confirmed. Every event of the activation is decoded strictly
+(events.Decode). --json prints the same as one JSON object (its shape is
+documented in package projector/audit).
 
 With --all, it replays the whole log (with a progress bar on stderr) and
 prints the number of activations by verdict and the unconfirmed ones.
@@ -194,6 +198,7 @@ func printReport(w io.Writer, out *audit.Activation) {
 			printSteps(w, r.Steps, r.StepsOmitted)
 		}
 	}
+	printHTTP(w, out)
 	fmt.Fprintf(w, "timeline (%d event(s)", len(out.Timeline))
 	if out.TimelineOmitted > 0 {
 		fmt.Fprintf(w, ", %d earlier omitted", out.TimelineOmitted)
@@ -202,6 +207,74 @@ func printReport(w io.Writer, out *audit.Activation) {
 	for _, e := range out.Timeline {
 		fmt.Fprintf(w, "  %d\t%s\t%s\t%s\n", e.Seq, e.Time.UTC().Format(events.TimeLayout), e.Kind, e.Data)
 	}
+}
+
+// printHTTP prints the HTTP request timelines: per request its status,
+// each redirect hop with its origins, status and barriers, then its steps.
+func printHTTP(w io.Writer, out *audit.Activation) {
+	if len(out.HTTPRequests) == 0 && out.HTTPRequestsOmitted == 0 {
+		return
+	}
+	fmt.Fprintf(w, "http requests (%d", len(out.HTTPRequests))
+	if out.HTTPRequestsOmitted > 0 {
+		fmt.Fprintf(w, ", %d more omitted", out.HTTPRequestsOmitted)
+	}
+	fmt.Fprintln(w, "):")
+	for _, r := range out.HTTPRequests {
+		fmt.Fprintf(w, "  %s %s %s (scope %s): %s, barriers [%s]", r.Ref, orNone(string(r.Method)), orNone(r.Origin), orNone(r.Scope),
+			statusText(r.Status, r.Reason), barriersText(r.Barriers, r.BarriersOmitted))
+		if c := r.Completed; c != nil {
+			fmt.Fprintf(w, ", completed %s %d", c.Outcome, c.Status)
+			if c.Detail != "" {
+				fmt.Fprintf(w, " (%s)", c.Detail)
+			}
+		}
+		if wd := r.WorkerDown; wd != nil {
+			fmt.Fprintf(w, ", worker %s down (%s)", wd.Worker, wd.Reason)
+		}
+		if r.Lost != nil {
+			fmt.Fprintf(w, ", lost (%s)", r.Lost.Reason)
+		}
+		fmt.Fprintln(w)
+		for _, h := range r.Hops {
+			same := "cross origin"
+			if h.SameOrigin {
+				same = "same origin"
+			}
+			fmt.Fprintf(w, "    hop %d %s: %d %s → %s (%s): %s, barriers [%s]", h.Hop, h.Ref, h.RedirectStatus, orNone(h.FromOrigin), h.ToOrigin, same,
+				statusText(h.Status, h.Reason), barriersText(h.Barriers, h.BarriersOmitted))
+			if h.Lost != nil {
+				fmt.Fprintf(w, ", lost (%s)", h.Lost.Reason)
+			}
+			fmt.Fprintln(w)
+		}
+		if r.HopsOmitted > 0 {
+			fmt.Fprintf(w, "    … and %d more hop(s)\n", r.HopsOmitted)
+		}
+		printSteps(w, r.Steps, r.StepsOmitted)
+	}
+}
+
+func statusText(st projector.Status, reason string) string {
+	if reason == "" {
+		return orNone(string(st))
+	}
+	return fmt.Sprintf("%s (%s)", orNone(string(st)), reason)
+}
+
+func barriersText(bs []audit.HTTPBarrier, omitted int) string {
+	var parts []string
+	for _, b := range bs {
+		t := string(b.Outcome)
+		if b.Late {
+			t += " (late)"
+		}
+		parts = append(parts, t)
+	}
+	if omitted > 0 {
+		parts = append(parts, fmt.Sprintf("… %d more", omitted))
+	}
+	return strings.Join(parts, " ")
 }
 
 // printSteps prints a timeline entry's steps and how many were left out.

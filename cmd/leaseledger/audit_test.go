@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -148,5 +150,87 @@ func TestAuditNeverStarted(t *testing.T) {
 	r = runCLI(t, ctx, "", "--data-dir", dir, "audit", "act-spawn")
 	if r.code != 0 || !strings.Contains(r.stdout, "verdict: never_started") || !strings.Contains(r.stdout, "spawn_failed") {
 		t.Fatalf("audit act-spawn: %+v", r)
+	}
+}
+
+// `audit` of an HTTP server's activations shows each tracked request with
+// its redirect hops (origins, status, barriers), completion, barriers,
+// worker end and lost evidence, in text and JSON (testdata/http.jsonl:
+// act-http-ok is confirmed with two 307 hops, a GET stream aborted at
+// close and the session DELETE; act-http-bad has a cross-origin hop whose
+// barrier timed out, a lost request and a barrier after the close).
+func TestAuditHTTP(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	in, err := os.ReadFile("testdata/http.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := runCLI(t, ctx, string(in), "--data-dir", dir, "append"); r.code != 0 {
+		t.Fatal(r.stderr)
+	}
+	const o = "http://127.0.0.1:8931"
+	r := runCLI(t, ctx, "", "--data-dir", dir, "audit", "act-http-ok")
+	if r.code != 0 {
+		t.Fatalf("audit act-http-ok: %+v", r)
+	}
+	for _, want := range []string{
+		"verdict: confirmed",
+		"http requests (4):\n",
+		"  h-3 POST " + o + " (scope request): confirmed, barriers [ok], completed ok 200, worker mcp_http_client down (released)\n" +
+			"    hop 1 h-3-1: 307 " + o + " → " + o + " (same origin): confirmed, barriers [ok]\n" +
+			"    hop 2 h-3-2: 307 " + o + " → " + o + " (same origin): confirmed, barriers [ok]\n" +
+			"    11 registered POST " + o + " (scope request)\n" +
+			"    12 redirect hop 1 (h-3-1): 307 " + o + " → " + o + ", same origin\n" +
+			"    13 barrier ok (hop 1, h-3-1)\n" +
+			"    14 redirect hop 2 (h-3-2): 307 " + o + " → " + o + ", same origin\n" +
+			"    15 barrier ok (hop 2, h-3-2)\n" +
+			"    16 completed ok, status 200, 2048 bytes\n" +
+			"    17 barrier ok\n" +
+			"    18 worker mcp_http_client down (released)\n",
+		"  h-2 GET " + o + " (scope sse): confirmed, barriers [ok], completed aborted 200 (aborted), worker mcp_http_client down (released)\n",
+		"    23 completed aborted, status 200, 77 bytes, aborted\n    24 barrier ok\n",
+		"  h-4 DELETE " + o + " (scope session_delete): confirmed",
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Fatalf("audit act-http-ok lacks %q:\n%s", want, r.stdout)
+		}
+	}
+
+	r = runCLI(t, ctx, "", "--data-dir", dir, "audit", "act-http-bad")
+	if r.code != exitUnconfirmed {
+		t.Fatalf("audit act-http-bad: %+v", r)
+	}
+	for _, want := range []string{
+		"    hop 1 h-1-1: 307 " + o + " → http://127.0.0.1:8932 (cross origin): missing (barrier_timeout), barriers [timeout]\n",
+		"    39 barrier timeout (hop 1, h-1-1)\n    40 completed timeout, status 0, 0 bytes, receive_timeout\n",
+		"  h-2 POST " + o + " (scope request): lost (connection_dropped), barriers [ok (late)], lost (connection_dropped)\n",
+		"    53 barrier ok — after the close, no effect\n",
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Fatalf("audit act-http-bad lacks %q:\n%s", want, r.stdout)
+		}
+	}
+
+	r = runCLI(t, ctx, "", "--data-dir", dir, "audit", "act-http-bad", "--json")
+	var out audit.Activation
+	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil {
+		t.Fatalf("json: %v\n%s", err, r.stdout)
+	}
+	if len(out.HTTPRequests) != 2 || out.HTTPRequestsOmitted != 0 {
+		t.Fatalf("http requests: %+v", out.HTTPRequests)
+	}
+	h1, h2 := out.HTTPRequests[0], out.HTTPRequests[1]
+	wantHop := audit.HTTPHop{Hop: 1, Ref: "h-1-1", Seq: 38, RedirectStatus: 307, FromOrigin: o, ToOrigin: "http://127.0.0.1:8932",
+		Status: projector.StatusMissing, Reason: "barrier_timeout", Barriers: []audit.HTTPBarrier{{Seq: 39, Outcome: events.HTTPBarrierTimeout}}}
+	if h1.Ref != "h-1" || h1.Status != projector.StatusConfirmed || len(h1.Hops) != 1 || !reflect.DeepEqual(h1.Hops[0], wantHop) ||
+		h1.Completed == nil || h1.Completed.Outcome != events.HTTPTimeout || h1.Completed.Detail != "receive_timeout" ||
+		!reflect.DeepEqual(h1.Barriers, []audit.HTTPBarrier{{Seq: 41, Outcome: events.HTTPBarrierOK}}) ||
+		h1.WorkerDown == nil || h1.WorkerDown.Reason != "released" || h1.Lost != nil {
+		t.Fatalf("h-1: %+v", h1)
+	}
+	if h2.Status != projector.StatusLost || h2.Lost == nil || h2.Lost.Reason != "connection_dropped" ||
+		!reflect.DeepEqual(h2.Barriers, []audit.HTTPBarrier{{Seq: 53, Outcome: events.HTTPBarrierOK, Late: true}}) || len(h2.Steps) != 3 {
+		t.Fatalf("h-2: %+v", h2)
 	}
 }

@@ -220,13 +220,13 @@ func TestAuditJSONShape(t *testing.T) {
 	if err := json.Unmarshal(b, &m); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"report", "requests", "requests_omitted", "timeline", "timeline_omitted"} {
+	for _, k := range []string{"report", "requests", "requests_omitted", "http_requests", "http_requests_omitted", "timeline", "timeline_omitted"} {
 		if _, ok := m[k]; !ok {
 			t.Fatalf("key %s missing: %s", k, b)
 		}
 	}
-	if string(m["requests"]) != "[]" {
-		t.Fatalf("requests: %s", m["requests"])
+	if string(m["requests"]) != "[]" || string(m["http_requests"]) != "[]" {
+		t.Fatalf("empty lists: %s %s", m["requests"], m["http_requests"])
 	}
 }
 

@@ -1,8 +1,10 @@
 // Package audit owns the audit views of the log: the fold of one
 // activation's events into its audit (the projector's report, the resource
-// request timelines and the event timeline) and the summary of every
-// activation of a projector state. `leaseledger audit` and the projection
-// API both return these types, so both give the same JSON.
+// request timelines, the HTTP request timelines with their redirect hops
+// and barriers, and the event timeline) and the summary of every
+// activation of a projector state. `leaseledger audit` prints these types
+// and every other view of the audit (such as a bus API) returns them, so
+// all give the same JSON.
 //
 // The package does no I/O and reads no clock: the caller reads the events
 // (from a ledger, a replay stream) and feeds them, in seq order, to a
@@ -11,20 +13,38 @@
 // # Stable output
 //
 // The JSON of [Activation] and [Summary] is a stable output: fields are
-// only ever added. Lists are always present (an empty list is [], never
-// null); every list is bounded by a named constant and the number of
-// entries left out is always reported next to it. [Activation]:
+// only ever added. Lists are present (an empty list is [], never null)
+// except where marked optional; every list is bounded by a named constant
+// and the number of entries left out is reported next to it. [Activation]:
 //
 //	{
 //	  "report": {…},                // projector.ActivationReport (verdict, reasons, resources, close report, lease)
 //	  "requests": [                 // resource request timelines, the first MaxRequests registered
 //	    {"handle": "…", "owner": "…", "method": "…", "registered_seq": 7,
-//	     "wire_ids": ["…"], "await_timeouts": 0,
+//	     "wire_ids": ["…"], "wire_ids_omitted": 0, // optional; at most projector.MaxWireIDs
+//	     "await_timeouts": 0,
 //	     "completed": {…}, "cancelled": {…},   // the request.completed / request.cancelled payloads, when recorded
 //	     "steps": ["<seq> <what happened>", …], // at most MaxSteps
 //	     "steps_omitted": 0}
 //	  ],
 //	  "requests_omitted": 0,
+//	  "http_requests": [            // HTTP request timelines, the first MaxHTTPRequests registered
+//	    {"ref": "h-1", "scope": "request", "method": "POST", "origin": "https://…", "registered_seq": 3,
+//	     "status": "confirmed", "reason": "…",  // the request's evidence status (projector)
+//	     "hops": [                  // redirect hops in recorded order, at most MaxHops
+//	       {"hop": 1, "hop_ref": "h-1-1", "seq": 4, "redirect_status": 307,
+//	        "from_origin": "https://…", "to_origin": "https://…", "same_origin": true,
+//	        "status": "confirmed", "reason": "…",
+//	        "barriers": [{"seq": 5, "outcome": "ok", "late": false}], "barriers_omitted": 0,
+//	        "worker_down": {…}, "lost": {…}}      // recorded for the hop's own reference
+//	     ],
+//	     "hops_omitted": 0,
+//	     "completed": {…},          // the http.completed payload (outcome ok/error/timeout/aborted, detail)
+//	     "barriers": [{"seq": 7, "outcome": "ok"}], "barriers_omitted": 0, // at most MaxBarriers
+//	     "worker_down": {…}, "lost": {…},      // the http.worker_down / http.lost payloads
+//	     "steps": ["<seq> <what happened>", …], "steps_omitted": 0}
+//	  ],
+//	  "http_requests_omitted": 0,
 //	  "timeline": [                 // the last Options.Timeline events, oldest first
 //	    {"seq": 1, "time": "…", "kind": "…", "data": {…}}
 //	  ],

@@ -60,8 +60,8 @@ type Options struct {
 }
 
 // Activation is the audit of one activation: the `leaseledger audit
-// <activation> --json` output and the projection API's reply (see the
-// package documentation for the JSON).
+// <activation> --json` output, and what any other view of an activation's
+// audit returns (see the package documentation for the JSON).
 type Activation struct {
 	// Report is the projector's report, rebuilt from the activation's
 	// events alone.
@@ -70,6 +70,11 @@ type Activation struct {
 	// order; RequestsOmitted counts registrations past MaxRequests.
 	Requests        []Request `json:"requests"`
 	RequestsOmitted int       `json:"requests_omitted"`
+	// HTTPRequests are the HTTP request timelines (with their redirect
+	// hops and barriers), in registration order; HTTPRequestsOmitted
+	// counts registrations past MaxHTTPRequests.
+	HTTPRequests        []HTTPRequest `json:"http_requests"`
+	HTTPRequestsOmitted int           `json:"http_requests_omitted"`
 	// Timeline is the last Options.Timeline events, oldest first;
 	// TimelineOmitted counts the earlier ones left out.
 	Timeline        []Event `json:"timeline"`
@@ -93,6 +98,7 @@ type Fold struct {
 	ring  []Event
 	total uint64
 	reqs  requestFold
+	http  httpFold
 }
 
 // NewFold returns a fold of activation's events.
@@ -115,18 +121,26 @@ func (f *Fold) Add(env *events.Envelope) error {
 		return &Error{Op: "add", Activation: f.id, Seq: uint64(env.Seq), Err: ErrOtherActivation}
 	}
 	var p events.Payload
-	if env.Kind.Family() == "request" {
+	family := env.Kind.Family()
+	late := false
+	if family == "request" || family == "http" {
 		var err error
 		if p, err = env.Payload(); err != nil {
 			return &Error{Op: "add", Activation: f.id, Seq: uint64(env.Seq), Err: err}
+		}
+		if a, ok := f.state.Activation(f.id); ok {
+			late = a.Evidence.Frozen()
 		}
 	}
 	if err := f.state.Apply(env); err != nil {
 		return &Error{Op: "add", Activation: f.id, Seq: uint64(env.Seq), Err: err}
 	}
 	seq := uint64(env.Seq)
-	if p != nil {
+	switch family {
+	case "request":
 		f.reqs.add(seq, p)
+	case "http":
+		f.http.add(seq, p, late)
 	}
 	e := Event{Seq: seq, Time: events.Instant{Time: env.Time}, Kind: env.Kind, Data: env.Data}
 	if f.keep == 0 || len(f.ring) < f.keep {
@@ -159,7 +173,9 @@ func (f *Fold) Result() (Activation, error) {
 	if !ok {
 		return Activation{}, &Error{Op: "result", Activation: f.id, Err: ErrNoEvents}
 	}
-	out := Activation{Report: rep, Requests: f.reqs.result(), RequestsOmitted: f.reqs.omitted}
+	out := Activation{Report: rep, Requests: f.reqs.result(), RequestsOmitted: f.reqs.omitted, HTTPRequestsOmitted: f.http.omitted}
+	a, _ := f.state.Activation(f.id)
+	out.HTTPRequests = f.http.result(&a.Evidence)
 	if f.keep > 0 && f.total > uint64(f.keep) { // the ring, oldest first
 		start := int(f.total % uint64(f.keep))
 		out.Timeline = append(slices.Clone(f.ring[start:]), f.ring[:start]...)

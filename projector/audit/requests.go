@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/leaseledger/leaseledger/events"
+	"github.com/leaseledger/leaseledger/projector"
 )
 
 // Request is the timeline of one logical resource request of an
@@ -13,14 +14,17 @@ import (
 // continuations), timed-out awaits, and its settlement with the cancel
 // report when cancelled.
 type Request struct {
-	Handle        string                   `json:"handle"`
-	Owner         string                   `json:"owner,omitempty"`
-	Method        events.RequestMethod     `json:"method,omitempty"`
-	RegisteredSeq uint64                   `json:"registered_seq,omitempty"`
-	WireIDs       []string                 `json:"wire_ids,omitempty"`
-	AwaitTimeouts int                      `json:"await_timeouts,omitempty"`
-	Completed     *events.RequestCompleted `json:"completed,omitempty"`
-	Cancelled     *events.RequestCancelled `json:"cancelled,omitempty"`
+	Handle        string               `json:"handle"`
+	Owner         string               `json:"owner,omitempty"`
+	Method        events.RequestMethod `json:"method,omitempty"`
+	RegisteredSeq uint64               `json:"registered_seq,omitempty"`
+	// WireIDs are the wire ids in order, at most projector.MaxWireIDs;
+	// WireIDsOmitted counts the rest.
+	WireIDs        []string                 `json:"wire_ids,omitempty"`
+	WireIDsOmitted int                      `json:"wire_ids_omitted,omitempty"`
+	AwaitTimeouts  int                      `json:"await_timeouts,omitempty"`
+	Completed      *events.RequestCompleted `json:"completed,omitempty"`
+	Cancelled      *events.RequestCancelled `json:"cancelled,omitempty"`
 	// Steps are "<seq> <what happened>", in seq order, at most MaxSteps;
 	// StepsOmitted counts the later ones left out.
 	Steps        []string `json:"steps"`
@@ -79,9 +83,9 @@ func (f *requestFold) add(seq uint64, p events.Payload) {
 	case *events.RequestRegistered:
 		r.Owner, r.Method, r.RegisteredSeq = p.Owner, p.Method, seq
 	case *events.RequestDispatched:
-		r.WireIDs = append(r.WireIDs, p.WireID)
+		r.addWireID(p.WireID)
 	case *events.RequestContinued:
-		r.WireIDs = append(r.WireIDs, p.WireID)
+		r.addWireID(p.WireID)
 	case *events.RequestAwaitTimedOut:
 		r.AwaitTimeouts++
 	case *events.RequestCompleted:
@@ -94,6 +98,14 @@ func (f *requestFold) add(seq uint64, p events.Payload) {
 		}
 	}
 	addStep(&r.Steps, &r.StepsOmitted, seq, step)
+}
+
+func (r *Request) addWireID(id string) {
+	if len(r.WireIDs) >= projector.MaxWireIDs {
+		r.WireIDsOmitted++
+		return
+	}
+	r.WireIDs = append(r.WireIDs, id)
 }
 
 // result returns a copy of the timelines that later adds do not change.

@@ -7,8 +7,8 @@ import "github.com/leaseledger/leaseledger/projector"
 const DefaultUnconfirmed = 100
 
 // Summary is the audit of every activation of a projector state: the
-// `leaseledger audit --all --json` output and the projection API's reply
-// (see the package documentation for the JSON).
+// `leaseledger audit --all --json` output, and what any other view of the
+// whole log's audit returns (see the package documentation for the JSON).
 type Summary struct {
 	// Events is the number of events the state applied.
 	Events      uint64 `json:"events"`
