@@ -127,7 +127,8 @@ func TestArchitectureDocMatchesImports(t *testing.T) {
 
 // Arrows point down the layer table: events, schemas and guardian import no
 // other layer; ledger and projector only events (and schemas); runtime only
-// events and guardian; gateway only events and runtime; cmd anything.
+// events and guardian; gateway only events and runtime; control only events,
+// ledger and projector (the runtime through an interface); cmd anything.
 func TestLayers(t *testing.T) {
 	allowed := map[string][]string{
 		"events":    {},
@@ -136,7 +137,8 @@ func TestLayers(t *testing.T) {
 		"ledger":    {"events", "schemas"},
 		"projector": {"events", "ledger"}, // only projector/live may tie the reducer to the log
 		"runtime":   {"events", "guardian"},
-		"gateway":   {"events", "runtime"}, // the MCP endpoint over the runtime
+		"gateway":   {"events", "runtime"},             // the MCP endpoint over the runtime
+		"control":   {"events", "ledger", "projector"}, // the bus APIs over the projection; the runtime through an interface
 		"internal":  {},
 	}
 	for pkg, deps := range realGraph(t) {

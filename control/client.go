@@ -1,0 +1,162 @@
+package control
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/leaseledger/leaseledger/ledger/busclient"
+	"github.com/leaseledger/leaseledger/projector/audit"
+	"github.com/nats-io/nats.go"
+)
+
+// Client calls the control and projection APIs over a NATS connection to
+// a ledger bus. It is safe for concurrent use.
+type Client struct {
+	nc   *nats.Conn
+	user string
+	// base is the reply inbox prefix of this client, "<user's inbox
+	// prefix>.<unique token>": each request's inbox is base.<n>, so the
+	// bus rates all of this client's requests as one connection's.
+	base string
+	n    atomic.Uint64
+}
+
+// NewClient wraps nc, connected as bus user user ("" for anonymous) with
+// that user's options (busclient.UserOptions: its reply inbox prefix).
+// Requests go to user's own subjects (busclient.UserSubject).
+func NewClient(nc *nats.Conn, user string) *Client {
+	return &Client{nc: nc, user: user, base: nc.NewInbox()}
+}
+
+// requestSlack is added to a server-side timeout for the client's own,
+// so the server's answer ("request timed out") arrives first.
+const requestSlack = 5 * time.Second
+
+// Leases returns one page of the projection's lease table.
+func (c *Client) Leases(ctx context.Context, req LeasesRequest) (LeasesReply, error) {
+	var out LeasesReply
+	err := c.call(ctx, "leases", LeasesSubject, ProjectionTimeout, req, &out)
+	return out, err
+}
+
+// LiveLeases returns one page of the live leases (control user only).
+func (c *Client) LiveLeases(ctx context.Context, req LiveLeasesRequest) (LeasesReply, error) {
+	var out LeasesReply
+	err := c.call(ctx, "live leases", LiveLeasesSubject, ProjectionTimeout, req, &out)
+	return out, err
+}
+
+// Revoke revokes (with req.Deny: denies) a lease (control user only).
+func (c *Client) Revoke(ctx context.Context, req RevokeRequest) error {
+	return c.call(ctx, "revoke", RevokeSubject, RuntimeTimeout, req, &Done{})
+}
+
+// EndSession ends a session (control user only); ErrNotFound when no such
+// session is open.
+func (c *Client) EndSession(ctx context.Context, session string) error {
+	return c.call(ctx, "end session", EndSessionSubject, RuntimeTimeout, EndSessionRequest{Session: session}, &Done{})
+}
+
+// Reap reaps the leases idle for at least idleMax now (0: the runtime's
+// bound; control user only).
+func (c *Client) Reap(ctx context.Context, idleMax time.Duration) (ReapReply, error) {
+	var out ReapReply
+	err := c.call(ctx, "reap", ReapSubject, RuntimeTimeout, ReapRequest{IdleMaxNS: int64(idleMax)}, &out)
+	return out, err
+}
+
+// Activation returns one activation's audit (as `leaseledger audit --json`).
+func (c *Client) Activation(ctx context.Context, req ActivationRequest) (audit.Activation, error) {
+	var out audit.Activation
+	err := c.call(ctx, "activation", ActivationSubject, ProjectionTimeout, req, &out)
+	return out, err
+}
+
+// Audit returns the audit summary (as `leaseledger audit --all --json`).
+func (c *Client) Audit(ctx context.Context, req AuditRequest) (audit.Summary, error) {
+	var out audit.Summary
+	err := c.call(ctx, "audit", AuditSubject, ProjectionTimeout, req, &out)
+	return out, err
+}
+
+func (c *Client) call(ctx context.Context, op, subject string, timeout time.Duration, req, reply any) error {
+	fail := func(err error) error { return &Error{Op: op, Subject: subject, Err: err} }
+	body, err := json.Marshal(req)
+	if err != nil {
+		return fail(err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout+requestSlack)
+	defer cancel()
+	// A request of its own rather than the connection's request
+	// multiplexer: after the publication, a flush (a round trip the
+	// server answers after handling the publication) tells whether the
+	// server refused it as a permission violation — at once, instead of
+	// after the timeout.
+	to := busclient.UserSubject(subject, c.user)
+	inbox := c.base + "." + strconv.FormatUint(c.n.Add(1), 10)
+	sub, err := c.nc.SubscribeSync(inbox)
+	if err != nil {
+		return fail(err)
+	}
+	defer sub.Unsubscribe()
+	if err := c.nc.PublishMsg(&nats.Msg{Subject: to, Reply: inbox, Data: body}); err != nil {
+		return fail(err)
+	}
+	if err := c.nc.FlushWithContext(ctx); err != nil {
+		return fail(err)
+	}
+	if c.forbidden(to) {
+		return fail(ErrForbidden)
+	}
+	m, err := sub.NextMsgWithContext(ctx)
+	if err != nil {
+		return fail(err)
+	}
+	if m.Header.Get(statusHeader) == noResponders {
+		return fail(ErrNoService)
+	}
+	if text := m.Header.Get(busclient.HeaderError); text != "" {
+		code := m.Header.Get(busclient.HeaderErrorCode)
+		cause := ErrFailed
+		switch code {
+		case "":
+		case busclient.CodeBadRequest:
+			cause = ErrInvalid
+		case busclient.CodeRateLimited:
+			cause = ErrRateLimited
+		case CodeNotFound:
+			cause = ErrNotFound
+		case CodeTooLarge:
+			cause = ErrTooLarge
+		case CodeUnavailable:
+			cause = ErrUnavailable
+		default:
+			cause = ErrRefused
+		}
+		return &Error{Op: op, Subject: subject, Code: code, Reply: text, Err: cause}
+	}
+	if err := json.Unmarshal(m.Data, reply); err != nil {
+		return fail(ErrMalformedReply)
+	}
+	return nil
+}
+
+// The status header of a NATS "no responders" reply (nats.go's own
+// constants are unexported).
+const (
+	statusHeader = "Status"
+	noResponders = "503"
+)
+
+// forbidden reports whether the connection's last error is the server's
+// permission violation for publishing to subject: the bus drops such a
+// request, so only the connection learns why it went unanswered.
+func (c *Client) forbidden(subject string) bool {
+	err := c.nc.LastError()
+	return errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), `"`+subject+`"`)
+}

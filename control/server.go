@@ -1,0 +1,378 @@
+package control
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/leaseledger/leaseledger/events"
+	"github.com/leaseledger/leaseledger/ledger"
+	"github.com/leaseledger/leaseledger/ledger/bus"
+	"github.com/leaseledger/leaseledger/ledger/busclient"
+	"github.com/leaseledger/leaseledger/projector"
+	"github.com/leaseledger/leaseledger/projector/audit"
+	"github.com/leaseledger/leaseledger/projector/live"
+)
+
+// Runtime is what the control API acts on: the lease manager together
+// with the MCP gateway that owns the sessions. Its errors wrap ErrInvalid,
+// ErrNotFound or ErrUnavailable where those apply (see the errors).
+type Runtime interface {
+	// Revoke revokes (with req.Deny: denies) the session's own lease, or
+	// with req.Shared the shared lease, of req.Server with req.Reason. The
+	// request is valid (checked by the handler). Revoking nothing is not
+	// an error.
+	Revoke(ctx context.Context, req RevokeRequest) error
+	// EndSession ends a session (ErrNotFound when there is no such open
+	// session).
+	EndSession(ctx context.Context, session string) error
+	// ReapIdle reaps the leases idle for at least idleMax (0: the
+	// runtime's own bound) and says how many; a non-nil error with them
+	// says what of their ending could not be recorded.
+	ReapIdle(ctx context.Context, idleMax time.Duration) (int, error)
+}
+
+// ProjectionServices returns the projection API's services (bus.AccessRead)
+// answering from p: the lease table, one activation's audit (folded from
+// p's ledger) and the audit summary (of p's live state).
+func ProjectionServices(p *live.Projection) []bus.Service {
+	h := &projection{p: p, maxEvents: MaxActivationEvents}
+	return []bus.Service{
+		{Subject: LeasesSubject, Access: bus.AccessRead, Timeout: ProjectionTimeout, Handle: bus.JSON(h.leases)},
+		{Subject: ActivationSubject, Access: bus.AccessRead, Timeout: ProjectionTimeout, Handle: bus.JSON(h.activation)},
+		{Subject: AuditSubject, Access: bus.AccessRead, Timeout: ProjectionTimeout, Handle: bus.JSON(h.audit)},
+	}
+}
+
+// RuntimeServices returns the control API's services (bus.AccessControl):
+// revoke, end a session and reap through rt, and the live leases from p.
+// rt must be usable from the first request on (build it before the bus).
+func RuntimeServices(rt Runtime, p *live.Projection) []bus.Service {
+	pr := &projection{p: p, maxEvents: MaxActivationEvents}
+	h := &runtimeHandlers{rt: rt}
+	return []bus.Service{
+		{Subject: LiveLeasesSubject, Access: bus.AccessControl, Timeout: ProjectionTimeout, Handle: bus.JSON(
+			func(ctx context.Context, caller string, r *LiveLeasesRequest) (*LeasesReply, error) {
+				return pr.leases(ctx, caller, &LeasesRequest{After: r.After, Limit: r.Limit, Session: r.Session, Live: true})
+			})},
+		{Subject: RevokeSubject, Access: bus.AccessControl, Timeout: RuntimeTimeout, Handle: bus.JSON(h.revoke)},
+		{Subject: EndSessionSubject, Access: bus.AccessControl, Timeout: RuntimeTimeout, Handle: bus.JSON(h.endSession)},
+		{Subject: ReapSubject, Access: bus.AccessControl, Timeout: RuntimeTimeout, Handle: bus.JSON(h.reap)},
+	}
+}
+
+func badRequest(text string) error { return bus.Refuse(busclient.CodeBadRequest, text) }
+
+// unavailable is the refusal when the projection has failed.
+var unavailable = bus.Refuse(CodeUnavailable, "the projection has failed: see the server's log")
+
+type runtimeHandlers struct{ rt Runtime }
+
+// runtimeError refuses with the code a Runtime error asks for, or passes
+// the error on (answered "request failed", logged by the bus).
+func runtimeError(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ErrNotFound):
+		return bus.Refuse(CodeNotFound, "no such session")
+	case errors.Is(err, ErrInvalid):
+		return badRequest("the runtime refused the request as invalid")
+	case errors.Is(err, ErrUnavailable):
+		return bus.Refuse(CodeUnavailable, "the runtime is closed")
+	}
+	return err
+}
+
+func (h *runtimeHandlers) revoke(ctx context.Context, _ string, r *RevokeRequest) (*Done, error) {
+	switch {
+	case r.Shared == (r.Session != ""):
+		return nil, badRequest("give exactly one of session and shared")
+	case r.Session != "" && (!events.ValidID(r.Session) || r.Session == sharedKey):
+		return nil, badRequest("session: want " + events.IDRule + ", not " + sharedKey)
+	case !validServer(r.Server):
+		return nil, badRequest(fmt.Sprintf("server: want a configured name, UTF-8, 1 to MaxServerBytes=%d bytes", MaxServerBytes))
+	case !events.ValidCode(r.Reason):
+		return nil, badRequest("reason: want [a-z0-9_]{1,64}")
+	}
+	if err := runtimeError(h.rt.Revoke(ctx, *r)); err != nil {
+		return nil, err
+	}
+	return &Done{Done: true}, nil
+}
+
+func (h *runtimeHandlers) endSession(ctx context.Context, _ string, r *EndSessionRequest) (*Done, error) {
+	if !events.ValidID(r.Session) || r.Session == sharedKey {
+		return nil, badRequest("session: want " + events.IDRule + ", not " + sharedKey)
+	}
+	if err := runtimeError(h.rt.EndSession(ctx, r.Session)); err != nil {
+		return nil, err
+	}
+	return &Done{Done: true}, nil
+}
+
+func (h *runtimeHandlers) reap(ctx context.Context, _ string, r *ReapRequest) (*ReapReply, error) {
+	if r.IdleMaxNS < 0 {
+		return nil, badRequest("idle_max_ns is negative")
+	}
+	n, err := h.rt.ReapIdle(ctx, time.Duration(r.IdleMaxNS))
+	if err != nil && n == 0 {
+		return nil, runtimeError(err)
+	}
+	return &ReapReply{Reaped: n, RecordFailed: err != nil}, nil
+}
+
+// sharedKey is the key session of shared leases (runtime.SharedSessionKey).
+const sharedKey = "_shared"
+
+func validServer(s string) bool { return s != "" && len(s) <= MaxServerBytes && utf8.ValidString(s) }
+
+type projection struct {
+	p         *live.Projection
+	maxEvents uint64 // MaxActivationEvents (smaller in tests)
+
+	mu      sync.Mutex // serialises summaries: one computation at a time
+	summary audit.Summary
+	at      time.Time // when summary was computed (zero: never)
+}
+
+func (h *projection) leases(_ context.Context, _ string, r *LeasesRequest) (*LeasesReply, error) {
+	switch {
+	case r.Limit < 0 || r.Limit > MaxLeasesPage:
+		return nil, badRequest(fmt.Sprintf("limit: want 0 to MaxLeasesPage=%d", MaxLeasesPage))
+	case len(r.After) > MaxCursorBytes:
+		return nil, badRequest(fmt.Sprintf("after: longer than MaxCursorBytes=%d", MaxCursorBytes))
+	case r.Session != "" && !events.ValidID(r.Session):
+		return nil, badRequest("session: want " + events.IDRule)
+	}
+	limit := r.Limit
+	if limit == 0 {
+		limit = DefaultLeasesPage
+	}
+	out := &LeasesReply{Leases: []projector.Lease{}}
+	after := 0 // matching rows after the cursor
+	err := h.p.View(func(s *projector.State) {
+		out.Seq = s.Seq()
+		for _, l := range s.Leases() {
+			if r.Session != "" && l.KeySession != r.Session || r.Live && !l.Live() {
+				continue
+			}
+			out.Total++
+			if l.Key().String() <= r.After {
+				continue
+			}
+			if after++; len(out.Leases) < limit {
+				out.Leases = append(out.Leases, *l)
+			}
+		}
+	})
+	if err != nil {
+		return nil, unavailable
+	}
+	if err := fitLeases(out, after, MaxReplyBytes); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// fitLeases keeps out within max bytes: the rows that do not fit are the
+// next page's (after counts the matching rows after the request's cursor,
+// on this page and beyond), and Next is set when there are any.
+func fitLeases(out *LeasesReply, after, max int) error {
+	rows := out.Leases
+	out.Leases = []projector.Lease{}
+	base, err := jsonSize(out)
+	out.Leases = rows
+	if err != nil {
+		return err
+	}
+	sizes, err := jsonSizes(rows)
+	if err != nil {
+		return err
+	}
+	keep := prefix(base+nextRoom, sizes, max)
+	if keep == 0 && len(rows) > 0 {
+		return bus.Refuse(CodeTooLarge, "one lease row exceeds MaxReplyBytes")
+	}
+	out.Leases = rows[:keep]
+	if keep > 0 && keep < after {
+		out.Next = rows[keep-1].Key().String()
+	}
+	return nil
+}
+
+// nextRoom is what LeasesReply.Next may add to a reply: `,"next":"…"`
+// around a cursor (lease keys need no escaping).
+const nextRoom = len(`,"next":""`) + MaxCursorBytes
+
+func (h *projection) activation(ctx context.Context, _ string, r *ActivationRequest) (*audit.Activation, error) {
+	switch {
+	case !events.ValidID(r.Activation):
+		return nil, badRequest("activation: want " + events.IDRule)
+	case r.Timeline < 0 || r.Timeline > MaxTimeline:
+		return nil, badRequest(fmt.Sprintf("timeline: want 0 to MaxTimeline=%d", MaxTimeline))
+	}
+	if h.p.Err() != nil {
+		return nil, unavailable
+	}
+	f := audit.NewFold(r.Activation, audit.Options{Timeline: r.Timeline})
+	err := h.p.Ledger().Scan(ctx, ledger.Query{Activation: r.Activation}, func(_ ledger.Seq, raw []byte) error {
+		if f.Events() == h.maxEvents {
+			return errTooManyEvents
+		}
+		return f.AddRaw(raw)
+	})
+	switch {
+	case errors.Is(err, errTooManyEvents):
+		return nil, bus.Refuse(CodeTooLarge, fmt.Sprintf("the activation has more than MaxActivationEvents=%d events: use leaseledger audit", MaxActivationEvents))
+	case err != nil:
+		return nil, err
+	}
+	a, err := f.Result()
+	if errors.Is(err, audit.ErrNoEvents) {
+		return nil, bus.Refuse(CodeNotFound, "no events for this activation")
+	} else if err != nil {
+		return nil, err
+	}
+	if err := fitActivation(&a, MaxReplyBytes); err != nil {
+		return nil, err
+	}
+	return &a, nil
+}
+
+var errTooManyEvents = errors.New("too many events")
+
+// fitActivation keeps a within max bytes: the oldest timeline events go
+// first (counted in timeline_omitted; the replay API has them all), then
+// the last request timelines (counted in requests_omitted).
+func fitActivation(a *audit.Activation, max int) error {
+	reqs, timeline := a.Requests, a.Timeline
+	a.Requests, a.Timeline = []audit.Request{}, []audit.Event{}
+	base, err := jsonSize(a)
+	a.Requests, a.Timeline = reqs, timeline
+	if err != nil {
+		return err
+	}
+	if base > max {
+		return bus.Refuse(CodeTooLarge, "the activation's report exceeds MaxReplyBytes: use leaseledger audit")
+	}
+	reqSizes, err := jsonSizes(reqs)
+	if err != nil {
+		return err
+	}
+	keep := prefix(base, reqSizes, max)
+	a.RequestsOmitted += len(reqs) - keep
+	a.Requests = reqs[:keep]
+	size := base + listSize(reqSizes[:keep])
+	// The newest events first: the timeline keeps its end.
+	tlSizes, err := jsonSizes(timeline)
+	if err != nil {
+		return err
+	}
+	slices.Reverse(tlSizes)
+	if keep < len(reqs) {
+		tlSizes = nil // requests were cut: no event is kept
+	}
+	keep = prefix(size, tlSizes, max)
+	a.TimelineOmitted += uint64(len(timeline) - keep)
+	a.Timeline = timeline[len(timeline)-keep:]
+	return nil
+}
+
+// fitSummary keeps s within max bytes: the last unconfirmed activations
+// listed go first (counted in unconfirmed_omitted).
+func fitSummary(s *audit.Summary, max int) error {
+	list := s.Unconfirmed
+	s.Unconfirmed = []audit.Unconfirmed{}
+	base, err := jsonSize(s)
+	s.Unconfirmed = list
+	if err != nil {
+		return err
+	}
+	sizes, err := jsonSizes(list)
+	if err != nil {
+		return err
+	}
+	keep := prefix(base, sizes, max)
+	s.Omitted += len(list) - keep
+	s.Unconfirmed = list[:keep]
+	return nil
+}
+
+// prefix is the largest k such that a JSON document of base bytes with
+// an empty list fits max bytes once the list holds the elements of sizes[:k].
+func prefix(base int, sizes []int, max int) int {
+	total := base
+	for k, n := range sizes {
+		if k > 0 {
+			n++ // the comma
+		}
+		if total+n > max {
+			return k
+		}
+		total += n
+	}
+	return len(sizes)
+}
+
+// listSize is what the elements of sizes add to an empty JSON list.
+func listSize(sizes []int) int {
+	total := 0
+	for _, n := range sizes {
+		total += n
+	}
+	return total + max(len(sizes)-1, 0)
+}
+
+// jsonSizes is the JSON size of each element of list.
+func jsonSizes[T any](list []T) ([]int, error) {
+	out := make([]int, len(list))
+	for i := range list {
+		n, err := jsonSize(&list[i])
+		if err != nil {
+			return nil, err
+		}
+		out[i] = n
+	}
+	return out, nil
+}
+
+func (h *projection) audit(_ context.Context, _ string, r *AuditRequest) (*audit.Summary, error) {
+	if r.Limit < 0 || r.Limit > MaxUnconfirmed {
+		return nil, badRequest(fmt.Sprintf("limit: want 0 to MaxUnconfirmed=%d", MaxUnconfirmed))
+	}
+	limit := r.Limit
+	if limit == 0 {
+		limit = audit.DefaultUnconfirmed
+	}
+	h.mu.Lock()
+	if h.at.IsZero() || time.Since(h.at) >= SummaryMaxAge {
+		var s audit.Summary
+		if err := h.p.View(func(st *projector.State) { s = audit.Summarize(st, MaxUnconfirmed) }); err != nil {
+			h.mu.Unlock()
+			return nil, unavailable
+		}
+		h.summary, h.at = s, time.Now()
+	}
+	out := h.summary // the listed entries are shared, read-only
+	h.mu.Unlock()
+	if len(out.Unconfirmed) > limit {
+		out.Omitted += len(out.Unconfirmed) - limit
+		out.Unconfirmed = out.Unconfirmed[:limit]
+	}
+	if err := fitSummary(&out, MaxReplyBytes); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// jsonSize is the length of v's JSON as the reply encodes it.
+func jsonSize(v any) (int, error) {
+	b, err := json.Marshal(v)
+	return len(b), err
+}
