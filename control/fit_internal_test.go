@@ -27,13 +27,18 @@ func size(t *testing.T, v any) int {
 	return len(b)
 }
 
+// countSlack is what a fit may leave unused per omitted count: the base
+// size reserves the count's largest value, which may have more digits.
+const countSlack = 3
+
 // The fits are exact: the reply is within the bound, and one more entry
-// (the next one the rule would keep) would not be; what is cut is counted.
+// (the next one the rule would keep) would not be (but for countSlack);
+// what is cut is counted.
 func TestFitsAreExact(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	now := events.Instant{Time: time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)}
 	word := func() string { return strings.Repeat("x", 1+rng.IntN(300)) }
-	for round := range 200 {
+	for round := range 1000 {
 		limit := 300 + rng.IntN(20000)
 		// Summary.
 		var s audit.Summary
@@ -52,20 +57,24 @@ func TestFitsAreExact(t *testing.T) {
 		}
 		if k < len(all) {
 			s.Unconfirmed = all[:k+1]
-			if size(t, &s) <= limit {
+			if size(t, &s) <= limit-countSlack {
 				t.Fatalf("round %d: the summary kept %d entries, %d fit", round, k, k+1)
 			}
 		}
-		// Activation: requests are kept first, then the newest events.
-		a := audit.Activation{Requests: []audit.Request{}, Timeline: []audit.Event{}}
+		// Activation: requests are kept first, then HTTP requests, then
+		// the newest events.
+		a := audit.Activation{Requests: []audit.Request{}, HTTPRequests: []audit.HTTPRequest{}, Timeline: []audit.Event{}}
 		a.Report.Activation = "act"
 		for i := range rng.IntN(30) {
 			a.Requests = append(a.Requests, audit.Request{Handle: fmt.Sprint("h", i), Steps: []string{word()}})
 		}
+		for i := range rng.IntN(30) {
+			a.HTTPRequests = append(a.HTTPRequests, audit.HTTPRequest{Ref: fmt.Sprint("r", i), Hops: []audit.HTTPHop{}, Barriers: []audit.HTTPBarrier{}, Steps: []string{word()}})
+		}
 		for i := range rng.IntN(60) {
 			a.Timeline = append(a.Timeline, audit.Event{Seq: uint64(i + 1), Time: now, Kind: "call.admitted", Data: json.RawMessage(`{"x":"` + word() + `"}`)})
 		}
-		reqs, tl := a.Requests, a.Timeline
+		reqs, hreqs, tl := a.Requests, a.HTTPRequests, a.Timeline
 		err := fitActivation(&a, limit)
 		var be *bus.Error
 		if err != nil {
@@ -74,28 +83,29 @@ func TestFitsAreExact(t *testing.T) {
 			}
 			continue
 		}
-		r, e := len(a.Requests), len(a.Timeline)
-		if size(t, &a) > limit || a.RequestsOmitted != len(reqs)-r || a.TimelineOmitted != uint64(len(tl)-e) {
+		r, h, e := len(a.Requests), len(a.HTTPRequests), len(a.Timeline)
+		if size(t, &a) > limit || a.RequestsOmitted != len(reqs)-r || a.HTTPRequestsOmitted != len(hreqs)-h || a.TimelineOmitted != uint64(len(tl)-e) {
 			t.Fatalf("round %d: activation %d bytes > %d, or omitted counts wrong", round, size(t, &a), limit)
 		}
 		if e > 0 && a.Timeline[e-1].Seq != tl[len(tl)-1].Seq {
 			t.Fatalf("round %d: the timeline lost its newest event", round)
 		}
-		if e > 0 && r < len(reqs) {
-			t.Fatalf("round %d: timeline events kept while requests were cut", round)
+		if r < len(reqs) && h+e > 0 || h < len(hreqs) && e > 0 {
+			t.Fatalf("round %d: later lists kept while an earlier one was cut", round)
 		}
-		if r < len(reqs) {
+		grown := true
+		switch {
+		case r < len(reqs):
 			a.Requests = reqs[:r+1]
-			if size(t, &a) <= limit {
-				t.Fatalf("round %d: %d requests kept, %d fit", round, r, r+1)
-			}
-			a.Requests = reqs[:r]
-		}
-		if e < len(tl) && r == len(reqs) {
+		case h < len(hreqs):
+			a.HTTPRequests = hreqs[:h+1]
+		case e < len(tl):
 			a.Timeline = tl[len(tl)-e-1:]
-			if size(t, &a) <= limit {
-				t.Fatalf("round %d: %d events kept, %d fit", round, e, e+1)
-			}
+		default:
+			grown = false
+		}
+		if grown && size(t, &a) <= limit-3*countSlack {
+			t.Fatalf("round %d: one more entry of the first cut list fits", round)
 		}
 		// Leases: a page keeps a prefix and points at the rest.
 		var out LeasesReply

@@ -184,7 +184,7 @@ func (h *projection) leases(_ context.Context, _ string, r *LeasesRequest) (*Lea
 // next page's (after counts the matching rows after the request's cursor,
 // on this page and beyond), and Next is set when there are any.
 func fitLeases(out *LeasesReply, after, max int) error {
-	rows := out.Leases
+	rows := nonNil(out.Leases)
 	out.Leases = []projector.Lease{}
 	base, err := jsonSize(out)
 	out.Leases = rows
@@ -249,12 +249,22 @@ var errTooManyEvents = errors.New("too many events")
 
 // fitActivation keeps a within max bytes: the oldest timeline events go
 // first (counted in timeline_omitted; the replay API has them all), then
-// the last request timelines (counted in requests_omitted).
+// the last HTTP request timelines (http_requests_omitted), then the last
+// resource request timelines (requests_omitted). A list is only cut once
+// every list after it in that order is empty.
 func fitActivation(a *audit.Activation, max int) error {
-	reqs, timeline := a.Requests, a.Timeline
-	a.Requests, a.Timeline = []audit.Request{}, []audit.Event{}
+	// Lists are never null in the reply (audit's stable output).
+	reqs, httpReqs, timeline := nonNil(a.Requests), nonNil(a.HTTPRequests), nonNil(a.Timeline)
+	// The base size is that of the empty lists with the omitted counts
+	// at their largest, so that the counts the cut adds cannot overflow.
+	counts := [3]int{a.RequestsOmitted, a.HTTPRequestsOmitted, int(a.TimelineOmitted)}
+	a.Requests, a.HTTPRequests, a.Timeline = []audit.Request{}, []audit.HTTPRequest{}, []audit.Event{}
+	a.RequestsOmitted += len(reqs)
+	a.HTTPRequestsOmitted += len(httpReqs)
+	a.TimelineOmitted += uint64(len(timeline))
 	base, err := jsonSize(a)
-	a.Requests, a.Timeline = reqs, timeline
+	a.Requests, a.HTTPRequests, a.Timeline = reqs, httpReqs, timeline
+	a.RequestsOmitted, a.HTTPRequestsOmitted, a.TimelineOmitted = counts[0], counts[1], uint64(counts[2])
 	if err != nil {
 		return err
 	}
@@ -265,31 +275,48 @@ func fitActivation(a *audit.Activation, max int) error {
 	if err != nil {
 		return err
 	}
-	keep := prefix(base, reqSizes, max)
-	a.RequestsOmitted += len(reqs) - keep
-	a.Requests = reqs[:keep]
-	size := base + listSize(reqSizes[:keep])
-	// The newest events first: the timeline keeps its end.
+	httpSizes, err := jsonSizes(httpReqs)
+	if err != nil {
+		return err
+	}
 	tlSizes, err := jsonSizes(timeline)
 	if err != nil {
 		return err
 	}
-	slices.Reverse(tlSizes)
-	if keep < len(reqs) {
-		tlSizes = nil // requests were cut: no event is kept
+	slices.Reverse(tlSizes) // the newest events first: the timeline keeps its end
+	cut := false
+	size := base
+	// keep returns how many of sizes fit after what is kept so far, none
+	// once an earlier list was cut.
+	keep := func(sizes []int) int {
+		if cut {
+			return 0
+		}
+		k := prefix(size, sizes, max)
+		size += listSize(sizes[:k])
+		cut = k < len(sizes)
+		return k
 	}
-	keep = prefix(size, tlSizes, max)
-	a.TimelineOmitted += uint64(len(timeline) - keep)
-	a.Timeline = timeline[len(timeline)-keep:]
+	k := keep(reqSizes)
+	a.RequestsOmitted += len(reqs) - k
+	a.Requests = reqs[:k]
+	k = keep(httpSizes)
+	a.HTTPRequestsOmitted += len(httpReqs) - k
+	a.HTTPRequests = httpReqs[:k]
+	k = keep(tlSizes)
+	a.TimelineOmitted += uint64(len(timeline) - k)
+	a.Timeline = timeline[len(timeline)-k:]
 	return nil
 }
 
 // fitSummary keeps s within max bytes: the last unconfirmed activations
 // listed go first (counted in unconfirmed_omitted).
 func fitSummary(s *audit.Summary, max int) error {
-	list := s.Unconfirmed
+	list := nonNil(s.Unconfirmed)
 	s.Unconfirmed = []audit.Unconfirmed{}
+	s.Omitted += len(list) // at its largest (see fitActivation)
 	base, err := jsonSize(s)
+	s.Omitted -= len(list)
 	s.Unconfirmed = list
 	if err != nil {
 		return err
@@ -302,6 +329,14 @@ func fitSummary(s *audit.Summary, max int) error {
 	s.Omitted += len(list) - keep
 	s.Unconfirmed = list[:keep]
 	return nil
+}
+
+// nonNil returns list, or an empty list for nil (which encodes as null).
+func nonNil[T any](list []T) []T {
+	if list == nil {
+		return []T{}
+	}
+	return list
 }
 
 // prefix is the largest k such that a JSON document of base bytes with
