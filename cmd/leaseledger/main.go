@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -47,7 +48,15 @@ type app struct {
 	stdout   io.Writer
 	stderr   io.Writer
 	logger   *slog.Logger
+	// shutdownExtra is added to shutdownGrace when a signal stops the
+	// process: serve's --shutdown-budget for ending sessions and leases
+	// comes before closing the storage. Written by serve, read by main's
+	// signal goroutine.
+	shutdownExtra atomic.Int64
 }
+
+// setShutdownExtra extends the grace of a signal's shutdown by d.
+func (a *app) setShutdownExtra(d time.Duration) { a.shutdownExtra.Store(int64(d)) }
 
 // defaultDataDir is used when neither --data-dir nor LEASELEDGER_DATA is set.
 const defaultDataDir = "./leaseledger-data"
@@ -90,7 +99,15 @@ func newRootCmd(a *app) *cobra.Command {
 var extraCommands []func(*app) *cobra.Command
 
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	a := &app{stdin: stdin, stdout: stdout, stderr: stderr, logger: slog.New(slog.NewTextHandler(stderr, nil))}
+	return newApp(stdin, stdout, stderr).run(ctx, args)
+}
+
+func newApp(stdin io.Reader, stdout, stderr io.Writer) *app {
+	return &app{stdin: stdin, stdout: stdout, stderr: stderr, logger: slog.New(slog.NewTextHandler(stderr, nil))}
+}
+
+func (a *app) run(ctx context.Context, args []string) int {
+	stderr := a.stderr
 	root := newRootCmd(a)
 	root.SetArgs(args)
 	if err := root.ExecuteContext(ctx); err != nil {
@@ -134,11 +151,12 @@ func main() {
 		os.Exit(helper.Main())
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	a := newApp(os.Stdin, os.Stdout, os.Stderr)
 	go func() {
 		<-ctx.Done()
-		startGraceTimer(os.Stderr, "the signal", shutdownGrace, os.Exit)
+		startGraceTimer(os.Stderr, "the signal", shutdownGrace+time.Duration(a.shutdownExtra.Load()), os.Exit)
 	}()
-	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	code := a.run(ctx, os.Args[1:])
 	stop()
 	os.Exit(code)
 }

@@ -24,14 +24,24 @@ func newServeCmd(a *app) *cobra.Command {
 	var (
 		opts        bus.Options
 		metricsAddr string
+		rf          runtimeFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
-		Short: "Open the ledger in the data directory and serve it on an embedded NATS bus",
+		Short: "Open the ledger, serve it on an embedded NATS bus and, with --config, run MCP servers behind an MCP endpoint",
 		Long: `serve opens (creating if needed) the ledger in --data-dir, starts an embedded
 NATS server on loopback, publishes every committed event on
 leaseledger.events.<family>.<action>.<activation or _>, answers replay, head
-and append requests, and shuts down cleanly on SIGINT or SIGTERM.`,
+and append requests, and shuts down cleanly on SIGINT or SIGTERM.
+
+With --config mcp.json it also runs the lease manager: every MCP client
+session on --mcp-addr (Streamable HTTP at /mcp) is a runtime session, and
+the tools and resources of every configured server are offered under
+namespaced names (<server>__<tool>, leaseledger://<server>/<uri>). Stdio
+servers run under the guardian: this executable started again as the helper.
+Idle leases are reaped in the background. At SIGINT or SIGTERM it stops
+accepting MCP requests, ends every session and lease within
+--shutdown-budget, then closes the bus and the ledger.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if opts.ReadOnlyPassword == "" {
@@ -58,6 +68,16 @@ and append requests, and shuts down cleanly on SIGINT or SIGTERM.`,
 			}
 			defer proj.Close()
 			l := proj.Ledger()
+			h, st := l.Head(), proj.Stats() // as opened, before the runtime appends
+			var rt *serveRuntime
+			if rf.config != "" {
+				if rt, err = startRuntime(cmd.Context(), a, proj, rf); err != nil {
+					return err
+				}
+				// On an early return; the normal path shuts it down below.
+				defer func() { _ = rt.shutdown(rf.shutdownBudget) }()
+				a.setShutdownExtra(rf.shutdownBudget)
+			}
 			b, err := bus.Start(l, opts)
 			if err != nil {
 				return err
@@ -71,13 +91,17 @@ and append requests, and shuts down cleanly on SIGINT or SIGTERM.`,
 				defer stop()
 				fmt.Fprintf(a.stdout, "leaseledger: metrics on http://%s/metrics\n", addr)
 			}
-			h, st := l.Head(), proj.Stats()
 			fmt.Fprintf(a.stdout, "leaseledger: ledger %s at seq %d\n", a.dataDir, h.Seq)
 			fmt.Fprintf(a.stdout, "leaseledger: projection from snapshot at seq %d plus %d replayed event(s)%s\n",
 				st.SnapshotSeq, st.Replayed, ignoredNote(st.SnapshotIgnored))
 			fmt.Fprintf(a.stdout, "leaseledger: NATS listening on %s\n", b.ClientURL())
 			if ws := b.WebSocketURL(); ws != "" {
 				fmt.Fprintf(a.stdout, "leaseledger: NATS WebSocket on %s\n", ws)
+			}
+			if rt != nil {
+				if err := rt.announce(); err != nil {
+					return err
+				}
 			}
 			var failure error
 			select {
@@ -90,9 +114,14 @@ and append requests, and shuts down cleanly on SIGINT or SIGTERM.`,
 				fmt.Fprintf(a.stderr, "leaseledger: the ledger failed, shutting down: %v\n", failure)
 				// Closing waits for appends in flight and the storage:
 				// bound it as a signal's shutdown is bounded (main).
-				stopGrace = startGraceTimer(a.stderr, "the ledger's failure", shutdownGrace, exitProcess)
+				stopGrace = startGraceTimer(a.stderr, "the ledger's failure", shutdownGrace+time.Duration(a.shutdownExtra.Load()), exitProcess)
 			}
 			fmt.Fprintln(a.stdout, "leaseledger: shutting down")
+			if rt != nil {
+				if err := rt.shutdown(rf.shutdownBudget); err != nil {
+					fmt.Fprintf(a.stderr, "leaseledger: %v\n", err)
+				}
+			}
 			if err := b.Close(); err != nil {
 				return err
 			}
@@ -124,6 +153,7 @@ and append requests, and shuts down cleanly on SIGINT or SIGTERM.`,
 	f.DurationVar(&opts.Limits.Auth.FailureDelay, "auth-failure-delay", bus.DefaultAuthFailureDelay, "a failed authentication is answered after this delay")
 	f.IntVar(&opts.Limits.Auth.FailureBurst, "auth-failure-burst", bus.DefaultAuthFailureBurst, "failed authentications per source address and user before that pair is throttled")
 	f.DurationVar(&opts.Limits.Auth.FailureInterval, "auth-failure-interval", bus.DefaultAuthFailureInterval, "a throttled address and user pair regains one attempt per interval")
+	rf.register(cmd)
 	return cmd
 }
 

@@ -1,0 +1,300 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/leaseledger/leaseledger/gateway"
+	"github.com/leaseledger/leaseledger/projector/live"
+	"github.com/leaseledger/leaseledger/runtime"
+)
+
+// Defaults of serve's runtime flags.
+const (
+	// defaultMCPAddr is where the MCP endpoint listens by default.
+	defaultMCPAddr = "127.0.0.1:8848"
+	// mcpPath is the MCP endpoint's path.
+	mcpPath = "/mcp"
+	// defaultReapInterval is how often the background reaper runs.
+	defaultReapInterval = time.Minute
+	// defaultShutdownBudget bounds ending every MCP session and every
+	// lease at shutdown: four guardian cleanups (runtime defaults: 2 s stdin
+	// EOF, 2 s TERM, 2 s KILL, 0.5 s pipes) with room to spare; the
+	// cleanups run in parallel.
+	defaultShutdownBudget = 30 * time.Second
+	// httpShutdownWait bounds waiting for the MCP listener's connections
+	// to finish once every session ended; what is left is closed.
+	httpShutdownWait = 5 * time.Second
+	// mcpReadHeaderTimeout bounds reading one request's headers.
+	mcpReadHeaderTimeout = 10 * time.Second
+)
+
+// runtimeFlags are serve's flags for the runtime and its MCP gateway.
+type runtimeFlags struct {
+	config              string
+	mcpAddr             string
+	tokens              string
+	allowedOrigins      []string
+	maxSessions         int
+	maxSessionsPerToken int
+	sessionIdle         time.Duration
+	requestBudget       time.Duration
+	maxLiveLeases       int
+	idleMax             time.Duration
+	reapInterval        time.Duration
+	shutdownBudget      time.Duration
+	helperPath          string
+}
+
+func (rf *runtimeFlags) register(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringVar(&rf.config, "config", "", "run the MCP servers of this mcp.json under leases and serve them on --mcp-addr (relative commands, args and cwds resolve from serve's working directory)")
+	f.StringVar(&rf.mcpAddr, "mcp-addr", defaultMCPAddr, "address of the MCP endpoint (Streamable HTTP at "+mcpPath+"); a non-loopback address needs --tokens")
+	f.StringVar(&rf.tokens, "tokens", "", "bearer token file (leaseledger token add NAME --file FILE); re-read on SIGHUP")
+	f.StringArrayVar(&rf.allowedOrigins, "allowed-origin", nil, "an Origin header value the MCP endpoint accepts, e.g. https://app.example (repeatable; requests without Origin, and loopback origins on a loopback address, are always accepted)")
+	f.IntVar(&rf.maxSessions, "max-sessions", gateway.DefaultMaxSessions, "live MCP sessions at most (beyond: 503)")
+	f.IntVar(&rf.maxSessionsPerToken, "max-sessions-per-token", gateway.DefaultMaxSessionsPerToken, "live MCP sessions one token may hold (beyond: 429)")
+	f.DurationVar(&rf.sessionIdle, "session-idle-timeout", gateway.DefaultSessionIdleTimeout, "an MCP session without requests for this long is ended (its leases too)")
+	f.DurationVar(&rf.requestBudget, "request-budget", runtime.DefaultRequestBudget, "budget of one resource read or listing through the gateway")
+	f.IntVar(&rf.maxLiveLeases, "max-live-leases", runtime.DefaultMaxLiveLeases, "live leases (running MCP servers) at most")
+	f.DurationVar(&rf.idleMax, "idle-max", runtime.DefaultIdleMax, "a lease without calls for this long is reaped")
+	f.DurationVar(&rf.reapInterval, "reap-interval", defaultReapInterval, "how often the background reaper looks for idle leases (0: only opportunistic reaping)")
+	f.DurationVar(&rf.shutdownBudget, "shutdown-budget", defaultShutdownBudget, "at SIGINT/SIGTERM, time to end every MCP session and lease before the bus and the ledger close")
+	f.StringVar(&rf.helperPath, "guardian-helper", "", "guardian helper binary (default: this executable acting as the helper)")
+	_ = f.MarkHidden("guardian-helper")
+}
+
+// serveRuntime is serve's lease manager and MCP gateway.
+type serveRuntime struct {
+	a        *app
+	flags    runtimeFlags
+	mgr      *runtime.Manager
+	gw       *gateway.Gateway
+	tokens   *gateway.Tokens
+	servers  []string
+	srv      *http.Server
+	served   chan struct{}
+	stopHUP  func()
+	recovery recoveryReport
+}
+
+// startRuntime builds the manager over the projection's ledger, records
+// what a previous serve left behind (recoverPrevious) and builds the
+// gateway. It does not listen yet (listen).
+func startRuntime(ctx context.Context, a *app, proj *live.Projection, rf runtimeFlags) (*serveRuntime, error) {
+	if rf.shutdownBudget <= 0 {
+		return nil, errors.New("--shutdown-budget must be positive")
+	}
+	cfgPath, err := filepath.Abs(rf.config)
+	if err != nil {
+		return nil, err
+	}
+	servers, err := configServers(cfgPath)
+	if err != nil {
+		return nil, err
+	}
+	helperPath, helperArgs := rf.helperPath, []string(nil)
+	if helperPath == "" {
+		if helperPath, err = os.Executable(); err != nil {
+			return nil, fmt.Errorf("locate this executable (the guardian helper): %w", err)
+		}
+		helperArgs = []string{helperArg}
+	}
+	rt := &serveRuntime{a: a, flags: rf, servers: servers}
+	if rf.tokens != "" {
+		if rt.tokens, err = gateway.LoadTokens(rf.tokens); err != nil {
+			return nil, fmt.Errorf("--tokens: %w", err)
+		}
+	}
+	if rt.recovery, err = recoverPrevious(ctx, proj); err != nil {
+		return nil, err
+	}
+	opts := runtime.Options{
+		Config: runtime.FileConfigSource{Path: cfgPath}, Ledger: proj.Ledger(),
+		HelperPath: helperPath, HelperArgs: helperArgs,
+		MaxLiveLeases: rf.maxLiveLeases, IdleMax: rf.idleMax, ReapInterval: rf.reapInterval,
+	}
+	if a.logger.Enabled(ctx, slog.LevelDebug) {
+		// Server stderr only at debug level: the logger writes
+		// synchronously, and the runtime's reader must not wait for it
+		// in production.
+		logger := a.logger
+		opts.StderrLog = func(session, server, activation string, line []byte) {
+			logger.Debug("server stderr", "session", session, "server", server, "activation", activation, "line", string(line))
+		}
+	}
+	if rt.mgr, err = runtime.NewManager(opts); err != nil {
+		return nil, err
+	}
+	rt.gw, err = gateway.New(gateway.Options{
+		Manager: rt.mgr, Servers: servers, Tokens: rt.tokens, AllowedOrigins: rf.allowedOrigins,
+		MaxSessions: rf.maxSessions, MaxSessionsPerToken: rf.maxSessionsPerToken,
+		SessionIdleTimeout: rf.sessionIdle, RequestBudget: rf.requestBudget, Logger: a.logger,
+	})
+	if err != nil {
+		_ = rt.mgr.Close(context.Background())
+		return nil, fmt.Errorf("MCP gateway: %w", err)
+	}
+	return rt, nil
+}
+
+// configServers returns the server names of the mcp.json at path, sorted:
+// the servers the gateway exposes. The manager reads the entries again at
+// every acquisition and call, so an entry's edit takes effect then; adding
+// or removing a server needs a restart.
+func configServers(path string) ([]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("--config: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, runtime.MaxConfigBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("--config: %w", err)
+	}
+	if len(data) > runtime.MaxConfigBytes {
+		return nil, fmt.Errorf("--config: %s is larger than %d bytes", path, runtime.MaxConfigBytes)
+	}
+	all, err := runtime.ParseConfig(data)
+	if err != nil {
+		return nil, fmt.Errorf("--config: %w", err)
+	}
+	names := make([]string, 0, len(all))
+	for name := range all {
+		if !gateway.ValidServerName(name) {
+			return nil, fmt.Errorf("--config: server name %q cannot be exposed: tools are named <server>__<tool>, so a name is 1 to %d bytes of [A-Za-z0-9_.-], without \"__\" and not ending in '_' (docs/gateway.md)", name, gateway.MaxServerNameLen)
+		}
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	return names, nil
+}
+
+// listen starts the MCP endpoint. Without tokens it refuses a listening
+// address that is not loopback.
+func (rt *serveRuntime) listen() (string, error) {
+	ln, err := net.Listen("tcp", rt.flags.mcpAddr)
+	if err != nil {
+		return "", fmt.Errorf("--mcp-addr: %w", err)
+	}
+	if tcp, ok := ln.Addr().(*net.TCPAddr); rt.tokens == nil && (!ok || !tcp.IP.IsLoopback()) {
+		ln.Close()
+		return "", fmt.Errorf("--mcp-addr %s is not a loopback address: give --tokens FILE (leaseledger token add NAME --file FILE) so that only token holders connect", rt.flags.mcpAddr)
+	}
+	mux := http.NewServeMux()
+	mux.Handle(mcpPath, rt.gw.Handler())
+	rt.srv = &http.Server{Handler: mux, ReadHeaderTimeout: mcpReadHeaderTimeout, ErrorLog: slog.NewLogLogger(rt.a.logger.Handler(), slog.LevelDebug)}
+	rt.served = make(chan struct{})
+	go func() {
+		defer close(rt.served)
+		_ = rt.srv.Serve(ln)
+	}()
+	if rt.tokens != nil {
+		rt.watchHUP()
+	}
+	return "http://" + ln.Addr().String() + mcpPath, nil
+}
+
+// watchHUP reloads the token file on SIGHUP until shutdown.
+func (rt *serveRuntime) watchHUP() {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		for {
+			select {
+			case <-done:
+				return
+			case <-hup:
+				if err := rt.tokens.Reload(); err != nil {
+					fmt.Fprintf(rt.a.stderr, "leaseledger: tokens not reloaded (the previous ones stay in force): %v\n", err)
+					continue
+				}
+				fmt.Fprintf(rt.a.stdout, "leaseledger: tokens reloaded: %d in force\n", rt.tokens.Len())
+			}
+		}
+	}()
+	rt.stopHUP = func() {
+		signal.Stop(hup)
+		close(done)
+		<-stopped
+	}
+}
+
+// shutdown stops accepting MCP requests, ends every MCP session, closes
+// the manager (every lease ended, its cleanup recorded) — both within
+// budget — and stops the endpoint. Past the budget it reports what was
+// not done and returns: the bus and the ledger close next, and guardians
+// still running kill their servers when serve exits. Idempotent enough
+// for a deferred call after an explicit one.
+func (rt *serveRuntime) shutdown(budget time.Duration) error {
+	if rt.stopHUP != nil {
+		rt.stopHUP()
+		rt.stopHUP = nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), budget)
+	defer cancel()
+	var errs []error
+	httpDone := make(chan struct{})
+	if rt.srv != nil {
+		// Shutdown closes the listener at once, then waits for the
+		// connections, whose session streams end with Close below.
+		go func() {
+			defer close(httpDone)
+			hctx, hcancel := context.WithTimeout(context.Background(), budget+httpShutdownWait)
+			defer hcancel()
+			if err := rt.srv.Shutdown(hctx); err != nil {
+				_ = rt.srv.Close()
+			}
+			<-rt.served
+		}()
+	} else {
+		close(httpDone)
+	}
+	if err := rt.gw.Close(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("ending MCP sessions: %w", err))
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- rt.mgr.Close(context.WithoutCancel(ctx)) }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			errs = append(errs, fmt.Errorf("ending leases: %w", err))
+		}
+	case <-ctx.Done():
+		errs = append(errs, fmt.Errorf("leases not all ended within --shutdown-budget %v (their guardians end the servers when serve exits; the audit reports them unconfirmed)", budget))
+	}
+	<-httpDone
+	rt.srv = nil
+	return errors.Join(errs...)
+}
+
+// announce starts the MCP endpoint and prints what serve runs.
+func (rt *serveRuntime) announce() error {
+	if rt.recovery.sessions > 0 {
+		fmt.Fprintf(rt.a.stdout, "leaseledger: %s\n", rt.recovery)
+	}
+	url, err := rt.listen()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(rt.a.stdout, "leaseledger: MCP servers %s from %s\n", strings.Join(rt.servers, ", "), rt.flags.config)
+	fmt.Fprintf(rt.a.stdout, "leaseledger: MCP endpoint on %s\n", url)
+	return nil
+}
