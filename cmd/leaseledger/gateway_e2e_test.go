@@ -18,8 +18,11 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/nats-io/nats.go"
 
+	"github.com/leaseledger/leaseledger/control"
 	"github.com/leaseledger/leaseledger/internal/testproc"
+	"github.com/leaseledger/leaseledger/ledger/busclient"
 )
 
 // End-to-end tests of `leaseledger serve --config`: the real binary, real
@@ -533,6 +536,79 @@ func TestGatewayServeKilled(t *testing.T) {
 	}
 	if n := len(dirEvents(t, dir, "guardian.lost")); n != 2 || hostLost != 2 {
 		t.Fatalf("%d guardian.lost and %d lease.terminated{host_lost} recorded, want 2 each", n, hostLost)
+	}
+}
+
+// The control API of a serve with --config acts on its runtime through
+// the gateway and the manager: the control user lists the live lease of
+// an MCP session, revokes it (the next call gets a fresh lease), ends the
+// session (the client's next request fails; session.ended is recorded)
+// and is told when a session does not exist; a read-only user may read the
+// projection API but not call the control API.
+func TestGatewayControlAPI(t *testing.T) {
+	requireNode(t)
+	bin := cliBinary(t)
+	srv := startServe(t, bin, t.TempDir(), writeConfig(t, ""),
+		"--control-user", "ops", "--control-password", "ops-pw", "--read-only-user", "dash", "--read-only-password", "dash-pw")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	connect := func(user, pw string) *control.Client {
+		// Quiet: the read-only user's refused call is an expected
+		// permission violation.
+		quiet := nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {})
+		nc, err := nats.Connect(srv.natsURL, append(busclient.UserOptions(user, pw), quiet)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		return control.NewClient(nc, user)
+	}
+	ops, dash := connect("ops", "ops-pw"), connect("dash", "dash-pw")
+
+	cs, closeGo := connectGo(t, ctx, srv.mcpURL, nil)
+	defer closeGo()
+	echo := func() error {
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: stdioServer + "__echo", Arguments: map[string]any{"message": "x"}})
+		if err == nil && res.IsError {
+			err = errors.New("tool error")
+		}
+		return err
+	}
+	if err := echo(); err != nil {
+		t.Fatal(err)
+	}
+	live, err := ops.LiveLeases(ctx, control.LiveLeasesRequest{Session: cs.ID()})
+	if err != nil || len(live.Leases) != 1 || live.Leases[0].Server != stdioServer {
+		t.Fatalf("live leases of %s: %v %+v", cs.ID(), err, live)
+	}
+	first := live.Leases[0].Activation
+	if err := ops.Revoke(ctx, control.RevokeRequest{Session: cs.ID(), Server: stdioServer, Reason: "operator"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := echo(); err != nil {
+		t.Fatalf("call after revoke: %v", err)
+	}
+	if live, err = ops.LiveLeases(ctx, control.LiveLeasesRequest{Session: cs.ID()}); err != nil || len(live.Leases) != 1 || live.Leases[0].Activation == first {
+		t.Fatalf("after revoke, want one fresh lease: %v %+v", err, live)
+	}
+	if err := dash.Revoke(ctx, control.RevokeRequest{Session: cs.ID(), Server: stdioServer, Reason: "dash"}); !errors.Is(err, control.ErrForbidden) {
+		t.Fatalf("revoke by the read-only user: %v", err)
+	}
+	if _, err := dash.Audit(ctx, control.AuditRequest{}); err != nil {
+		t.Fatalf("projection API for the read-only user: %v", err)
+	}
+	if err := ops.EndSession(ctx, "mcp-none"); !errors.Is(err, control.ErrNotFound) {
+		t.Fatalf("end of an unknown session: %v", err)
+	}
+	if err := ops.EndSession(ctx, cs.ID()); err != nil {
+		t.Fatal(err)
+	}
+	srv.awaitEvent("session.ended", cs.ID())
+	if err := echo(); err == nil {
+		t.Fatal("a call on an ended session succeeded")
+	}
+	if code := srv.stop(syscall.SIGTERM); code != 0 {
+		t.Fatalf("serve exit %d:\n%s", code, srv.out.String())
 	}
 }
 

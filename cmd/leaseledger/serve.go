@@ -50,6 +50,9 @@ accepting MCP requests, ends every session and lease within
 			if opts.WriterPassword == "" {
 				opts.WriterPassword = os.Getenv("LEASELEDGER_WRITER_PASSWORD")
 			}
+			if opts.ControlPassword == "" {
+				opts.ControlPassword = os.Getenv("LEASELEDGER_CONTROL_PASSWORD")
+			}
 			opts.Logger = a.logger
 			// The ledger is opened with its live projection: the newest
 			// snapshot plus the tail is restored before anything can be
@@ -78,6 +81,7 @@ accepting MCP requests, ends every session and lease within
 				defer func() { _ = rt.shutdown(rf.shutdownBudget) }()
 				a.setShutdownExtra(rf.shutdownBudget)
 			}
+			opts.Services = busServices(proj, rt)
 			b, err := bus.Start(l, opts)
 			if err != nil {
 				return err
@@ -141,6 +145,8 @@ accepting MCP requests, ends every session and lease within
 	f.StringVar(&opts.ReadOnlyPassword, "read-only-password", "", "password of --read-only-user (env LEASELEDGER_READONLY_PASSWORD)")
 	f.StringVar(&opts.WriterUser, "writer-user", "", "add a NATS user that may also append (on its own subject, leaseledger.api.append.<user>)")
 	f.StringVar(&opts.WriterPassword, "writer-password", "", "password of --writer-user (env LEASELEDGER_WRITER_PASSWORD)")
+	f.StringVar(&opts.ControlUser, "control-user", "", "add the NATS control user: the only one that may call the runtime control API (leaseledger.api.runtime.…: leases, revoke, end_session, reap)")
+	f.StringVar(&opts.ControlPassword, "control-password", "", "password of --control-user (env LEASELEDGER_CONTROL_PASSWORD)")
 	f.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics on this address, e.g. 127.0.0.1:9248 (empty: off)")
 	f.BoolVar(&opts.DenyAnonymous, "deny-anonymous", false, "refuse unauthenticated clients (by default they are read-only)")
 	f.IntVar(&opts.Limits.MaxConnections, "max-connections", bus.DefaultMaxConnections, "NATS client connections at most")
