@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -167,7 +168,11 @@ func parseReplay(data []byte, req *busclient.ReplayRequest) error {
 	return nil
 }
 
-// strictJSON decodes exactly one JSON object into v.
+// strictJSON decodes exactly one JSON object into v (a pointer to a
+// struct): its keys must be v's JSON field names exactly (encoding/json
+// alone would match them case-insensitively) and no value may be null
+// (which encoding/json would skip), so that what it accepts is what a
+// JSON Schema of v with "additionalProperties": false accepts.
 func strictJSON(data []byte, v any) error {
 	t := bytes.TrimSpace(data)
 	if len(t) == 0 {
@@ -191,7 +196,78 @@ func strictJSON(data []byte, v any) error {
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return errors.New("trailing bytes after the JSON object")
 	}
-	return nil
+	return exactKeys(t, fieldNames(v))
+}
+
+// fieldNames returns the JSON names of the fields of the struct v points
+// to (nil when it is no struct: keys are then not checked).
+func fieldNames(v any) map[string]bool {
+	t := reflect.TypeOf(v)
+	if t == nil || t.Kind() != reflect.Pointer || t.Elem().Kind() != reflect.Struct {
+		return nil
+	}
+	t = t.Elem()
+	names := map[string]bool{}
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if !f.IsExported() || name == "-" {
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		names[name] = true
+	}
+	return names
+}
+
+// exactKeys walks the valid JSON object t: its top-level keys must be in
+// names (when names is not nil), and no value, at any depth, is null.
+func exactKeys(t []byte, names map[string]bool) error {
+	type frame struct{ object, key bool } // key: an object's next token is a key
+	var stack []frame
+	done := func() { // a value ended: its object expects a key next
+		if n := len(stack); n > 0 && stack[n-1].object {
+			stack[n-1].key = true
+		}
+	}
+	dec := json.NewDecoder(bytes.NewReader(t))
+	dec.UseNumber()
+	for {
+		tok, err := dec.Token()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return errors.New("not valid JSON")
+		}
+		if n := len(stack); n > 0 && stack[n-1].object && stack[n-1].key {
+			if tok == json.Delim('}') {
+				stack = stack[:n-1]
+				done()
+				continue
+			}
+			if key, _ := tok.(string); n == 1 && names != nil && !names[key] {
+				return errors.New("unknown field")
+			}
+			stack[n-1].key = false
+			continue
+		}
+		switch tok {
+		case json.Delim('{'):
+			stack = append(stack, frame{object: true, key: true})
+		case json.Delim('['):
+			stack = append(stack, frame{})
+		case json.Delim(']'):
+			stack = stack[:len(stack)-1]
+			done()
+		case nil:
+			return errors.New("null value")
+		default:
+			done()
+		}
+	}
 }
 
 func (b *Bus) serveAppend(m *nats.Msg, r route) {

@@ -162,6 +162,9 @@ func TestServiceReplies(t *testing.T) {
 		{"json", `[1]`, "", "malformed request: not a JSON object", busclient.CodeBadRequest},
 		{"json", ``, "", "malformed request: empty body, want a JSON object", busclient.CodeBadRequest},
 		{"json", `{"n":"1"}`, "", "malformed request: field n has the wrong type", busclient.CodeBadRequest},
+		{"json", `{"N":1}`, "", "malformed request: unknown field", busclient.CodeBadRequest}, // encoding/json alone would take it
+		{"json", `{"n":null}`, "", "malformed request: null value", busclient.CodeBadRequest}, // … and skip it
+		{"json", `{}`, `{"double":0}`, "", ""},
 		{"json", `{"n":1,` + strings.Repeat(" ", bus.MaxServiceRequestBytes) + `}`, "", "request too large: limit MaxServiceRequestBytes=65536", busclient.CodeBadRequest},
 	} {
 		m, err := call(nc, "leaseledger.api.test."+c.subject, "", []byte(c.body), 5*time.Second)
