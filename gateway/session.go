@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/leaseledger/leaseledger/events"
 	"github.com/leaseledger/leaseledger/runtime"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -229,6 +230,5 @@ func joinErrs(errs []error) error { return errors.Join(errs...) }
 
 // openScope opens the runtime session id, recording principal.
 func (g *Gateway) openScope(ctx context.Context, id, principal string) (*runtime.SessionScope, error) {
-	_ = principal
-	return g.opts.Manager.OpenSession(ctx, id)
+	return g.opts.Manager.OpenSessionWith(ctx, id, runtime.SessionOptions{Principal: principal, Transport: events.SessionMCPHTTP})
 }
