@@ -112,7 +112,7 @@ func TestProjectionLeases(t *testing.T) {
 func TestLeasesPagedWithinReplyBytes(t *testing.T) {
 	p := openProjection(t)
 	var ds []events.Draft
-	const n = 1500
+	const n = 1000 // rows of about 600 bytes: a page of MaxLeasesPage rows would exceed MaxReplyBytes
 	for i := range n {
 		s := fmt.Sprintf("%s-%04d", strings.Repeat("s", 100), i)
 		ds = append(ds, leaseDrafts(fmt.Sprintf("a%d", i), s, strings.Repeat("v", 120), false, false)...)
@@ -188,12 +188,12 @@ func TestActivationIsTheAudit(t *testing.T) {
 func TestActivationWithinReplyBytes(t *testing.T) {
 	p := openProjection(t)
 	var ds []events.Draft
-	const n = 900
+	const n = 600 // requests of about 1 KiB (their wire id twice), events of about 600 bytes
 	for i := range n {
 		h := fmt.Sprintf("rq-%d", i)
 		for _, pl := range []events.Payload{
 			&events.RequestRegistered{Handle: h, Owner: "o-1", Method: "resources/read", TimeoutNS: 1e9},
-			&events.RequestDispatched{Handle: h, WireID: strings.Repeat("w", 100) + h},
+			&events.RequestDispatched{Handle: h, WireID: strings.Repeat("w", 400) + h},
 			&events.RequestCompleted{Handle: h, Outcome: "ok", ResultBytes: 10},
 		} {
 			ds = append(ds, events.Draft{Activation: "act-big", Session: "s-1", Server: "srv", Payload: pl})

@@ -10,7 +10,11 @@
 //     prev, hash);
 //   - input.json: one input line as `leaseledger append` reads it (kind,
 //     activation, session, server, data);
-//   - kinds/<kind>.json: the "data" object of each event kind.
+//   - kinds/<kind>.json: the "data" object of each event kind;
+//   - api/<name>.request.json and api/<name>.reply.json: the requests and
+//     replies of the control and projection APIs on the bus (package
+//     control), name being the subject after "leaseledger.api." (e.g.
+//     "runtime.revoke"); api/defs.json holds the objects they share.
 //
 // Every schema's $id is [BaseURL] followed by its path in [FS].
 //
@@ -38,11 +42,11 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6/kind"
 )
 
-//go:embed envelope.json input.json kinds/*.json
+//go:embed envelope.json input.json kinds/*.json api/*.json
 var files embed.FS
 
-// FS returns the embedded schema files: envelope.json, input.json and
-// kinds/<kind>.json. Paths are slash-separated and relative to the schemas
+// FS returns the embedded schema files: envelope.json, input.json,
+// kinds/<kind>.json and api/*.json. Paths are slash-separated and relative to the schemas
 // directory.
 func FS() fs.FS { return files }
 
@@ -63,6 +67,17 @@ const kindsDir = "kinds"
 // object, e.g. "kinds/lease.acquired.json". It does not check that the file
 // exists; see [Kinds].
 func KindSchemaPath(kind string) string { return kindsDir + "/" + kind + ".json" }
+
+// apiDir holds the schemas of the bus APIs.
+const apiDir = "api"
+
+// APIRequestPath and APIReplyPath return the paths in [FS] of the request
+// and reply schemas of the bus API name (e.g. "runtime.revoke"). They do
+// not check that the files exist.
+func APIRequestPath(name string) string { return apiDir + "/" + name + ".request.json" }
+
+// APIReplyPath: see [APIRequestPath].
+func APIReplyPath(name string) string { return apiDir + "/" + name + ".reply.json" }
 
 // URL returns the $id of the schema at path p in [FS].
 func URL(p string) string { return BaseURL + p }
@@ -185,6 +200,7 @@ type Validator struct {
 	envelope *jsonschema.Schema
 	input    *jsonschema.Schema
 	kinds    map[string]*jsonschema.Schema
+	api      map[string]*jsonschema.Schema // by path in FS
 }
 
 // NewValidator compiles the envelope, input and every kind schema from the
@@ -214,7 +230,7 @@ func NewValidator() (*Validator, error) {
 	if err != nil {
 		return nil, err
 	}
-	v := &Validator{kinds: make(map[string]*jsonschema.Schema)}
+	v := &Validator{kinds: make(map[string]*jsonschema.Schema), api: make(map[string]*jsonschema.Schema)}
 	compile := func(p string) (*jsonschema.Schema, error) {
 		s, err := c.Compile(URL(p))
 		if err != nil {
@@ -231,6 +247,13 @@ func NewValidator() (*Validator, error) {
 	for _, k := range Kinds() {
 		if v.kinds[k], err = compile(KindSchemaPath(k)); err != nil {
 			return nil, err
+		}
+	}
+	for _, p := range paths {
+		if path.Dir(p) == apiDir {
+			if v.api[p], err = compile(p); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return v, nil
@@ -271,6 +294,21 @@ func (v *Validator) ValidateData(kind string, data []byte) error {
 		return unknownKind(kind)
 	}
 	return schemaError(sch.Validate(doc), KindSchemaPath(kind), kind, "")
+}
+
+// ValidateAPI validates a request or reply body of a bus API against the
+// schema at path p in [FS] (APIRequestPath, APIReplyPath). A path with no
+// API schema is an error wrapping [ErrSchema].
+func (v *Validator) ValidateAPI(p string, body []byte) error {
+	sch, ok := v.api[p]
+	if !ok {
+		return &SchemaError{Detail: "no API schema at this path", err: ErrSchema}
+	}
+	doc, err := decode(body)
+	if err != nil {
+		return err
+	}
+	return schemaError(sch.Validate(doc), p, "", "")
 }
 
 func (v *Validator) validateWrapped(raw []byte, outer *jsonschema.Schema, outerPath string) error {
