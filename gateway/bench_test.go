@@ -40,7 +40,7 @@ type benchSide struct {
 // benchGateway starts a ledger, a manager (live leases for sessions) and
 // a gateway over the test server, all closed when b ends, and returns the
 // gateway side.
-func benchGateway(b *testing.B, sessions int) benchSide {
+func benchGateway(b *testing.B, sessions int) (benchSide, *runtime.Manager) {
 	b.Helper()
 	l, err := ledger.Open(ledger.Options{Dir: filepath.Join(b.TempDir(), "ledger")})
 	if err != nil {
@@ -81,7 +81,35 @@ func benchGateway(b *testing.B, sessions int) benchSide {
 		}
 		b.Cleanup(func() { _ = cs.Close() })
 		return cs
-	}}
+	}}, m
+}
+
+// benchLease returns a call through m's runtime alone (a session of its
+// own, its own lease): the gateway's path without MCP over HTTP.
+func benchLease(b *testing.B, m *runtime.Manager) func() {
+	b.Helper()
+	ctx := context.Background()
+	scope, err := m.OpenSession(ctx, "bench-lease")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = scope.Release(ctx) })
+	capa := scope.Capability()
+	tools, err := capa.Tools(ctx, benchServer)
+	if err != nil {
+		b.Fatal(err)
+	}
+	req := runtime.CallRequest{Server: benchServer, Tool: "echo", Arguments: map[string]any{"text": "benchmark"}}
+	for _, pt := range tools {
+		if pt.Name == "echo" {
+			req.Digest = pt.Digest
+		}
+	}
+	return func() {
+		if res, err := capa.Call(ctx, req); err != nil || res.IsError {
+			b.Error("lease call failed:", err)
+		}
+	}
 }
 
 // benchDirect is the baseline side: each session its own test server
@@ -108,16 +136,20 @@ func (s benchSide) echo(b *testing.B, cs *mcp.ClientSession) {
 
 // BenchmarkGatewayCall measures one tool call's latency through the
 // gateway and directly, sequentially, alternating in chunks; it reports
-// both and their ratio.
+// both and their ratio, and the runtime's lease call without the gateway
+// (the same durable events and guardian relay, no MCP over HTTP), so the
+// gateway's own share shows (gateway/lease).
 func BenchmarkGatewayCall(b *testing.B) {
-	gw, direct := benchGateway(b, 1), benchDirect()
-	gs, ds := gw.open(b), direct.open(b)
-	for range 50 { // warm both paths (the gateway's first call starts its lease)
+	gw, m := benchGateway(b, 2)
+	direct := benchDirect()
+	gs, ds, lease := gw.open(b), direct.open(b), benchLease(b, m)
+	for range 50 { // warm every path (the first calls start the leases)
 		gw.echo(b, gs)
 		direct.echo(b, ds)
+		lease()
 	}
 	b.ResetTimer()
-	var tGateway, tDirect time.Duration
+	var tGateway, tDirect, tLease time.Duration
 	const chunk = 50
 	for done := 0; done < b.N; {
 		n := min(chunk, b.N-done)
@@ -129,14 +161,21 @@ func BenchmarkGatewayCall(b *testing.B) {
 		for range n {
 			gw.echo(b, gs)
 		}
+		t2 := time.Now()
+		for range n {
+			lease()
+		}
 		tDirect += t1.Sub(t0)
-		tGateway += time.Since(t1)
+		tGateway += t2.Sub(t1)
+		tLease += time.Since(t2)
 		done += n
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(tGateway.Microseconds())/float64(b.N), "gateway-µs/call")
 	b.ReportMetric(float64(tDirect.Microseconds())/float64(b.N), "direct-µs/call")
+	b.ReportMetric(float64(tLease.Microseconds())/float64(b.N), "lease-µs/call")
 	b.ReportMetric(float64(tGateway)/float64(tDirect), "latency-ratio")
+	b.ReportMetric(float64(tGateway)/float64(tLease), "gateway/lease")
 }
 
 // benchSessions is the concurrency of BenchmarkGatewayThroughput64.
@@ -150,7 +189,8 @@ const benchSessions = 64
 // It reports calls per second on each side and their ratio.
 func BenchmarkGatewayThroughput64(b *testing.B) {
 	const callsPerRound = 8
-	gw, direct := benchGateway(b, benchSessions), benchDirect()
+	gw, _ := benchGateway(b, benchSessions)
+	direct := benchDirect()
 	type side struct {
 		benchSide
 		sessions []*mcp.ClientSession
