@@ -612,6 +612,98 @@ func TestGatewayControlAPI(t *testing.T) {
 	}
 }
 
+// rawInitialize sends an MCP initialize to url with token ("" for none)
+// and returns the HTTP status and the session id it opened.
+func rawInitialize(t *testing.T, url, token string) (int, string) {
+	t.Helper()
+	body := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}`
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: tr}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode, resp.Header.Get("Mcp-Session-Id")
+}
+
+// serve --tokens: a request without a token or with a wrong one gets 401;
+// `token add` + SIGHUP admits a new token, `token remove` + SIGHUP refuses
+// it again and ends the session it opened. Without --tokens serve refuses
+// to listen on a non-loopback address.
+func TestGatewayServeTokens(t *testing.T) {
+	requireNode(t)
+	config := writeConfig(t, "")
+	r := runCLI(t, context.Background(), "", "--data-dir", t.TempDir(), "serve", "--port", "-1", "--config", config, "--mcp-addr", "0.0.0.0:0")
+	if r.code == 0 || !strings.Contains(r.stderr, "not a loopback address") {
+		t.Fatalf("non-loopback without tokens: %+v", r)
+	}
+
+	bin := cliBinary(t)
+	file := filepath.Join(t.TempDir(), "tokens")
+	add := func(name string) string {
+		r := runCLI(t, context.Background(), "", "token", "add", name, "--file", file)
+		if r.code != 0 {
+			t.Fatalf("token add: %+v", r)
+		}
+		return strings.TrimSpace(r.stdout)
+	}
+	first := add("first")
+	srv := startServe(t, bin, t.TempDir(), config, "--tokens", file)
+	if code, _ := rawInitialize(t, srv.mcpURL, ""); code != http.StatusUnauthorized {
+		t.Fatalf("no token: %d", code)
+	}
+	if code, _ := rawInitialize(t, srv.mcpURL, first+"x"); code != http.StatusUnauthorized {
+		t.Fatalf("wrong token: %d", code)
+	}
+	if code, _ := rawInitialize(t, srv.mcpURL, first); code != http.StatusOK {
+		t.Fatalf("valid token: %d", code)
+	}
+	second := add("second")
+	reloaded := func(n int) {
+		t.Helper()
+		want := "tokens reloaded: " + strconv.Itoa(n) + " in force"
+		before := strings.Count(srv.out.String(), "tokens reloaded")
+		_ = srv.cmd.Process.Signal(syscall.SIGHUP)
+		deadline := time.Now().Add(e2eWait)
+		for strings.Count(srv.out.String(), "tokens reloaded") == before {
+			if time.Now().After(deadline) {
+				t.Fatalf("no reload after SIGHUP:\n%s", srv.out.String())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if !strings.Contains(srv.out.String(), want) {
+			t.Fatalf("want %q:\n%s", want, srv.out.String())
+		}
+	}
+	reloaded(2)
+	code, opened := rawInitialize(t, srv.mcpURL, second)
+	if code != http.StatusOK || opened == "" {
+		t.Fatalf("added token after SIGHUP: %d", code)
+	}
+	srv.awaitEvent("session.opened", opened)
+	if r := runCLI(t, context.Background(), "", "token", "remove", "second", "--file", file); r.code != 0 {
+		t.Fatalf("token remove: %+v", r)
+	}
+	reloaded(1)
+	if code, _ := rawInitialize(t, srv.mcpURL, second); code != http.StatusUnauthorized {
+		t.Fatalf("removed token after SIGHUP: %d", code)
+	}
+	srv.awaitEvent("session.ended", opened)
+	if code := srv.stop(syscall.SIGTERM); code != 0 {
+		t.Fatalf("serve exit %d:\n%s", code, srv.out.String())
+	}
+}
+
 // examples/mcp.json, the config README.md's set-up runs, parses, exposes
 // only valid server names, and names files that exist from the repository
 // root.

@@ -81,7 +81,7 @@ accepting MCP requests, ends every session and lease within
 				defer func() { _ = rt.shutdown(rf.shutdownBudget) }()
 				a.setShutdownExtra(rf.shutdownBudget)
 			}
-			opts.Services = busServices(proj, rt)
+			opts.Services = busServices(proj, rt, opts.ControlUser)
 			b, err := bus.Start(l, opts)
 			if err != nil {
 				return err

@@ -68,10 +68,11 @@ func controlError(err error) error {
 }
 
 // busServices are the services serve adds to its bus: the projection API
-// always, the control API when the runtime runs.
-func busServices(proj *live.Projection, rt *serveRuntime) []bus.Service {
+// always, the control API when the runtime runs and there is a control
+// user to call it.
+func busServices(proj *live.Projection, rt *serveRuntime, controlUser string) []bus.Service {
 	s := control.ProjectionServices(proj)
-	if rt != nil {
+	if rt != nil && controlUser != "" {
 		s = append(s, control.RuntimeServices(controlRuntime{mgr: rt.mgr, gw: rt.gw}, proj)...)
 	}
 	return s
