@@ -229,6 +229,10 @@ func (e *env) post(body string, hdr map[string]string) (int, http.Header) {
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
 	for k, v := range hdr {
+		if k == "Host" {
+			req.Host = v
+			continue
+		}
 		req.Header.Set(k, v)
 	}
 	resp, err := e.srv.Client().Do(req)
