@@ -64,4 +64,3 @@ func Example() {
 	// s-1/github ready
 	// act-2 5 events, lease terminated
 }
-
