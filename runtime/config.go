@@ -52,8 +52,13 @@ type ServerConfig struct {
 	// http and https URLs with a host are accepted.
 	URL string `json:"url,omitempty"`
 	// Headers are sent with every request to URL's origin, and never to
-	// another origin (a cross-origin redirect is refused).
+	// another origin (a cross-origin redirect is refused unless allowed).
 	Headers map[string]string `json:"headers,omitempty"`
+	// AllowRedirectOrigins lists origins ("https://other.example:8443":
+	// scheme, host, optional port, nothing else; at most
+	// MaxAllowRedirectOrigins) a 307 hop of this url entry may go to
+	// besides URL's own. Headers are never sent to them.
+	AllowRedirectOrigins []string `json:"allowRedirectOrigins,omitempty"`
 	// Type is the entry's transport as users write it: empty, "stdio"
 	// (command entries), or "http" / "streamable-http" (url entries).
 	// It is not part of the fingerprint: the other fields decide it.
@@ -145,7 +150,8 @@ func (c ServerConfig) canonical() []byte {
 		OneShot bool     `json:"one_shot,omitempty"` // only when set: other fingerprints unchanged
 		URL     string   `json:"url,omitempty"`      // HTTP entries only: stdio fingerprints unchanged
 		Headers []string `json:"headers,omitempty"`
-	}{c.Command, args, env, c.Cwd, c.Shared, c.OneShot, c.URL, c.headerList()})
+		Allow   []string `json:"allow_redirect_origins,omitempty"` // normalised, sorted
+	}{c.Command, args, env, c.Cwd, c.Shared, c.OneShot, c.URL, c.headerList(), originList(c.AllowRedirectOrigins)})
 	return b
 }
 
@@ -179,6 +185,9 @@ func (c ServerConfig) check() error {
 		if c.Type != "" && c.Type != "stdio" {
 			return errors.New("has a command but a type other than stdio")
 		}
+		if len(c.AllowRedirectOrigins) > 0 {
+			return errors.New("has allowRedirectOrigins but no url")
+		}
 		return nil
 	}
 	switch c.Type {
@@ -187,6 +196,9 @@ func (c ServerConfig) check() error {
 		return errors.New("has a url but a type other than http")
 	}
 	if _, err := checkEndpoint(c.URL); err != nil {
+		return err
+	}
+	if _, err := checkAllowOrigins(c.AllowRedirectOrigins); err != nil {
 		return err
 	}
 	for k := range c.Headers {
@@ -285,7 +297,8 @@ func configErrID(name string) string {
 // ParseConfig decodes an mcp.json document ({"mcpServers": {name: entry}}).
 // Unknown fields are ignored (other tools keep their own keys there). It
 // refuses, naming the entry, an entry with neither command nor url (or
-// both, or a url that is not http(s)), a name that is
+// both, a url that is not http(s), an allowRedirectOrigins entry that is
+// not an origin — such entry errors match ErrConfigInvalid), a name that is
 // empty or longer than MaxServerNameBytes, and two names that map to one
 // server id (see ServerID), so every name it returns works end to end.
 func ParseConfig(data []byte) (map[string]ServerConfig, error) {
@@ -298,7 +311,7 @@ func ParseConfig(data []byte) (map[string]ServerConfig, error) {
 	names := make([]string, 0, len(doc.MCPServers))
 	for name, c := range doc.MCPServers {
 		if err := c.check(); err != nil {
-			return nil, fmt.Errorf("mcp.json: server %q %w", name, err)
+			return nil, fmt.Errorf("mcp.json: server %q %w (%w)", name, err, ErrConfigInvalid)
 		}
 		names = append(names, name)
 	}
@@ -354,6 +367,7 @@ func (s *MapConfigSource) Set(server string, c ServerConfig) error {
 		return &LeaseError{Op: "config", Server: configErrID(server), Err: ErrConfigInvalid, cause: err}
 	}
 	c.Args = append([]string(nil), c.Args...)
+	c.AllowRedirectOrigins = append([]string(nil), c.AllowRedirectOrigins...)
 	env := make(map[string]string, len(c.Env))
 	for k, v := range c.Env {
 		env[k] = v

@@ -9,11 +9,10 @@ import (
 	"net/url"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/leaseledger/leaseledger/events"
-	"github.com/leaseledger/leaseledger/guardian"
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // Remote MCP servers over Streamable HTTP. An entry with "url" has no
@@ -57,7 +56,8 @@ var (
 	// MaxRedirectHops times (a loop included).
 	ErrHTTPTooManyRedirects = errors.New("runtime: http redirect hops exceed MaxRedirectHops")
 	// ErrHTTPCrossOrigin: a redirect pointed to another origin (scheme,
-	// host, port) than the configured URL's.
+	// host, port) than the configured URL's, and not to one of the entry's
+	// allowRedirectOrigins.
 	ErrHTTPCrossOrigin = errors.New("runtime: http redirect to another origin refused")
 	// ErrHTTPBadLocation: a redirect had no usable Location (missing,
 	// malformed, not http(s)).
@@ -65,9 +65,11 @@ var (
 	// ErrHTTPBodyNotReplayable: a redirected request's body cannot be sent
 	// again (no GetBody).
 	ErrHTTPBodyNotReplayable = errors.New("runtime: http request body cannot be replayed on redirect")
-	// ErrHTTPDetached: the request was aborted because its lease's
-	// connection was closed.
-	ErrHTTPDetached = errors.New("runtime: http request aborted by connection close")
+	// ErrHTTPDetached: the request was aborted (or refused before anything
+	// was registered or sent) because its lease is ending: its owner was
+	// lost (session end, revocation, reaping, poisoning, TerminateAll, a
+	// lost remote session) or its connection closed.
+	ErrHTTPDetached = errors.New("runtime: http request aborted: its lease is ending")
 	// ErrHTTPConnectTimeout: dialing (TCP and TLS) took longer than the
 	// connect timeout.
 	ErrHTTPConnectTimeout = errors.New("runtime: http connect timeout")
@@ -84,43 +86,6 @@ var (
 	// MaxHTTPResponseBytes; the request was aborted.
 	ErrHTTPResponseTooLarge = errors.New("runtime: http response exceeds MaxHTTPResponseBytes")
 )
-
-// errEndpoint is why a configured url is refused (config errors keep it as
-// their cause; it is our own text).
-var errEndpoint = errors.New("has a url that is not an absolute http(s) URL with a host")
-
-// checkEndpoint parses a configured url: absolute, http or https, a host,
-// no user info (credentials go in headers, where the origin rule guards
-// them) and no fragment.
-func checkEndpoint(raw string) (*url.URL, error) {
-	u, err := url.Parse(raw)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil || u.Fragment != "" {
-		return nil, errEndpoint
-	}
-	return u, nil
-}
-
-// origin is a URL's origin as recorded (scheme://host[:port], lowercase).
-func origin(u *url.URL) string {
-	return u.Scheme + "://" + u.Host
-}
-
-// sameOrigin compares scheme, host and port (an explicit default port is
-// the same origin as none).
-func sameOrigin(a, b *url.URL) bool {
-	return a.Scheme == b.Scheme && hostPort(a) == hostPort(b)
-}
-
-func hostPort(u *url.URL) string {
-	port := u.Port()
-	if port == "" {
-		port = "80"
-		if u.Scheme == "https" {
-			port = "443"
-		}
-	}
-	return net.JoinHostPort(u.Hostname(), port)
-}
 
 // Default timeouts of HTTP requests (Options.HTTPConnectTimeout,
 // HTTPReceiveTimeout, HTTPRequestTimeout when zero). Each is bounded by the
@@ -201,15 +166,22 @@ func (b *httpBoundary) clientFor(rt *leaseRoundTripper) *http.Client {
 
 // leaseRoundTripper is one HTTP lease's policy over the boundary's
 // transport: configured headers only to the configured origin, redirects
-// (307 only, at most MaxRedirectHops, same origin) followed here, the
-// three timeouts, every request recorded (ev, when set) and aborted when
-// the connection is detached.
+// (307 only, at most MaxRedirectHops, to the configured origin or one the
+// entry allows) followed here, the three timeouts, every request recorded
+// (ev, when set) and aborted when the lease ends, and the remote session's
+// loss reported (lost, when set).
 type leaseRoundTripper struct {
 	base     http.RoundTripper
 	endpoint *url.URL
 	headers  map[string]string
-	to       httpTimeouts
-	ev       *httpEvidence // nil: nothing recorded (boundary tests)
+	// allowed are the entry's allowRedirectOrigins: origins a 307 hop may
+	// go to besides the configured one (never with the configured headers).
+	allowed []*url.URL
+	to      httpTimeouts
+	ev      *httpEvidence // nil: nothing recorded (boundary tests)
+	// lost is told when a response proves the remote session or endpoint
+	// gone (see lostSignal); nil in boundary tests.
+	lost func(reason string)
 
 	mu sync.Mutex
 	// abort is the context whose cancellation aborts the requests started
@@ -226,7 +198,8 @@ func newLeaseRoundTripper(b *httpBoundary, endpoint *url.URL, headers map[string
 	return rt
 }
 
-// detach aborts every request in flight now; requests started later run.
+// detach cancels every request in flight now, at once (the backstop
+// behind the cleanup worker's abort); requests started later run.
 // final: later requests are aborted too (the connection is closed).
 func (rt *leaseRoundTripper) detach(final bool) {
 	rt.mu.Lock()
@@ -237,6 +210,63 @@ func (rt *leaseRoundTripper) detach(final bool) {
 	}
 	rt.mu.Unlock()
 	cancel()
+}
+
+// hopAllowed reports whether a redirect may go to u: the configured
+// origin, or one of the entry's allowRedirectOrigins.
+func (rt *leaseRoundTripper) hopAllowed(u *url.URL) bool {
+	if sameOrigin(u, rt.endpoint) {
+		return true
+	}
+	for _, a := range rt.allowed {
+		if sameOrigin(u, a) {
+			return true
+		}
+	}
+	return false
+}
+
+// Headers go-sdk sets that tell what a 404 means.
+const (
+	sessionIDHeader   = "Mcp-Session-Id"
+	lastEventIDHeader = "Last-Event-ID"
+)
+
+// Reasons a remote session is lost (lostSignal, the session's Read).
+const (
+	lostConnectionRefused = "connection_refused"
+	lostSessionNotFound   = "session_not_found"
+	lostSessionRejected   = "session_rejected"
+	lostSessionFailed     = "session_failed"
+)
+
+// lostSignal returns why a request's outcome proves the remote session
+// gone, or "": a dial refused (nothing listens at the origin: whatever
+// session it held is gone), or a 404 — the spec's answer for a terminated
+// session — or a 400 — what common servers (server-everything, the
+// TypeScript SDK's examples) answer for a session id they do not know — to
+// a POST, or a resuming GET, carrying the session id. Our POSTs are well
+// formed, so either refuses the session. A 404 to a first standalone GET
+// only means the server offers no stream, and to the DELETE that the
+// session is already gone.
+func lostSignal(out *http.Request, resp *http.Response, err error) string {
+	if err != nil {
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			return lostConnectionRefused
+		}
+		return ""
+	}
+	if out.Header.Get(sessionIDHeader) == "" ||
+		(out.Method != http.MethodPost && (out.Method != http.MethodGet || out.Header.Get(lastEventIDHeader) == "")) {
+		return ""
+	}
+	switch resp.StatusCode {
+	case http.StatusNotFound:
+		return lostSessionNotFound
+	case http.StatusBadRequest:
+		return lostSessionRejected
+	}
+	return ""
 }
 
 // typedErr returns the boundary's own error for a failure: the cause the
@@ -297,11 +327,12 @@ func outcomeOf(ctx context.Context, err error) (events.HTTPOutcome, string) {
 // the configured headers when its URL is the configured origin) and
 // follows 307 redirects itself: each hop recorded (http.redirect) before
 // the next request, the Location resolved against the current URL, the
-// same method and body, at most MaxRedirectHops hops, never to another
-// origin. Any other redirect status, a fourth hop, a bad Location or
-// another origin is a typed error returned before any further request.
-// The completion, barrier and worker end are handed to the activation's
-// cleanup worker when the body is closed, or when the request fails.
+// same method and body, at most MaxRedirectHops hops, only to the
+// configured origin or one of the entry's allowRedirectOrigins. Any other
+// redirect status, a fourth hop, a bad Location or another origin is a
+// typed error returned before any further request. The completion,
+// barrier and worker end are handed to the activation's cleanup worker
+// when the body is closed, or when the request fails.
 func (rt *leaseRoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	rt.mu.Lock()
 	abort := rt.abort
@@ -321,25 +352,24 @@ func (rt *leaseRoundTripper) RoundTrip(req *http.Request) (*http.Response, error
 		}
 		cancel(nil)
 	}
-	ref := ""
+	var r *httpReq
 	if rt.ev != nil {
 		if method == "" {
 			release()
 			return nil, ErrHTTPNotRecorded
 		}
-		r, err := rt.ev.register(ctx, method, scope, origin(rt.endpoint))
-		if err != nil {
+		var err error
+		if r, err = rt.ev.register(ctx, method, scope, origin(rt.endpoint), cancel); err != nil {
 			release()
 			return nil, err
 		}
-		ref = r
 	}
 	fail := func(err error, status int) (*http.Response, error) {
 		err = typedErr(ctx, err)
 		outcome, detail := outcomeOf(ctx, err)
 		release()
-		if rt.ev != nil {
-			rt.ev.settle(ref, status, outcome, 0, detail)
+		if r != nil {
+			rt.ev.settle(r, status, outcome, 0, detail)
 		}
 		return nil, err
 	}
@@ -368,11 +398,14 @@ func (rt *leaseRoundTripper) RoundTrip(req *http.Request) (*http.Response, error
 		if first != nil {
 			first.Stop()
 		}
+		if reason := lostSignal(out, resp, err); reason != "" && rt.lost != nil {
+			rt.lost(reason)
+		}
 		if err != nil {
 			return fail(err, 0)
 		}
 		if resp.StatusCode < 300 || resp.StatusCode > 399 {
-			tb := &trackedBody{rc: resp.Body, rt: rt, ctx: ctx, cancel: cancel, ref: ref, status: resp.StatusCode, release: release}
+			tb := &trackedBody{rc: resp.Body, rt: rt, ctx: ctx, cancel: cancel, req: r, status: resp.StatusCode, release: release}
 			if !stream {
 				tb.limit = MaxHTTPResponseBytes
 				if rt.to.receive > 0 {
@@ -380,6 +413,9 @@ func (rt *leaseRoundTripper) RoundTrip(req *http.Request) (*http.Response, error
 				}
 			}
 			resp.Body = tb
+			if r != nil {
+				rt.ev.attach(r, tb)
+			}
 			return resp, nil
 		}
 		loc := resp.Header.Get("Location")
@@ -394,18 +430,18 @@ func (rt *leaseRoundTripper) RoundTrip(req *http.Request) (*http.Response, error
 		if loc == "" || err != nil || (next.Scheme != "http" && next.Scheme != "https") || next.Host == "" {
 			return fail(ErrHTTPBadLocation, resp.StatusCode)
 		}
-		if !sameOrigin(next, rt.endpoint) {
+		if !rt.hopAllowed(next) {
 			return fail(ErrHTTPCrossOrigin, resp.StatusCode)
 		}
 		if req.Body != nil && req.Body != http.NoBody && req.GetBody == nil {
 			return fail(ErrHTTPBodyNotReplayable, resp.StatusCode)
 		}
-		if rt.ev != nil {
-			hopRef, err := rt.ev.redirect(ctx, ref, hop+1, resp.StatusCode, origin(next), true)
+		if r != nil {
+			h, err := rt.ev.redirect(ctx, r, hop+1, resp.StatusCode, origin(next), sameOrigin(next, rt.endpoint))
 			if err != nil {
 				return fail(err, resp.StatusCode)
 			}
-			rt.ev.settleHop(hopRef) // its body is drained and closed
+			rt.ev.settleHop(h) // its body is drained and closed
 		}
 		cur = next
 	}
@@ -413,12 +449,14 @@ func (rt *leaseRoundTripper) RoundTrip(req *http.Request) (*http.Response, error
 
 // trackedBody is a response body under the lease's evidence: reads reset
 // the receive (gap) timer; Close releases the request and hands its
-// completion to the cleanup worker.
+// completion to the cleanup worker. The worker's abort may close it while
+// the go-sdk reads it (the request's context is cancelled first, so the
+// read returns).
 type trackedBody struct {
 	rc      io.ReadCloser
 	rt      *leaseRoundTripper
 	ctx     context.Context
-	ref     string
+	req     *httpReq // nil when nothing is recorded
 	status  int
 	release func()
 	gap     *time.Timer // nil for the GET stream
@@ -429,6 +467,7 @@ type trackedBody struct {
 	mu      sync.Mutex
 	readErr error
 	eof     bool
+	closed  bool // the gap timer is stopped for good
 	once    sync.Once
 }
 
@@ -440,7 +479,11 @@ func (b *trackedBody) Read(p []byte) (int, error) {
 			n, err = 0, ErrHTTPResponseTooLarge
 		}
 		if b.gap != nil {
-			b.gap.Reset(b.rt.to.receive)
+			b.mu.Lock()
+			if !b.closed {
+				b.gap.Reset(b.rt.to.receive)
+			}
+			b.mu.Unlock()
 		}
 	}
 	if err != nil {
@@ -461,12 +504,13 @@ func (b *trackedBody) Read(p []byte) (int, error) {
 func (b *trackedBody) Close() error {
 	err := b.rc.Close()
 	b.once.Do(func() {
+		b.mu.Lock()
+		b.closed = true
+		readErr, eof := b.readErr, b.eof
+		b.mu.Unlock()
 		if b.gap != nil {
 			b.gap.Stop()
 		}
-		b.mu.Lock()
-		readErr, eof := b.readErr, b.eof
-		b.mu.Unlock()
 		outcome, detail := events.HTTPOK, ""
 		switch {
 		case readErr != nil:
@@ -475,8 +519,8 @@ func (b *trackedBody) Close() error {
 			outcome, detail = outcomeOf(b.ctx, typedErr(b.ctx, b.ctx.Err()))
 		}
 		b.release()
-		if b.rt.ev != nil {
-			b.rt.ev.settle(b.ref, b.status, outcome, b.n.Load(), detail)
+		if b.req != nil {
+			b.rt.ev.settle(b.req, b.status, outcome, b.n.Load(), detail)
 		}
 	})
 	return err
@@ -486,103 +530,4 @@ func (b *trackedBody) Close() error {
 func drain(b io.ReadCloser) {
 	_, _ = io.Copy(io.Discard, io.LimitReader(b, maxRedirectDrainBytes))
 	_ = b.Close()
-}
-
-// httpChild is the "child" of an HTTP lease: the remote MCP session. It
-// has no process and no guardian. Its stream is a detach handle only (the
-// MCP messages travel through the go-sdk's StreamableClientTransport over
-// the manager's boundary); closing it aborts the requests in flight.
-type httpChild struct {
-	rt     *leaseRoundTripper
-	ev     *httpEvidence
-	client *http.Client
-	url    string
-
-	doneOnce sync.Once
-	doneCh   chan struct{}
-}
-
-// launchHTTP builds the HTTP child of a lease and starts its cleanup
-// worker; nothing is sent until the MCP initialize.
-func (m *Manager) launchHTTP(l *lease) (*httpChild, error) {
-	u, err := checkEndpoint(l.cfg.URL)
-	if err != nil {
-		return nil, err
-	}
-	headers := make(map[string]string, len(l.cfg.Headers))
-	for k, v := range l.cfg.Headers {
-		headers[k] = v
-	}
-	b := m.httpBoundary()
-	ev := newHTTPEvidence(m.emitFact, l.draft)
-	rt := newLeaseRoundTripper(b, u, headers, ev)
-	return &httpChild{rt: rt, ev: ev, client: b.clientFor(rt), url: u.String(), doneCh: make(chan struct{})}, nil
-}
-
-// transport is the go-sdk transport of the child's MCP session.
-func (h *httpChild) transport() mcp.Transport {
-	return &mcp.StreamableClientTransport{Endpoint: h.url, HTTPClient: h.client, MaxEventSize: MaxMessageBytes}
-}
-
-func (h *httpChild) stream() io.ReadWriteCloser { return httpDetach{h} }
-func (h *httpChild) done() <-chan struct{}      { return h.doneCh }
-func (h *httpChild) facts() childFacts          { return childFacts{} }
-
-// close ends the child: every request still in flight (and any later one)
-// is aborted. There is no process, so there is no guardian result.
-func (h *httpChild) close(context.Context) guardian.CleanupResult {
-	h.rt.detach(true)
-	h.doneOnce.Do(func() { close(h.doneCh) })
-	return guardian.CleanupResult{}
-}
-
-// httpDetach is an HTTP child's stream: no bytes travel through it; Close
-// aborts the requests in flight (later ones, like the session DELETE, run).
-type httpDetach struct{ h *httpChild }
-
-func (d httpDetach) Read([]byte) (int, error)  { return 0, io.ErrClosedPipe }
-func (d httpDetach) Write([]byte) (int, error) { return 0, io.ErrClosedPipe }
-func (d httpDetach) Close() error              { d.h.rt.detach(false); return nil }
-
-// httpBoundary returns the manager's HTTP boundary, built on first use.
-func (m *Manager) httpBoundary() *httpBoundary {
-	m.httpOnce.Do(func() {
-		to := httpTimeouts{m.opts.HTTPConnectTimeout, m.opts.HTTPReceiveTimeout, m.opts.HTTPRequestTimeout}
-		if to.connect <= 0 {
-			to.connect = DefaultHTTPConnectTimeout
-		}
-		if to.receive <= 0 {
-			to.receive = DefaultHTTPReceiveTimeout
-		}
-		if to.request <= 0 {
-			to.request = DefaultHTTPRequestTimeout
-		}
-		m.http = newHTTPBoundary(to)
-	})
-	return m.http
-}
-
-// closeHTTP drops the boundary's idle connections, if it was built.
-func (m *Manager) closeHTTP() {
-	m.httpOnce.Do(func() {})
-	if m.http != nil {
-		m.http.close()
-	}
-}
-
-// observedTransport wraps an HTTP lease's go-sdk transport so its
-// connection is observed like a stdio one (wire counts, request handles).
-type observedTransport struct {
-	inner mcp.Transport
-	wire  *wireStats
-	reqs  *reqTable
-}
-
-// Connect implements mcp.Transport.
-func (t *observedTransport) Connect(ctx context.Context) (mcp.Connection, error) {
-	c, err := t.inner.Connect(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return &observedConn{Connection: c, wire: t.wire, reqs: t.reqs}, nil
 }

@@ -24,9 +24,17 @@ import (
 // receives one value per hang call.
 func goSDKHTTP(t testing.TB) (endpoint string, started chan struct{}) {
 	t.Helper()
+	endpoint, started, _ = goSDKHTTPServer(t)
+	return endpoint, started
+}
+
+// goSDKHTTPServer is goSDKHTTP that also returns the MCP server (its
+// sessions can be ended from the server side).
+func goSDKHTTPServer(t testing.TB) (endpoint string, started chan struct{}, srv *mcp.Server) {
+	t.Helper()
 	started = make(chan struct{}, 16)
 	quit := make(chan struct{})
-	srv := mcp.NewServer(&mcp.Implementation{Name: "gosdk-http", Version: "0"}, nil)
+	srv = mcp.NewServer(&mcp.Implementation{Name: "gosdk-http", Version: "0"}, nil)
 	srv.AddTool(&mcp.Tool{Name: "echo", InputSchema: json.RawMessage(`{"type":"object","properties":{"text":{"type":"string"}}}`)},
 		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			var in struct{ Text string }
@@ -49,7 +57,7 @@ func goSDKHTTP(t testing.TB) (endpoint string, started chan struct{}) {
 		hs.CloseClientConnections()
 		hs.Close()
 	})
-	return hs.URL + "/mcp", started
+	return hs.URL + "/mcp", started, srv
 }
 
 // TestHTTPBodyNeverEndsAbortedOnClose: a tool call whose response stream

@@ -571,7 +571,7 @@ func TestHTTPTimeouts(t *testing.T) {
 			if d := time.Since(t0); d > 3*time.Second {
 				t.Fatalf("took %v", d)
 			}
-			if out, detail := ev.finish(time.Now().Add(5 * time.Second)); out != events.BarrierOK {
+			if out, detail, _ := ev.finish(time.Now().Add(5 * time.Second)); out != events.BarrierOK {
 				t.Fatalf("finish %s %s", out, detail)
 			}
 			completed, _ := checkHTTPEvidence(t, rec.payloads())
@@ -670,7 +670,7 @@ func TestHTTPOversizeResponse(t *testing.T) {
 	if !errors.Is(err, ErrHTTPResponseTooLarge) || n > MaxHTTPResponseBytes {
 		t.Fatalf("read %d bytes, err %v", n, err)
 	}
-	if out, detail := ev.finish(time.Now().Add(5 * time.Second)); out != events.BarrierOK {
+	if out, detail, _ := ev.finish(time.Now().Add(5 * time.Second)); out != events.BarrierOK {
 		t.Fatalf("finish %s %s", out, detail)
 	}
 	completed, _ := checkHTTPEvidence(t, rec.payloads())

@@ -2,9 +2,9 @@ package runtime
 
 import (
 	"context"
+	"sort"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/leaseledger/leaseledger/events"
@@ -17,10 +17,21 @@ import (
 // (http.completed), its barrier (http.barrier, when the body is closed —
 // the connection released — or the request aborted) and its owning
 // worker's end (http.worker_down) are handed to the activation's one
-// sequential cleanup worker, which appends them one request at a time.
+// sequential cleanup worker, which appends them in hand-off order.
+//
+// The same worker aborts: when the lease ends (its owner's loss — session
+// end, revocation, reaping, poisoning, TerminateAll, a lost remote — or
+// its close) the requests in flight at that moment, and only those, are
+// queued as one abort job; the worker aborts them one at a time (cancel,
+// close the body, await the barrier) under the close's one deadline.
+// Requests are indexed while unsettled only (live), so neither the abort
+// nor the close rescans settled history.
+//
 // The close waits (under its deadline) for every registered request and
-// hop to settle and for the worker to exit, then freezes: later
-// completions record nothing.
+// hop to settle and be recorded and for the worker to exit, then freezes:
+// what settled but is not yet appended joins the close's own append, each
+// durably registered request still unsettled is recorded http.lost
+// {deadline}, and later completions record nothing.
 
 // Scopes of HTTP requests (http.registered's scope, the projector's
 // confirmed_history:<scope> aggregates).
@@ -40,27 +51,63 @@ const maxSettleBatches = 256
 // goroutine that issued the request and released it by closing its body.
 const httpWorkerID = "mcp_http_client"
 
+// lostDeadline is http.lost's reason for a request whose barrier had not
+// returned when the close's deadline froze the evidence.
+const lostDeadline = "deadline"
+
+// httpReq is one live (unsettled) request or hop of the activation.
+type httpReq struct {
+	ref string
+	ord uint64 // registration order
+	// cancel aborts the request (nil for a hop: its body is already
+	// drained and closed when it is recorded).
+	cancel context.CancelCauseFunc
+	// Guarded by httpEvidence.mu.
+	body    *trackedBody // the response body handed to the caller, once there is one
+	durable bool         // its http.registered / http.redirect is recorded
+	aborted bool         // an abort job cancelled it
+	settled chan struct{}
+}
+
+// cleanupJob is one item of the worker's queue: settle facts to append,
+// or an abort of the requests that were live when it was queued.
+type cleanupJob struct {
+	drafts []events.Draft
+	abort  *abortJob
+}
+
+type abortJob struct {
+	reqs     []*httpReq
+	deadline time.Time
+	done     chan struct{}
+}
+
 // httpEvidence records one HTTP activation's requests.
 type httpEvidence struct {
 	emit  func(ctx context.Context, drafts ...events.Draft) error
 	draft func(events.Payload) events.Draft
 
-	next atomic.Uint64 // ref counter
-
-	mu     sync.Mutex
-	queue  [][]events.Draft // settle batches, in hand-off order
-	frozen bool
-	// open counts registered requests and hops not yet settled by the
-	// worker; failed counts appends that failed.
-	open   int
-	failed int
-	wake   chan struct{} // cap 1: the worker has work or must stop
-	idle   chan struct{} // cap 1: open reached zero
-	exited chan struct{}
+	mu    sync.Mutex
+	next  uint64 // registration order of requests and hops
+	refs  uint64 // request refs handed out
+	live  map[string]*httpReq
+	queue []cleanupJob // in hand-off order
+	// busy: the worker is appending or aborting what it took off the
+	// queue; appending: it is appending (waiting on the ledger).
+	busy, appending bool
+	frozen          bool
+	// draining: the lease is ending; only the session DELETE may start.
+	// closed: nothing may start any more.
+	draining, closed bool
+	failed           int           // appends that failed
+	wake             chan struct{} // cap 1: the worker has work or must stop
+	idle             chan struct{} // cap 1: nothing live, queued or in hand
+	exited           chan struct{}
 }
 
 func newHTTPEvidence(emit func(context.Context, ...events.Draft) error, draft func(events.Payload) events.Draft) *httpEvidence {
-	ev := &httpEvidence{emit: emit, draft: draft, wake: make(chan struct{}, 1), idle: make(chan struct{}, 1), exited: make(chan struct{})}
+	ev := &httpEvidence{emit: emit, draft: draft, live: make(map[string]*httpReq),
+		wake: make(chan struct{}, 1), idle: make(chan struct{}, 1), exited: make(chan struct{})}
 	go ev.worker()
 	return ev
 }
@@ -72,85 +119,203 @@ func signal(ch chan struct{}) {
 	}
 }
 
-// register records a request durably before its fetch and returns its
-// ref. A frozen activation registers nothing: the request is refused.
-func (ev *httpEvidence) register(ctx context.Context, method events.HTTPMethod, scope, origin string) (string, error) {
-	ev.mu.Lock()
-	if ev.frozen {
-		ev.mu.Unlock()
-		return "", ErrHTTPDetached
-	}
-	ev.open++
-	ev.mu.Unlock()
-	ref := "h-" + strconv.FormatUint(ev.next.Add(1), 10)
-	if err := ev.emit(ctx, ev.draft(&events.HTTPRegistered{Ref: ref, Scope: scope, Method: method, Origin: origin})); err != nil {
-		ev.settled(1, true)
-		return "", ErrHTTPNotRecorded
-	}
-	return ref, nil
+// quietLocked: every registered request and hop settled and recorded.
+func (ev *httpEvidence) quietLocked() bool {
+	return len(ev.live) == 0 && len(ev.queue) == 0 && !ev.busy
 }
 
-// redirect records hop n of ref durably before the next request is sent;
+// trackLocked adds a live request or hop; ev.mu is held.
+func (ev *httpEvidence) trackLocked(ref string, cancel context.CancelCauseFunc) *httpReq {
+	ev.next++
+	r := &httpReq{ref: ref, ord: ev.next, cancel: cancel, settled: make(chan struct{})}
+	ev.live[ref] = r
+	return r
+}
+
+// forgetLocked removes a live request; ev.mu is held. It reports whether
+// it was live.
+func (ev *httpEvidence) forgetLocked(r *httpReq) bool {
+	if ev.live[r.ref] != r {
+		return false
+	}
+	delete(ev.live, r.ref)
+	close(r.settled)
+	return true
+}
+
+// register records a request durably before its fetch; cancel aborts it.
+// The append is detached from the request's cancellation (bounded by
+// factTimeout): a registration abandoned halfway may still become
+// durable, and a durable one must be followed by its settlement. A frozen
+// or closed activation registers nothing, nor does a draining one but for
+// the session DELETE: the request is refused (ErrHTTPDetached), nothing
+// sent.
+func (ev *httpEvidence) register(ctx context.Context, method events.HTTPMethod, scope, origin string, cancel context.CancelCauseFunc) (*httpReq, error) {
+	ev.mu.Lock()
+	if ev.frozen || ev.closed || (ev.draining && method != events.HTTPDelete) {
+		ev.mu.Unlock()
+		return nil, ErrHTTPDetached
+	}
+	ev.refs++
+	r := ev.trackLocked("h-"+strconv.FormatUint(ev.refs, 10), cancel)
+	ev.mu.Unlock()
+	if err := ev.record(ctx, &events.HTTPRegistered{Ref: r.ref, Scope: scope, Method: method, Origin: origin}); err != nil {
+		ev.fail(r)
+		return nil, ErrHTTPNotRecorded
+	}
+	ev.mu.Lock()
+	r.durable = true
+	ev.mu.Unlock()
+	return r, nil
+}
+
+// record appends one fact detached from ctx's cancellation.
+func (ev *httpEvidence) record(ctx context.Context, p events.Payload) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), factTimeout)
+	defer cancel()
+	return ev.emit(ctx, ev.draft(p))
+}
+
+// fail forgets a request or hop whose record failed.
+func (ev *httpEvidence) fail(r *httpReq) {
+	ev.mu.Lock()
+	ev.forgetLocked(r)
+	ev.failed++
+	quiet := ev.quietLocked()
+	ev.mu.Unlock()
+	if quiet {
+		signal(ev.idle)
+	}
+}
+
+// redirect records hop n of req durably before the next request is sent;
 // the hop is its own resource (settled by settleHop).
-func (ev *httpEvidence) redirect(ctx context.Context, ref string, hop, status int, origin string, same bool) (string, error) {
+func (ev *httpEvidence) redirect(ctx context.Context, req *httpReq, hop, status int, origin string, same bool) (*httpReq, error) {
 	ev.mu.Lock()
 	if ev.frozen {
 		ev.mu.Unlock()
-		return "", ErrHTTPDetached
+		return nil, ErrHTTPDetached
 	}
-	ev.open++
+	h := ev.trackLocked(req.ref+"-"+strconv.Itoa(hop), nil)
 	ev.mu.Unlock()
-	hopRef := ref + "-" + strconv.Itoa(hop)
-	if err := ev.emit(ctx, ev.draft(&events.HTTPRedirect{Ref: ref, Hop: hop, HopRef: hopRef, Status: status, Origin: origin, SameOrigin: same})); err != nil {
-		ev.settled(1, true)
-		return "", ErrHTTPNotRecorded
+	if err := ev.record(ctx, &events.HTTPRedirect{Ref: req.ref, Hop: hop, HopRef: h.ref, Status: status, Origin: origin, SameOrigin: same}); err != nil {
+		ev.fail(h)
+		return nil, ErrHTTPNotRecorded
 	}
-	return hopRef, nil
+	ev.mu.Lock()
+	h.durable = true
+	ev.mu.Unlock()
+	return h, nil
 }
 
 // settleHop hands a hop's barrier (its redirect body drained and closed)
 // to the worker.
-func (ev *httpEvidence) settleHop(hopRef string) {
-	ev.handOff(ev.draft(&events.HTTPBarrier{Ref: hopRef, Outcome: events.HTTPBarrierOK}))
+func (ev *httpEvidence) settleHop(h *httpReq) {
+	ev.handOff(h, ev.draft(&events.HTTPBarrier{Ref: h.ref, Outcome: events.HTTPBarrierOK}))
+}
+
+// attach records the response body handed to the caller; a request
+// already aborted gets its body closed at once (its connection released).
+func (ev *httpEvidence) attach(r *httpReq, b *trackedBody) {
+	ev.mu.Lock()
+	r.body = b
+	aborted := r.aborted
+	ev.mu.Unlock()
+	if aborted {
+		_ = b.Close()
+	}
 }
 
 // settle hands a request's completion, barrier and worker end to the
 // worker: the body was closed (or no response came), so its connection is
 // released.
-func (ev *httpEvidence) settle(ref string, status int, outcome events.HTTPOutcome, bodyBytes int64, detail string) {
-	ev.handOff(
-		ev.draft(&events.HTTPCompleted{Ref: ref, Status: status, Outcome: outcome, BodyBytes: bodyBytes, Detail: detail}),
-		ev.draft(&events.HTTPBarrier{Ref: ref, Outcome: events.HTTPBarrierOK}),
-		ev.draft(&events.HTTPWorkerDown{Ref: ref, Worker: httpWorkerID, Reason: "released"}))
+func (ev *httpEvidence) settle(r *httpReq, status int, outcome events.HTTPOutcome, bodyBytes int64, detail string) {
+	ev.handOff(r,
+		ev.draft(&events.HTTPCompleted{Ref: r.ref, Status: status, Outcome: outcome, BodyBytes: bodyBytes, Detail: detail}),
+		ev.draft(&events.HTTPBarrier{Ref: r.ref, Outcome: events.HTTPBarrierOK}),
+		ev.draft(&events.HTTPWorkerDown{Ref: r.ref, Worker: httpWorkerID, Reason: "released"}))
 }
 
-func (ev *httpEvidence) handOff(drafts ...events.Draft) {
+// handOff moves r out of the live index and queues its facts, unless the
+// evidence is frozen: a late completion changes nothing.
+func (ev *httpEvidence) handOff(r *httpReq, drafts ...events.Draft) {
 	ev.mu.Lock()
-	if ev.frozen {
+	live := ev.forgetLocked(r)
+	if ev.frozen || !live {
 		ev.mu.Unlock()
-		return // a late completion changes nothing
+		return
 	}
-	ev.queue = append(ev.queue, drafts)
+	ev.queue = append(ev.queue, cleanupJob{drafts: drafts})
 	ev.mu.Unlock()
 	signal(ev.wake)
 }
 
-// settled counts n resources settled (failed: their facts did not append).
-func (ev *httpEvidence) settled(n int, failed bool) {
+// abort queues the abort of every request live now (in registration
+// order) under deadline and returns a channel closed once the worker has
+// done it. From now on only the session DELETE may start (final: nothing
+// may). A frozen activation has no worker: its requests are cancelled at
+// once.
+func (ev *httpEvidence) abort(deadline time.Time, final bool) <-chan struct{} {
+	job := &abortJob{deadline: deadline, done: make(chan struct{})}
 	ev.mu.Lock()
-	ev.open -= n
-	if failed {
-		ev.failed++
+	ev.draining = true
+	ev.closed = ev.closed || final
+	for _, r := range ev.live {
+		if r.cancel != nil {
+			job.reqs = append(job.reqs, r)
+		}
 	}
-	zero := ev.open == 0 && len(ev.queue) == 0
+	sort.Slice(job.reqs, func(i, j int) bool { return job.reqs[i].ord < job.reqs[j].ord })
+	if ev.frozen || len(job.reqs) == 0 {
+		ev.mu.Unlock()
+		cancelAll(job.reqs)
+		close(job.done)
+		return job.done
+	}
+	ev.queue = append(ev.queue, cleanupJob{abort: job})
 	ev.mu.Unlock()
-	if zero {
-		signal(ev.idle)
+	signal(ev.wake)
+	return job.done
+}
+
+func cancelAll(rs []*httpReq) {
+	for _, r := range rs {
+		r.cancel(ErrHTTPDetached)
 	}
 }
 
-// worker is the activation's sequential cleanup worker: it appends each
-// handed-off batch, one at a time, until the evidence is frozen.
+// runAbort aborts a job's requests one at a time: cancel it, close its
+// body (releasing the connection), await its barrier (its hand-off) until
+// the job's deadline. Past the deadline the rest are only cancelled.
+func (ev *httpEvidence) runAbort(job *abortJob) {
+	defer close(job.done)
+	expired := until(job.deadline)
+	for i, r := range job.reqs {
+		select {
+		case <-expired:
+			cancelAll(job.reqs[i:])
+			return
+		default:
+		}
+		r.cancel(ErrHTTPDetached)
+		ev.mu.Lock()
+		r.aborted = true
+		b := r.body
+		ev.mu.Unlock()
+		if b != nil {
+			_ = b.Close()
+		}
+		select {
+		case <-r.settled:
+		case <-expired:
+		}
+	}
+}
+
+// worker is the activation's sequential cleanup worker: it takes the
+// queue in order — consecutive settle facts (up to maxSettleBatches
+// requests) as one append, an abort job on its own — until the evidence
+// is frozen.
 func (ev *httpEvidence) worker() {
 	defer close(ev.exited)
 	for range ev.wake {
@@ -164,37 +329,66 @@ func (ev *httpEvidence) worker() {
 				ev.mu.Unlock()
 				break
 			}
-			// Take what is queued, in hand-off order, up to
-			// maxSettleBatches: one append keeps the worker abreast of many
-			// concurrent requests (each append is a durable commit).
-			k := min(len(ev.queue), maxSettleBatches)
+			if job := ev.queue[0].abort; job != nil {
+				ev.queue[0] = cleanupJob{}
+				ev.queue = ev.queue[1:]
+				ev.busy = true
+				ev.mu.Unlock()
+				ev.runAbort(job)
+				ev.done(false)
+				continue
+			}
+			// Take the settle facts queued before the next abort job, up
+			// to maxSettleBatches: one append keeps the worker abreast of
+			// many concurrent requests (each append is a durable commit).
 			var drafts []events.Draft
-			for i := range k {
-				drafts = append(drafts, ev.queue[i]...)
-				ev.queue[i] = nil
+			k := 0
+			for k < len(ev.queue) && k < maxSettleBatches && ev.queue[k].abort == nil {
+				drafts = append(drafts, ev.queue[k].drafts...)
+				ev.queue[k] = cleanupJob{}
+				k++
 			}
 			ev.queue = ev.queue[k:]
+			ev.busy, ev.appending = true, true
 			ev.mu.Unlock()
 			ctx, cancel := context.WithTimeout(context.Background(), factTimeout)
 			err := ev.emit(ctx, drafts...)
 			cancel()
-			ev.settled(k, err != nil)
+			ev.done(err != nil)
 		}
 	}
 }
 
+// done ends the worker's turn (failed: its append failed).
+func (ev *httpEvidence) done(failed bool) {
+	ev.mu.Lock()
+	ev.busy, ev.appending = false, false
+	if failed {
+		ev.failed++
+	}
+	quiet := ev.quietLocked()
+	ev.mu.Unlock()
+	if quiet {
+		signal(ev.idle)
+	}
+}
+
 // finish waits until deadline for every registered request and hop to
-// settle (their facts appended), then freezes the evidence and waits for
-// the worker to exit. It returns the http_requests barrier: ok when all
-// settled and recorded, timeout when some did not settle or the worker
-// did not exit in time, error when facts failed to append.
-func (ev *httpEvidence) finish(deadline time.Time) (events.BarrierOutcome, string) {
+// settle and be recorded, then freezes the evidence and waits (until
+// deadline) for the worker to exit. It returns the http_requests barrier —
+// ok when all settled and recorded, timeout when some did not settle
+// (requests_unsettled) or the worker did not exit (cleanup_worker_running),
+// error when facts failed to append (record_failed) — and the facts the
+// close must append before its barrier: settle facts queued but not yet
+// appended, and http.lost{deadline} for every durably registered request
+// or hop that had not settled.
+func (ev *httpEvidence) finish(deadline time.Time) (events.BarrierOutcome, string, []events.Draft) {
 	expired := until(deadline)
 	for {
 		ev.mu.Lock()
-		done := ev.open == 0 && len(ev.queue) == 0
+		quiet := ev.quietLocked()
 		ev.mu.Unlock()
-		if done {
+		if quiet {
 			break
 		}
 		select {
@@ -205,32 +399,51 @@ func (ev *httpEvidence) finish(deadline time.Time) (events.BarrierOutcome, strin
 		break
 	}
 	ev.mu.Lock()
-	ev.frozen = true
-	unsettled, failed := ev.open, ev.failed
+	ev.frozen, ev.draining, ev.closed = true, true, true
+	var rest []events.Draft
+	var left []*httpReq
+	for i, j := range ev.queue {
+		if j.abort != nil {
+			left = append(left, j.abort.reqs...)
+			close(j.abort.done)
+		}
+		rest = append(rest, j.drafts...)
+		ev.queue[i] = cleanupJob{}
+	}
+	ev.queue = nil
+	unsettled := make([]*httpReq, 0, len(ev.live))
+	for _, r := range ev.live {
+		unsettled = append(unsettled, r)
+	}
+	sort.Slice(unsettled, func(i, j int) bool { return unsettled[i].ord < unsettled[j].ord })
+	for _, r := range unsettled {
+		if r.durable {
+			rest = append(rest, ev.draft(&events.HTTPLost{Ref: r.ref, Reason: lostDeadline}))
+		}
+	}
+	failed, appending := ev.failed, ev.appending
 	ev.mu.Unlock()
+	cancelAll(left)
 	signal(ev.wake)
-	select {
-	case <-ev.exited:
-	case <-until(deadline):
-		return events.BarrierTimeout, "cleanup_worker_running"
+	if appending {
+		// Waiting on the ledger: its exit is awaited until the deadline.
+		select {
+		case <-ev.exited:
+		case <-until(deadline):
+			return events.BarrierTimeout, "cleanup_worker_running", rest
+		}
+	} else {
+		// Idle, or in an abort whose waits end at this same deadline: it
+		// sees the freeze and exits without further I/O.
+		<-ev.exited
 	}
 	switch {
-	case unsettled > 0:
-		return events.BarrierTimeout, "requests_unsettled"
+	case len(unsettled) > 0:
+		return events.BarrierTimeout, "requests_unsettled", rest
 	case failed > 0:
-		return events.BarrierError, "record_failed"
+		return events.BarrierError, "record_failed", rest
 	}
-	return events.BarrierOK, ""
-}
-
-// stop freezes the evidence and ends the worker without waiting (a lease
-// that never got to its close steps).
-func (ev *httpEvidence) stop() {
-	ev.mu.Lock()
-	ev.frozen = true
-	ev.mu.Unlock()
-	signal(ev.wake)
-	<-ev.exited
+	return events.BarrierOK, "", rest
 }
 
 // methodOf maps a request method to its recorded value and scope.

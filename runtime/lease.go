@@ -166,7 +166,7 @@ func (l *lease) start(ctx context.Context) error {
 		if err := m.emit(ctx, l.draft(&events.ConnectionOpened{Transport: events.TransportHTTP, Cleanup: events.CleanupBestEffort, OneShot: l.oneShot})); err != nil {
 			return fail("ledger_failed", ErrLedger, nil)
 		}
-		tr = &observedTransport{inner: hc.transport(), wire: &l.wire, reqs: &l.reqs}
+		tr = hc.observed(&l.wire, &l.reqs)
 	} else {
 		c, err := m.launch(ctx, m.launchSpec(l))
 		if err != nil {
@@ -281,7 +281,17 @@ func (l *lease) closeSteps(ctx context.Context, budget time.Duration, rep Connec
 	l.mu.Lock()
 	busy := l.inflight > 0
 	l.mu.Unlock()
-	if busy {
+	hc, isHTTP := l.child.(*httpChild)
+	switch {
+	case isHTTP:
+		// The lease's end — its owner's loss (session end, revocation,
+		// reaping, poisoning, TerminateAll, a lost remote) or its close:
+		// its own requests in flight, and no other lease's, are aborted by
+		// its cleanup worker one at a time under this deadline, and only
+		// the session DELETE may start from now on. Calls in flight fail
+		// now (their reads end), as for stdio below.
+		hc.abortOwned(deadline, busy)
+	case busy:
 		// Calls are still in flight (TerminateAll, Close or CloseConnection
 		// on a lease whose calls hang): the client session's Close would
 		// wait for them. Detach the stream first, which unblocks the
@@ -301,7 +311,6 @@ func (l *lease) closeSteps(ctx context.Context, budget time.Duration, rep Connec
 		closed <- l.child.stream().Close() // never initialized: detach the stream
 	}()
 	transport, transportDetail := events.BarrierOK, ""
-	hc, isHTTP := l.child.(*httpChild)
 	closeBy := deadline
 	if isHTTP {
 		// The session DELETE is best effort: it gets half the budget, then
@@ -324,13 +333,18 @@ func (l *lease) closeSteps(ctx context.Context, budget time.Duration, rep Connec
 			transport = events.BarrierTimeout
 			break
 		}
-		hc.rt.detach(true) // abort the DELETE (and anything left): the worker returns
+		hc.rt.detach(true) // cancel the DELETE (and anything left): the worker returns
 		select {
 		case <-closed:
 			transportDetail = "session_delete_aborted"
 		case <-until(deadline):
 			transport = events.BarrierTimeout
 		}
+	}
+	if isHTTP && hc.lost() != "" {
+		// The remote session was lost before the close (its DELETE, if
+		// sent, could not succeed): say how it was detected.
+		transportDetail = "remote_lost_" + hc.lost()
 	}
 	tTransport := time.Since(t0)
 	// 2. workers: the transport worker's observed exit, then every
@@ -358,17 +372,20 @@ func (l *lease) closeSteps(ctx context.Context, budget time.Duration, rep Connec
 	// barrier; the projector confirms it as none owned). An HTTP one waits
 	// for every request and hop to settle and its cleanup worker to exit,
 	// then its evidence is frozen (httpevidence.go).
+	// What settled but was not yet appended, and http.lost for what did
+	// not settle, lead the close's facts.
 	httpObs := ObligationReport{Name: events.ObligationHTTPRequests, Status: ObligationConfirmed, Detail: "none_owned"}
-	if hc, ok := l.child.(*httpChild); ok {
+	var facts []events.Draft
+	if isHTTP {
 		t3 := time.Now()
-		out, detail := hc.ev.finish(deadline)
+		out, detail, rest := hc.ev.finish(deadline)
+		facts = rest
 		httpObs = ObligationReport{Name: events.ObligationHTTPRequests, Outcome: out, Detail: detail, ElapsedNS: int64(time.Since(t3))}
 	}
 	elapsed := time.Since(t0)
 
-	var facts []events.Draft
 	supervisor, supervisorDetail := events.BarrierOK, ""
-	if _, isHTTP := l.child.(*httpChild); isHTTP {
+	if isHTTP {
 		// No local process: nothing to supervise. The remote session's
 		// end is the transport step's DELETE, a best-effort fact.
 		supervisorDetail = "no_local_process"

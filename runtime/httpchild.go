@@ -1,0 +1,240 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/leaseledger/leaseledger/guardian"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// httpChild is the "child" of an HTTP lease: the remote MCP session. It
+// has no process and no guardian. Its stream is a detach handle only (the
+// MCP messages travel through the go-sdk's StreamableClientTransport over
+// the manager's boundary).
+//
+// Like a stdio child that exits, the remote session can be lost: a dial
+// refused, a 404 for the session id, or the go-sdk's connection failing
+// for good (its standalone stream could not be resumed, a malformed
+// stream) — see lostSignal and httpConn. Then done() is closed, so the
+// gate and the acquisition treat the lease as a child that exited
+// (child_exited) and the next acquisition starts a new session.
+type httpChild struct {
+	rt     *leaseRoundTripper
+	ev     *httpEvidence
+	client *http.Client
+	url    string
+
+	doneOnce sync.Once
+	doneCh   chan struct{}
+	lostMu   sync.Mutex
+	lostWhy  string // the first loss signal; empty while the session is live
+
+	// readStop ends the session's reads (breakReads): the go-sdk then
+	// retires every call still waiting for a response.
+	readStop   context.Context
+	stopReads  context.CancelFunc
+	readsEnded sync.Once
+}
+
+// launchHTTP builds the HTTP child of a lease and starts its cleanup
+// worker; nothing is sent until the MCP initialize.
+func (m *Manager) launchHTTP(l *lease) (*httpChild, error) {
+	u, err := checkEndpoint(l.cfg.URL)
+	if err != nil {
+		return nil, err
+	}
+	allowed, err := checkAllowOrigins(l.cfg.AllowRedirectOrigins)
+	if err != nil {
+		return nil, err
+	}
+	headers := make(map[string]string, len(l.cfg.Headers))
+	for k, v := range l.cfg.Headers {
+		headers[k] = v
+	}
+	b := m.httpBoundary()
+	ev := newHTTPEvidence(m.emitFact, l.draft)
+	rt := newLeaseRoundTripper(b, u, headers, ev)
+	rt.allowed = allowed
+	h := &httpChild{rt: rt, ev: ev, client: b.clientFor(rt), url: u.String(), doneCh: make(chan struct{})}
+	h.readStop, h.stopReads = context.WithCancel(context.Background())
+	rt.lost = h.markLost
+	return h, nil
+}
+
+// observed is the go-sdk transport of the child's MCP session, observed
+// like a stdio one (wire counts, request handles) and watched for the
+// session's loss.
+func (h *httpChild) observed(wire *wireStats, reqs *reqTable) mcp.Transport {
+	return &observedTransport{inner: &mcp.StreamableClientTransport{Endpoint: h.url, HTTPClient: h.client, MaxEventSize: MaxMessageBytes},
+		wire: wire, reqs: reqs, h: h}
+}
+
+func (h *httpChild) stream() io.ReadWriteCloser { return httpDetach{h} }
+func (h *httpChild) done() <-chan struct{}      { return h.doneCh }
+func (h *httpChild) facts() childFacts          { return childFacts{} }
+
+// markLost records the remote session's loss (the first reason is kept)
+// and ends the child's session: done() is closed.
+func (h *httpChild) markLost(reason string) {
+	h.lostMu.Lock()
+	if h.lostWhy == "" {
+		h.lostWhy = reason
+	}
+	h.lostMu.Unlock()
+	h.doneOnce.Do(func() { close(h.doneCh) })
+}
+
+// lost returns why the remote session was lost, or "" while it was not.
+func (h *httpChild) lost() string {
+	h.lostMu.Lock()
+	defer h.lostMu.Unlock()
+	return h.lostWhy
+}
+
+// abortOwned starts the lease's end: from now on only the session DELETE
+// may start, and the requests in flight now — this lease's own, no other
+// lease's, and not the shared pool — are queued for the cleanup worker to
+// abort one at a time under deadline. retire also ends the session's
+// reads, so calls still waiting for a response fail now instead of
+// holding the session's close (as closing a stdio child's stream does).
+func (h *httpChild) abortOwned(deadline time.Time, retire bool) {
+	h.ev.abort(deadline, false)
+	if retire {
+		h.breakReads()
+	}
+}
+
+// breakReads ends the session's reads once.
+func (h *httpChild) breakReads() { h.readsEnded.Do(h.stopReads) }
+
+// close ends the child: nothing may start any more, every request still
+// in flight is cancelled at once (the backstop behind the worker's abort)
+// and the session's reads end. There is no process, so there is no
+// guardian result.
+func (h *httpChild) close(context.Context) guardian.CleanupResult {
+	h.ev.abort(time.Now(), true)
+	h.rt.detach(true)
+	h.breakReads()
+	h.doneOnce.Do(func() { close(h.doneCh) })
+	return guardian.CleanupResult{}
+}
+
+// httpDetach is an HTTP child's stream: no bytes travel through it; Close
+// cancels the requests in flight and ends the session's reads (later
+// requests, like the session DELETE, run).
+type httpDetach struct{ h *httpChild }
+
+func (d httpDetach) Read([]byte) (int, error)  { return 0, io.ErrClosedPipe }
+func (d httpDetach) Write([]byte) (int, error) { return 0, io.ErrClosedPipe }
+func (d httpDetach) Close() error {
+	d.h.rt.detach(false)
+	d.h.breakReads()
+	return nil
+}
+
+// httpBoundary returns the manager's HTTP boundary, built on first use.
+func (m *Manager) httpBoundary() *httpBoundary {
+	m.httpOnce.Do(func() {
+		to := httpTimeouts{m.opts.HTTPConnectTimeout, m.opts.HTTPReceiveTimeout, m.opts.HTTPRequestTimeout}
+		if to.connect <= 0 {
+			to.connect = DefaultHTTPConnectTimeout
+		}
+		if to.receive <= 0 {
+			to.receive = DefaultHTTPReceiveTimeout
+		}
+		if to.request <= 0 {
+			to.request = DefaultHTTPRequestTimeout
+		}
+		m.http = newHTTPBoundary(to)
+	})
+	return m.http
+}
+
+// closeHTTP drops the boundary's idle connections, if it was built.
+func (m *Manager) closeHTTP() {
+	m.httpOnce.Do(func() {})
+	if m.http != nil {
+		m.http.close()
+	}
+}
+
+// observedTransport wraps an HTTP lease's go-sdk transport so its
+// connection is observed like a stdio one (wire counts, request handles)
+// and its reads tell the child when the session failed.
+type observedTransport struct {
+	inner mcp.Transport
+	wire  *wireStats
+	reqs  *reqTable
+	h     *httpChild
+}
+
+// Connect implements mcp.Transport.
+func (t *observedTransport) Connect(ctx context.Context) (mcp.Connection, error) {
+	c, err := t.inner.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &httpConn{observedConn: observedConn{Connection: c, wire: t.wire, reqs: t.reqs}, h: t.h}, nil
+}
+
+// httpConn is an HTTP lease's observed connection. Its reads end when the
+// child breaks them (breakReads), and a read that fails for any other
+// reason than the session's own close or the reader's context — the
+// go-sdk failed the connection for good — marks the remote session lost.
+type httpConn struct {
+	observedConn
+	h *httpChild
+
+	// The reader's context merged with the child's readStop, made once
+	// per reader context (the go-sdk reads with one context).
+	mu     sync.Mutex
+	base   context.Context
+	merged context.Context
+	stop   func() bool
+	cancel context.CancelFunc
+}
+
+// readCtx returns ctx merged with the child's readStop.
+func (c *httpConn) readCtx(ctx context.Context) context.Context {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.base != ctx {
+		c.releaseLocked()
+		c.base = ctx
+		c.merged, c.cancel = context.WithCancel(ctx)
+		c.stop = context.AfterFunc(c.h.readStop, c.cancel)
+	}
+	return c.merged
+}
+
+func (c *httpConn) releaseLocked() {
+	if c.cancel != nil {
+		c.stop()
+		c.cancel()
+		c.base, c.merged, c.stop, c.cancel = nil, nil, nil, nil
+	}
+}
+
+// Read implements mcp.Connection.
+func (c *httpConn) Read(ctx context.Context) (jsonrpc.Message, error) {
+	m, err := c.observedConn.Read(c.readCtx(ctx))
+	if err != nil && !errors.Is(err, io.EOF) && ctx.Err() == nil && c.h.readStop.Err() == nil {
+		c.h.markLost(lostSessionFailed)
+	}
+	return m, err
+}
+
+// Close implements mcp.Connection; it also releases the merged context.
+func (c *httpConn) Close() error {
+	err := c.observedConn.Close()
+	c.mu.Lock()
+	c.releaseLocked()
+	c.mu.Unlock()
+	return err
+}
