@@ -237,7 +237,7 @@ func dirEvents(t *testing.T, dir, kind string) []wireEvent {
 func connectGo(t *testing.T, ctx context.Context, url string, progress chan<- float64) (*mcp.ClientSession, func()) {
 	t.Helper()
 	// A private transport, so its connections are closed with the
-	// session (goleak: no keep-alive goroutine outlives the test).
+	// session (testproc: no keep-alive goroutine outlives the test).
 	tr := &http.Transport{}
 	opts := &mcp.ClientOptions{}
 	if progress != nil {

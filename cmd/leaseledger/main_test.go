@@ -20,13 +20,15 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/leaseledger/leaseledger/events"
+	"github.com/leaseledger/leaseledger/internal/testproc"
 	"github.com/leaseledger/leaseledger/ledger"
 	"github.com/leaseledger/leaseledger/ledger/busclient"
 	"github.com/nats-io/nats.go"
-	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain fails the run when the tests leave a goroutine or a child
+// process behind (serve, MCP servers, node clients are all real processes).
+func TestMain(m *testing.M) { testproc.Main(m) }
 
 type result struct {
 	code           int
