@@ -223,3 +223,35 @@ func TestNoTokens(t *testing.T) {
 		t.Fatalf("%d sessions", n)
 	}
 }
+
+// Only protocol versions with sessions are offered: a go-sdk client left
+// to its default (which tries the sessionless 2026-07-28 first) ends up
+// in a 2025-11-25 session, and the refused attempt holds no slot.
+func TestProtocolVersions(t *testing.T) {
+	e := newEnv(t, []server{{"tools", testServer(nil)}}, []string{"alice"}, func(o *Options, _ *runtime.Options) {
+		o.MaxSessionsPerToken = 1
+	})
+	ctx := ctxT(t, time.Minute)
+	c := mcp.NewClient(&mcp.Implementation{Name: "default", Version: "0"}, nil)
+	tr := &mcp.StreamableClientTransport{Endpoint: e.srv.URL, MaxRetries: -1,
+		HTTPClient: &http.Client{Transport: &headers{token: e.plain["alice"], base: e.srv.Client().Transport}}}
+	cs, err := c.Connect(ctx, tr, nil)
+	if err != nil {
+		t.Fatalf("default client: %v", err)
+	}
+	defer cs.Close()
+	if v := cs.InitializeResult().ProtocolVersion; v != "2025-11-25" {
+		t.Fatalf("negotiated %q", v)
+	}
+	if _, err := cs.ListTools(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.g.Sessions(); len(got) != 1 || got[0].ID != cs.ID() {
+		t.Fatalf("Sessions: %+v", got)
+	}
+	if !slicesEqual(sessionVersions(), []string{"2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"}) {
+		t.Fatalf("versions %v", sessionVersions())
+	}
+}
+
+func slicesEqual(a, b []string) bool { return strings.Join(a, ",") == strings.Join(b, ",") }

@@ -17,8 +17,9 @@ var (
 	ErrServerName = errors.New("gateway: server name breaks the naming rule")
 	// ErrUnknownSession: no live MCP session has that id.
 	ErrUnknownSession = errors.New("gateway: unknown session")
-	// ErrClosed: the gateway was closed.
-	ErrClosed = errors.New("gateway: closed")
+	// ErrEndPending: the caller's context ended before the session's end
+	// completed; the end goes on (bounded by SessionEndTimeout).
+	ErrEndPending = errors.New("gateway: session end still in progress")
 	// ErrTokenFile: the token file could not be read or a line of it is
 	// malformed (Error.Line names it); nothing of it was loaded.
 	ErrTokenFile = errors.New("gateway: token file invalid")

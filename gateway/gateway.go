@@ -211,9 +211,9 @@ func (g *Gateway) Sessions() []SessionInfo {
 // cancelled, its request handles settled, the MCP session closed (the
 // client's next request gets 404) and its runtime scope released, which
 // ends the session's leases (last-owner end). It returns once that is
-// done, or ctx's error when ctx ends first (the end goes on). Its error
-// joins what failed to record. ErrUnknownSession when no live session
-// has that id.
+// done; when ctx ends first it returns ErrEndPending wrapping ctx's
+// error (the end goes on). Its error joins what failed to record.
+// ErrUnknownSession when no live session has that id.
 func (g *Gateway) EndSession(ctx context.Context, id string) error {
 	g.mu.Lock()
 	s := g.sessions[id]
@@ -225,7 +225,9 @@ func (g *Gateway) EndSession(ctx context.Context, id string) error {
 }
 
 // Close refuses new sessions (503), ends every session and waits for
-// their ends, or for ctx. It is idempotent; the manager stays open.
+// their ends (ErrEndPending wrapping ctx's error when ctx ends first; the
+// ends go on). It is idempotent; the manager stays open. Its error joins
+// what of the ends failed to record.
 func (g *Gateway) Close(ctx context.Context) error {
 	g.mu.Lock()
 	first := !g.closed
@@ -246,7 +248,7 @@ func (g *Gateway) Close(ctx context.Context) error {
 	select {
 	case <-done:
 	case <-ctx.Done():
-		return &Error{Op: "close", Err: ErrClosed, cause: ctx.Err()}
+		return &Error{Op: "close", Err: ErrEndPending, cause: ctx.Err()}
 	}
 	var errs []error
 	for _, s := range all {

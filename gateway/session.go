@@ -174,7 +174,7 @@ func (g *Gateway) end(ctx context.Context, s *session, reason string) error {
 	case <-s.done:
 		return s.endErr
 	case <-ctx.Done():
-		return &Error{Op: "end_session", Session: s.id, Err: ErrUnknownSession, cause: ctx.Err()}
+		return &Error{Op: "end_session", Session: s.id, Err: ErrEndPending, cause: ctx.Err()}
 	}
 }
 
