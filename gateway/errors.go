@@ -20,6 +20,8 @@ var (
 	// ErrEndPending: the caller's context ended before the session's end
 	// completed; the end goes on (bounded by SessionEndTimeout).
 	ErrEndPending = errors.New("gateway: session end still in progress")
+	// ErrClosed: the gateway was closed (EndSession after Close).
+	ErrClosed = errors.New("gateway: closed")
 	// ErrTokenFile: the token file could not be read or a line of it is
 	// malformed (Error.Line names it); nothing of it was loaded.
 	ErrTokenFile = errors.New("gateway: token file invalid")

@@ -213,12 +213,16 @@ func (g *Gateway) Sessions() []SessionInfo {
 // ends the session's leases (last-owner end). It returns once that is
 // done; when ctx ends first it returns ErrEndPending wrapping ctx's
 // error (the end goes on). Its error joins what failed to record.
-// ErrUnknownSession when no live session has that id.
+// ErrUnknownSession when no live session has that id, ErrClosed when
+// none has and the gateway was closed.
 func (g *Gateway) EndSession(ctx context.Context, id string) error {
 	g.mu.Lock()
-	s := g.sessions[id]
+	s, closed := g.sessions[id], g.closed
 	g.mu.Unlock()
-	if s == nil {
+	switch {
+	case s == nil && closed:
+		return &Error{Op: "end_session", Session: id, Err: ErrClosed}
+	case s == nil:
 		return &Error{Op: "end_session", Session: id, Err: ErrUnknownSession}
 	}
 	return g.end(ctx, s, endedByHost)

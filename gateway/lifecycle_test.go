@@ -244,6 +244,9 @@ func TestClose(t *testing.T) {
 	if n := e.count("session.ended", nil); n != 1 {
 		t.Fatalf("session.ended: %d", n)
 	}
+	if err := e.g.EndSession(ctx, cs.ID()); !errors.Is(err, ErrClosed) {
+		t.Fatalf("EndSession after Close: %v", err)
+	}
 	if code, _ := e.post(initBody, map[string]string{"Authorization": "Bearer " + e.plain["alice"]}); code != 503 {
 		t.Fatalf("after Close: %d, want 503", code)
 	}
