@@ -48,7 +48,9 @@ func (s *session) listPage(ctx context.Context, cursor string, token any,
 			return "", rpcError(ctx.Err())
 		}
 		if err != nil {
-			s.g.opts.Logger.Warn("gateway: server left out of the listing", "session", s.id, "server", server, "err", err)
+			// A server without resources answers with an error: usual, so
+			// logged at debug level.
+			s.g.opts.Logger.Debug("gateway: server left out of the listing", "session", s.id, "server", server, "err", err)
 			continue
 		}
 		n, next := take(server, res)
