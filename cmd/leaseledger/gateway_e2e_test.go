@@ -461,6 +461,18 @@ func TestGatewayServeKilled(t *testing.T) {
 	srv := startServe(t, bin, dir, config)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	// Without --tokens a SIGHUP does not stop serve.
+	_ = srv.cmd.Process.Signal(syscall.SIGHUP)
+	hupDeadline := time.After(e2eWait)
+	for !strings.Contains(srv.out.String(), "SIGHUP ignored") {
+		select {
+		case <-srv.exited:
+			t.Fatalf("SIGHUP stopped serve:\n%s", srv.out.String())
+		case <-hupDeadline:
+			t.Fatalf("SIGHUP not reported:\n%s", srv.out.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 	for i := range 2 {
 		cs, closeGo := connectGo(t, ctx, srv.mcpURL, nil)
 		defer closeGo()

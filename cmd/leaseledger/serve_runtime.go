@@ -203,13 +203,13 @@ func (rt *serveRuntime) listen() (string, error) {
 		defer close(rt.served)
 		_ = rt.srv.Serve(ln)
 	}()
-	if rt.tokens != nil {
-		rt.watchHUP()
-	}
+	rt.watchHUP()
 	return "http://" + ln.Addr().String() + mcpPath, nil
 }
 
-// watchHUP reloads the token file on SIGHUP until shutdown.
+// watchHUP reloads the token file on SIGHUP until shutdown. Without
+// --tokens a SIGHUP is reported and ignored, rather than ending serve
+// without its shutdown.
 func (rt *serveRuntime) watchHUP() {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
@@ -222,6 +222,10 @@ func (rt *serveRuntime) watchHUP() {
 			case <-done:
 				return
 			case <-hup:
+				if rt.tokens == nil {
+					fmt.Fprintln(rt.a.stderr, "leaseledger: SIGHUP ignored: serve has no --tokens to reload")
+					continue
+				}
 				if err := rt.tokens.Reload(); err != nil {
 					fmt.Fprintf(rt.a.stderr, "leaseledger: tokens not reloaded (the previous ones stay in force): %v\n", err)
 					continue
