@@ -6,6 +6,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -178,3 +181,66 @@ func TestSessionToolsAndResources(t *testing.T) {
 func mustJSON(v any) json.RawMessage { b, _ := json.Marshal(v); return b }
 
 var _ = context.Background
+
+// rawCall posts one JSON-RPC message in session sid and returns the
+// response body (JSON or one SSE event's data).
+func (e *env) rawCall(token, sid, body string) (int, string, http.Header) {
+	e.t.Helper()
+	req, err := http.NewRequest(http.MethodPost, e.srv.URL, strings.NewReader(body))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Authorization", "Bearer "+token)
+	if sid != "" {
+		req.Header.Set("Mcp-Session-Id", sid)
+		req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
+	}
+	resp, err := e.srv.Client().Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), resp.Header
+}
+
+// Requests without "params" (the official TypeScript client sends
+// resources/list so) are served as an empty cursor or refused as invalid
+// params, never a crash of the process.
+func TestRequestsWithoutParams(t *testing.T) {
+	e := newEnv(t, []server{{"tools", testServer(nil)}}, []string{"alice"}, nil)
+	tok := e.plain["alice"]
+	code, _, h := e.rawCall(tok, "", initBody)
+	sid := h.Get("Mcp-Session-Id")
+	if code != http.StatusOK || sid == "" {
+		t.Fatalf("initialize: %d %q", code, sid)
+	}
+	if code, _, _ := e.rawCall(tok, sid, `{"jsonrpc":"2.0","method":"notifications/initialized"}`); code != http.StatusAccepted {
+		t.Fatalf("initialized: %d", code)
+	}
+	for i, c := range []struct{ method, want string }{
+		{"tools/list", `"tools__echo"`},
+		{"resources/list", `"resources":[`},
+		{"resources/templates/list", `"resourceTemplates":[`},
+		{"tools/call", ""},
+		{"resources/read", ""},
+	} {
+		body := fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":%q}`, i+2, c.method)
+		code, out, _ := e.rawCall(tok, sid, body)
+		if c.want == "" { // the go-sdk refuses these before the gateway sees them
+			if code != http.StatusBadRequest {
+				t.Errorf("%s without params: %d %s", c.method, code, out)
+			}
+			continue
+		}
+		if code != http.StatusOK || !strings.Contains(out, c.want) {
+			t.Errorf("%s without params: %d %s", c.method, code, out)
+		}
+	}
+	// The process and the session are still alive.
+	if code, out, _ := e.rawCall(tok, sid, `{"jsonrpc":"2.0","id":99,"method":"tools/list","params":{}}`); code != http.StatusOK || !strings.Contains(out, "tools__echo") {
+		t.Fatalf("after: %d %s", code, out)
+	}
+}

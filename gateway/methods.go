@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"runtime/debug"
 	"sync"
 
 	"github.com/leaseledger/leaseledger/runtime"
@@ -96,7 +97,16 @@ func rpcError(err error) *jsonrpc.Error {
 // middleware serves the per-session methods from the runtime; everything
 // else (ping, notifications) is the go-sdk's.
 func (g *Gateway) middleware(next mcp.MethodHandler) mcp.MethodHandler {
-	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+	return func(ctx context.Context, method string, req mcp.Request) (res mcp.Result, err error) {
+		// The go-sdk runs handlers on goroutines of its own without a
+		// recover: a bug in one request would end the whole process and
+		// every session with it. It is logged and answered as internal.
+		defer func() {
+			if v := recover(); v != nil {
+				g.opts.Logger.Error("gateway: request handler panicked", "method", method, "panic", v, "stack", string(debug.Stack()))
+				res, err = nil, codeError(CodeInternal, msgInternal)
+			}
+		}()
 		switch method {
 		case "initialize":
 			return g.initialize(ctx, next, method, req)
@@ -110,18 +120,31 @@ func (g *Gateway) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 		}
 		ctx, done := s.bind(ctx)
 		defer done()
-		var res mcp.Result
-		var err error
+		// A request without "params" arrives as a typed nil pointer: the
+		// list methods take it as no cursor (the official TypeScript client
+		// sends resources/list so), the others are invalid.
 		switch p := req.GetParams().(type) {
 		case *mcp.ListToolsParams:
 			res, err = s.listTools(ctx, p)
 		case *mcp.CallToolParamsRaw:
+			if p == nil {
+				return nil, codeError(CodeInvalidParams, "gateway: invalid params")
+			}
 			res, err = s.callTool(ctx, p)
 		case *mcp.ListResourcesParams:
+			if p == nil {
+				p = &mcp.ListResourcesParams{}
+			}
 			res, err = s.listResources(ctx, p)
 		case *mcp.ListResourceTemplatesParams:
+			if p == nil {
+				p = &mcp.ListResourceTemplatesParams{}
+			}
 			res, err = s.listTemplates(ctx, p)
 		case *mcp.ReadResourceParams:
+			if p == nil {
+				return nil, codeError(CodeInvalidParams, "gateway: invalid params")
+			}
 			res, err = s.readResource(ctx, p)
 		default:
 			return nil, codeError(CodeInvalidParams, "gateway: invalid params")

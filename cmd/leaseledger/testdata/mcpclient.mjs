@@ -20,14 +20,14 @@ const text = (r) => r.content.filter((c) => c.type === "text").map((c) => c.text
 out.echo = text(await client.callTool({ name: `${stdioServer}__echo`, arguments: { message: "from ts" } }));
 out.echoHttp = text(await client.callTool({ name: `${httpServer}__echo`, arguments: { message: "from ts over http" } }));
 
-const res = await client.listResources({});
+const res = await client.listResources();
 out.resources = res.resources.map((r) => r.uri);
 const first = res.resources.find((r) => r.uri.startsWith(`leaseledger://${stdioServer}/`));
 if (first) {
   const read = await client.readResource({ uri: first.uri });
   out.read = { uri: read.contents[0]?.uri, bytes: (read.contents[0]?.text ?? read.contents[0]?.blob ?? "").length };
 }
-const templates = await client.listResourceTemplates({});
+const templates = await client.listResourceTemplates();
 out.templates = templates.resourceTemplates.map((t) => t.uriTemplate);
 
 // A long call, cancelled once its first progress notification arrived:
