@@ -169,10 +169,9 @@ func (ev *httpEvidence) register(ctx context.Context, method events.HTTPMethod, 
 	return r, nil
 }
 
-// record appends one fact detached from ctx's cancellation.
+// record appends one fact. emit is the manager's emitFact, which appends
+// detached from ctx's cancellation, bounded by factTimeout.
 func (ev *httpEvidence) record(ctx context.Context, p events.Payload) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), factTimeout)
-	defer cancel()
 	return ev.emit(ctx, ev.draft(p))
 }
 
