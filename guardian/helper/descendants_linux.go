@@ -4,7 +4,10 @@ package helper
 
 import (
 	"bytes"
+	"errors"
+	"maps"
 	"os"
+	"os/signal"
 	"slices"
 	"strconv"
 	"time"
@@ -37,32 +40,26 @@ type descendants struct {
 	killed       []int
 	reaped       []int
 	dropped      int
+
+	source childSource    // how candidates lists children
+	buf    []byte         // reused by readChildren
+	chld   chan os.Signal // SIGCHLD notifications for poll; nil before the first poll
 }
 
 func newDescendants(self, target int) descendants {
 	return descendants{self: self, target: target, seen: map[int]bool{}, live: map[int]bool{}}
 }
 
-// scan lists /proc for children of the helper other than the direct child.
-// It returns the pids found with their state byte.
+// scan finds the helper's children other than the direct child, records
+// them, and returns the pids found with their state byte.
+//
+// Candidates come from the children files of the helper's threads (see
+// childPIDs), or from a listing of all of /proc when those are missing or
+// did not settle; either way each candidate counts only if its
+// /proc/<pid>/stat names the helper as its parent, as in the full scan.
 func (d *descendants) scan() map[int]byte {
-	found := map[int]byte{}
-	dir, err := os.Open("/proc")
-	if err != nil {
-		return found
-	}
-	defer dir.Close()
-	names, _ := dir.Readdirnames(-1)
-	for _, n := range names {
-		pid, err := strconv.Atoi(n)
-		if err != nil || pid == d.target || pid == d.self {
-			continue
-		}
-		ppid, state, ok := procStat(pid)
-		if !ok || ppid != d.self {
-			continue
-		}
-		found[pid] = state
+	found := d.find(d.candidates())
+	for _, pid := range slices.Sorted(maps.Keys(found)) {
 		d.live[pid] = true
 		if !d.seen[pid] {
 			if len(d.order) >= wire.MaxDescendants {
@@ -74,6 +71,57 @@ func (d *descendants) scan() map[int]byte {
 		}
 	}
 	return found
+}
+
+// find keeps the candidates that are children of the helper other than the
+// direct child, with their state byte. It records nothing.
+func (d *descendants) find(candidates []int) map[int]byte {
+	found := map[int]byte{}
+	for _, pid := range candidates {
+		if pid == d.target || pid == d.self {
+			continue
+		}
+		if ppid, state, ok := procStat(pid); ok && ppid == d.self {
+			found[pid] = state
+		}
+	}
+	return found
+}
+
+// candidates lists pids that may be children of the helper: its threads'
+// children when the kernel provides the files (probed once, see
+// childSource), else every process in /proc.
+func (d *descendants) candidates() []int {
+	if fullScanBaseline || d.source == sourceProc {
+		return procPIDs()
+	}
+	pids, err := d.childPIDs()
+	switch {
+	case err == nil:
+		d.source = sourceChildren
+		return pids
+	case d.source == sourceUnknown && errors.Is(err, errNoChildrenFile):
+		d.source = sourceProc // CONFIG_PROC_CHILDREN is off: for good
+	}
+	return procPIDs()
+}
+
+// procPIDs lists every process in /proc: the full scan, whose cost grows
+// with the number of processes on the host.
+func procPIDs() []int {
+	dir, err := os.Open("/proc")
+	if err != nil {
+		return nil
+	}
+	defer dir.Close()
+	names, _ := dir.Readdirnames(-1)
+	pids := make([]int, 0, len(names))
+	for _, n := range names {
+		if pid, err := strconv.Atoi(n); err == nil {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
 }
 
 // procStat reads the parent pid and state of pid from /proc/<pid>/stat.
@@ -102,6 +150,33 @@ func parseStat(b []byte) (ppid int, state byte, ok bool) {
 		return 0, 0, false
 	}
 	return p, f[0][0], true
+}
+
+// poll is the session's periodic descendant check (serve's tick): it scans
+// and reaps only when a child changed state since the last poll, and always
+// on the first one.
+//
+// Nothing else needs a scan while the session runs. Every child of ours
+// other than the direct child stays ours until we reap it, and we reap only
+// what a scan found, so each one is still there for the scans of the
+// cleanup sequence (step 7 at the latest) to record; what cannot wait is
+// reaping the ones that exit, and each exit sends us SIGCHLD — an orphan
+// that reparents already dead too, and every orphan reparents with
+// SIGCHLD as its exit signal. The notification is registered before the
+// first scan, so a child that exits before it is found by that scan.
+func (d *descendants) poll() {
+	if d.chld == nil {
+		d.chld = make(chan os.Signal, 1)
+		signal.Notify(d.chld, unix.SIGCHLD)
+	} else if !fullScanBaseline {
+		select {
+		case <-d.chld:
+		default:
+			return // no child changed state: nothing to record or reap
+		}
+	}
+	d.scan()
+	d.reap()
 }
 
 // reap collects the exit status of exited descendants, by exact pid.

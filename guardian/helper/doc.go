@@ -12,7 +12,8 @@
 // relays stdio (host frames to the target's stdin, its stdout and stderr to
 // host frames); serve_linux.go waits for a cleanup trigger and ranks
 // simultaneous ones; cleanup_linux.go is the numbered cleanup sequence;
-// descendants_linux.go tracks orphaned descendants. The frame protocol is
+// descendants_linux.go tracks orphaned descendants, which children_linux.go
+// lists from the helper's threads' children files. The frame protocol is
 // package guardian/internal/wire; this package does not import the host
 // side (package guardian).
 package helper

@@ -128,13 +128,13 @@ func (h *helper) onExit(x exitInfo) string {
 	return wire.TriggerTargetExit
 }
 
-// onTick checks the parent and scans for descendants.
+// onTick checks the parent, and scans for descendants and reaps them when
+// a child changed state (see descendants.poll).
 func (h *helper) onTick() string {
 	if os.Getppid() != h.ppid0 {
 		return wire.TriggerParentGone
 	}
-	h.desc.scan()
-	h.desc.reap()
+	h.desc.poll()
 	return ""
 }
 
