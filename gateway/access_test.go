@@ -8,7 +8,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -255,3 +257,47 @@ func TestProtocolVersions(t *testing.T) {
 }
 
 func slicesEqual(a, b []string) bool { return strings.Join(a, ",") == strings.Join(b, ",") }
+
+// A token removed while sessions it opens are still initializing ends
+// them too: no session of a removed token survives its reload, however the
+// reload interleaves with initialize.
+func TestReloadRacesInitialize(t *testing.T) {
+	const rounds, perRound = 6, 12
+	var names []string
+	for i := range rounds {
+		names = append(names, "bob"+strconv.Itoa(i))
+	}
+	e := newEnv(t, []server{{"tools", testServer(nil)}}, names, func(o *Options, _ *runtime.Options) {
+		o.MaxSessions, o.MaxSessionsPerToken = rounds*perRound, perRound
+	})
+	for i := range rounds {
+		var wg sync.WaitGroup
+		for range perRound {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				e.post(initBody, map[string]string{"Authorization": "Bearer " + e.plain[names[i]]})
+			}()
+		}
+		// Reload while the initializes are opening their scopes.
+		time.Sleep(time.Duration(i) * 5 * time.Millisecond)
+		var b strings.Builder
+		for _, n := range names[i+1:] {
+			b.WriteString(TokenLine(n, HashToken(e.plain[n])) + "\n")
+		}
+		if err := os.WriteFile(e.file, []byte(b.String()), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.tokens.Reload(); err != nil {
+			t.Fatal(err)
+		}
+		wg.Wait()
+	}
+	waitFor(t, 30*time.Second, "every removed token's session ended", func() bool { return len(e.g.Sessions()) == 0 })
+	// Nothing is left to end later: every session of the removed tokens
+	// ended (audited at cleanup) and none is live.
+	time.Sleep(200 * time.Millisecond)
+	if s := e.g.Sessions(); len(s) != 0 {
+		t.Fatalf("sessions of removed tokens survive: %v", s)
+	}
+}

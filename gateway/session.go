@@ -101,7 +101,16 @@ func (g *Gateway) initialize(ctx context.Context, next mcp.MethodHandler, method
 		return nil, rpcError(runtime.ErrClosed)
 	}
 	g.sessions[id] = s
+	// A reload that ran while the scope was opening scanned g.sessions
+	// before s was in it: the token is checked again now that s is (a
+	// later reload's scan sees s), so a removed token's session never
+	// survives its reload.
+	revoked := g.opts.Tokens != nil && !g.opts.Tokens.holds(hash)
 	g.mu.Unlock()
+	if revoked {
+		g.startEnd(s, endedByRevoke)
+		return nil, codeError(CodeSessionEnded, msgEnded)
+	}
 	res, err := next(ctx, method, req)
 	if err != nil {
 		g.startEnd(s, endedByInitFail)
