@@ -9,7 +9,6 @@ import (
 	"net/url"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/leaseledger/leaseledger/events"
@@ -189,6 +188,8 @@ type leaseRoundTripper struct {
 	// still run).
 	abort       context.Context
 	abortCancel context.CancelFunc
+	// probe is the loss probe in flight (see probeLost), nil when none.
+	probe *lossProbe
 }
 
 func newLeaseRoundTripper(b *httpBoundary, endpoint *url.URL, headers map[string]string, ev *httpEvidence) *leaseRoundTripper {
@@ -224,49 +225,6 @@ func (rt *leaseRoundTripper) hopAllowed(u *url.URL) bool {
 		}
 	}
 	return false
-}
-
-// Headers go-sdk sets that tell what a 404 means.
-const (
-	sessionIDHeader   = "Mcp-Session-Id"
-	lastEventIDHeader = "Last-Event-ID"
-)
-
-// Reasons a remote session is lost (lostSignal, the session's Read).
-const (
-	lostConnectionRefused = "connection_refused"
-	lostSessionNotFound   = "session_not_found"
-	lostSessionRejected   = "session_rejected"
-	lostSessionFailed     = "session_failed"
-)
-
-// lostSignal returns why a request's outcome proves the remote session
-// gone, or "": a dial refused (nothing listens at the origin: whatever
-// session it held is gone), or a 404 — the spec's answer for a terminated
-// session — or a 400 — what common servers (server-everything, the
-// TypeScript SDK's examples) answer for a session id they do not know — to
-// a POST, or a resuming GET, carrying the session id. Our POSTs are well
-// formed, so either refuses the session. A 404 to a first standalone GET
-// only means the server offers no stream, and to the DELETE that the
-// session is already gone.
-func lostSignal(out *http.Request, resp *http.Response, err error) string {
-	if err != nil {
-		if errors.Is(err, syscall.ECONNREFUSED) {
-			return lostConnectionRefused
-		}
-		return ""
-	}
-	if out.Header.Get(sessionIDHeader) == "" ||
-		(out.Method != http.MethodPost && (out.Method != http.MethodGet || out.Header.Get(lastEventIDHeader) == "")) {
-		return ""
-	}
-	switch resp.StatusCode {
-	case http.StatusNotFound:
-		return lostSessionNotFound
-	case http.StatusBadRequest:
-		return lostSessionRejected
-	}
-	return ""
 }
 
 // typedErr returns the boundary's own error for a failure: the cause the
@@ -398,9 +356,7 @@ func (rt *leaseRoundTripper) RoundTrip(req *http.Request) (*http.Response, error
 		if first != nil {
 			first.Stop()
 		}
-		if reason := lostSignal(out, resp, err); reason != "" && rt.lost != nil {
-			rt.lost(reason)
-		}
+		rt.checkLost(req.Context(), cur, out, resp, err)
 		if err != nil {
 			return fail(err, 0)
 		}
