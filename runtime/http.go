@@ -37,9 +37,10 @@ const (
 	// ErrHTTPResponseTooLarge. The GET stream is bounded per event instead
 	// (MaxMessageBytes, go-sdk's MaxEventSize): it is long-lived.
 	MaxHTTPResponseBytes = 2 * MaxMessageBytes
-	// maxRedirectDrainBytes bounds what of a redirect response's body is
-	// read so its connection can be reused; beyond it the connection is
-	// closed instead.
+	// maxRedirectDrainBytes bounds what of a followed redirect's body is
+	// read so its connection can be reused; beyond it (or past the receive
+	// timeout) the connection is closed instead. A refused redirect's
+	// body is not read at all.
 	maxRedirectDrainBytes = 64 << 10
 )
 
@@ -334,11 +335,15 @@ func (rt *leaseRoundTripper) RoundTrip(req *http.Request) (*http.Response, error
 
 	cur := req.URL
 	for hop := 0; ; hop++ {
-		out := req.Clone(ctx)
+		// Each hop has its own context, so a followed hop's body can be
+		// abandoned (drainHop) without failing the request.
+		hctx, hcancel := context.WithCancelCause(ctx)
+		out := req.Clone(hctx)
 		out.URL, out.Host = cur, ""
 		if hop > 0 && req.Body != nil && req.Body != http.NoBody {
 			body, err := req.GetBody()
 			if err != nil {
+				hcancel(nil)
 				return fail(ErrHTTPBodyNotReplayable, 0)
 			}
 			out.Body = body
@@ -358,10 +363,12 @@ func (rt *leaseRoundTripper) RoundTrip(req *http.Request) (*http.Response, error
 		}
 		rt.checkLost(req.Context(), cur, out, resp, err)
 		if err != nil {
+			hcancel(nil)
 			return fail(err, 0)
 		}
 		if resp.StatusCode < 300 || resp.StatusCode > 399 {
-			tb := &trackedBody{rc: resp.Body, rt: rt, ctx: ctx, cancel: cancel, req: r, status: resp.StatusCode, release: release}
+			done := func() { release(); hcancel(nil) }
+			tb := &trackedBody{rc: resp.Body, rt: rt, ctx: ctx, cancel: cancel, req: r, status: resp.StatusCode, release: done}
 			if !stream {
 				tb.limit = MaxHTTPResponseBytes
 				if rt.to.receive > 0 {
@@ -374,24 +381,31 @@ func (rt *leaseRoundTripper) RoundTrip(req *http.Request) (*http.Response, error
 			}
 			return resp, nil
 		}
+		// A refused redirect's body is closed unread (its connection is
+		// dropped): the refusal never waits on it.
+		refuse := func(err error) (*http.Response, error) {
+			_ = resp.Body.Close()
+			hcancel(nil)
+			return fail(err, resp.StatusCode)
+		}
 		loc := resp.Header.Get("Location")
-		drain(resp.Body)
 		if resp.StatusCode != http.StatusTemporaryRedirect {
-			return fail(ErrHTTPRedirect, resp.StatusCode)
+			return refuse(ErrHTTPRedirect)
 		}
 		if hop+1 > MaxRedirectHops {
-			return fail(ErrHTTPTooManyRedirects, resp.StatusCode)
+			return refuse(ErrHTTPTooManyRedirects)
 		}
 		next, err := cur.Parse(loc)
 		if loc == "" || err != nil || (next.Scheme != "http" && next.Scheme != "https") || next.Host == "" {
-			return fail(ErrHTTPBadLocation, resp.StatusCode)
+			return refuse(ErrHTTPBadLocation)
 		}
 		if !rt.hopAllowed(next) {
-			return fail(ErrHTTPCrossOrigin, resp.StatusCode)
+			return refuse(ErrHTTPCrossOrigin)
 		}
 		if req.Body != nil && req.Body != http.NoBody && req.GetBody == nil {
-			return fail(ErrHTTPBodyNotReplayable, resp.StatusCode)
+			return refuse(ErrHTTPBodyNotReplayable)
 		}
+		rt.drainHop(resp.Body, hcancel)
 		if r != nil {
 			h, err := rt.ev.redirect(ctx, r, hop+1, resp.StatusCode, origin(next), sameOrigin(next, rt.endpoint))
 			if err != nil {
@@ -482,8 +496,20 @@ func (b *trackedBody) Close() error {
 	return err
 }
 
-// drain reads what is left of a redirect's body (bounded) and closes it.
-func drain(b io.ReadCloser) {
+// drainHop reads what is left of a followed redirect's body so its
+// connection can be reused — at most maxRedirectDrainBytes, for at most
+// the receive timeout (cancelling the hop's own context, not the
+// request's) — and closes it. A body past either bound costs only its
+// connection: the hop is still followed.
+func (rt *leaseRoundTripper) drainHop(b io.ReadCloser, hcancel context.CancelCauseFunc) {
+	var t *time.Timer
+	if rt.to.receive > 0 {
+		t = time.AfterFunc(rt.to.receive, func() { hcancel(ErrHTTPReceiveTimeout) })
+	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(b, maxRedirectDrainBytes))
+	if t != nil {
+		t.Stop()
+	}
 	_ = b.Close()
+	hcancel(nil)
 }
