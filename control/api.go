@@ -66,8 +66,9 @@ func Name(subject string) string {
 }
 
 // Refusal codes of these APIs (busclient.HeaderErrorCode), besides
-// busclient.CodeBadRequest (a malformed or invalid request) and
-// busclient.CodeRateLimited.
+// busclient.CodeBadRequest (a malformed or invalid request),
+// busclient.CodeRateLimited and bus.CodeBusy (every service slot of the
+// caller's class was taken: retry later).
 const (
 	// CodeNotFound: no such activation (projection) or session (runtime).
 	CodeNotFound = "not-found"

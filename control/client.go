@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/leaseledger/leaseledger/ledger/bus"
 	"github.com/leaseledger/leaseledger/ledger/busclient"
 	"github.com/leaseledger/leaseledger/projector/audit"
 	"github.com/nats-io/nats.go"
@@ -129,6 +130,8 @@ func (c *Client) call(ctx context.Context, op, subject string, timeout time.Dura
 			cause = ErrInvalid
 		case busclient.CodeRateLimited:
 			cause = ErrRateLimited
+		case bus.CodeBusy:
+			cause = ErrBusy
 		case CodeNotFound:
 			cause = ErrNotFound
 		case CodeTooLarge:

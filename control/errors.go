@@ -24,6 +24,9 @@ var (
 	// ErrRateLimited: the caller exceeded the bus's rate limit
 	// (busclient.CodeRateLimited); nothing was done, retry later.
 	ErrRateLimited = fmt.Errorf("%w: rate limited", ErrRefused)
+	// ErrBusy: every service slot of the caller's class was taken
+	// (bus.CodeBusy); nothing was done, retry later.
+	ErrBusy = fmt.Errorf("%w: busy", ErrRefused)
 	// ErrFailed: the server failed to answer (an error reply without a
 	// code: "request failed", "request timed out", "reply too large").
 	ErrFailed = errors.New("control: request failed on the server")

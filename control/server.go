@@ -1,11 +1,13 @@
 package control
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -156,19 +158,33 @@ func (h *projection) leases(_ context.Context, _ string, r *LeasesRequest) (*Lea
 	}
 	out := &LeasesReply{Leases: []projector.Lease{}}
 	after := 0 // matching rows after the cursor
+	// The page is selected in one pass over the table under the read lock
+	// (appends wait on it): the limit smallest keys after the cursor are
+	// kept in a sorted list, no key string is built and only the page's
+	// rows are copied — never a sort of the whole table.
+	page := make([]*projector.Lease, 0, min(limit, 64))
 	err := h.p.View(func(s *projector.State) {
 		out.Seq = s.Seq()
-		for _, l := range s.Leases() {
+		for l := range s.AllLeases() {
 			if r.Session != "" && l.KeySession != r.Session || r.Live && !l.Live() {
 				continue
 			}
 			out.Total++
-			if l.Key().String() <= r.After {
+			if cmpKey(l.KeySession, l.Server, r.After) <= 0 {
 				continue
 			}
-			if after++; len(out.Leases) < limit {
-				out.Leases = append(out.Leases, *l)
+			after++
+			if len(page) == limit && lessLease(page[limit-1], l) {
+				continue
 			}
+			i, _ := slices.BinarySearchFunc(page, l, cmpLease)
+			page = slices.Insert(page, i, l)
+			if len(page) > limit {
+				page = page[:limit]
+			}
+		}
+		for _, l := range page {
+			out.Leases = append(out.Leases, *l)
 		}
 	})
 	if err != nil {
@@ -179,6 +195,54 @@ func (h *projection) leases(_ context.Context, _ string, r *LeasesRequest) (*Lea
 	}
 	return out, nil
 }
+
+// cmpKey compares the lease key "<session>/<server>" with key (a cursor)
+// as strings, without building the lease's key.
+func cmpKey(session, server, key string) int {
+	n := len(session)
+	if len(key) < n {
+		if c := strings.Compare(session[:len(key)], key); c != 0 {
+			return c
+		}
+		return 1 // key is a proper prefix
+	}
+	if c := strings.Compare(session, key[:n]); c != 0 {
+		return c
+	}
+	rest := key[n:]
+	if rest == "" {
+		return 1
+	}
+	if rest[0] != '/' {
+		return cmp.Compare('/', rest[0])
+	}
+	return strings.Compare(server, rest[1:])
+}
+
+// cmpLease orders leases by key ("<session>/<server>" as a string: not
+// the order of the (session, server) pairs, '/' sorts after '-' and '.').
+func cmpLease(a, b *projector.Lease) int {
+	if a.KeySession == b.KeySession {
+		return strings.Compare(a.Server, b.Server)
+	}
+	// Different sessions: the first byte where "<a>/" and "<b>/" differ
+	// decides, within the shorter session plus its '/'.
+	as, bs := a.KeySession, b.KeySession
+	for i := 0; ; i++ {
+		ac, bc := byte('/'), byte('/')
+		if i < len(as) {
+			ac = as[i]
+		}
+		if i < len(bs) {
+			bc = bs[i]
+		}
+		if ac != bc {
+			return cmp.Compare(ac, bc)
+		}
+	}
+}
+
+func lessLease(a, b *projector.Lease) bool { return cmpLease(a, b) < 0 }
 
 // fitLeases keeps out within max bytes: the rows that do not fit are the
 // next page's (after counts the matching rows after the request's cursor,

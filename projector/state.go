@@ -1,6 +1,8 @@
 package projector
 
 import (
+	"iter"
+
 	"github.com/leaseledger/leaseledger/events"
 )
 
@@ -391,6 +393,21 @@ func (s *State) Leases() []*Lease {
 		out[i] = byKey[k]
 	}
 	return out
+}
+
+// AllLeases yields every lease in the table in no particular order: a
+// reader that needs only some of them in key order (a page) selects them
+// without sorting the whole table, which it reads under a lock appends wait
+// on. The leases are the state's own: read them, never keep them past the
+// lock.
+func (s *State) AllLeases() iter.Seq[*Lease] {
+	return func(yield func(*Lease) bool) {
+		for _, l := range s.leases {
+			if !yield(l) {
+				return
+			}
+		}
+	}
 }
 
 // Owner returns the request owner id.

@@ -87,13 +87,20 @@ const (
 	// no Timeout.
 	DefaultServiceTimeout = 30 * time.Second
 	// DefaultServiceConcurrency is how many service calls of one class of
-	// users (anonymous, read-only, writer, control) run at once; more wait
-	// for a slot in order (NATS buffers them). Classes do not share slots,
-	// so anonymous readers cannot hold the control user up.
+	// users (anonymous, read-only, writer, control) run at once; a request
+	// arriving when every slot of its class is taken is refused at once
+	// with CodeBusy (never queued: a queue would run requests after their
+	// callers gave up). Classes do not share slots, so anonymous readers
+	// cannot hold the control user up.
 	DefaultServiceConcurrency = 8
 	// serviceHeaderRoom is what a reply's headers may take besides its body.
 	serviceHeaderRoom = 4 << 10
 )
+
+// CodeBusy (busclient.HeaderErrorCode) refuses a service request that
+// arrived when every service slot of its caller's class was taken: nothing
+// was done, retry later.
+const CodeBusy = "busy"
 
 // Refuse returns the error a Handler returns to refuse a request: the
 // requester gets text (static: never echo the request or a provider) in
@@ -199,9 +206,13 @@ func (b *Bus) serviceHandlers(handlers map[string]nats.MsgHandler) {
 }
 
 // serveService admits one request (reply inbox, rate limit, size) and
-// runs its handler in a slot of the caller's class; Close waits for it.
+// runs its handler in a free slot of the caller's class, or refuses it
+// with CodeBusy when there is none; Close waits for it. The call's deadline
+// counts from the request's arrival here, and a call whose deadline passed
+// before its handler started is dropped unanswered (its caller gave up).
 func (b *Bus) serveService(m *nats.Msg, r route, s *Service) {
-	if !b.checkReply(m, r) || !b.admit(m, r.class) {
+	received := time.Now()
+	if !b.serviceReply(m, r) || !b.admit(m, r.class) {
 		return
 	}
 	if len(m.Data) > MaxServiceRequestBytes {
@@ -218,8 +229,9 @@ func (b *Bus) serveService(m *nats.Msg, r route, s *Service) {
 	slots := b.callSlots[r.class]
 	select {
 	case slots <- struct{}{}:
-	case <-b.ctx.Done():
+	default:
 		b.calls.Done()
+		refuse(m, CodeBusy, "every service slot is taken: retry later")
 		return
 	}
 	go func() {
@@ -229,8 +241,11 @@ func (b *Bus) serveService(m *nats.Msg, r route, s *Service) {
 		if timeout <= 0 {
 			timeout = DefaultServiceTimeout
 		}
-		ctx, cancel := context.WithTimeout(b.ctx, timeout)
+		ctx, cancel := context.WithDeadline(b.ctx, received.Add(timeout))
 		defer cancel()
+		if ctx.Err() != nil {
+			return
+		}
 		out, err := s.Handle(ctx, r.user, m.Data)
 		reply := nats.NewMsg(m.Reply)
 		var re *Error
@@ -253,4 +268,22 @@ func (b *Bus) serveService(m *nats.Msg, r route, s *Service) {
 		}
 		_ = m.RespondMsg(reply)
 	}()
+}
+
+// serviceReply reports whether m's reply inbox is its requester's own
+// (checkReply's rule for services). A request without an inbox, or with
+// another user's (a spoofed inbox: NATS does not check it), is dropped
+// silently and counted as misrouted: answering it, even with a refusal,
+// would publish into someone else's inbox, and it is not charged to the
+// rate limit of the inbox's connection, which did not send it.
+func (b *Bus) serviceReply(m *nats.Msg, r route) bool {
+	if isInbox(m.Reply) && strings.HasPrefix(m.Reply, busclient.InboxPrefix(r.user)+".") {
+		return true
+	}
+	if isInbox(m.Reply) {
+		b.limiter.mu.Lock()
+		b.limiter.misrouted++
+		b.limiter.mu.Unlock()
+	}
+	return false
 }

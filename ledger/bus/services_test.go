@@ -203,15 +203,23 @@ func TestServiceRateLimited(t *testing.T) {
 	}
 }
 
-// A request whose reply inbox is another user's is refused without
-// running the handler.
+// A request whose reply inbox is another user's is dropped silently
+// without running the handler: nothing is published into that inbox.
 func TestServiceSpoofedInboxRefused(t *testing.T) {
 	var reads atomic.Int64
 	_, b := startBus(t, servicesOptions(echo(&reads), echo(&reads)))
 	nc, _ := userConn(t, b, "dash", "pw")
-	// The reply goes to the control user's inbox: the bus refuses, and
-	// the refusal goes there too (dash cannot read it), so dash's barrier
-	// is a proper request afterwards.
+	victim, _ := userConn(t, b, "ops", "pw3")
+	got, err := victim.SubscribeSync(busclient.InboxPrefix("ops") + ".x.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := victim.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	// The reply would go to the control user's inbox; dash's barrier is a
+	// proper request afterwards (the bus serves one user's requests in
+	// order).
 	if err := nc.PublishRequest(busclient.UserSubject(readSubject, "dash"), busclient.InboxPrefix("ops")+".x.y", []byte("{}")); err != nil {
 		t.Fatal(err)
 	}
@@ -219,7 +227,65 @@ func TestServiceSpoofedInboxRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	if n := reads.Load(); n != 1 {
-		t.Fatalf("handler ran %d times, want 1 (the spoofed request refused)", n)
+		t.Fatalf("handler ran %d times, want 1 (the spoofed request dropped)", n)
+	}
+	if err := victim.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := got.NextMsg(100 * time.Millisecond); err == nil {
+		t.Fatalf("the victim's inbox got %q (headers %v), want nothing", m.Data, m.Header)
+	}
+}
+
+// A request arriving when every slot of its class is taken is refused at
+// once with CodeBusy, not queued; other classes keep their slots.
+func TestServiceBusyRefused(t *testing.T) {
+	release := make(chan struct{})
+	started := make(chan struct{}, 4)
+	block := func(ctx context.Context, caller string, _ []byte) ([]byte, error) {
+		if caller == "dash" {
+			started <- struct{}{}
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+		}
+		return []byte("{}"), nil
+	}
+	opts := servicesOptions(block, block)
+	opts.Limits.ServiceConcurrency = 2
+	_, b := startBus(t, opts)
+	nc, _ := userConn(t, b, "dash", "pw")
+	replies := make(chan *nats.Msg, 2)
+	for range 2 {
+		go func() {
+			m, _ := call(nc, readSubject, "dash", []byte("{}"), 10*time.Second)
+			replies <- m
+		}()
+	}
+	<-started
+	<-started
+	t0 := time.Now()
+	m, err := call(nc, readSubject, "dash", []byte("{}"), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code := m.Header.Get(busclient.HeaderErrorCode); code != bus.CodeBusy {
+		t.Fatalf("third call: code %q, want %q", code, bus.CodeBusy)
+	}
+	if d := time.Since(t0); d > 2*time.Second {
+		t.Fatalf("busy refusal took %v", d)
+	}
+	// Another class is not held up.
+	ops, _ := userConn(t, b, "ops", "pw3")
+	if m, err := call(ops, readSubject, "ops", []byte("{}"), 5*time.Second); err != nil || m.Header.Get(busclient.HeaderError) != "" {
+		t.Fatalf("ops: %v %v", err, m)
+	}
+	close(release)
+	for range 2 {
+		if m := <-replies; m == nil || m.Header.Get(busclient.HeaderError) != "" {
+			t.Fatalf("blocked call: %v", m)
+		}
 	}
 }
 
