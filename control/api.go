@@ -100,7 +100,10 @@ const (
 	MaxUnconfirmed = 1000
 	// SummaryMaxAge is how old a served audit summary may be: it is
 	// computed under the projection's read lock, which holds appends'
-	// acknowledgements up, so at most once per SummaryMaxAge.
+	// acknowledgements up for a walk of every activation ever recorded
+	// (about 400 ms at 200k activations), so one at a time and at most
+	// once per SummaryMaxAge; a request arriving while one is computed is
+	// refused with bus.CodeBusy.
 	SummaryMaxAge = time.Second
 	// MaxServerBytes bounds a server (config) name, as the runtime does
 	// (runtime.MaxServerNameBytes).

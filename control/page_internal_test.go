@@ -1,11 +1,17 @@
 package control
 
 import (
+	"context"
+	"errors"
 	"math/rand/v2"
 	"strings"
 	"testing"
 
+	"github.com/leaseledger/leaseledger/ledger"
+	"github.com/leaseledger/leaseledger/ledger/bus"
 	"github.com/leaseledger/leaseledger/projector"
+	"github.com/leaseledger/leaseledger/projector/audit"
+	"github.com/leaseledger/leaseledger/projector/live"
 )
 
 // The page selection orders leases exactly as their key strings do
@@ -47,5 +53,40 @@ func TestKeyOrderIsStringOrder(t *testing.T) {
 		if got, want := cmpKey(a.KeySession, a.Server, cursor), strings.Compare(ka, cursor); sign(got) != want {
 			t.Fatalf("cmpKey(%q, %q) = %d, want %d", ka, cursor, got, want)
 		}
+	}
+}
+
+// While an audit summary is being computed, another request is refused
+// busy at once instead of queueing behind it; the computed summary is then
+// served from the cache.
+func TestAuditBusyWhileComputing(t *testing.T) {
+	p, err := live.Open(context.Background(), live.Options{Ledger: ledger.Options{Dir: t.TempDir()}, SnapshotEvery: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	entered, release := make(chan struct{}), make(chan struct{})
+	h := &projection{p: p, summarize: func(s *projector.State, limit int) audit.Summary {
+		close(entered)
+		<-release
+		return audit.Summarize(s, limit)
+	}}
+	done := make(chan error, 1)
+	go func() {
+		_, err := h.audit(context.Background(), "", &AuditRequest{})
+		done <- err
+	}()
+	<-entered
+	_, err = h.audit(context.Background(), "", &AuditRequest{})
+	var be *bus.Error
+	if !errors.As(err, &be) || be.Code != bus.CodeBusy {
+		t.Fatalf("second request while computing: %v, want code %q", err, bus.CodeBusy)
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.audit(context.Background(), "", &AuditRequest{}); err != nil {
+		t.Fatalf("from the cache: %v", err)
 	}
 }

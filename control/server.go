@@ -138,9 +138,16 @@ type projection struct {
 	p         *live.Projection
 	maxEvents uint64 // MaxActivationEvents (smaller in tests)
 
-	mu      sync.Mutex // serialises summaries: one computation at a time
-	summary audit.Summary
-	at      time.Time // when summary was computed (zero: never)
+	// summarize is audit.Summarize (a slower one in tests).
+	summarize func(*projector.State, int) audit.Summary
+
+	// computing is held by the one summary computation at a time: a
+	// request finding it held and no fresh summary is refused busy rather
+	// than queued behind it.
+	computing sync.Mutex
+	mu        sync.Mutex // guards summary and at
+	summary   audit.Summary
+	at        time.Time // when summary was computed (zero: never)
 }
 
 func (h *projection) leases(_ context.Context, _ string, r *LeasesRequest) (*LeasesReply, error) {
@@ -449,17 +456,29 @@ func (h *projection) audit(_ context.Context, _ string, r *AuditRequest) (*audit
 	if limit == 0 {
 		limit = audit.DefaultUnconfirmed
 	}
-	h.mu.Lock()
-	if h.at.IsZero() || time.Since(h.at) >= SummaryMaxAge {
-		var s audit.Summary
-		if err := h.p.View(func(st *projector.State) { s = audit.Summarize(st, MaxUnconfirmed) }); err != nil {
-			h.mu.Unlock()
-			return nil, unavailable
+	out, ok := h.cached()
+	if !ok {
+		// The walk of every activation holds the projection's read lock,
+		// which appends wait on (hundreds of milliseconds at 200k
+		// activations): one at a time, at most once per SummaryMaxAge,
+		// and a request arriving meanwhile is refused busy.
+		if !h.computing.TryLock() {
+			return nil, bus.Refuse(bus.CodeBusy, "an audit summary is being computed: retry later")
 		}
-		h.summary, h.at = s, time.Now()
+		defer h.computing.Unlock()
+		if out, ok = h.cached(); !ok {
+			summarize := h.summarize
+			if summarize == nil {
+				summarize = audit.Summarize
+			}
+			if err := h.p.View(func(st *projector.State) { out = summarize(st, MaxUnconfirmed) }); err != nil {
+				return nil, unavailable
+			}
+			h.mu.Lock()
+			h.summary, h.at = out, time.Now()
+			h.mu.Unlock()
+		}
 	}
-	out := h.summary // the listed entries are shared, read-only
-	h.mu.Unlock()
 	if len(out.Unconfirmed) > limit {
 		out.Omitted += len(out.Unconfirmed) - limit
 		out.Unconfirmed = out.Unconfirmed[:limit]
@@ -468,6 +487,14 @@ func (h *projection) audit(_ context.Context, _ string, r *AuditRequest) (*audit
 		return nil, err
 	}
 	return &out, nil
+}
+
+// cached returns the last summary while it is younger than SummaryMaxAge
+// (its listed entries are shared, read-only).
+func (h *projection) cached() (audit.Summary, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.summary, !h.at.IsZero() && time.Since(h.at) < SummaryMaxAge
 }
 
 // jsonSize is the length of v's JSON as the reply encodes it.
