@@ -64,6 +64,9 @@ type callRun struct {
 	args    []byte
 	// progress delivers the call's progress notifications (req.Progress set).
 	progress *callProgress
+	// httpCause is the typed cause of an HTTP call's failed request (nil
+	// for other leases); see httpCallCause.
+	httpCause *httpCallCause
 }
 
 // draft is an event of this call: the lease's activation and server, the
@@ -206,7 +209,9 @@ func (c *callRun) run(ctx context.Context) (*mcp.CallToolResult, bool, error) {
 		c.progress = startProgress(c.req.Progress)
 		l.reqs.calls.add(c.id, c.progress)
 	}
-	res, err := l.cs.CallTool(ctx, params)
+	callCtx, hc := l.withHTTPCause(ctx)
+	c.httpCause = hc
+	res, err := l.cs.CallTool(callCtx, params)
 	end := m.opts.Now()
 	if c.progress != nil {
 		l.reqs.calls.remove(c.id)
@@ -274,6 +279,18 @@ func (c *callRun) classify(ctx context.Context, err error) failure {
 		e := c.err(ErrRemote, nil)
 		e.Code = code
 		return failure{outcome: events.CallRemoteError, err: e}
+	}
+	if cause := c.httpCause.get(); cause != nil {
+		// One HTTP request failed (a timeout, an oversize body): the call
+		// fails with its typed cause. The lease is kept unless go-sdk
+		// failed the whole connection for it (a JSON response's read
+		// error does; the child is marked lost before the call is
+		// retired).
+		f := failure{outcome: events.CallTransportError, err: c.err(ErrCallFailed, cause)}
+		if f.ends = c.l.childGone(); f.ends {
+			f.exited = true
+		}
+		return f
 	}
 	f := failure{outcome: events.CallTransportError, err: c.err(ErrCallFailed, nil)}
 	var we *jsonrpc.Error

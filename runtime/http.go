@@ -325,6 +325,7 @@ func (rt *leaseRoundTripper) RoundTrip(req *http.Request) (*http.Response, error
 	}
 	fail := func(err error, status int) (*http.Response, error) {
 		err = typedErr(ctx, err)
+		noteHTTPCause(ctx, err)
 		outcome, detail := outcomeOf(ctx, err)
 		release()
 		if r != nil {
@@ -462,6 +463,7 @@ func (b *trackedBody) Read(p []byte) (int, error) {
 			b.eof = true
 		} else {
 			err = typedErr(b.ctx, err)
+			noteHTTPCause(b.ctx, err)
 			if b.readErr == nil {
 				b.readErr = err
 			}
