@@ -291,7 +291,7 @@ func (rt *serveRuntime) shutdown(budget time.Duration) error {
 
 // announce starts the MCP endpoint and prints what serve runs.
 func (rt *serveRuntime) announce() error {
-	if rt.recovery.sessions > 0 {
+	if rt.recovery.any() {
 		fmt.Fprintf(rt.a.stdout, "leaseledger: %s\n", rt.recovery)
 	}
 	url, err := rt.listen()
