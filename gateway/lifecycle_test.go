@@ -3,10 +3,13 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -248,4 +251,48 @@ func TestClose(t *testing.T) {
 	if code, _ := e.post(initBody, map[string]string{"Authorization": "Bearer " + e.plain["alice"]}); code != 503 {
 		t.Fatalf("after Close: %d, want 503", code)
 	}
+}
+
+// A server that never answers initialize fails its acquisition at the
+// runtime's AcquireTimeout: the call is reported unavailable, not
+// cancelled (the request's own context is still alive), and logged.
+func TestAcquireTimeoutNotCancelled(t *testing.T) {
+	sleep, err := exec.LookPath("sleep")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs syncBuffer
+	e := newEnv(t, []server{{"mute", runtime.ServerConfig{Command: sleep, Args: []string{"60"}}}}, []string{"alice"},
+		func(o *Options, r *runtime.Options) {
+			r.AcquireTimeout = 300 * time.Millisecond
+			o.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+		})
+	ctx := ctxT(t, time.Minute)
+	cs := e.mustConnect(ctx, e.plain["alice"], nil)
+	defer cs.Close()
+	_, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "mute__echo", Arguments: map[string]any{}})
+	if err == nil || rpcCode(t, err) != CodeServerUnavailable {
+		t.Fatalf("call on a server past its acquire timeout: %v", err)
+	}
+	if !strings.Contains(logs.String(), "level=WARN msg=\"gateway: listing failed\"") {
+		t.Fatalf("failure not logged at warn:\n%s", logs.String())
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the logger's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -65,14 +65,19 @@ func codeError(code int64, msg string) *jsonrpc.Error {
 	return &jsonrpc.Error{Code: code, Message: msg}
 }
 
-// rpcError maps a runtime (or context) error to a gateway JSON-RPC error.
-func rpcError(err error) *jsonrpc.Error {
+// rpcError maps a runtime error of a request to a gateway JSON-RPC error.
+// CodeCancelled only when the request's own ctx ended (the client's
+// cancellation, the session's end): a runtime error that wraps a context
+// error of the runtime's own (an acquisition past its AcquireTimeout is
+// ErrInitialize or ErrListing wrapping DeadlineExceeded) is reported by
+// its sentinel.
+func rpcError(ctx context.Context, err error) *jsonrpc.Error {
 	var le *runtime.LeaseError
 	switch {
+	case ctx.Err() != nil:
+		return codeError(CodeCancelled, msgCancelled)
 	case errors.Is(err, runtime.ErrRemote) && errors.As(err, &le) && le.Code != 0:
 		return codeError(le.Code, msgRemote)
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return codeError(CodeCancelled, msgCancelled)
 	case errors.Is(err, runtime.ErrNameMismatch), errors.Is(err, runtime.ErrDigestMismatch):
 		return codeError(CodeListingChanged, msgChanged)
 	case errors.Is(err, runtime.ErrRevoked), errors.Is(err, runtime.ErrPoisoned), errors.Is(err, runtime.ErrDenied):
@@ -90,7 +95,8 @@ func rpcError(err error) *jsonrpc.Error {
 	case errors.Is(err, runtime.ErrHandleSettled), errors.Is(err, runtime.ErrAwaitTimeout):
 		return codeError(CodeCancelled, msgCancelled)
 	}
-	// Config, spawn, initialize, listing, lease cap, terminated, one-shot.
+	// Config, spawn, initialize, listing, lease cap, terminated, one-shot,
+	// and a context error of the runtime's own.
 	return codeError(CodeServerUnavailable, msgUnavailable)
 }
 
@@ -199,7 +205,7 @@ func (s *session) listTools(ctx context.Context, p *mcp.ListToolsParams) (*mcp.L
 	}
 	wg.Wait()
 	if err := ctx.Err(); err != nil {
-		return nil, rpcError(err)
+		return nil, rpcError(ctx, err)
 	}
 	out := &mcp.ListToolsResult{Tools: []*mcp.Tool{}}
 	s.mu.Lock()
@@ -245,7 +251,8 @@ func (s *session) ref(ctx context.Context, name string) (toolRef, *jsonrpc.Error
 	}
 	tools, err := s.capa.Tools(ctx, server)
 	if err != nil {
-		return toolRef{}, rpcError(err)
+		s.logFailure("listing", server, err)
+		return toolRef{}, rpcError(ctx, err)
 	}
 	s.mu.Lock()
 	s.pinLocked(server, tools)
@@ -271,9 +278,17 @@ func (s *session) callTool(ctx context.Context, p *mcp.CallToolParamsRaw) (*mcp.
 	s.withCallProgress(ctx, &creq, p.GetProgressToken())
 	res, err := s.capa.Call(ctx, creq)
 	if err != nil {
-		return nil, rpcError(err)
+		s.logFailure("call", ref.server, err)
+		return nil, rpcError(ctx, err)
 	}
 	return res, nil
+}
+
+// logFailure logs a failed request to server at warn level: the runtime's
+// errors carry static text and local identities only, never the server's
+// text.
+func (s *session) logFailure(what, server string, err error) {
+	s.g.opts.Logger.Warn("gateway: "+what+" failed", "session", s.id, "server", server, "err", err)
 }
 
 // notifyProgress sends one progress notification for the client's token

@@ -45,7 +45,7 @@ func (s *session) listPage(ctx context.Context, cursor string, token any,
 			res, err = s.await(ctx, h, token)
 		}
 		if ctx.Err() != nil {
-			return "", rpcError(ctx.Err())
+			return "", rpcError(ctx, ctx.Err())
 		}
 		if err != nil {
 			// A server without resources answers with an error: usual, so
@@ -118,14 +118,14 @@ func (s *session) readResource(ctx context.Context, p *mcp.ReadResourceParams) (
 		return nil, codeError(CodeUnknownResource, msgUnknownResource)
 	}
 	h, err := s.capa.ReadResource(ctx, s.owner, server, uri, s.requestOptions())
-	if err != nil {
-		return nil, rpcError(err)
+	if err == nil {
+		var res *runtime.ResourceResult
+		if res, err = s.await(ctx, h, p.GetProgressToken()); err == nil {
+			return res.Read, nil
+		}
 	}
-	res, err := s.await(ctx, h, p.GetProgressToken())
-	if err != nil {
-		return nil, rpcError(err)
-	}
-	return res.Read, nil
+	s.logFailure("resource read", server, err)
+	return nil, rpcError(ctx, err)
 }
 
 // await relays the handle's progress to the client (when it sent a

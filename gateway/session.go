@@ -80,7 +80,7 @@ func (g *Gateway) initialize(ctx context.Context, next mcp.MethodHandler, method
 	scope, err := g.openScope(ctx, id, principal)
 	if err != nil {
 		g.opts.Logger.Warn("gateway: session not opened", "session", id, "err", err)
-		return nil, rpcError(err)
+		return nil, rpcError(ctx, err)
 	}
 	sctx, cancel := context.WithCancel(context.Background())
 	capa := scope.Capability()
@@ -88,7 +88,7 @@ func (g *Gateway) initialize(ctx context.Context, next mcp.MethodHandler, method
 	if err != nil {
 		cancel()
 		_ = scope.Release(context.WithoutCancel(ctx))
-		return nil, rpcError(err)
+		return nil, rpcError(ctx, err)
 	}
 	s := &session{g: g, id: id, principal: principal, tokenHash: hash, opened: time.Now(), scope: scope, capa: capa,
 		owner: owner, ss: ss, ctx: sctx, cancel: cancel, tools: map[string]toolRef{}, active: 1, done: make(chan struct{})}
@@ -98,7 +98,7 @@ func (g *Gateway) initialize(ctx context.Context, next mcp.MethodHandler, method
 		cancel()
 		_, _ = owner.End(context.WithoutCancel(ctx))
 		_ = scope.Release(context.WithoutCancel(ctx))
-		return nil, rpcError(runtime.ErrClosed)
+		return nil, rpcError(ctx, runtime.ErrClosed)
 	}
 	g.sessions[id] = s
 	// A reload that ran while the scope was opening scanned g.sessions

@@ -53,6 +53,7 @@ type runtimeFlags struct {
 	maxSessionsPerToken int
 	sessionIdle         time.Duration
 	requestBudget       time.Duration
+	acquireTimeout      time.Duration
 	maxLiveLeases       int
 	idleMax             time.Duration
 	reapInterval        time.Duration
@@ -70,6 +71,7 @@ func (rf *runtimeFlags) register(cmd *cobra.Command) {
 	f.IntVar(&rf.maxSessionsPerToken, "max-sessions-per-token", gateway.DefaultMaxSessionsPerToken, "live MCP sessions one token may hold (beyond: 429)")
 	f.DurationVar(&rf.sessionIdle, "session-idle-timeout", gateway.DefaultSessionIdleTimeout, "an MCP session without requests for this long is ended (its leases too)")
 	f.DurationVar(&rf.requestBudget, "request-budget", runtime.DefaultRequestBudget, "budget of one resource read or listing through the gateway")
+	f.DurationVar(&rf.acquireTimeout, "acquire-timeout", runtime.DefaultAcquireTimeout, "bound of one server start (spawn, initialize, tool listing); beyond it the request is answered server unavailable")
 	f.IntVar(&rf.maxLiveLeases, "max-live-leases", runtime.DefaultMaxLiveLeases, "live leases (running MCP servers) at most")
 	f.DurationVar(&rf.idleMax, "idle-max", runtime.DefaultIdleMax, "a lease without calls for this long is reaped")
 	f.DurationVar(&rf.reapInterval, "reap-interval", defaultReapInterval, "how often the background reaper looks for idle leases (0: only opportunistic reaping)")
@@ -126,7 +128,7 @@ func startRuntime(ctx context.Context, a *app, proj *live.Projection, rf runtime
 	opts := runtime.Options{
 		Config: runtime.FileConfigSource{Path: cfgPath}, Ledger: proj.Ledger(),
 		HelperPath: helperPath, HelperArgs: helperArgs,
-		MaxLiveLeases: rf.maxLiveLeases, IdleMax: rf.idleMax, ReapInterval: rf.reapInterval,
+		MaxLiveLeases: rf.maxLiveLeases, IdleMax: rf.idleMax, ReapInterval: rf.reapInterval, AcquireTimeout: rf.acquireTimeout,
 	}
 	if a.logger.Enabled(ctx, slog.LevelDebug) {
 		// Server stderr only at debug level: the logger writes
