@@ -93,8 +93,8 @@ type httpEvidence struct {
 	live  map[string]*httpReq
 	queue []cleanupJob // in hand-off order
 	// busy: the worker is appending or aborting what it took off the
-	// queue; appending: it is appending (waiting on the ledger).
-	busy, appending bool
+	// queue (finish bounds its wait for the worker's exit then).
+	busy bool
 	frozen          bool
 	// draining: the lease is ending; only the session DELETE may start.
 	// closed: nothing may start any more.
@@ -348,7 +348,7 @@ func (ev *httpEvidence) worker() {
 				k++
 			}
 			ev.queue = ev.queue[k:]
-			ev.busy, ev.appending = true, true
+			ev.busy = true
 			ev.mu.Unlock()
 			ctx, cancel := context.WithTimeout(context.Background(), factTimeout)
 			err := ev.emit(ctx, drafts...)
@@ -361,7 +361,7 @@ func (ev *httpEvidence) worker() {
 // done ends the worker's turn (failed: its append failed).
 func (ev *httpEvidence) done(failed bool) {
 	ev.mu.Lock()
-	ev.busy, ev.appending = false, false
+	ev.busy = false
 	if failed {
 		ev.failed++
 	}
@@ -420,20 +420,20 @@ func (ev *httpEvidence) finish(deadline time.Time) (events.BarrierOutcome, strin
 			rest = append(rest, ev.draft(&events.HTTPLost{Ref: r.ref, Reason: lostDeadline}))
 		}
 	}
-	failed, appending := ev.failed, ev.appending
+	failed, busy := ev.failed, ev.busy
 	ev.mu.Unlock()
 	cancelAll(left)
 	signal(ev.wake)
-	if appending {
-		// Waiting on the ledger: its exit is awaited until the deadline.
+	if busy {
+		// Appending (waiting on the ledger) or aborting (closing a body is
+		// I/O that may block): its exit is awaited until the deadline.
 		select {
 		case <-ev.exited:
 		case <-until(deadline):
 			return events.BarrierTimeout, "cleanup_worker_running", rest
 		}
 	} else {
-		// Idle, or in an abort whose waits end at this same deadline: it
-		// sees the freeze and exits without further I/O.
+		// Idle: it sees the freeze and exits without any I/O.
 		<-ev.exited
 	}
 	switch {
