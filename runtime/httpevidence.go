@@ -94,8 +94,8 @@ type httpEvidence struct {
 	queue []cleanupJob // in hand-off order
 	// busy: the worker is appending or aborting what it took off the
 	// queue (finish bounds its wait for the worker's exit then).
-	busy bool
-	frozen          bool
+	busy   bool
+	frozen bool
 	// draining: the lease is ending; only the session DELETE may start.
 	// closed: nothing may start any more.
 	draining, closed bool
