@@ -26,18 +26,46 @@ const (
 	retryAfterSeconds = "5"
 )
 
+// CORS for browsers on allowed origins: what a preflight grants, and how
+// long the browser may cache it.
+const (
+	corsAllowMethods  = "POST, GET, DELETE"
+	corsAllowHeaders  = "Authorization, Content-Type, Mcp-Session-Id, MCP-Protocol-Version, Last-Event-ID"
+	corsExposeHeaders = "Mcp-Session-Id"
+	corsMaxAgeSeconds = "600"
+)
+
 // serveAccess is the outermost layer: Origin validation against DNS
 // rebinding (the go-sdk's Host check runs inside), and loopback-only
 // access without tokens.
+//
+// A request from an allowed origin gets CORS headers (that origin allowed,
+// Mcp-Session-Id exposed), and its preflight (OPTIONS with
+// Access-Control-Request-Method) is answered here, before the token check:
+// browsers send preflights without credentials.
 func (g *Gateway) serveAccess(w http.ResponseWriter, r *http.Request, next http.Handler) {
 	loopback := localLoopback(r)
-	if o := r.Header.Get("Origin"); o != "" && !g.originAllowed(o, loopback) {
+	o := r.Header.Get("Origin")
+	if o != "" && !g.originAllowed(o, loopback) {
 		http.Error(w, msgForeignOrigin, http.StatusForbidden)
 		return
 	}
 	if g.opts.Tokens == nil && !loopback {
 		http.Error(w, msgLoopbackOnly, http.StatusForbidden)
 		return
+	}
+	if o != "" {
+		h := w.Header()
+		h.Set("Access-Control-Allow-Origin", o)
+		h.Add("Vary", "Origin")
+		if r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
+			h.Set("Access-Control-Allow-Methods", corsAllowMethods)
+			h.Set("Access-Control-Allow-Headers", corsAllowHeaders)
+			h.Set("Access-Control-Max-Age", corsMaxAgeSeconds)
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		h.Set("Access-Control-Expose-Headers", corsExposeHeaders)
 	}
 	next.ServeHTTP(w, r)
 }

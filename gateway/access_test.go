@@ -153,6 +153,42 @@ func TestOrigin(t *testing.T) {
 		}
 		cs.Close()
 	}
+	// CORS: an allowed origin's preflight is answered without a token,
+	// and its responses allow it and expose the session id; a foreign
+	// origin's preflight is refused.
+	preflight := func(origin string) *http.Response {
+		req, err := http.NewRequest(http.MethodOptions, e.srv.URL, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Origin", origin)
+		req.Header.Set("Access-Control-Request-Method", "POST")
+		req.Header.Set("Access-Control-Request-Headers", "authorization, content-type, mcp-protocol-version")
+		resp, err := e.srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp
+	}
+	resp := preflight("https://app.example.com")
+	if h := resp.Header; resp.StatusCode != http.StatusNoContent || h.Get("Access-Control-Allow-Origin") != "https://app.example.com" ||
+		h.Get("Access-Control-Allow-Methods") != corsAllowMethods || !strings.Contains(h.Get("Access-Control-Allow-Headers"), "Mcp-Session-Id") ||
+		!strings.Contains(h.Get("Access-Control-Allow-Headers"), "Authorization") || h.Get("Access-Control-Max-Age") == "" {
+		t.Errorf("preflight of an allowed origin: %d %v", resp.StatusCode, resp.Header)
+	}
+	if resp := preflight("https://evil.example"); resp.StatusCode != http.StatusForbidden || resp.Header.Get("Access-Control-Allow-Origin") != "" {
+		t.Errorf("preflight of a foreign origin: %d %v", resp.StatusCode, resp.Header)
+	}
+	code, h := e.post(initBody, map[string]string{"Authorization": auth, "Origin": "https://app.example.com"})
+	if code != http.StatusOK || h.Get("Access-Control-Allow-Origin") != "https://app.example.com" ||
+		h.Get("Access-Control-Expose-Headers") != headerSessionID || h.Get(headerSessionID) == "" {
+		t.Errorf("initialize from an allowed origin: %d %v", code, h)
+	}
+	if code, h := e.post(initBody, map[string]string{"Origin": "https://app.example.com"}); code != http.StatusUnauthorized ||
+		h.Get("Access-Control-Allow-Origin") != "https://app.example.com" {
+		t.Errorf("no token from an allowed origin: %d %v (the browser must see the 401)", code, h)
+	}
 	// The go-sdk's DNS-rebinding check stays on: a foreign Host on a
 	// loopback listener is refused.
 	if code, _ := e.post(initBody, map[string]string{"Authorization": auth, "Host": "evil.example"}); code != http.StatusForbidden {
