@@ -16,7 +16,9 @@ import (
 // request is sent and gets its own barrier; the request's completion
 // (http.completed), its barrier (http.barrier, when the body is closed —
 // the connection released — or the request aborted) and its owning
-// worker's end (http.worker_down) are handed to the activation's one
+// worker's release of it (http.worker_down{released}: the go-sdk
+// goroutine closed the body or the request failed; that goroutine's own
+// end is not observed, so it is not claimed) are handed to the activation's one
 // sequential cleanup worker, which appends them in hand-off order.
 //
 // The same worker aborts: when the lease ends (its owner's loss — session
@@ -48,7 +50,9 @@ const (
 const maxSettleBatches = 256
 
 // httpWorkerID is the worker named in http.worker_down: the go-sdk
-// goroutine that issued the request and released it by closing its body.
+// goroutine that issued the request. The fact's reason, released, says
+// what is observed — it closed the body (or the request failed) — not
+// that the goroutine ended.
 const httpWorkerID = "mcp_http_client"
 
 // lostDeadline is http.lost's reason for a request whose barrier had not
