@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -91,5 +92,55 @@ func TestHTTP400OneRequestKeepsLease(t *testing.T) {
 	hcancel()
 	if err := <-hangErr; !errors.Is(err, ErrCallFailed) {
 		t.Fatalf("cancelled concurrent call: %v", err)
+	}
+}
+
+// TestHTTPLossSignalsConfiguredOriginOnly: only answers from the
+// configured origin speak for the remote session. A POST carrying the
+// session id that a 307 sends to an allowed other origin, answered 404
+// there, and a session DELETE whose dial is refused, mark nothing lost; a
+// 404 from the configured origin does.
+func TestHTTPLossSignalsConfiguredOriginOnly(t *testing.T) {
+	b := newHTTPBoundary(httpTimeouts{time.Second, 5 * time.Second, 10 * time.Second})
+	defer b.close()
+	other := httptest.NewServer(http.NotFoundHandler())
+	defer other.Close()
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/away" {
+			w.Header().Set("Location", other.URL+"/mcp")
+			w.WriteHeader(http.StatusTemporaryRedirect)
+			return
+		}
+		http.NotFound(w, r)
+	}))
+	defer front.Close()
+	dead := httptest.NewServer(http.NotFoundHandler())
+	deadURL := dead.URL
+	dead.Close()
+	var lost atomic.Value
+	lost.Store("")
+	newRT := func(endpoint string) *http.Client {
+		u, _ := checkEndpoint(endpoint)
+		rt := newLeaseRoundTripper(b, u, nil, nil)
+		rt.allowed, _ = checkAllowOrigins([]string{other.URL})
+		rt.lost = func(reason string) { lost.Store(reason) }
+		return b.clientFor(rt)
+	}
+	send := func(c *http.Client, method, u string) {
+		t.Helper()
+		req, _ := http.NewRequest(method, u, strings.NewReader("{}"))
+		req.Header.Set(sessionIDHeader, "sid")
+		if resp, err := c.Do(req); err == nil {
+			_ = resp.Body.Close()
+		}
+	}
+	send(newRT(front.URL+"/away"), http.MethodPost, front.URL+"/away")
+	send(newRT(deadURL+"/mcp"), http.MethodDelete, deadURL+"/mcp")
+	if got := lost.Load().(string); got != "" {
+		t.Fatalf("marked lost (%q) by another origin's answer or the DELETE", got)
+	}
+	send(newRT(front.URL+"/mcp"), http.MethodPost, front.URL+"/mcp")
+	if got := lost.Load().(string); got != lostSessionNotFound {
+		t.Fatalf("a 404 from the configured origin: lost %q", got)
 	}
 }
