@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/rand"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -153,7 +154,7 @@ func New(opts Options) (*Gateway, error) {
 		// Tools and resources only, without list-changed notifications
 		// (listings are per session and pinned), and no logging.
 		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}, Resources: &mcp.ResourceCapabilities{}},
-		GetSessionID: func() string { return SessionIDPrefix + ulid.Make().String() },
+		GetSessionID: newSessionID,
 		// Only protocol versions that have sessions: each MCP session is
 		// a runtime session.
 		SupportedProtocolVersions: sessionVersions(),
@@ -168,6 +169,15 @@ func New(opts Options) (*Gateway, error) {
 	}
 	g.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { g.serveAccess(w, r, h) })
 	return g, nil
+}
+
+// newSessionID returns SessionIDPrefix and a ULID whose 80 bits of
+// entropy come from crypto/rand for every id: a session id is a bearer
+// of the session for whoever holds the token, so it must not be
+// guessable from another one (ulid.Make's monotonic entropy increments
+// within a millisecond).
+func newSessionID() string {
+	return SessionIDPrefix + ulid.MustNew(ulid.Now(), rand.Reader).String()
 }
 
 // sessionVersions returns the go-sdk's protocol versions that have

@@ -3,6 +3,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"os"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/leaseledger/leaseledger/events"
 	"github.com/leaseledger/leaseledger/runtime"
+	"github.com/oklog/ulid/v2"
 )
 
 func TestValidServerName(t *testing.T) {
@@ -166,4 +168,29 @@ type nopAppender struct{}
 
 func (nopAppender) Append(_ context.Context, d ...events.Draft) ([]events.Seq, error) {
 	return make([]events.Seq, len(d)), nil
+}
+
+// Session ids are unpredictable: ids made in the same millisecond share
+// no entropy prefix (a monotonic ULID would only increment it).
+func TestSessionIDRandom(t *testing.T) {
+	same := 0
+	prev := ulid.MustParse(strings.TrimPrefix(newSessionID(), SessionIDPrefix))
+	for range 2000 {
+		id := newSessionID()
+		if !events.ValidID(id) {
+			t.Fatalf("session id %q breaks events.IDRule", id)
+		}
+		u := ulid.MustParse(strings.TrimPrefix(id, SessionIDPrefix))
+		if u.Time() == prev.Time() {
+			same++
+			a, b := prev.Entropy(), u.Entropy()
+			if bytes.Equal(a[:6], b[:6]) {
+				t.Fatalf("ids %s and %s of the same millisecond share their entropy's first 6 bytes", prev, u)
+			}
+		}
+		prev = u
+	}
+	if same == 0 {
+		t.Fatal("no two ids in the same millisecond: the test proved nothing")
+	}
 }
