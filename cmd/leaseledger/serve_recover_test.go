@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"log/slog"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -87,5 +89,14 @@ func TestGatewayRecoverPrevious(t *testing.T) {
 	}
 	if rep, err := recoverPrevious(ctx, p); err != nil || rep.any() {
 		t.Fatalf("second recovery: %+v %v", rep, err)
+	}
+}
+
+// The MCP endpoint's HTTP server bounds a client's header read and idle
+// keep-alive connection.
+func TestGatewayHTTPServerTimeouts(t *testing.T) {
+	s := mcpServer(http.NotFoundHandler(), slog.New(slog.DiscardHandler))
+	if s.ReadHeaderTimeout != mcpReadHeaderTimeout || s.IdleTimeout != mcpIdleTimeout || s.ReadHeaderTimeout <= 0 || s.IdleTimeout <= 0 {
+		t.Fatalf("timeouts: header %v, idle %v", s.ReadHeaderTimeout, s.IdleTimeout)
 	}
 }

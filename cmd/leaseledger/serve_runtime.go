@@ -41,6 +41,10 @@ const (
 	httpShutdownWait = 5 * time.Second
 	// mcpReadHeaderTimeout bounds reading one request's headers.
 	mcpReadHeaderTimeout = 10 * time.Second
+	// mcpIdleTimeout closes a keep-alive connection of the MCP endpoint
+	// with no request for this long (an open SSE stream is a response in
+	// progress, not idle).
+	mcpIdleTimeout = 2 * time.Minute
 )
 
 // runtimeFlags are serve's flags for the runtime and its MCP gateway.
@@ -199,7 +203,7 @@ func (rt *serveRuntime) listen() (string, error) {
 	}
 	mux := http.NewServeMux()
 	mux.Handle(mcpPath, rt.gw.Handler())
-	rt.srv = &http.Server{Handler: mux, ReadHeaderTimeout: mcpReadHeaderTimeout, ErrorLog: slog.NewLogLogger(rt.a.logger.Handler(), slog.LevelDebug)}
+	rt.srv = mcpServer(mux, rt.a.logger)
 	rt.served = make(chan struct{})
 	go func() {
 		defer close(rt.served)
@@ -207,6 +211,14 @@ func (rt *serveRuntime) listen() (string, error) {
 	}()
 	rt.watchHUP()
 	return "http://" + ln.Addr().String() + mcpPath, nil
+}
+
+// mcpServer is the MCP endpoint's HTTP server: every wait on a client is
+// bounded (headers, idle keep-alive connections); request bodies are
+// bounded by the gateway, and responses may stream for a session's life.
+func mcpServer(h http.Handler, logger *slog.Logger) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: mcpReadHeaderTimeout, IdleTimeout: mcpIdleTimeout,
+		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelDebug)}
 }
 
 // watchHUP reloads the token file on SIGHUP until shutdown. Without
