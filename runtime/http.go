@@ -16,8 +16,8 @@ import (
 
 // Remote MCP servers over Streamable HTTP. An entry with "url" has no
 // process: its "child" is the HTTP session (httpChild). Every request the
-// go-sdk's StreamableClientTransport makes (the POSTs, the GET stream, the
-// session DELETE) goes through the manager's one private HTTP boundary
+// go-sdk's StreamableClientTransport makes (the POSTs, a GET resuming a
+// call's event stream, the session DELETE) goes through the manager's one private HTTP boundary
 // (httpBoundary): its own http.Transport, never http.DefaultClient or
 // http.DefaultTransport, and redirects followed by us (leaseRoundTripper).
 

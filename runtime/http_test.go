@@ -204,6 +204,7 @@ type hopServer struct {
 }
 
 type seenReq struct {
+	method string
 	path   string
 	header http.Header
 }
@@ -220,7 +221,7 @@ func newHopServer(t *testing.T, target string) *hopServer {
 	}
 	h.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h.mu.Lock()
-		h.seen = append(h.seen, seenReq{r.URL.Path, r.Header.Clone()})
+		h.seen = append(h.seen, seenReq{r.Method, r.URL.Path, r.Header.Clone()})
 		h.mu.Unlock()
 		parts := strings.SplitN(strings.TrimPrefix(r.URL.Path, "/"), "/", 3)
 		switch {
@@ -359,9 +360,12 @@ func TestHTTPRedirects(t *testing.T) {
 }
 
 // TestHTTPEverythingBehindRedirects runs an MCP lease whose endpoint
-// answers with 3 hops (every request: POSTs, the GET stream, the DELETE)
-// before the proxied server; the proxy sees the configured header on every
-// hop. An endpoint that redirects 4 times fails the acquisition.
+// answers with 3 hops (every request: the POSTs and the session DELETE —
+// go-sdk opens no standalone GET stream through our observed connection,
+// see observedTransport) before the proxied server; the proxy sees the
+// configured header on every hop, the DELETE's included (checked after
+// the release that sends it). An endpoint that redirects 4 times fails
+// the acquisition.
 func TestHTTPEverythingBehindRedirects(t *testing.T) {
 	e := newEnv(t, nil)
 	endpoint := everythingHTTP(t) // after newEnv: killed and reaped before its leak check
@@ -382,11 +386,6 @@ func TestHTTPEverythingBehindRedirects(t *testing.T) {
 	if err != nil || res.IsError {
 		t.Fatalf("call behind 3 hops: %v", err)
 	}
-	for _, r := range h.requests() {
-		if r.header.Get("Authorization") != "Bearer t" {
-			t.Fatalf("hop %s without the configured header", r.path)
-		}
-	}
 	n := len(h.requests())
 	if _, err := s.Capability().Tools(ctx, "hop4"); !errors.Is(err, ErrInitialize) {
 		t.Fatalf("4 hops: %v", err)
@@ -395,7 +394,19 @@ func TestHTTPEverythingBehindRedirects(t *testing.T) {
 		t.Fatalf("4 hops: %d requests, want 4", got)
 	}
 	act := e.m.leaseOf("s1", "hop3").activation
-	s.Release(ctx) // the hop3 lease closes: its evidence is complete
+	s.Release(ctx) // the hop3 lease closes (its session DELETE sent): its evidence is complete
+	methods := map[string]int{}
+	all := h.requests()
+	for _, r := range append(all[:n:n], all[n+4:]...) { // without hop4's 4
+		methods[r.method]++
+		if r.header.Get("Authorization") != "Bearer t" {
+			t.Fatalf("%s hop %s without the configured header", r.method, r.path)
+		}
+	}
+	t.Logf("requests seen through the hops: %v", methods)
+	if methods[http.MethodDelete] != 4 {
+		t.Fatalf("the session DELETE was not seen on each of its 4 hops: %v", methods)
+	}
 	completed, hops := checkHTTPEvidence(t, httpPayloads(e.events(), act))
 	if hops != 3*len(completed) {
 		t.Fatalf("%d hops for %d requests, want 3 each", hops, len(completed))

@@ -166,7 +166,11 @@ func (m *Manager) closeHTTP() {
 
 // observedTransport wraps an HTTP lease's go-sdk transport so its
 // connection is observed like a stdio one (wire counts, request handles)
-// and its reads tell the child when the session failed.
+// and its reads tell the child when the session failed. go-sdk opens its
+// standalone GET stream only from a hook on its own connection type,
+// which this wrapper hides: no standalone GET stream is opened (server
+// messages arrive on the POSTs' streams; a call's stream may be resumed
+// by GET).
 type observedTransport struct {
 	inner mcp.Transport
 	wire  *wireStats

@@ -188,18 +188,25 @@ func TestHTTPEverythingAllowedOrigin(t *testing.T) {
 	if err != nil || res.IsError {
 		t.Fatalf("call through the allowed origin: %v", err)
 	}
+	act := e.m.leaseOf("s1", "allowed").activation
+	s.Release(ctx) // the session DELETE is sent: its headers are checked too
+	deletes := 0
 	for _, r := range proxy.requests() {
-		if r.header.Get("Authorization") != "" {
-			t.Fatalf("configured header sent to the allowed origin (%s)", r.path)
+		if r.method == http.MethodDelete {
+			deletes++
 		}
+		if r.header.Get("Authorization") != "" {
+			t.Fatalf("configured header sent to the allowed origin (%s %s)", r.method, r.path)
+		}
+	}
+	if deletes != 1 {
+		t.Fatalf("the allowed origin saw %d session DELETEs, want 1", deletes)
 	}
 	for _, h := range front.headers() {
 		if h.Get("Authorization") != "Bearer t" {
 			t.Fatal("the configured origin did not get the configured header")
 		}
 	}
-	act := e.m.leaseOf("s1", "allowed").activation
-	s.Release(ctx)
 	completed, hops := checkHTTPEvidence(t, httpPayloads(e.events(), act))
 	if hops != len(completed) {
 		t.Fatalf("%d hops for %d requests, want one each", hops, len(completed))
