@@ -141,3 +141,13 @@ func ExampleHashToken() {
 	// Output:
 	// team-a sha256:9f72868b981e4445d694c9409631e19e429c2c832386afcb231dd4018fbd192a
 }
+
+// TokenLineFields reads a token file line as LoadTokens does: spaces and
+// tabs alike separate the name from the hash; comments are nothing.
+func ExampleTokenLineFields() {
+	fmt.Println(gateway.TokenLineFields("alice\tsha256:ab")[0])
+	fmt.Println(gateway.TokenLineFields("  # a comment") == nil)
+	// Output:
+	// alice
+	// true
+}

@@ -145,6 +145,19 @@ func HashToken(plain string) string {
 // TokenLine returns the token file line for a token named name with hash.
 func TokenLine(name, hash string) string { return name + " " + hash }
 
+// TokenLineFields splits one token file line into its fields as
+// LoadTokens reads them — separated by any run of spaces or tabs — and
+// returns nil for a blank line or a '#' comment. A well-formed token line
+// has two: the name and the hash. Tools that edit the file use it so that
+// they read each line as the gateway does.
+func TokenLineFields(line string) []string {
+	s := strings.TrimSpace(line)
+	if s == "" || strings.HasPrefix(s, "#") {
+		return nil
+	}
+	return strings.Fields(s)
+}
+
 // ValidTokenName reports whether name may name a token (events.IDRule).
 func ValidTokenName(name string) bool { return events.ValidID(name) }
 
@@ -186,11 +199,10 @@ func parseTokens(b []byte) (map[string]string, *Error) {
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	sc.Buffer(make([]byte, 0, 4096), MaxTokenFileBytes)
 	for line := 1; sc.Scan(); line++ {
-		s := strings.TrimSpace(sc.Text())
-		if s == "" || strings.HasPrefix(s, "#") {
+		f := TokenLineFields(sc.Text())
+		if f == nil {
 			continue
 		}
-		f := strings.Fields(s)
 		bad := len(f) != 2 || !ValidTokenName(f[0]) || !validHash(f[1]) || names[f[0]] || set[f[1]] != ""
 		if bad || len(set) >= MaxTokens {
 			return nil, &Error{Err: ErrTokenFile, Line: line}

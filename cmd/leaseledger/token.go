@@ -8,7 +8,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -143,12 +142,11 @@ func readTokenLines(path string) ([]string, fs.FileMode, error) {
 // tokenLineName is the name of a token line, "" for a comment or a blank
 // line.
 func tokenLineName(line string) string {
-	s := strings.TrimSpace(line)
-	if s == "" || strings.HasPrefix(s, "#") {
+	f := gateway.TokenLineFields(line) // the gateway's own reading of a line
+	if len(f) == 0 {
 		return ""
 	}
-	name, _, _ := strings.Cut(s, " ")
-	return name
+	return f[0]
 }
 
 // writeTokenLines replaces the file at path with lines: written to a

@@ -54,6 +54,20 @@ func TestTokenCommands(t *testing.T) {
 	if r := runCLI(t, ctx, "", "token", "remove", "alice", "--file", file); r.code != 1 {
 		t.Fatalf("remove of a missing name: %+v", r)
 	}
+	// A line separated by a tab (as LoadTokens reads it) is removed too.
+	tabbed := "carol\t" + gateway.HashToken("x") + "\n"
+	if err := os.WriteFile(file, []byte(tabbed+gateway.TokenLine("bob", gateway.HashToken("y"))+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r := runCLI(t, ctx, "", "token", "list", "--file", file); r.stdout != "carol\nbob\n" {
+		t.Fatalf("list of a tab-separated line: %+v", r)
+	}
+	if r := runCLI(t, ctx, "", "token", "remove", "carol", "--file", file); r.code != 0 {
+		t.Fatalf("remove of a tab-separated line: %+v", r)
+	}
+	if b, _ := os.ReadFile(file); strings.Contains(string(b), "carol") {
+		t.Fatalf("tab-separated line kept: %q", b)
+	}
 	if err := os.WriteFile(file, []byte("not a token line\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
