@@ -37,8 +37,10 @@ const (
 	// LiveLeasesSubject answers LiveLeasesRequest with a LeasesReply of
 	// the leases not terminated.
 	LiveLeasesSubject = "leaseledger.api.runtime.leases"
-	// RevokeSubject answers RevokeRequest with Done.
+	// RevokeSubject answers RevokeRequest with RevokeReply.
 	RevokeSubject = "leaseledger.api.runtime.revoke"
+	// AllowSubject answers AllowRequest with Done.
+	AllowSubject = "leaseledger.api.runtime.allow"
 	// EndSessionSubject answers EndSessionRequest with Done.
 	EndSessionSubject = "leaseledger.api.runtime.end_session"
 	// ReapSubject answers ReapRequest with ReapReply.
@@ -56,7 +58,7 @@ const (
 )
 
 // Subjects lists every subject of both APIs.
-var Subjects = []string{LiveLeasesSubject, RevokeSubject, EndSessionSubject, ReapSubject, LeasesSubject, ActivationSubject, AuditSubject}
+var Subjects = []string{LiveLeasesSubject, RevokeSubject, AllowSubject, EndSessionSubject, ReapSubject, LeasesSubject, ActivationSubject, AuditSubject}
 
 // Name is the subject after "leaseledger.api.", e.g. "runtime.revoke":
 // the name of its schemas (schemas/api/<name>.request.json and
@@ -70,7 +72,8 @@ func Name(subject string) string {
 // busclient.CodeRateLimited and bus.CodeBusy (every service slot of the
 // caller's class was taken: retry later).
 const (
-	// CodeNotFound: no such activation (projection) or session (runtime).
+	// CodeNotFound: no such activation (projection), open session, or
+	// lease to revoke (runtime).
 	CodeNotFound = "not-found"
 	// CodeTooLarge: the answer cannot be given within the API's bounds
 	// (an activation with more than MaxActivationEvents events, or whose
@@ -135,8 +138,12 @@ type LeasesRequest struct {
 // LiveLeasesRequest asks the control API for a page of the live leases
 // (those not terminated), like LeasesRequest with Live.
 type LiveLeasesRequest struct {
-	After   string `json:"after,omitempty"`
-	Limit   int    `json:"limit,omitempty"`
+	// After is the Next of the previous page ("" for the first).
+	After string `json:"after,omitempty"`
+	// Limit is the page size, 1 to MaxLeasesPage; 0 means DefaultLeasesPage.
+	Limit int `json:"limit,omitempty"`
+	// Session keeps only the leases of this key session (a session id,
+	// or "_shared" for shared leases).
 	Session string `json:"session,omitempty"`
 }
 
@@ -156,15 +163,39 @@ type LeasesReply struct {
 // RevokeRequest revokes a lease: the session's own lease of Server, or
 // with Shared the server's shared lease (exactly one of Session and
 // Shared). With Deny the key stays denied afterwards (the runtime's
-// Deny / DenyShared) until the runtime allows it again.
+// Deny / DenyShared) until AllowRequest lifts it; a session's denial
+// needs the session open and ends with it, and no denial survives a
+// restart of serve (they are held in memory). Finding no lease to revoke
+// (or, with Deny, neither a lease nor a configured server) is refused
+// with CodeNotFound, as is denying a session that is not open.
 type RevokeRequest struct {
 	Session string `json:"session,omitempty"`
 	Shared  bool   `json:"shared,omitempty"`
-	// Server is the server's name in the configuration (mcp.json).
+	// Server is the server's name in the configuration (mcp.json) or its
+	// server id (as the lease table shows it).
 	Server string `json:"server"`
 	// Reason is recorded in lease.revoked: a code, [a-z0-9_]{1,64}.
 	Reason string `json:"reason"`
 	Deny   bool   `json:"deny,omitempty"`
+}
+
+// RevokeReply says what a revoke did.
+type RevokeReply struct {
+	// Done is always true.
+	Done bool `json:"done"`
+	// Revoked is how many leases were revoked: 1, or 0 for a denial of
+	// a configured server that had no lease.
+	Revoked int `json:"revoked"`
+}
+
+// AllowRequest lifts a denial (RevokeRequest.Deny): the session's, or
+// with Shared the shared lease's (exactly one of Session and Shared), of
+// Server (a config name or server id, as denied). Allowing what is not
+// denied is not an error.
+type AllowRequest struct {
+	Session string `json:"session,omitempty"`
+	Shared  bool   `json:"shared,omitempty"`
+	Server  string `json:"server"`
 }
 
 // EndSessionRequest ends a session: its MCP session and its runtime scope
@@ -181,6 +212,7 @@ type ReapRequest struct {
 
 // Done is the reply of a runtime operation that succeeded.
 type Done struct {
+	// Done is always true: a failed operation is a refusal, not a reply.
 	Done bool `json:"done"`
 }
 

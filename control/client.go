@@ -52,9 +52,18 @@ func (c *Client) LiveLeases(ctx context.Context, req LiveLeasesRequest) (LeasesR
 	return out, err
 }
 
-// Revoke revokes (with req.Deny: denies) a lease (control user only).
-func (c *Client) Revoke(ctx context.Context, req RevokeRequest) error {
-	return c.call(ctx, "revoke", RevokeSubject, RuntimeTimeout, req, &Done{})
+// Revoke revokes (with req.Deny: denies) a lease (control user only) and
+// says how many leases were revoked; ErrNotFound when there was nothing
+// to act on (see RevokeRequest).
+func (c *Client) Revoke(ctx context.Context, req RevokeRequest) (RevokeReply, error) {
+	var out RevokeReply
+	err := c.call(ctx, "revoke", RevokeSubject, RuntimeTimeout, req, &out)
+	return out, err
+}
+
+// Allow lifts a denial (control user only).
+func (c *Client) Allow(ctx context.Context, req AllowRequest) error {
+	return c.call(ctx, "allow", AllowSubject, RuntimeTimeout, req, &Done{})
 }
 
 // EndSession ends a session (control user only); ErrNotFound when no such

@@ -261,9 +261,11 @@ func TestControlOnlyForTheControlUser(t *testing.T) {
 	for _, who := range []struct{ user, pass string }{{"", ""}, {roUser, roPass}, {wUser, wPass}} {
 		c := client(t, b, who.user, who.pass)
 		start := time.Now()
-		refusedWith(t, c.Revoke(ctx, control.RevokeRequest{Session: "s-1", Server: "alpha", Reason: "operator"}), control.ErrForbidden, "")
+		_, err := c.Revoke(ctx, control.RevokeRequest{Session: "s-1", Server: "alpha", Reason: "operator"})
+		refusedWith(t, err, control.ErrForbidden, "")
+		refusedWith(t, c.Allow(ctx, control.AllowRequest{Session: "s-1", Server: "alpha"}), control.ErrForbidden, "")
 		refusedWith(t, c.EndSession(ctx, "s-1"), control.ErrForbidden, "")
-		_, err := c.Reap(ctx, 0)
+		_, err = c.Reap(ctx, 0)
 		refusedWith(t, err, control.ErrForbidden, "")
 		_, err = c.LiveLeases(ctx, control.LiveLeasesRequest{})
 		refusedWith(t, err, control.ErrForbidden, "")
@@ -281,7 +283,10 @@ func TestControlOnlyForTheControlUser(t *testing.T) {
 		t.Fatalf("the runtime was called %d times by users other than the control user", n)
 	}
 	c := client(t, b, ctlUser, ctlPass)
-	if err := c.Revoke(ctx, control.RevokeRequest{Shared: true, Server: "gamma", Reason: "operator", Deny: true}); err != nil {
+	if r, err := c.Revoke(ctx, control.RevokeRequest{Shared: true, Server: "gamma", Reason: "operator", Deny: true}); err != nil || r.Revoked != 1 || !r.Done {
+		t.Fatalf("revoke: %+v %v", r, err)
+	}
+	if err := c.Allow(ctx, control.AllowRequest{Shared: true, Server: "gamma"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.EndSession(ctx, "s-1"); err != nil {
@@ -296,8 +301,8 @@ func TestControlOnlyForTheControlUser(t *testing.T) {
 	}
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
-	if fmt.Sprint(rt.revokes, rt.ended, rt.reaps) != "[{ true gamma operator true}] [s-1] [1m0s]" {
-		t.Fatalf("runtime saw %v %v %v", rt.revokes, rt.ended, rt.reaps)
+	if fmt.Sprint(rt.revokes, rt.allows, rt.ended, rt.reaps) != "[{ true gamma operator true}] [{ true gamma}] [s-1] [1m0s]" {
+		t.Fatalf("runtime saw %v %v %v %v", rt.revokes, rt.allows, rt.ended, rt.reaps)
 	}
 }
 
@@ -333,7 +338,13 @@ func TestRuntimeRequests(t *testing.T) {
 		{Session: "s-1", Server: "alpha", Reason: ""},
 		{Session: "s-1", Server: "alpha", Reason: "Not A Code"},
 	} {
-		refusedWith(t, c.Revoke(ctx, bad), control.ErrInvalid, "Not A Code")
+		_, err := c.Revoke(ctx, bad)
+		refusedWith(t, err, control.ErrInvalid, "Not A Code")
+	}
+	for _, bad := range []control.AllowRequest{
+		{Server: "alpha"}, {Session: "s-1", Shared: true, Server: "alpha"}, {Session: "_shared", Server: "alpha"}, {Session: "s-1"},
+	} {
+		refusedWith(t, c.Allow(ctx, bad), control.ErrInvalid, "")
 	}
 	refusedWith(t, c.EndSession(ctx, "bad session"), control.ErrInvalid, "bad session")
 	_, err := c.Reap(ctx, -time.Second)
@@ -342,8 +353,8 @@ func TestRuntimeRequests(t *testing.T) {
 		t.Fatalf("invalid requests reached the runtime %d times", n)
 	}
 	// A server name need not be an identifier: it is the config's name.
-	if err := c.Revoke(ctx, control.RevokeRequest{Session: "s-1", Server: "my.server", Reason: "x"}); err != nil {
-		t.Fatal(err)
+	if r, err := c.Revoke(ctx, control.RevokeRequest{Session: "s-1", Server: "my.server", Reason: "x"}); err != nil || r.Revoked != 1 {
+		t.Fatalf("%+v %v", r, err)
 	}
 	for _, m := range []struct {
 		err  error
@@ -359,6 +370,9 @@ func TestRuntimeRequests(t *testing.T) {
 		rt.mu.Unlock()
 		refusedWith(t, c.EndSession(ctx, "s-1"), m.want, "secret-7")
 		_, err := c.Reap(ctx, 0)
+		refusedWith(t, err, m.want, "secret-7")
+		// Revoking nothing is not a success.
+		_, err = c.Revoke(ctx, control.RevokeRequest{Session: "s-1", Server: "alpha", Reason: "x"})
 		refusedWith(t, err, m.want, "secret-7")
 	}
 	// Some leases reaped, some of their ending not recorded: said so.

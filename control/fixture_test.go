@@ -140,16 +140,27 @@ func fixture(t testing.TB, p *live.Projection) {
 type fakeRuntime struct {
 	mu      sync.Mutex
 	revokes []control.RevokeRequest
+	allows  []control.AllowRequest
 	ended   []string
 	reaps   []time.Duration
 	err     error // returned by every call
 	reaped  int
 }
 
-func (f *fakeRuntime) Revoke(_ context.Context, r control.RevokeRequest) error {
+func (f *fakeRuntime) Revoke(_ context.Context, r control.RevokeRequest) (int, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.revokes = append(f.revokes, r)
+	if f.err != nil {
+		return 0, f.err
+	}
+	return 1, nil
+}
+
+func (f *fakeRuntime) Allow(_ context.Context, r control.AllowRequest) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.allows = append(f.allows, r)
 	return f.err
 }
 
@@ -170,7 +181,7 @@ func (f *fakeRuntime) ReapIdle(_ context.Context, idleMax time.Duration) (int, e
 func (f *fakeRuntime) calls() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return len(f.revokes) + len(f.ended) + len(f.reaps)
+	return len(f.revokes) + len(f.allows) + len(f.ended) + len(f.reaps)
 }
 
 // startAPI starts a real bus on p's ledger with both APIs and the three

@@ -21,7 +21,8 @@ import (
 // The Go types of each API's request and reply.
 var apiTypes = map[string][2]any{
 	control.LiveLeasesSubject: {control.LiveLeasesRequest{}, control.LeasesReply{}},
-	control.RevokeSubject:     {control.RevokeRequest{}, control.Done{}},
+	control.RevokeSubject:     {control.RevokeRequest{}, control.RevokeReply{}},
+	control.AllowSubject:      {control.AllowRequest{}, control.Done{}},
 	control.EndSessionSubject: {control.EndSessionRequest{}, control.Done{}},
 	control.ReapSubject:       {control.ReapRequest{}, control.ReapReply{}},
 	control.LeasesSubject:     {control.LeasesRequest{}, control.LeasesReply{}},
@@ -291,6 +292,7 @@ func TestRepliesValidate(t *testing.T) {
 	check(control.AuditSubject, `{}`)
 	check(control.AuditSubject, `{"limit":1}`)
 	check(control.RevokeSubject, `{"session":"s-1","server":"alpha","reason":"operator"}`)
+	check(control.AllowSubject, `{"session":"s-1","server":"alpha"}`)
 	check(control.EndSessionSubject, `{"session":"s-1"}`)
 	check(control.ReapSubject, `{}`)
 	rt.mu.Lock()
@@ -346,6 +348,16 @@ func TestRequestSchemasAgreeWithServer(t *testing.T) {
 			{`{"session":"s-1","server":"` + strings.Repeat("n", 257) + `","reason":"x"}`, false, false},
 			{`{"session":"s-1","server":"` + long + `","reason":"x"}`, false, serverStricter},
 			{`{"session":"s-1","server":"alpha","reason":"x","deny":null}`, false, false},
+		},
+		control.AllowSubject: {
+			{`{"session":"s-1","server":"alpha"}`, true, false},
+			{`{"shared":true,"server":"my.server"}`, true, false},
+			{`{"shared":true,"session":"s-1","server":"alpha"}`, false, false},
+			{`{"server":"alpha"}`, false, false},
+			{`{"session":"_shared","server":"alpha"}`, false, false},
+			{`{"session":"s-1","server":""}`, false, false},
+			{`{"session":"s-1","server":"alpha","reason":"x"}`, false, false},
+			{`{"session":"s-1","server":"` + long + `"}`, false, serverStricter},
 		},
 		control.EndSessionSubject: {
 			{`{"session":"s-1"}`, true, false}, {`{}`, false, false}, {`{"session":""}`, false, false}, {`{"session":"_shared"}`, false, false},

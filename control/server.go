@@ -26,10 +26,13 @@ import (
 // ErrNotFound or ErrUnavailable where those apply (see the errors).
 type Runtime interface {
 	// Revoke revokes (with req.Deny: denies) the session's own lease, or
-	// with req.Shared the shared lease, of req.Server with req.Reason. The
-	// request is valid (checked by the handler). Revoking nothing is not
-	// an error.
-	Revoke(ctx context.Context, req RevokeRequest) error
+	// with req.Shared the shared lease, of req.Server with req.Reason, and
+	// says how many leases it revoked. The request is valid (checked by
+	// the handler). Finding nothing to act on is ErrNotFound, as is
+	// denying a session that is not open.
+	Revoke(ctx context.Context, req RevokeRequest) (int, error)
+	// Allow lifts a denial; allowing what is not denied is not an error.
+	Allow(ctx context.Context, req AllowRequest) error
 	// EndSession ends a session (ErrNotFound when there is no such open
 	// session).
 	EndSession(ctx context.Context, session string) error
@@ -63,6 +66,7 @@ func RuntimeServices(rt Runtime, p *live.Projection) []bus.Service {
 				return pr.leases(ctx, caller, &LeasesRequest{After: r.After, Limit: r.Limit, Session: r.Session, Live: true})
 			})},
 		{Subject: RevokeSubject, Access: bus.AccessControl, Timeout: RuntimeTimeout, Handle: bus.JSON(h.revoke)},
+		{Subject: AllowSubject, Access: bus.AccessControl, Timeout: RuntimeTimeout, Handle: bus.JSON(h.allow)},
 		{Subject: EndSessionSubject, Access: bus.AccessControl, Timeout: RuntimeTimeout, Handle: bus.JSON(h.endSession)},
 		{Subject: ReapSubject, Access: bus.AccessControl, Timeout: RuntimeTimeout, Handle: bus.JSON(h.reap)},
 	}
@@ -77,12 +81,16 @@ type runtimeHandlers struct{ rt Runtime }
 
 // runtimeError refuses with the code a Runtime error asks for, or passes
 // the error on (answered "request failed", logged by the bus).
-func runtimeError(err error) error {
+func runtimeError(err error) error { return runtimeErrorNotFound(err, "no such session") }
+
+// runtimeErrorNotFound is runtimeError with notFound the text of
+// CodeNotFound.
+func runtimeErrorNotFound(err error, notFound string) error {
 	switch {
 	case err == nil:
 		return nil
 	case errors.Is(err, ErrNotFound):
-		return bus.Refuse(CodeNotFound, "no such session")
+		return bus.Refuse(CodeNotFound, notFound)
 	case errors.Is(err, ErrInvalid):
 		return badRequest("the runtime refused the request as invalid")
 	case errors.Is(err, ErrUnavailable):
@@ -91,21 +99,41 @@ func runtimeError(err error) error {
 	return err
 }
 
-func (h *runtimeHandlers) revoke(ctx context.Context, _ string, r *RevokeRequest) (*Done, error) {
-	switch {
-	case r.Shared == (r.Session != ""):
-		return nil, badRequest("give exactly one of session and shared")
-	case r.Session != "" && (!events.ValidID(r.Session) || r.Session == sharedKey):
-		return nil, badRequest("session: want " + events.IDRule + ", not " + sharedKey)
-	case !validServer(r.Server):
-		return nil, badRequest(fmt.Sprintf("server: want a configured name, UTF-8, 1 to MaxServerBytes=%d bytes", MaxServerBytes))
-	case !events.ValidCode(r.Reason):
+func (h *runtimeHandlers) revoke(ctx context.Context, _ string, r *RevokeRequest) (*RevokeReply, error) {
+	if err := checkKey(r.Session, r.Shared, r.Server); err != nil {
+		return nil, err
+	}
+	if !events.ValidCode(r.Reason) {
 		return nil, badRequest("reason: want [a-z0-9_]{1,64}")
 	}
-	if err := runtimeError(h.rt.Revoke(ctx, *r)); err != nil {
+	n, err := h.rt.Revoke(ctx, *r)
+	if err := runtimeErrorNotFound(err, "no such lease, configured server or open session"); err != nil {
+		return nil, err
+	}
+	return &RevokeReply{Done: true, Revoked: n}, nil
+}
+
+func (h *runtimeHandlers) allow(ctx context.Context, _ string, r *AllowRequest) (*Done, error) {
+	if err := checkKey(r.Session, r.Shared, r.Server); err != nil {
+		return nil, err
+	}
+	if err := runtimeError(h.rt.Allow(ctx, *r)); err != nil {
 		return nil, err
 	}
 	return &Done{Done: true}, nil
+}
+
+// checkKey checks a revoke's or allow's lease key.
+func checkKey(session string, shared bool, server string) error {
+	switch {
+	case shared == (session != ""):
+		return badRequest("give exactly one of session and shared")
+	case session != "" && (!events.ValidID(session) || session == sharedKey):
+		return badRequest("session: want " + events.IDRule + ", not " + sharedKey)
+	case !validServer(server):
+		return badRequest(fmt.Sprintf("server: want a configured name or server id, UTF-8, 1 to MaxServerBytes=%d bytes", MaxServerBytes))
+	}
+	return nil
 }
 
 func (h *runtimeHandlers) endSession(ctx context.Context, _ string, r *EndSessionRequest) (*Done, error) {

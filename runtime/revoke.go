@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"errors"
 
 	"github.com/leaseledger/leaseledger/events"
 )
@@ -31,7 +32,8 @@ func (m *Manager) Revoke(ctx context.Context, session, server, reason string) er
 	if err != nil {
 		return err
 	}
-	return m.revokeKey(ctx, key, reason)
+	_, err = m.revokeKey(ctx, key, reason)
+	return err
 }
 
 // RevokeShared revokes the shared lease of server (a server configured
@@ -43,7 +45,8 @@ func (m *Manager) RevokeShared(ctx context.Context, server, reason string) error
 	if err != nil {
 		return err
 	}
-	return m.revokeKey(ctx, key, reason)
+	_, err = m.revokeKey(ctx, key, reason)
+	return err
 }
 
 // Deny denies server (a config name) to session and revokes the session's
@@ -54,12 +57,32 @@ func (m *Manager) RevokeShared(ctx context.Context, server, reason string) error
 // a lease's gate records call.refused{reason: denied}. Other sessions are
 // not affected. A session's denials end with the session (its last
 // release), like its leases.
+//
+// Deny fails with ErrSessionEnded, denying nothing, when session has no
+// open scope: the denied set stays bounded by the open sessions (denials
+// are held in memory only and do not survive a restart).
 func (m *Manager) Deny(ctx context.Context, session, server, reason string) error {
+	_, err := m.deny(ctx, session, server, reason)
+	return err
+}
+
+// deny is Deny, saying how many leases it revoked.
+func (m *Manager) deny(ctx context.Context, session, server, reason string) (int, error) {
 	key, err := sessionKey("deny", session, server, reason)
 	if err != nil {
-		return err
+		return 0, err
+	}
+	// Checked and set under the map lock (denyMu is a leaf taken under
+	// it): a session's release marks it ended under that lock before it
+	// forgets the session's denials, so none outlives its session.
+	m.mu.Lock()
+	st, open := m.sessions[session]
+	if !open || st.ended {
+		m.mu.Unlock()
+		return 0, newErr("deny", &key, ErrSessionEnded, nil)
 	}
 	m.setDenied(key, true)
+	m.mu.Unlock()
 	return m.revokeKey(ctx, key, reason)
 }
 
@@ -71,7 +94,8 @@ func (m *Manager) DenyShared(ctx context.Context, server, reason string) error {
 		return err
 	}
 	m.setDenied(key, true)
-	return m.revokeKey(ctx, key, reason)
+	_, err = m.revokeKey(ctx, key, reason)
+	return err
 }
 
 // Allow lifts Deny for (session, server); allowing what is not denied is
@@ -115,23 +139,79 @@ func sharedKey(op, server, reason string) (leaseKey, error) {
 	return leaseKey{SharedSessionKey, id}, nil
 }
 
-// revokeKey revokes the mapped lease of key, if any.
-func (m *Manager) revokeKey(ctx context.Context, key leaseKey, reason string) error {
+// ErrNoLease: RevokeLease found nothing to act on — no lease at the key
+// to revoke, or, to deny, neither a lease nor a configured server of that
+// name.
+var ErrNoLease = errors.New("runtime: no such lease")
+
+// RevokeLease is the operator's revocation (the control API's): Revoke,
+// or with shared RevokeShared (session ""), or with deny Deny or
+// DenyShared, saying how many leases it revoked (0 or 1). server is a
+// config name or a server id (ServerID's, as the lease table shows it);
+// an id that is not a valid name's own id finds the lease but cannot be
+// looked up in the configuration. Unlike those, finding nothing is an
+// error: ErrNoLease when there is no lease to revoke (a session's revoke
+// of a shared server's lease included: see RevokeShared), or, to deny,
+// neither a lease nor a configured server.
+func (m *Manager) RevokeLease(ctx context.Context, session string, shared bool, server, reason string, deny bool) (int, error) {
+	op := "revoke"
+	if deny {
+		op = "deny"
+	}
+	var key leaseKey
+	var err error
+	if shared {
+		key, err = sharedKey(op, server, reason)
+	} else {
+		key, err = sessionKey(op, session, server, reason)
+	}
+	if err != nil {
+		return 0, err
+	}
+	m.mu.Lock()
+	_, leased := m.leases[key]
+	m.mu.Unlock()
+	if !leased && (!deny || !m.configured(ctx, server)) {
+		return 0, newErr(op, &key, ErrNoLease, nil)
+	}
+	switch {
+	case deny && shared:
+		m.setDenied(key, true)
+		return m.revokeKey(ctx, key, reason)
+	case deny:
+		return m.deny(ctx, session, server, reason)
+	}
+	n, err := m.revokeKey(ctx, key, reason)
+	if n == 0 && err == nil {
+		return 0, newErr(op, &key, ErrNoLease, nil) // ended meanwhile
+	}
+	return n, err
+}
+
+// configured reports whether server is a name the configuration has.
+func (m *Manager) configured(ctx context.Context, server string) bool {
+	_, err := m.opts.Config.Lookup(ctx, server)
+	return err == nil
+}
+
+// revokeKey revokes the mapped lease of key, if any, and says how many it
+// revoked (0 or 1).
+func (m *Manager) revokeKey(ctx context.Context, key leaseKey, reason string) (int, error) {
 	m.mu.Lock()
 	l := m.leases[key]
 	m.mu.Unlock()
 	if l == nil {
-		return nil
+		return 0, nil
 	}
 	select {
 	case <-l.ready:
 	case <-ctx.Done():
-		return newErr("revoke", &l.key, ErrTerminated, ctx.Err())
+		return 0, newErr("revoke", &l.key, ErrTerminated, ctx.Err())
 	}
 	if l.err != nil {
-		return nil
+		return 0, nil
 	}
-	return l.revoke(ctx, reason)
+	return 1, l.revoke(ctx, reason)
 }
 
 // setDenied adds key to or removes it from the denied set.

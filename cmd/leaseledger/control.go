@@ -28,7 +28,8 @@ func newControlCmd(a *app) *cobra.Command {
 		Short: "Act on a running 'serve' through its control API (the control user only)",
 		Long: `control calls the runtime control API of a running 'serve' over NATS
 (leaseledger.api.runtime.…, see docs/operations.md): list the live leases,
-revoke a lease (and deny it), end a session, reap idle leases now. Only the
+revoke a lease (and deny it; allow lifts a denial), end a session, reap
+idle leases now. Only the
 bus's control user (serve --control-user) may call it: for any other user
 the bus refuses the request as a permission violation.`,
 	}
@@ -57,7 +58,8 @@ the bus refuses the request as a permission violation.`,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return client(func(c *control.Client) error {
-				if err := c.Revoke(cmd.Context(), rv); err != nil {
+				r, err := c.Revoke(cmd.Context(), rv)
+				if err != nil {
 					return err
 				}
 				what := "lease " + rv.Session + "/" + rv.Server
@@ -68,17 +70,44 @@ the bus refuses the request as a permission violation.`,
 				if rv.Deny {
 					verb = "revoked and denied"
 				}
+				if r.Revoked == 0 { // a denial of a configured server without a lease
+					verb = "denied (no lease to revoke)"
+				}
 				fmt.Fprintf(a.stdout, "%s %s\n", what, verb)
 				return nil
 			})
 		},
 	}
 	f := revoke.Flags()
-	f.StringVar(&rv.Server, "server", "", "server name in the configuration (mcp.json)")
+	f.StringVar(&rv.Server, "server", "", "server name in the configuration (mcp.json) or server id (as 'control leases' prints it)")
 	f.StringVar(&rv.Session, "session", "", "the session whose own lease is revoked")
 	f.BoolVar(&rv.Shared, "shared", false, "revoke the server's shared lease")
 	f.BoolVar(&rv.Deny, "deny", false, "also deny the key until the runtime allows it again")
 	f.StringVar(&rv.Reason, "reason", controlDefaultReason, "reason recorded in lease.revoked ([a-z0-9_]{1,64})")
+
+	var al control.AllowRequest
+	allow := &cobra.Command{
+		Use:   "allow --server NAME (--session ID | --shared)",
+		Short: "Lift a denial made by 'revoke --deny'",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return client(func(c *control.Client) error {
+				if err := c.Allow(cmd.Context(), al); err != nil {
+					return err
+				}
+				what := "server " + al.Server + " allowed to session " + al.Session
+				if al.Shared {
+					what = "shared lease of " + al.Server + " allowed"
+				}
+				fmt.Fprintln(a.stdout, what)
+				return nil
+			})
+		},
+	}
+	f = allow.Flags()
+	f.StringVar(&al.Server, "server", "", "server name in the configuration (mcp.json) or server id, as denied")
+	f.StringVar(&al.Session, "session", "", "the session whose denial is lifted")
+	f.BoolVar(&al.Shared, "shared", false, "lift the server's shared-lease denial")
 
 	endSession := &cobra.Command{
 		Use:   "end-session <session>",
@@ -159,6 +188,6 @@ the bus refuses the request as a permission violation.`,
 	leases.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	leases.Flags().StringVar(&session, "session", "", "only the leases of this key session")
 
-	cmd.AddCommand(revoke, endSession, reap, leases)
+	cmd.AddCommand(revoke, allow, endSession, reap, leases)
 	return cmd
 }

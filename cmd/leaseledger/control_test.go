@@ -30,8 +30,19 @@ func (r *cliControlRuntime) record(s string) {
 	r.mu.Unlock()
 }
 
-func (r *cliControlRuntime) Revoke(_ context.Context, q control.RevokeRequest) error {
+func (r *cliControlRuntime) Revoke(_ context.Context, q control.RevokeRequest) (int, error) {
+	if q.Server == "nothing" {
+		return 0, fmt.Errorf("runtime: %w", control.ErrNotFound)
+	}
 	r.record(fmt.Sprintf("revoke %s %t %s %s %t", q.Session, q.Shared, q.Server, q.Reason, q.Deny))
+	if q.Server == "idle" {
+		return 0, nil
+	}
+	return 1, nil
+}
+
+func (r *cliControlRuntime) Allow(_ context.Context, q control.AllowRequest) error {
+	r.record(fmt.Sprintf("allow %s %t %s", q.Session, q.Shared, q.Server))
 	return nil
 }
 
@@ -87,6 +98,9 @@ func TestControlCommands(t *testing.T) {
 	}{
 		{[]string{"revoke", "--session", "s-1", "--server", "everything"}, "lease s-1/everything revoked", "revoke s-1 false everything operator false"},
 		{[]string{"revoke", "--shared", "--server", "other", "--deny", "--reason", "incident_7"}, "shared lease of other revoked and denied", "revoke  true other incident_7 true"},
+		{[]string{"revoke", "--session", "s-1", "--server", "idle", "--deny"}, "lease s-1/idle denied (no lease to revoke)", "revoke s-1 false idle operator true"},
+		{[]string{"allow", "--session", "s-1", "--server", "idle"}, "server idle allowed to session s-1", "allow s-1 false idle"},
+		{[]string{"allow", "--shared", "--server", "other"}, "shared lease of other allowed", "allow  true other"},
 		{[]string{"end-session", "s-1"}, "session s-1 ended", "end s-1"},
 		{[]string{"reap", "--idle-max", "90s"}, "1 lease(s) reaped", "reap 1m30s"},
 		{[]string{"leases"}, "lease table at seq 7: 1 lease(s)", ""},
@@ -126,6 +140,8 @@ func TestControlCommands(t *testing.T) {
 	}{
 		{"ops", "pw3", []string{"revoke", "--server", "everything"}, "invalid request: give exactly one of session and shared"},
 		{"ops", "pw3", []string{"end-session", "gone"}, "not found: no such session"},
+		{"ops", "pw3", []string{"revoke", "--session", "s-1", "--server", "nothing"}, "not found: no such lease"},
+		{"ops", "pw3", []string{"allow", "--server", "everything"}, "invalid request: give exactly one of session and shared"},
 		{"dash", "pw", []string{"revoke", "--session", "s-1", "--server", "everything"}, "not permitted for this bus user (connect as serve's --control-user)"},
 		{"", "", []string{"reap"}, "not permitted"},
 	} {

@@ -594,8 +594,8 @@ func TestGatewayControlAPI(t *testing.T) {
 		t.Fatalf("live leases of %s: %v %+v", cs.ID(), err, live)
 	}
 	first := live.Leases[0].Activation
-	if err := ops.Revoke(ctx, control.RevokeRequest{Session: cs.ID(), Server: stdioServer, Reason: "operator"}); err != nil {
-		t.Fatal(err)
+	if r, err := ops.Revoke(ctx, control.RevokeRequest{Session: cs.ID(), Server: stdioServer, Reason: "operator"}); err != nil || r.Revoked != 1 {
+		t.Fatalf("revoke: %+v %v", r, err)
 	}
 	if err := echo(); err != nil {
 		t.Fatalf("call after revoke: %v", err)
@@ -603,7 +603,7 @@ func TestGatewayControlAPI(t *testing.T) {
 	if live, err = ops.LiveLeases(ctx, control.LiveLeasesRequest{Session: cs.ID()}); err != nil || len(live.Leases) != 1 || live.Leases[0].Activation == first {
 		t.Fatalf("after revoke, want one fresh lease: %v %+v", err, live)
 	}
-	if err := dash.Revoke(ctx, control.RevokeRequest{Session: cs.ID(), Server: stdioServer, Reason: "dash"}); !errors.Is(err, control.ErrForbidden) {
+	if _, err := dash.Revoke(ctx, control.RevokeRequest{Session: cs.ID(), Server: stdioServer, Reason: "dash"}); !errors.Is(err, control.ErrForbidden) {
 		t.Fatalf("revoke by the read-only user: %v", err)
 	}
 	if _, err := dash.Audit(ctx, control.AuditRequest{}); err != nil {

@@ -24,20 +24,20 @@ type controlRuntime struct {
 
 var _ control.Runtime = controlRuntime{}
 
-// Revoke implements control.Runtime.
-func (c controlRuntime) Revoke(ctx context.Context, req control.RevokeRequest) error {
-	var err error
-	switch {
-	case req.Shared && req.Deny:
-		err = c.mgr.DenyShared(ctx, req.Server, req.Reason)
-	case req.Shared:
-		err = c.mgr.RevokeShared(ctx, req.Server, req.Reason)
-	case req.Deny:
-		err = c.mgr.Deny(ctx, req.Session, req.Server, req.Reason)
-	default:
-		err = c.mgr.Revoke(ctx, req.Session, req.Server, req.Reason)
+// Revoke implements control.Runtime: the runtime's operator revocation,
+// which accepts a config name or a server id and reports finding nothing
+// (ErrNoLease) or a denial of a session not open (ErrSessionEnded).
+func (c controlRuntime) Revoke(ctx context.Context, req control.RevokeRequest) (int, error) {
+	n, err := c.mgr.RevokeLease(ctx, req.Session, req.Shared, req.Server, req.Reason, req.Deny)
+	return n, controlError(err)
+}
+
+// Allow implements control.Runtime.
+func (c controlRuntime) Allow(_ context.Context, req control.AllowRequest) error {
+	if req.Shared {
+		return controlError(c.mgr.AllowShared(req.Server))
 	}
-	return controlError(err)
+	return controlError(c.mgr.Allow(req.Session, req.Server))
 }
 
 // EndSession implements control.Runtime.
@@ -57,7 +57,7 @@ func controlError(err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, gateway.ErrUnknownSession):
+	case errors.Is(err, gateway.ErrUnknownSession), errors.Is(err, runtime.ErrNoLease), errors.Is(err, runtime.ErrSessionEnded):
 		return fmt.Errorf("%w: %w", control.ErrNotFound, err)
 	case errors.Is(err, runtime.ErrInvalidRequest):
 		return fmt.Errorf("%w: %w", control.ErrInvalid, err)
