@@ -4,6 +4,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -75,6 +76,29 @@ func TestTokens(t *testing.T) {
 	}
 	alice := e.mustConnect(ctx, e.plain["alice"], nil)
 	defer alice.Close()
+
+	// A file writable by group or others is refused, by LoadTokens and
+	// Reload alike; the tokens in force stay.
+	for _, mode := range []os.FileMode{0o620, 0o602, 0o666} {
+		if err := os.Chmod(e.file, mode); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := LoadTokens(e.file); !errors.Is(err, ErrTokenFilePerm) {
+			t.Fatalf("LoadTokens of a %o file: %v", mode, err)
+		}
+		if err := e.tokens.Reload(); !errors.Is(err, ErrTokenFilePerm) {
+			t.Fatalf("Reload of a %o file: %v", mode, err)
+		}
+	}
+	if err := os.Chmod(e.file, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadTokens(e.file); err != nil {
+		t.Fatalf("LoadTokens of a 0640 file: %v", err)
+	}
+	if _, err := alice.ListTools(ctx, nil); err != nil {
+		t.Fatalf("alice after a refused reload: %v", err)
+	}
 
 	// A malformed file keeps the tokens in force.
 	if err := os.WriteFile(e.file, []byte("alice not-a-hash\n"), 0o600); err != nil {

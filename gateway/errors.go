@@ -25,6 +25,10 @@ var (
 	// ErrTokenFile: the token file could not be read or a line of it is
 	// malformed (Error.Line names it); nothing of it was loaded.
 	ErrTokenFile = errors.New("gateway: token file invalid")
+	// ErrTokenFilePerm: the token file is writable by its group or by
+	// others (mode & 022): whoever may write it may grant themselves a
+	// token, so it is refused and nothing of it loaded (chmod go-w).
+	ErrTokenFilePerm = errors.New("gateway: token file writable by group or others")
 )
 
 // Error is the one error type of this package, shaped like *os.PathError:

@@ -31,6 +31,9 @@ const (
 	tokenRandomBytes = 32
 	// HashPrefix starts every stored hash: sha256:<64 lowercase hex>.
 	HashPrefix = "sha256:"
+	// tokenFileForbiddenPerm: permission bits a token file must not have
+	// (written by group or others; ErrTokenFilePerm).
+	tokenFileForbiddenPerm = 0o022
 )
 
 // Tokens is the set of bearer tokens the gateway accepts, read from a file
@@ -48,7 +51,9 @@ type Tokens struct {
 	nextID int
 }
 
-// LoadTokens reads the token file at path.
+// LoadTokens reads the token file at path. A file writable by its group
+// or by others is refused (ErrTokenFilePerm), as is a malformed one
+// (ErrTokenFile); Reload checks the same.
 func LoadTokens(path string) (*Tokens, error) {
 	set, err := readTokens(path)
 	if err != nil {
@@ -181,6 +186,13 @@ func readTokens(path string) (map[string]string, *Error) {
 		return nil, &Error{Err: ErrTokenFile, cause: err}
 	}
 	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, &Error{Err: ErrTokenFile, cause: err}
+	}
+	if st.Mode().Perm()&tokenFileForbiddenPerm != 0 {
+		return nil, &Error{Err: ErrTokenFilePerm}
+	}
 	b, err := io.ReadAll(io.LimitReader(f, MaxTokenFileBytes+1))
 	if err != nil {
 		return nil, &Error{Err: ErrTokenFile, cause: err}
