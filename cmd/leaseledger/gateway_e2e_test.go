@@ -407,6 +407,7 @@ func TestGatewayEndToEnd(t *testing.T) {
 	}
 	if !slices.Contains(ts.Tools, stdioServer+"__echo") || ts.Echo != "Echo: from ts" || ts.EchoHTTP != "Echo: from ts over http" ||
 		!slices.ContainsFunc(ts.Resources, func(u string) bool { return strings.HasPrefix(u, "leaseledger://"+stdioServer+"/") }) ||
+		!slices.ContainsFunc(ts.Resources, func(u string) bool { return strings.HasPrefix(u, "leaseledger://"+httpServer+"/") }) ||
 		ts.Read.Bytes == 0 || len(ts.Templates) == 0 || !ts.Cancel.Cancelled || ts.Cancel.Progress == 0 || ts.Cancel.MS > 15000 {
 		t.Fatalf("TypeScript client: %s", out)
 	}

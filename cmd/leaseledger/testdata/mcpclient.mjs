@@ -20,9 +20,17 @@ const text = (r) => r.content.filter((c) => c.type === "text").map((c) => c.text
 out.echo = text(await client.callTool({ name: `${stdioServer}__echo`, arguments: { message: "from ts" } }));
 out.echoHttp = text(await client.callTool({ name: `${httpServer}__echo`, arguments: { message: "from ts over http" } }));
 
-const res = await client.listResources();
-out.resources = res.resources.map((r) => r.uri);
-const first = res.resources.find((r) => r.uri.startsWith(`leaseledger://${stdioServer}/`));
+// Every page: the gateway pages through the servers in order, so the
+// later servers' resources are on later pages.
+const resources = [];
+let cursor;
+do {
+  const res = await client.listResources(cursor === undefined ? undefined : { cursor });
+  resources.push(...res.resources);
+  cursor = res.nextCursor;
+} while (cursor);
+out.resources = resources.map((r) => r.uri);
+const first = resources.find((r) => r.uri.startsWith(`leaseledger://${stdioServer}/`));
 if (first) {
   const read = await client.readResource({ uri: first.uri });
   out.read = { uri: read.contents[0]?.uri, bytes: (read.contents[0]?.text ?? read.contents[0]?.blob ?? "").length };
