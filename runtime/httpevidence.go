@@ -97,9 +97,14 @@ type httpEvidence struct {
 	live  map[string]*httpReq
 	queue []cleanupJob // in hand-off order
 	// busy: the worker is appending or aborting what it took off the
-	// queue (finish bounds its wait for the worker's exit then).
-	busy   bool
-	frozen bool
+	// queue. inIO: it is in I/O that may block — appending (waiting on
+	// the ledger) or closing a body it aborts — so finish bounds its wait
+	// for the worker's exit by the deadline then.
+	busy, inIO bool
+	frozen     bool
+	// freeze is closed when the evidence is frozen: an abort in progress
+	// stops waiting for barriers.
+	freeze chan struct{}
 	// draining: the lease is ending; only the session DELETE may start.
 	// closed: nothing may start any more.
 	draining, closed bool
@@ -111,7 +116,7 @@ type httpEvidence struct {
 
 func newHTTPEvidence(emit func(context.Context, ...events.Draft) error, draft func(events.Payload) events.Draft) *httpEvidence {
 	ev := &httpEvidence{emit: emit, draft: draft, live: make(map[string]*httpReq),
-		wake: make(chan struct{}, 1), idle: make(chan struct{}, 1), exited: make(chan struct{})}
+		wake: make(chan struct{}, 1), idle: make(chan struct{}, 1), exited: make(chan struct{}), freeze: make(chan struct{})}
 	go ev.worker()
 	return ev
 }
@@ -302,15 +307,26 @@ func (ev *httpEvidence) runAbort(job *abortJob) {
 		}
 		r.cancel(ErrHTTPDetached)
 		ev.mu.Lock()
+		if ev.frozen {
+			// The close froze the evidence: no further I/O.
+			ev.mu.Unlock()
+			cancelAll(job.reqs[i+1:])
+			return
+		}
 		r.aborted = true
 		b := r.body
+		ev.inIO = b != nil
 		ev.mu.Unlock()
 		if b != nil {
 			_ = b.Close()
+			ev.mu.Lock()
+			ev.inIO = false
+			ev.mu.Unlock()
 		}
 		select {
 		case <-r.settled:
 		case <-expired:
+		case <-ev.freeze:
 		}
 	}
 }
@@ -352,7 +368,7 @@ func (ev *httpEvidence) worker() {
 				k++
 			}
 			ev.queue = ev.queue[k:]
-			ev.busy = true
+			ev.busy, ev.inIO = true, true
 			ev.mu.Unlock()
 			ctx, cancel := context.WithTimeout(context.Background(), factTimeout)
 			err := ev.emit(ctx, drafts...)
@@ -365,7 +381,7 @@ func (ev *httpEvidence) worker() {
 // done ends the worker's turn (failed: its append failed).
 func (ev *httpEvidence) done(failed bool) {
 	ev.mu.Lock()
-	ev.busy = false
+	ev.busy, ev.inIO = false, false
 	if failed {
 		ev.failed++
 	}
@@ -403,6 +419,7 @@ func (ev *httpEvidence) finish(deadline time.Time) (events.BarrierOutcome, strin
 	}
 	ev.mu.Lock()
 	ev.frozen, ev.draining, ev.closed = true, true, true
+	close(ev.freeze)
 	var rest []events.Draft
 	var left []*httpReq
 	for i, j := range ev.queue {
@@ -424,20 +441,21 @@ func (ev *httpEvidence) finish(deadline time.Time) (events.BarrierOutcome, strin
 			rest = append(rest, ev.draft(&events.HTTPLost{Ref: r.ref, Reason: lostDeadline}))
 		}
 	}
-	failed, busy := ev.failed, ev.busy
+	failed, inIO := ev.failed, ev.inIO
 	ev.mu.Unlock()
 	cancelAll(left)
 	signal(ev.wake)
-	if busy {
-		// Appending (waiting on the ledger) or aborting (closing a body is
-		// I/O that may block): its exit is awaited until the deadline.
+	if inIO {
+		// Appending (waiting on the ledger) or closing a body it aborts
+		// (I/O that may block): its exit is awaited until the deadline.
 		select {
 		case <-ev.exited:
 		case <-until(deadline):
 			return events.BarrierTimeout, "cleanup_worker_running", rest
 		}
 	} else {
-		// Idle: it sees the freeze and exits without any I/O.
+		// Idle, or in an abort's waits (which end at the freeze): it sees
+		// the freeze and exits without starting any I/O.
 		<-ev.exited
 	}
 	switch {
