@@ -60,7 +60,11 @@ func (m *Manager) OpenSession(ctx context.Context, session string) (*SessionScop
 //
 // The record is appended detached from ctx's cancellation (bounded like
 // every fact): a session.opened that became durable is always followed
-// by its session.ended once the scope is released.
+// by its session.ended once the scope is released. When the append fails
+// its outcome may be unknown (durable but not acknowledged, a timeout),
+// so session.ended (no leases) is recorded before the error is returned,
+// with the id still reserved so that no new scope of it can interleave;
+// the returned error joins what of that failed.
 func (m *Manager) OpenSessionWith(ctx context.Context, session string, opts SessionOptions) (*SessionScope, error) {
 	tr := opts.Transport
 	if tr == "" {
@@ -88,6 +92,9 @@ func (m *Manager) OpenSessionWith(ctx context.Context, session string, opts Sess
 	if err != nil {
 		m.mu.Lock()
 		st.owners, st.ended = 0, true
+		m.mu.Unlock()
+		err = errors.Join(err, m.emitFact(ctx, events.Draft{Session: session, Payload: &events.SessionEnded{}}))
+		m.mu.Lock()
 		if m.sessions[session] == st {
 			delete(m.sessions, session)
 		}
