@@ -13,6 +13,8 @@ import (
 	"net/url"
 	"testing"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // TestHTTPReceiveTimeoutKeepsLease: a healthy server's tool takes longer
@@ -62,7 +64,18 @@ func TestHTTPReceiveTimeoutKeepsLease(t *testing.T) {
 // cause, and the next call runs on a new lease.
 func TestHTTPReceiveTimeoutJSONBody(t *testing.T) {
 	e := newEnv(t, func(o *Options) { o.HTTPReceiveTimeout = 500 * time.Millisecond })
-	endpoint, _ := goSDKHTTP(t)
+	endpoint, _, srv := goSDKHTTPServer(t)
+	// The lost lease's remote session stays on this healthy server (only
+	// the client's connection failed): end it so its goroutines exit.
+	defer func() {
+		var ss []*mcp.ServerSession
+		for s := range srv.Sessions() {
+			ss = append(ss, s)
+		}
+		for _, s := range ss {
+			_ = s.Close()
+		}
+	}()
 	target, _ := url.Parse(endpoint)
 	proxy := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: target.Scheme, Host: target.Host})
 	quit := make(chan struct{})
