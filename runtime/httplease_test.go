@@ -540,7 +540,11 @@ func TestHTTPLostAtDeadline(t *testing.T) {
 	if err := <-errc; err == nil {
 		t.Fatal("the call whose request was stuck succeeded")
 	}
-	if rep.Confirmed() || rep.Obligations[3].Outcome != events.BarrierTimeout || rep.Obligations[3].Detail != "requests_unsettled" {
+	// Under load the cleanup worker may itself be inside an append (a
+	// settle fact batched before the block) when the deadline passes:
+	// then the close says so (cleanup_worker_running); both are the
+	// deadline's honest report.
+	if d := rep.Obligations[3].Detail; rep.Confirmed() || rep.Obligations[3].Outcome != events.BarrierTimeout || (d != "requests_unsettled" && d != "cleanup_worker_running") {
 		t.Fatalf("report %+v", rep)
 	}
 	envs := p.l.envelopes()
