@@ -11,7 +11,10 @@ import (
 // page of one server (servers in Options.Servers order, empty pages
 // skipped), and the gateway cursor says which server and which of its
 // cursors comes next. Every request to a server is a runtime request
-// handle owned by the session's owner.
+// handle owned by the session's owner. A page may take several servers'
+// handles (those before it empty or failed): their progress goes out
+// under the client's one token through one progressRelay, rebased so the
+// values keep increasing.
 
 // requestOptions are the bounds of the session's request handles.
 func (s *session) requestOptions() runtime.RequestOptions {
@@ -32,6 +35,7 @@ func (s *session) listPage(ctx context.Context, cursor string, token any,
 	if !ok {
 		return "", codeError(CodeInvalidParams, msgInvalidCursor)
 	}
+	relay := s.newProgressRelay(ctx, token, false)
 	items := 0
 	for i := c.Server; i < len(servers); i++ {
 		server := servers[i]
@@ -42,7 +46,8 @@ func (s *session) listPage(ctx context.Context, cursor string, token any,
 		h, err := start(server, sc)
 		var res *runtime.ResourceResult
 		if err == nil {
-			res, err = s.await(ctx, h, token)
+			relay.nextPart()
+			res, err = s.await(ctx, h, relay)
 		}
 		if ctx.Err() != nil {
 			return "", rpcError(ctx, ctx.Err())
@@ -120,7 +125,7 @@ func (s *session) readResource(ctx context.Context, p *mcp.ReadResourceParams) (
 	h, err := s.capa.ReadResource(ctx, s.owner, server, uri, s.requestOptions())
 	if err == nil {
 		var res *runtime.ResourceResult
-		if res, err = s.await(ctx, h, p.GetProgressToken()); err == nil {
+		if res, err = s.await(ctx, h, s.newProgressRelay(ctx, p.GetProgressToken(), true)); err == nil {
 			return res.Read, nil
 		}
 	}
@@ -128,19 +133,19 @@ func (s *session) readResource(ctx context.Context, p *mcp.ReadResourceParams) (
 	return nil, rpcError(ctx, err)
 }
 
-// await relays the handle's progress to the client (when it sent a
-// progress token) until the handle settles, and returns its result. When
+// await relays the handle's progress to the client through relay (nil:
+// the client sent no progress token) until the handle settles, and returns its result. When
 // ctx ends first — the client's notifications/cancelled, or the session's
 // end — the handle is cancelled (its cancellation reaches the server).
-func (s *session) await(ctx context.Context, h *runtime.ResourceHandle, token any) (*runtime.ResourceResult, error) {
+func (s *session) await(ctx context.Context, h *runtime.ResourceHandle, relay *progressRelay) (*runtime.ResourceResult, error) {
 	prog := h.Progress()
 	for prog != nil {
 		select {
 		case p, ok := <-prog:
 			if !ok {
 				prog = nil
-			} else if token != nil {
-				s.notifyProgress(ctx, token, p)
+			} else {
+				relay.relay(p)
 			}
 		case <-ctx.Done():
 			_, _ = h.Cancel(context.WithoutCancel(ctx))

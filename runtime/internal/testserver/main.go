@@ -15,6 +15,9 @@
 //	-ignore-eof / TESTSERVER_IGNORE_EOF=1    keep running after stdin EOF (until killed)
 //	-stderr-bytes / TESTSERVER_STDERR_BYTES  writes that many bytes of numbered stderr lines at start
 //	TESTSERVER_CANCELS                 file; one line "<request id>" is appended per notifications/cancelled received
+//	TESTSERVER_LIST_PROGRESS=n         resources/list and resources/templates/list send n progress notifications
+//	                                   (1..n of n) first when the request carries a progress token
+//	TESTSERVER_LIST_EMPTY=1            resources/list and resources/templates/list answer with an empty list
 //	TESTSERVER_MODE=mrtr               a raw JSON-RPC server (resources.go) whose reads answer with an MRTR
 //	                                   input_required continuation, which the go-sdk server side cannot
 //	                                   produce for a 2025-11-25 client
@@ -93,6 +96,30 @@ func writeStderr(n int) {
 	}
 }
 
+// listMiddleware serves a resource listing: n progress notifications
+// first when the request carries a progress token, then the listing (an
+// empty one when empty).
+func listMiddleware(ctx context.Context, method string, req mcp.Request, next mcp.MethodHandler, n int, empty bool) (mcp.Result, error) {
+	if p, ok := req.GetParams().(mcp.RequestParams); ok && n > 0 {
+		if tok := p.GetProgressToken(); tok != nil {
+			if ss, ok := req.GetSession().(*mcp.ServerSession); ok {
+				for i := 1; i <= n; i++ {
+					_ = ss.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: tok,
+						Progress: float64(i), Total: float64(n), Message: "list step " + strconv.Itoa(i)})
+				}
+			}
+		}
+	}
+	switch {
+	case !empty:
+		return next(ctx, method, req)
+	case method == "resources/list":
+		return &mcp.ListResourcesResult{Resources: []*mcp.Resource{}}, nil
+	default:
+		return &mcp.ListResourceTemplatesResult{ResourceTemplates: []*mcp.ResourceTemplate{}}, nil
+	}
+}
+
 // callLog serializes appends to the calls file.
 var callLog sync.Mutex
 
@@ -117,6 +144,8 @@ func appendLine(path, line string) error {
 func newServer(variant, calls string) *mcp.Server {
 	s := mcp.NewServer(&mcp.Implementation{Name: "leaseledger-testserver", Version: "0.1.0"}, &mcp.ServerOptions{PageSize: 2})
 	cancels := os.Getenv("TESTSERVER_CANCELS")
+	listProgress, _ := strconv.Atoi(os.Getenv("TESTSERVER_LIST_PROGRESS"))
+	listEmpty := os.Getenv("TESTSERVER_LIST_EMPTY") == "1"
 	// Record tools/call before any handler runs, so "the server never saw
 	// tools/call" is checked on the receiving side, not inferred.
 	s.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
@@ -134,6 +163,9 @@ func newServer(variant, calls string) *mcp.Server {
 				if err := appendLine(calls, name); err != nil {
 					return nil, err
 				}
+			}
+			if method == "resources/list" || method == "resources/templates/list" {
+				return listMiddleware(ctx, method, req, next, listProgress, listEmpty)
 			}
 			return next(ctx, method, req)
 		}
