@@ -32,7 +32,7 @@ func (m *Manager) leaseForOpts(ctx context.Context, session, server string, o ac
 	if err != nil {
 		return nil, err
 	}
-	if err := m.refuseDenied(ctx, session, keyFor(session, server, cfg), cfg.Fingerprint()); err != nil {
+	if err := m.refuseDenied(ctx, session, keyFor(session, server, cfg), m.fingerprint(cfg)); err != nil {
 		return nil, err
 	}
 	if h := m.testHookDenyChecked; h != nil {
@@ -81,7 +81,7 @@ func (m *Manager) acquire(ctx context.Context, session, server string, cfg Serve
 // its key fail with ErrOneShotEnded until an explicit open or the end of
 // the session.
 func (m *Manager) acquireOpts(ctx context.Context, session, server string, cfg ServerConfig, o acquireOpts) (*lease, error) {
-	key, fp := keyFor(session, server, cfg), cfg.Fingerprint()
+	key, fp := keyFor(session, server, cfg), m.fingerprint(cfg)
 	capTried := false
 	for attempt := 0; ; attempt++ {
 		if attempt >= maxAcquireAttempts {
@@ -142,7 +142,7 @@ func (m *Manager) acquireOpts(ctx context.Context, session, server string, cfg S
 				if err != nil {
 					return nil, err
 				}
-				if curFP := cur.Fingerprint(); curFP != fp {
+				if curFP := m.fingerprint(cur); curFP != fp {
 					cfg, fp, key = cur, curFP, keyFor(session, server, cur)
 					continue
 				}

@@ -3,6 +3,7 @@ package runtime
 import (
 	"bytes"
 	"context"
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -121,13 +122,31 @@ func (c ServerConfig) configName(id string) string {
 	return c.name
 }
 
-// Fingerprint is the lowercase hex SHA-256 of the entry's canonical JSON:
-// fixed field order, env as sorted "KEY=VALUE" strings, empty fields kept.
-// Two entries that start the same process have the same fingerprint.
-func (c ServerConfig) Fingerprint() string {
-	sum := sha256.Sum256(c.canonical())
-	return hex.EncodeToString(sum[:])
+// FingerprintKeyBytes is the size of the random key each Manager draws for
+// its fingerprints (NewManager).
+const FingerprintKeyBytes = 32
+
+// Fingerprint is the lowercase hex HMAC-SHA256, under key, of the entry's
+// canonical JSON: fixed field order, env as sorted "KEY=VALUE" strings,
+// headers as sorted "Key: value" strings, empty fields kept. Under one key,
+// two entries that start the same process have the same fingerprint.
+//
+// The canonical JSON holds secrets (env values, an Authorization header,
+// a token in args), and the fingerprint is recorded in the ledger
+// (lease.acquiring): an unkeyed hash would let a ledger reader confirm a
+// guessed secret offline. A Manager keys its fingerprints with a random
+// key drawn when it is created and never recorded, so a fingerprint is
+// comparable only with fingerprints of the same manager (which is all the
+// lease pinning and the projector compare) and cannot be recomputed from
+// the config alone.
+func (c ServerConfig) Fingerprint(key []byte) string {
+	mac := hmac.New(sha256.New, key)
+	mac.Write(c.canonical())
+	return hex.EncodeToString(mac.Sum(nil))
 }
+
+// fingerprint is cfg's fingerprint under the manager's key.
+func (m *Manager) fingerprint(cfg ServerConfig) string { return cfg.Fingerprint(m.fpKey) }
 
 func (c ServerConfig) canonical() []byte {
 	env := make([]string, 0, len(c.Env))
@@ -201,17 +220,58 @@ func (c ServerConfig) check() error {
 	if _, err := checkAllowOrigins(c.AllowRedirectOrigins); err != nil {
 		return err
 	}
-	for k := range c.Headers {
+	return checkHeaders(c.Headers)
+}
+
+// reservedHeaders are the header names (canonical form) a url entry's
+// headers may not set: the transport's own (the MCP session and protocol
+// version, the body's framing and type, the stream's resumption point)
+// and the connection's (hop-by-hop). Setting one would break the protocol
+// or the connection, not configure the server.
+var reservedHeaders = map[string]bool{
+	"Mcp-Session-Id": true, "Mcp-Protocol-Version": true, "Last-Event-Id": true,
+	"Content-Type": true, "Content-Length": true, "Accept": true, "Host": true,
+	"Transfer-Encoding": true, "Connection": true, "Keep-Alive": true, "Proxy-Connection": true,
+	"Te": true, "Trailer": true, "Upgrade": true,
+}
+
+// checkHeaders refuses headers that cannot be sent as configured: an
+// invalid name (RFC 9110 token), two names equal but for case (which one
+// is sent would depend on map order), a reserved name, or a value with a
+// control character other than tab (the request would fail at send time,
+// every time). Errors name a valid header name, never a value, and never
+// an invalid name (it may be a whole "Name: secret" line).
+func checkHeaders(h map[string]string) error {
+	seen := make(map[string]bool, len(h))
+	for k, v := range h {
 		if !validHeaderName(k) {
 			return errors.New("has an invalid header name")
 		}
-	}
-	for _, v := range c.Headers {
-		if strings.ContainsAny(v, "\r\n\x00") {
-			return errors.New("has an invalid header value")
+		ck := textproto.CanonicalMIMEHeaderKey(k)
+		if seen[ck] {
+			return fmt.Errorf("has header %q twice (names differing only in case)", ck)
+		}
+		seen[ck] = true
+		if reservedHeaders[ck] {
+			return fmt.Errorf("sets header %q, which the transport owns", ck)
+		}
+		if !validHeaderValue(v) {
+			return fmt.Errorf("has an invalid value for header %q", ck)
 		}
 	}
 	return nil
+}
+
+// validHeaderValue reports whether v can be sent as a header field value:
+// no control character but horizontal tab (what net/http checks at send
+// time; bytes 0x80 and above are obs-text and allowed).
+func validHeaderValue(v string) bool {
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c < ' ' && c != '\t' || c == 0x7f {
+			return false
+		}
+	}
+	return true
 }
 
 // envList returns the target environment for the guardian: nil (inherit

@@ -147,7 +147,7 @@ func TestConnOneShotPolicy(t *testing.T) {
 
 	// One-shot by config, ended by revocation and by stale config.
 	p.cfg.Set("one", ServerConfig{Command: "fake", OneShot: true})
-	if (ServerConfig{Command: "fake"}).Fingerprint() == (ServerConfig{Command: "fake", OneShot: true}).Fingerprint() {
+	if (ServerConfig{Command: "fake"}).Fingerprint(testFPKey) == (ServerConfig{Command: "fake", OneShot: true}).Fingerprint(testFPKey) {
 		t.Fatal("oneShot is not fingerprinted")
 	}
 	d := p.digest(s, "one", "echo")

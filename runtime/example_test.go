@@ -147,11 +147,17 @@ func ExampleParseConfig() {
 // A config change is a new fingerprint: a lease pinned to the old one is
 // replaced before the next call. Env order does not matter.
 func ExampleServerConfig_Fingerprint() {
+	// A Manager keys its fingerprints with a random key it never records;
+	// here a fixed one.
+	key := []byte("example key")
 	a := runtime.ServerConfig{Command: "github-mcp", Env: map[string]string{"A": "1", "B": "2"}}
 	b := runtime.ServerConfig{Command: "github-mcp", Env: map[string]string{"B": "2", "A": "1"}}
 	c := runtime.ServerConfig{Command: "github-mcp", Env: map[string]string{"A": "1", "B": "3"}}
-	fmt.Println(a.Fingerprint() == b.Fingerprint(), a.Fingerprint() == c.Fingerprint())
-	// Output: true false
+	fmt.Println(a.Fingerprint(key) == b.Fingerprint(key), a.Fingerprint(key) == c.Fingerprint(key))
+	fmt.Println(a.Fingerprint(key) == a.Fingerprint([]byte("another key")))
+	// Output:
+	// true false
+	// false
 }
 
 // Errors are *LeaseError values: branch on the sentinel with errors.Is,

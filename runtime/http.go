@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"sync"
 	"sync/atomic"
@@ -94,7 +95,8 @@ const (
 	// DefaultHTTPConnectTimeout bounds dialing one connection (TCP and TLS).
 	DefaultHTTPConnectTimeout = 10 * time.Second
 	// DefaultHTTPReceiveTimeout bounds the wait for a response's first byte
-	// (its headers) and, for POST and DELETE, the gap between two reads of
+	// (its headers), counted from when the request has been written (the
+	// dial before it is the connect timeout's), and, for POST and DELETE, the gap between two reads of
 	// its body. The standalone GET stream has no gap bound: an idle SSE
 	// stream is legitimate (go-sdk reconnects it).
 	DefaultHTTPReceiveTimeout = 2 * time.Minute
@@ -354,14 +356,18 @@ func (rt *leaseRoundTripper) RoundTrip(req *http.Request) (*http.Response, error
 				out.Header.Set(k, v)
 			}
 		}
-		var first *time.Timer
+		var first firstByteTimer
 		if rt.to.receive > 0 {
-			first = time.AfterFunc(rt.to.receive, func() { cancel(ErrHTTPReceiveTimeout) })
+			// The first-byte wait starts when the request is written, not
+			// before: the dial is the connect timeout's (a slow dial is
+			// connect_timeout, never receive_timeout).
+			first.arm(rt.to.receive, func() { cancel(ErrHTTPReceiveTimeout) })
+			out = out.WithContext(httptrace.WithClientTrace(out.Context(), &httptrace.ClientTrace{
+				WroteRequest: func(httptrace.WroteRequestInfo) { first.start() },
+			}))
 		}
 		resp, err := rt.base.RoundTrip(out)
-		if first != nil {
-			first.Stop()
-		}
+		first.stop()
 		rt.checkLost(req.Context(), cur, out, resp, err)
 		if err != nil {
 			hcancel(nil)
@@ -415,6 +421,43 @@ func (rt *leaseRoundTripper) RoundTrip(req *http.Request) (*http.Response, error
 			rt.ev.settleHop(h) // its body is drained and closed
 		}
 		cur = next
+	}
+}
+
+// firstByteTimer is a request's wait for its response's first byte: armed
+// before the round trip, started when the transport has written the
+// request (httptrace WroteRequest, called on the transport's goroutine —
+// again if it retries on a fresh connection, which restarts the wait),
+// stopped for good when the round trip returns, after which a late start
+// is ignored.
+type firstByteTimer struct {
+	mu      sync.Mutex
+	d       time.Duration
+	fire    func()
+	t       *time.Timer
+	stopped bool
+}
+
+func (f *firstByteTimer) arm(d time.Duration, fire func()) { f.d, f.fire = d, fire }
+
+func (f *firstByteTimer) start() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch {
+	case f.stopped || f.fire == nil:
+	case f.t == nil:
+		f.t = time.AfterFunc(f.d, f.fire)
+	default:
+		f.t.Reset(f.d)
+	}
+}
+
+func (f *firstByteTimer) stop() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.stopped = true
+	if f.t != nil {
+		f.t.Stop()
 	}
 }
 

@@ -80,12 +80,12 @@ func TestHTTPConfig(t *testing.T) {
 	// not mention them (unchanged from before HTTP entries existed).
 	other := r
 	other.Headers = map[string]string{"Authorization": "Bearer y"}
-	if other.Fingerprint() == r.Fingerprint() {
+	if other.Fingerprint(testFPKey) == r.Fingerprint(testFPKey) {
 		t.Fatal("headers not fingerprinted")
 	}
 	other = r
 	other.URL = "https://mcp.example.com/other"
-	if other.Fingerprint() == r.Fingerprint() {
+	if other.Fingerprint(testFPKey) == r.Fingerprint(testFPKey) {
 		t.Fatal("url not fingerprinted")
 	}
 	if c := string(all["local"].canonical()); strings.Contains(c, "url") || strings.Contains(c, "headers") {

@@ -33,7 +33,7 @@ func TestHTTPAllowRedirectOriginsConfig(t *testing.T) {
 	}
 	plain := r
 	plain.AllowRedirectOrigins = nil
-	if plain.Fingerprint() == r.Fingerprint() {
+	if plain.Fingerprint(testFPKey) == r.Fingerprint(testFPKey) {
 		t.Fatal("allowRedirectOrigins not fingerprinted")
 	}
 	if c := string(plain.canonical()); strings.Contains(c, "allow") {
@@ -41,12 +41,12 @@ func TestHTTPAllowRedirectOriginsConfig(t *testing.T) {
 	}
 	same := r
 	same.AllowRedirectOrigins = []string{"http://B.example:80/", "https://other.example:8443", "http://b.example"}
-	if same.Fingerprint() != r.Fingerprint() {
+	if same.Fingerprint(testFPKey) != r.Fingerprint(testFPKey) {
 		t.Fatal("equal origin sets fingerprinted differently")
 	}
 	other := r
 	other.AllowRedirectOrigins = []string{"https://other.example:8444", "http://b.example"}
-	if other.Fingerprint() == r.Fingerprint() {
+	if other.Fingerprint(testFPKey) == r.Fingerprint(testFPKey) {
 		t.Fatal("another port fingerprinted the same")
 	}
 	tooMany := make([]string, MaxAllowRedirectOrigins+1)

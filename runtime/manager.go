@@ -107,7 +107,9 @@ type Options struct {
 	StderrLog func(session, server, activation string, line []byte)
 	// HTTPConnectTimeout, HTTPReceiveTimeout and HTTPRequestTimeout are the
 	// three timeouts of HTTP servers' requests (http.go); the
-	// DefaultHTTP…Timeout values when zero.
+	// DefaultHTTP…Timeout values when zero. The receive timeout's
+	// first-byte wait starts once a request is written, so a slow dial is
+	// always the connect timeout's, whichever is shorter.
 	HTTPConnectTimeout, HTTPReceiveTimeout, HTTPRequestTimeout time.Duration
 }
 
@@ -124,6 +126,9 @@ type Manager struct {
 	// (http.go), built on first use.
 	httpOnce sync.Once
 	http     *httpBoundary
+	// fpKey keys the fingerprints of this manager (ServerConfig.Fingerprint):
+	// random, drawn in NewManager, never recorded.
+	fpKey []byte
 
 	mu       sync.Mutex // guards the maps and closed; never held across I/O
 	leases   map[leaseKey]*lease
@@ -216,7 +221,10 @@ func NewManager(opts Options) (*Manager, error) {
 	m := &Manager{
 		opts: opts, client: client, maxLive: opts.MaxLiveLeases, launch: launchGuardian,
 		leases: make(map[leaseKey]*lease), sessions: make(map[string]*sessionState),
-		detached: make(map[*lease]struct{}),
+		detached: make(map[*lease]struct{}), fpKey: make([]byte, FingerprintKeyBytes),
+	}
+	if _, err := rand.Read(m.fpKey); err != nil {
+		return nil, &LeaseError{Op: "new", Err: err}
 	}
 	if opts.ReapInterval > 0 {
 		m.startReaper(opts.ReapInterval)

@@ -315,7 +315,7 @@ func TestStaleCallerKeepsCurrentLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	cur := e.m.leaseOf("s1", "ts")
-	if cur.fingerprint != v2.Fingerprint() {
+	if cur.fingerprint != e.m.fingerprint(v2) {
 		t.Fatal("config change did not replace the lease")
 	}
 	src.stale.Store(&v1)
@@ -323,7 +323,7 @@ func TestStaleCallerKeepsCurrentLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	if got := e.m.leaseOf("s1", "ts"); got != cur {
-		t.Errorf("stale caller replaced the current lease (now pinned to v1: %v)", got != nil && got.fingerprint == v1.Fingerprint())
+		t.Errorf("stale caller replaced the current lease (now pinned to v1: %v)", got != nil && got.fingerprint == e.m.fingerprint(v1))
 	}
 	if terminated(cur) {
 		t.Error("current lease terminated by a stale caller")

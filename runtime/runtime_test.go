@@ -20,7 +20,7 @@ import (
 func TestFingerprintCanonical(t *testing.T) {
 	a := ServerConfig{Command: "node", Args: []string{"x", "stdio"}, Env: map[string]string{"A": "1", "B": "2"}}
 	b := ServerConfig{Command: "node", Args: []string{"x", "stdio"}, Env: map[string]string{"B": "2", "A": "1"}}
-	if a.Fingerprint() != b.Fingerprint() {
+	if a.Fingerprint(testFPKey) != b.Fingerprint(testFPKey) {
 		t.Fatal("env order changed the fingerprint")
 	}
 	for _, c := range []ServerConfig{
@@ -29,11 +29,11 @@ func TestFingerprintCanonical(t *testing.T) {
 		{Command: "node", Args: a.Args, Env: a.Env, Cwd: "/tmp"},
 		{Command: "node", Args: a.Args, Env: a.Env, Shared: true},
 	} {
-		if c.Fingerprint() == a.Fingerprint() {
+		if c.Fingerprint(testFPKey) == a.Fingerprint(testFPKey) {
 			t.Errorf("%+v: same fingerprint as %+v", c, a)
 		}
 	}
-	if len(a.Fingerprint()) != 64 {
+	if len(a.Fingerprint(testFPKey)) != 64 {
 		t.Fatal("fingerprint is not hex SHA-256")
 	}
 }
