@@ -56,7 +56,7 @@ var kindList = []func() Payload{
 // lease key (session or the shared key, server) under a config fingerprint.
 type LeaseAcquiring struct {
 	KeySession  string `json:"key_session"` // the session, or the shared key for shared servers
-	Fingerprint string `json:"fingerprint"` // SHA-256 of the server's canonical config entry
+	Fingerprint string `json:"fingerprint"` // HMAC-SHA256 of the server's canonical config entry under the manager's key
 	Shared      bool   `json:"shared"`
 	// ConfigName is the server's name in the host's config when it differs
 	// from the envelope's server id (a name such as "my.server" that is not
