@@ -17,10 +17,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/nats-io/nats.go"
 
 	"github.com/leaseledger/leaseledger/control"
+	"github.com/leaseledger/leaseledger/gateway"
 	"github.com/leaseledger/leaseledger/internal/testproc"
 	"github.com/leaseledger/leaseledger/ledger/busclient"
 )
@@ -554,10 +556,14 @@ func TestGatewayServeKilled(t *testing.T) {
 
 // The control API of a serve with --config acts on its runtime through
 // the gateway and the manager: the control user lists the live lease of
-// an MCP session, revokes it (the next call gets a fresh lease), ends the
-// session (the client's next request fails; session.ended is recorded)
-// and is told when a session does not exist; a read-only user may read the
-// projection API but not call the control API.
+// an MCP session, revokes it (the next call gets a fresh lease), denies it
+// (the next call is refused with the gateway's CodeRefused and recorded as
+// lease.acquire_failed{denied}; denying a session not open is not-found)
+// and allows it again (a fresh lease), reaps it once idle (lease.reaped;
+// the next call gets a fresh lease), ends the session (the client's next
+// request fails; session.ended is recorded) and is told when a session
+// does not exist; a read-only user may read the projection API but not
+// call the control API.
 func TestGatewayControlAPI(t *testing.T) {
 	requireNode(t)
 	bin := cliBinary(t)
@@ -610,6 +616,55 @@ func TestGatewayControlAPI(t *testing.T) {
 	if _, err := dash.Audit(ctx, control.AuditRequest{}); err != nil {
 		t.Fatalf("projection API for the read-only user: %v", err)
 	}
+
+	// Deny: the session's lease is revoked and its next call refused
+	// with the gateway's CodeRefused (the runtime records the refused
+	// acquisition as lease.acquire_failed{denied}); allow lifts it and the
+	// next call gets a fresh lease.
+	second := live.Leases[0].Activation
+	if r, err := ops.Revoke(ctx, control.RevokeRequest{Session: cs.ID(), Server: stdioServer, Reason: "operator_deny", Deny: true}); err != nil || r.Revoked != 1 {
+		t.Fatalf("deny: %+v %v", r, err)
+	}
+	for deadline := time.Now().Add(e2eWait); !slices.ContainsFunc(srv.busEvents("lease.revoked"), func(e wireEvent) bool {
+		return e.Activation == second && strings.Contains(string(e.Data), `"reason":"operator_deny"`)
+	}); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no lease.revoked{operator_deny} for %s", second)
+		}
+	}
+	var we *jsonrpc.Error
+	if err := echo(); !errors.As(err, &we) || we.Code != gateway.CodeRefused {
+		t.Fatalf("call while denied: %v, want JSON-RPC code %d", err, gateway.CodeRefused)
+	}
+	if e := srv.awaitEvent("lease.acquire_failed", cs.ID()); !strings.Contains(string(e.Data), `"reason":"denied"`) || e.Activation == second {
+		t.Fatalf("refused acquisition recorded as %+v", e)
+	}
+	if _, err := ops.Revoke(ctx, control.RevokeRequest{Session: "mcp-none", Server: stdioServer, Reason: "operator_deny", Deny: true}); !errors.Is(err, control.ErrNotFound) {
+		t.Fatalf("deny of a session that is not open: %v", err)
+	}
+	if err := ops.Allow(ctx, control.AllowRequest{Session: cs.ID(), Server: stdioServer}); err != nil {
+		t.Fatalf("allow: %v", err)
+	}
+	if err := echo(); err != nil {
+		t.Fatalf("call after allow: %v", err)
+	}
+	third := awaitFreshLease(t, ctx, ops, cs.ID(), second)
+
+	// Reap: a lease idle longer than idle_max is reaped (lease.reaped for
+	// its activation) and the session's next call gets a fresh lease.
+	const idleMax = 200 * time.Millisecond
+	time.Sleep(idleMax + 100*time.Millisecond)
+	if r, err := ops.Reap(ctx, idleMax); err != nil || r.Reaped < 1 || r.RecordFailed {
+		t.Fatalf("reap: %+v %v", r, err)
+	}
+	if e := srv.awaitEvent("lease.reaped", cs.ID()); e.Activation != third {
+		t.Fatalf("lease.reaped for %s, want %s", e.Activation, third)
+	}
+	if err := echo(); err != nil {
+		t.Fatalf("call after reap: %v", err)
+	}
+	awaitFreshLease(t, ctx, ops, cs.ID(), third)
+
 	if err := ops.EndSession(ctx, "mcp-none"); !errors.Is(err, control.ErrNotFound) {
 		t.Fatalf("end of an unknown session: %v", err)
 	}
@@ -622,6 +677,24 @@ func TestGatewayControlAPI(t *testing.T) {
 	}
 	if code := srv.stop(syscall.SIGTERM); code != 0 {
 		t.Fatalf("serve exit %d:\n%s", code, srv.out.String())
+	}
+}
+
+// awaitFreshLease waits until the live leases of session are one lease
+// of stdioServer under an activation other than prev (the projection
+// follows the ledger), and returns that activation.
+func awaitFreshLease(t *testing.T, ctx context.Context, ops *control.Client, session, prev string) string {
+	t.Helper()
+	deadline := time.Now().Add(e2eWait)
+	for {
+		live, err := ops.LiveLeases(ctx, control.LiveLeasesRequest{Session: session})
+		if err == nil && len(live.Leases) == 1 && live.Leases[0].Server == stdioServer && live.Leases[0].Activation != prev {
+			return live.Leases[0].Activation
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no fresh lease after %s: %v %+v", prev, err, live)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 
