@@ -14,13 +14,16 @@ package ledger
 //     append fails with ErrFailed; only reopening recovers.
 //   - Observers see batches in seq order after fsync: BeforeAck before the
 //     batch's appenders are woken, Watch observers after, batch after batch.
+//   - No Watch observer delays an ack: the syncer only queues a batch for
+//     each, bounded, dropping the oldest and telling it (observe.go).
 //   - A context error before enqueueing means "not written"; after it,
 //     ErrUnacknowledged means "in doubt".
 //   - Memory is bounded: beyond the QueueLen calls waiting in the queue
 //     there are only one call in the committer's hand, one open batch of at
 //     most MaxBatchEvents events, inflightBatches applied batches awaiting
-//     their fsync and one batch being acknowledged; a full queue blocks the
-//     appender until its context ends.
+//     their fsync, one batch being acknowledged and ObserverQueueLen
+//     batches per Watch observer; a full queue blocks the appender until
+//     its context ends.
 //   - Close drains: everything enqueued before Close is committed.
 //   - A keyed append is recorded (i/<key>) in the batch of its events, and
 //     a retry with a remembered key is woken only once the original is
@@ -371,11 +374,7 @@ func (l *Ledger) syncer(done chan<- struct{}) {
 		if len(p.records) == 0 {
 			continue // only retries of keyed appends: nothing to observe
 		}
-		l.obsRun.Lock()
-		for _, o := range *l.observers.Load() {
-			o.Committed(p.records)
-		}
-		l.obsRun.Unlock()
+		l.notifyObservers(p.records) // queued: never waits for an observer
 	}
 }
 

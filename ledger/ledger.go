@@ -62,9 +62,11 @@ type Record struct {
 	Raw []byte
 }
 
-// Observer receives every committed batch, after its fsync, in seq order,
-// on the committer's side of the pipeline. Implementations must not block
-// for long (they delay later acknowledgements) and must not call Append.
+// Observer receives every committed batch, after its fsync, in seq order.
+// As Options.BeforeAck it runs on the committer's side of the pipeline and
+// must not block for long (it delays acknowledgements); as a Watch observer
+// it runs on its own goroutine behind a bounded queue (observe.go). It must
+// not call Append, and must not modify the batch.
 type Observer interface {
 	Committed(batch []Record)
 }
@@ -230,9 +232,10 @@ type Ledger struct {
 	commitNanos atomic.Uint64        // apply-to-fsync time, summed
 	head        atomic.Pointer[Head] // last durable event
 	failure     atomic.Pointer[error]
-	observers   atomic.Pointer[[]Observer]
-	obsMu       sync.Mutex // serialises Watch and unwatch
-	obsRun      sync.Mutex // held by the syncer while it calls observers
+	observers   atomic.Pointer[[]*watcher] // Watch observers (observe.go)
+	obsMu       sync.Mutex                 // serialises Watch, unwatch and closeObservers
+	obsClosed   bool                       // Close has stopped the observers
+	obsDropped  atomic.Uint64              // batches dropped from full observer queues
 
 	// committer-only state
 	tail    Head // last sealed (maybe not yet durable) event
@@ -346,7 +349,7 @@ func Open(opts Options) (*Ledger, error) {
 		return fail(&Error{Op: "open", Err: fmt.Errorf("seed ULID entropy: %w", err)})
 	}
 	l.entropy = ulid.Monotonic(rand.NewChaCha8(seed), 0)
-	empty := []Observer{}
+	empty := []*watcher{}
 	l.observers.Store(&empty)
 	syncerDone := make(chan struct{})
 	for range inflightBatches {
@@ -474,33 +477,6 @@ func (l *Ledger) beginRead(op string) (end func(), err error) {
 // bounded by Head.
 func (l *Ledger) Head() Head { return *l.head.Load() }
 
-// Watch registers o to receive every batch committed from now on, after its
-// appenders were acknowledged, in seq order. The returned function
-// unregisters it and returns only when no call to o is in progress, so the
-// observer's resources may be released right after; it must not be called
-// from within an observer.
-func (l *Ledger) Watch(o Observer) (unwatch func()) {
-	l.obsMu.Lock()
-	defer l.obsMu.Unlock()
-	cur := *l.observers.Load()
-	next := append(append([]Observer{}, cur...), o)
-	l.observers.Store(&next)
-	return func() {
-		l.obsMu.Lock()
-		defer l.obsMu.Unlock()
-		cur := *l.observers.Load()
-		next := make([]Observer, 0, len(cur))
-		for _, x := range cur {
-			if x != o {
-				next = append(next, x)
-			}
-		}
-		l.observers.Store(&next)
-		l.obsRun.Lock() // wait out a Committed call that took the old list
-		l.obsRun.Unlock()
-	}
-}
-
 // Close stops accepting appends, commits everything already queued, waits
 // for the committer to finish and closes the database. It is idempotent and
 // safe to call concurrently with Append.
@@ -511,6 +487,7 @@ func (l *Ledger) Close() error {
 		l.mu.Unlock()
 		close(l.stop)
 		<-l.done
+		l.closeObservers() // after the syncer: nothing more is pushed
 		l.opts.hooks.call(hookCloseWaitsReaders)
 		l.readers.Wait() // Pebble's Close must not race reads
 		if err := l.db.Close(); err != nil {
@@ -545,6 +522,9 @@ type Stats struct {
 	// A damaged read fails only that read: appends continue while the
 	// write path works.
 	CorruptReads uint64
+	// ObserverDropped counts committed batches dropped from a Watch
+	// observer's full queue (see Lagger) since Open.
+	ObserverDropped uint64
 	// ReadOnly reports Options.ReadOnly, and Lock how the directory is held.
 	ReadOnly bool
 	Lock     LockState
@@ -556,7 +536,7 @@ type Stats struct {
 func (l *Ledger) Stats() Stats {
 	st := Stats{Commits: l.commits.Load(), Events: l.eventsDone.Load(), CommitNanos: l.commitNanos.Load(),
 		Queued: len(l.queue), Head: l.Head(), CorruptReads: l.corruptReads.Load(),
-		ReadOnly: l.opts.ReadOnly, Lock: l.lockState}
+		ObserverDropped: l.obsDropped.Load(), ReadOnly: l.opts.ReadOnly, Lock: l.lockState}
 	if err := l.failed(); errors.Is(err, ErrFailed) {
 		st.Failed, st.Failure = true, err
 	}

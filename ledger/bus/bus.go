@@ -317,9 +317,9 @@ func (b *Bus) WebSocketURL() string {
 // embedding hosts: nats.Connect("", nats.InProcessServer(b.Server()))).
 func (b *Bus) Server() *server.Server { return b.srv }
 
-// Committed implements ledger.Observer: it publishes each event on its subject.
-// Core NATS publication buffers and never blocks the committer for long; a
-// failure is logged, and subscribers recover through replay.
+// Committed implements ledger.Observer: it publishes each event on its subject,
+// on the bus's own Watch goroutine (it never delays an ack); a failure is
+// logged, and subscribers recover through replay.
 func (b *Bus) Committed(batch []ledger.Record) {
 	for i := range batch {
 		r := &batch[i]
@@ -331,6 +331,13 @@ func (b *Bus) Committed(batch []ledger.Record) {
 			b.opts.Logger.Warn("bus: publish failed", "seq", r.Env.Seq, "err", err)
 		}
 	}
+}
+
+// Lagged implements ledger.Lagger: publication fell ledger.ObserverQueueLen
+// batches behind and events from..to are not published; subscribers fill the
+// hole by replay (busclient.Client.Tail).
+func (b *Bus) Lagged(from, to ledger.Seq) {
+	b.opts.Logger.Warn("bus: publication fell behind; events left to replay", "from", from, "to", to)
 }
 
 // Close stops the API, waits for the appends it is serving (they finish:
