@@ -14,6 +14,14 @@
 //	m/format                      → keyspace format version
 //	p/<projection>                → snapshot (owned by the projector's user)
 //	i/<idempotency key>           → IdemRecord of the keyed append (see EncodeIdem)
+//	t/<level:1><index:8 BE>       → 32-byte RFC 6962 hash of Merkle node (level, index), level ≥ TreeStoredLevel
+//	m/tree                        → <size:8 BE>: how many leaves the stored t/ nodes cover
+//
+// The Merkle tree is RFC 6962's over the events' canonical bytes: leaf i
+// (0-based) is event seq i+1, node (level, index) covers leaves
+// index·2^level … (index+1)·2^level − 1. Only perfect subtrees of at least
+// 2^TreeStoredLevel leaves are stored (written in the batch of the event that
+// completes them, with m/tree); smaller ones are recomputed from the events.
 //
 // Identifiers cannot contain '/', so "a/<activation>/" is an unambiguous
 // prefix.
@@ -42,9 +50,21 @@ const (
 	// IdemEvicted holds the sealing time (Unix nanoseconds, 8 bytes BE) of
 	// the newest idempotency record evicted so far.
 	IdemEvicted = "m/idem-evicted"
+	// PrefixTree holds the stored Merkle nodes (see TreeNode). Like i/, they
+	// are derived data: FormatVersion is unchanged, and a ledger without
+	// them gets them built on its next writable Open.
+	PrefixTree = "t/"
+	// TreeSize holds how many leaves (events 1..size) the stored t/ nodes
+	// cover (EncodeTreeSize).
+	TreeSize = "m/tree"
 	// FormatVersion is the value of m/format this build writes and reads.
 	FormatVersion = "1"
 )
+
+// TreeStoredLevel is the lowest level of the Merkle nodes stored under t/:
+// nodes covering 16 leaves and more. It bounds the index to about 1/8 of a
+// hash per event while any lower node is recomputed from at most 8 events.
+const TreeStoredLevel = 4
 
 // IndexPrefixes are the secondary index prefixes, in the order Activation,
 // Session, Kind.
@@ -155,4 +175,35 @@ func DecodeIdem(b []byte) (IdemRecord, bool) {
 	copy(r.Digest[:], b[20:52])
 	r.At = int64(binary.BigEndian.Uint64(b[52:]))
 	return r, true
+}
+
+// treeNodeLen is the length of a t/ key.
+const treeNodeLen = len(PrefixTree) + 1 + 8
+
+// TreeNode is the key of the stored Merkle node (level, index).
+func TreeNode(level uint, index uint64) []byte {
+	b := append(make([]byte, 0, treeNodeLen), PrefixTree...)
+	b = append(b, byte(level))
+	return binary.BigEndian.AppendUint64(b, index)
+}
+
+// DecodeTreeNode reads a t/ key.
+func DecodeTreeNode(k []byte) (level uint, index uint64, ok bool) {
+	if len(k) != treeNodeLen || string(k[:len(PrefixTree)]) != PrefixTree {
+		return 0, 0, false
+	}
+	return uint(k[len(PrefixTree)]), binary.BigEndian.Uint64(k[len(PrefixTree)+1:]), true
+}
+
+// EncodeTreeSize is the m/tree value for a tree of size leaves.
+func EncodeTreeSize(size events.Seq) []byte {
+	return binary.BigEndian.AppendUint64(make([]byte, 0, 8), uint64(size))
+}
+
+// DecodeTreeSize reads an m/tree value.
+func DecodeTreeSize(b []byte) (events.Seq, bool) {
+	if len(b) != 8 {
+		return 0, false
+	}
+	return events.Seq(binary.BigEndian.Uint64(b)), true
 }
