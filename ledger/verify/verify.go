@@ -145,11 +145,6 @@ type Options struct {
 	Checkpoints []Checkpoint
 }
 
-// BytesPerEvent is the memory a verification needs per event: three 64-bit
-// index fingerprints (plus one bit, the index pass's record of the seqs it
-// has seen). A log of 10^8 events needs 2.4 GB to verify.
-const BytesPerEvent = 24
-
 // Ledger verifies an open ledger while it keeps serving: it reads a Pebble
 // snapshot, so appends made meanwhile are neither checked nor disturbed.
 // The first fault is returned as an *Error naming the seq.
@@ -220,9 +215,9 @@ func release(a store.Access, err *error) {
 	}
 }
 
-// Every check reads one Pebble snapshot of db: event records, then m/head,
-// anchors and checkpoints, then the index entries against fingerprints
-// collected in the first pass.
+// Every check reads one Pebble snapshot of db: event records (checked by
+// the pipeline of pipeline.go), then m/head, anchors and checkpoints, then
+// the index entries against the sums collected in the first pass.
 func check(ctx context.Context, db *pebble.DB, readErr readErrFunc, vo Options) (Report, error) {
 	progress := vo.Progress
 	anchors := map[ledger.Seq]events.Hash{}
@@ -260,84 +255,88 @@ func check(ctx context.Context, db *pebble.DB, readErr readErrFunc, vo Options) 
 	if err != nil {
 		return Report{}, fmt.Errorf("verify: iterate: %w", err)
 	}
-	defer it.Close()
+	cfg := &passConfig{validator: validator, seeds: [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}, leaves: tree != nil}
+	sums := &indexSums{cfg: cfg, g: newBucketing(stored.Seq)}
+	pass := startEventPass(ctx, it, cfg)
+	defer func() {
+		pass.stop()
+		it.Close()
+	}()
 
 	var prev events.Hash
 	var want ledger.Seq = 1
-	fps := &indexFingerprints{seed: maphash.MakeSeed()}
 	var rep Report
-	for ok := it.First(); ok; ok = it.Next() {
-		if err := ctx.Err(); err != nil {
-			return rep, err
-		}
-		key := it.Key()
-		seq, ok := keys.SeqOf(key)
-		if !ok || len(key) != len(keys.PrefixEvent)+8 {
-			return rep, fault("chain", want, FaultUndecodable, "malformed event key")
-		}
-		if seq != want {
-			return rep, fault("chain", want, FaultGap, fmt.Sprintf("next stored event is seq %d", seq))
-		}
-		raw, err := it.ValueAndErr()
-		if err != nil {
-			return rep, unreadable("chain", seq, 0, readErr, err)
-		}
-		env, err := events.Decode(raw)
-		if err != nil {
-			return rep, fault("chain", seq, FaultUndecodable, err.Error())
-		}
-		if env.Seq != seq {
-			return rep, fault("chain", seq, FaultSeqMismatch, fmt.Sprintf("envelope says seq %d", env.Seq))
-		}
-		if !env.CheckHash() {
-			return rep, fault("chain", seq, FaultBadHash, "")
-		}
-		if env.Prev != prev {
-			return rep, fault("chain", seq, FaultBrokenLink, "prev is not the hash of seq "+fmt.Sprint(seq-1))
-		}
-		if err := validator.ValidateEnvelope(raw); err != nil {
-			return rep, fault("chain", seq, FaultSchemaInvalid, err.Error())
-		}
-		if tree != nil {
-			if err := tree.Append(hasher.HashLeaf(raw), nil); err != nil {
-				return rep, fmt.Errorf("verify: merkle: %w", err)
+	var endErr error
+	for end := false; !end; {
+		b := <-pass.ordered
+		<-b.done
+		for i := range b.items {
+			x := &b.items[i]
+			if err := ctx.Err(); err != nil {
+				return rep, err
 			}
-			if cs := checkpoints[seq]; len(cs) > 0 {
-				root, err := tree.GetRootHash(nil)
-				if err != nil {
+			seq := x.seq
+			if !x.keyOK {
+				return rep, fault("chain", want, FaultUndecodable, "malformed event key")
+			}
+			if seq != want {
+				return rep, fault("chain", want, FaultGap, fmt.Sprintf("next stored event is seq %d", seq))
+			}
+			if x.readErr != nil {
+				return rep, unreadable("chain", seq, 0, readErr, x.readErr)
+			}
+			if x.pre != "" {
+				return rep, fault("chain", seq, x.pre, x.detail)
+			}
+			if x.prev != prev {
+				return rep, fault("chain", seq, FaultBrokenLink, "prev is not the hash of seq "+fmt.Sprint(seq-1))
+			}
+			if x.post != "" {
+				return rep, fault("chain", seq, x.post, x.detail)
+			}
+			if tree != nil {
+				if err := tree.Append(x.leaf[:], nil); err != nil {
 					return rep, fmt.Errorf("verify: merkle: %w", err)
 				}
-				for _, c := range cs {
-					if !bytes.Equal(root, c.Root) || c.Head != env.Hash {
-						return rep, fault("checkpoint", seq, FaultCheckpoint,
-							fmt.Sprintf("the Merkle root or chain hash over seqs 1..%d differs from the checkpoint of %q", seq, c.Origin))
+				if cs := checkpoints[seq]; len(cs) > 0 {
+					root, err := tree.GetRootHash(nil)
+					if err != nil {
+						return rep, fmt.Errorf("verify: merkle: %w", err)
 					}
+					for _, c := range cs {
+						if !bytes.Equal(root, c.Root) || c.Head != x.hash {
+							return rep, fault("checkpoint", seq, FaultCheckpoint,
+								fmt.Sprintf("the Merkle root or chain hash over seqs 1..%d differs from the checkpoint of %q", seq, c.Origin))
+						}
+					}
+					delete(checkpoints, seq)
 				}
-				delete(checkpoints, seq)
+			}
+			if want, ok := anchors[seq]; ok {
+				if want != x.hash {
+					return rep, fault("anchor", seq, FaultAnchor, "hash differs from the anchor")
+				}
+				delete(anchors, seq)
+			}
+			prev = x.hash
+			sums.add(x)
+			rep.Events = seq
+			want++
+			if progress != nil && seq%progressEvery == 0 {
+				progress(uint64(seq), uint64(max(stored.Seq, seq)))
 			}
 		}
-		if want, ok := anchors[seq]; ok {
-			if want != env.Hash {
-				return rep, fault("anchor", seq, FaultAnchor, "hash differs from the anchor")
-			}
-			delete(anchors, seq)
-		}
-		prev = env.Hash
-		fps.add(&env)
-		rep.Events = seq
-		want++
-		if progress != nil && seq%progressEvery == 0 {
-			progress(uint64(seq), uint64(max(stored.Seq, seq)))
-		}
+		end, endErr = b.end, b.endErr
+		pass.recycle(b)
 	}
-	if err := it.Error(); err != nil {
-		if ctx.Err() != nil {
-			return rep, ctx.Err()
-		}
+	if err := ctx.Err(); err != nil {
+		return rep, err
+	}
+	if endErr != nil {
 		// The events from want on cannot be read; how far the damage goes
 		// is the damaged file's range when Pebble names it, else up to the
 		// stored head.
-		return rep, unreadable("chain", want, max(stored.Seq, want), readErr, err)
+		return rep, unreadable("chain", want, max(stored.Seq, want), readErr, endErr)
 	}
 	last := ledger.Head{Seq: want - 1, Hash: prev}
 	if stored != last {
@@ -362,7 +361,7 @@ func check(ctx context.Context, db *pebble.DB, readErr readErrFunc, vo Options) 
 			fmt.Sprintf("the chain ends at seq %d but an anchor names seq %d", last.Seq, seq))
 	}
 	rep.Head = last
-	n, err := verifyIndexes(ctx, snap, fps, readErr)
+	n, err := verifyIndexes(ctx, snap, sums, last.Seq, readErr)
 	rep.Indexes = n
 	if err != nil {
 		return rep, err
@@ -371,80 +370,4 @@ func check(ctx context.Context, db *pebble.DB, readErr readErrFunc, vo Options) 
 		progress(uint64(last.Seq), uint64(last.Seq))
 	}
 	return rep, nil
-}
-
-// indexFingerprints holds, per seq, a fingerprint of the identifier each
-// index should hold for it (0: no entry). The fingerprint is a 64-bit
-// maphash under a seed drawn at random for each verification, so nobody can
-// prepare an identifier that collides with another: a forged index entry is
-// caught, and the index pass need not decode events again.
-type indexFingerprints struct {
-	seed maphash.Seed
-	fps  [][3]uint64
-}
-
-func (f *indexFingerprints) fingerprint(id string) uint64 {
-	if id == "" {
-		return 0
-	}
-	return maphash.String(f.seed, id) | 1
-}
-
-func (f *indexFingerprints) add(env *events.Envelope) {
-	f.fps = append(f.fps, [3]uint64{f.fingerprint(env.Activation), f.fingerprint(env.Session), f.fingerprint(string(env.Kind))})
-}
-
-// verifyIndexes checks that every index entry names an existing event
-// carrying the indexed identifier, and that no entry is missing: a missing
-// entry is reported at the seq of the event that lacks it.
-func verifyIndexes(ctx context.Context, snap *pebble.Snapshot, f *indexFingerprints, readErr readErrFunc) (int, error) {
-	n := 0
-	fps := f.fps
-	seen := make([]uint64, (len(fps)+63)/64) // seqs with an entry in the current index
-	for i, prefix := range keys.IndexPrefixes {
-		clear(seen)
-		it, err := snap.NewIterWithContext(ctx, &pebble.IterOptions{LowerBound: []byte(prefix), UpperBound: keys.UpperBound([]byte(prefix))})
-		if err != nil {
-			return n, unreadable("indexes", 0, 0, readErr, err)
-		}
-		var last ledger.Seq // the last entry read, for a damaged block's range
-		for ok := it.First(); ok; ok = it.Next() {
-			key := it.Key()
-			seq, ok := keys.SeqOf(key)
-			if !ok || len(key) < len(prefix)+2+8 || key[len(key)-9] != '/' {
-				it.Close()
-				return n, fault("indexes", 0, FaultIndex, prefix+" index: malformed key")
-			}
-			if seq == 0 || int(seq) > len(fps) {
-				it.Close()
-				return n, fault("indexes", seq, FaultIndex, prefix+" index entry beyond the head")
-			}
-			if f.fingerprint(string(key[len(prefix):len(key)-9])) != fps[seq-1][i] {
-				it.Close()
-				return n, fault("indexes", seq, FaultIndex, prefix+" index entry does not match the event")
-			}
-			seen[(seq-1)/64] |= 1 << ((seq - 1) % 64)
-			last = seq
-			n++
-		}
-		if err := it.Error(); err != nil {
-			it.Close()
-			if ctx.Err() != nil {
-				return n, ctx.Err()
-			}
-			// Index keys are ordered by identifier, then seq: the damage
-			// is known to lie after the last entry read, not which seqs
-			// it covers.
-			return n, unreadable("indexes", last+1, ledger.Seq(len(fps)), readErr, fmt.Errorf("%s index: %w", prefix, err))
-		}
-		if err := it.Close(); err != nil {
-			return n, fmt.Errorf("verify: iterate index: %w", err)
-		}
-		for j, fp := range fps {
-			if fp[i] != 0 && seen[j/64]&(1<<(j%64)) == 0 {
-				return n, fault("indexes", ledger.Seq(j+1), FaultIndex, prefix+" index entry missing for this event")
-			}
-		}
-	}
-	return n, nil
 }
