@@ -47,14 +47,14 @@ type item struct {
 	off, n  int        // the copied bytes: batch.buf[off:off+n]
 	size    int        // the stored value's length (n, unless too large)
 
-	pre       Fault  // a fault found before the link check (undecodable, seq, hash)
-	post      Fault  // a fault found after it (schema)
-	detail    string // the fault's explanation
-	hash      events.Hash
-	prev      events.Hash
-	leaf      [32]byte  // RFC 6962 leaf hash, when the tree is built
-	index     [3]sum128 // keyed hash of each expected index entry
-	hasIndex  [3]bool
+	pre      Fault  // a fault found before the link check (undecodable, seq, hash)
+	post     Fault  // a fault found after it (schema)
+	detail   string // the fault's explanation
+	hash     events.Hash
+	prev     events.Hash
+	leaf     [32]byte  // RFC 6962 leaf hash, when the tree is built
+	index    [3]sum128 // keyed hash of each expected index entry
+	hasIndex [3]bool
 }
 
 // itemBytes is an upper bound of an item's memory, its detail string aside
