@@ -1,5 +1,7 @@
 package projector
 
+import "strconv"
+
 // ActivationReport is everything the projection knows about one
 // activation's cleanup, as an auditor reads it: the resources with their
 // statuses and facts, the recent receipts and aggregates, the connection
@@ -79,5 +81,12 @@ func (s *State) verdict(a *Activation) (string, []string, int) {
 	}
 	a.obligations(&rs)
 	a.evidenceReasons(&rs)
+	if key, ok := s.leaseOf[a.ID]; ok {
+		// A call's outcome is recorded after the call returns; a host lost
+		// before that leaves the call admitted with no outcome: unknown.
+		if l := s.leases[key]; l != nil && l.Activation == a.ID && l.CallsInFlight > 0 {
+			rs.add("call_outcome_unknown: " + strconv.Itoa(l.CallsInFlight) + " admitted call(s) with no call.finished (running, or the host stopped before recording the outcome)")
+		}
+	}
 	return ResultUnconfirmed, rs.list, rs.omitted
 }

@@ -48,7 +48,11 @@
 //	  "timeline": [                 // the last Options.Timeline events, oldest first
 //	    {"seq": 1, "time": "…", "kind": "…", "data": {…}}
 //	  ],
-//	  "timeline_omitted": 0
+//	  "timeline_omitted": 0,
+//	  "calls_outcome_unknown": [    // admitted calls with no call.finished, at most MaxUnknownCalls
+//	    {"call_id": "…", "tool": "…", "session": "…", "admitted_seq": 9}
+//	  ],
+//	  "calls_outcome_unknown_omitted": 0
 //	}
 //
 // [Summary]:

@@ -79,6 +79,11 @@ type Activation struct {
 	// TimelineOmitted counts the earlier ones left out.
 	Timeline        []Event `json:"timeline"`
 	TimelineOmitted uint64  `json:"timeline_omitted"`
+	// CallsOutcomeUnknown are the admitted calls with no call.finished,
+	// in admission order, at most MaxUnknownCalls (see UnknownCall);
+	// CallsOutcomeUnknownOmitted counts the rest.
+	CallsOutcomeUnknown        []UnknownCall `json:"calls_outcome_unknown"`
+	CallsOutcomeUnknownOmitted int           `json:"calls_outcome_unknown_omitted"`
 }
 
 // Event is one event of an activation's timeline, its payload as recorded.
@@ -99,6 +104,7 @@ type Fold struct {
 	total uint64
 	reqs  requestFold
 	http  httpFold
+	calls callFold
 }
 
 // NewFold returns a fold of activation's events.
@@ -123,7 +129,7 @@ func (f *Fold) Add(env *events.Envelope) error {
 	var p events.Payload
 	family := env.Kind.Family()
 	late := false
-	if family == "request" || family == "http" {
+	if family == "request" || family == "http" || family == "call" {
 		var err error
 		if p, err = env.Payload(); err != nil {
 			return &Error{Op: "add", Activation: f.id, Seq: uint64(env.Seq), Err: err}
@@ -141,6 +147,8 @@ func (f *Fold) Add(env *events.Envelope) error {
 		f.reqs.add(seq, p)
 	case "http":
 		f.http.add(seq, p, late)
+	case "call":
+		f.calls.add(seq, env.Session, p)
 	}
 	e := Event{Seq: seq, Time: events.Instant{Time: env.Time}, Kind: env.Kind, Data: env.Data}
 	if f.keep == 0 || len(f.ring) < f.keep {
@@ -176,6 +184,7 @@ func (f *Fold) Result() (Activation, error) {
 	out := Activation{Report: rep, Requests: f.reqs.result(), RequestsOmitted: f.reqs.omitted, HTTPRequestsOmitted: f.http.omitted}
 	a, _ := f.state.Activation(f.id)
 	out.HTTPRequests = f.http.result(&a.Evidence)
+	out.CallsOutcomeUnknown, out.CallsOutcomeUnknownOmitted = f.calls.result()
 	if f.keep > 0 && f.total > uint64(f.keep) { // the ring, oldest first
 		start := int(f.total % uint64(f.keep))
 		out.Timeline = append(slices.Clone(f.ring[start:]), f.ring[:start]...)
