@@ -1,7 +1,6 @@
 package events
 
 import (
-	"reflect"
 	"time"
 
 	"github.com/oklog/ulid/v2"
@@ -32,7 +31,8 @@ import (
 // itself. What its fields point to (an *Instant, a []int, a string) is
 // never reused and may be kept.
 type Decoder struct {
-	scratch  []reflect.Value
+	scratch  []scratch // one per codec, by codec.idx
+	last     []string  // the last value of each interned field, by fieldInfo.slot
 	names    map[string]string
 	lastIDs  [3]string // activation, session and server of the last event
 	day      [11]byte  // "YYYY-MM-DDT" of the cached midnight
@@ -79,268 +79,40 @@ func (d *Decoder) DecodePayload(kind Kind, data []byte) (Payload, error) {
 	return DecodePayload(kind, data)
 }
 
-type fieldType uint8
-
-const (
-	fString fieldType = iota
-	fInt
-	fInt64
-	fBool
-	fInstant
-	fInts
-)
-
-type fieldInfo struct {
-	name   string
-	index  int
-	typ    fieldType
-	intern bool // a low-cardinality value: interned instead of allocated
-	// omitEmpty: the encoder leaves the field out when it is the zero
-	// value; otherwise the field is always written. Canonical bytes
-	// therefore never hold a zero omitempty field and never lack another.
-	omitEmpty bool
-}
-
-type codec struct {
-	idx    int // index into Decoder.scratch
-	typ    reflect.Type
-	fields []fieldInfo
-}
-
-// internFields are payload fields whose values repeat (codes, origins,
-// digests of configurations): they are interned per Decoder.
-var internFields = map[string]bool{"outcome": true, "reason": true, "scope": true, "method": true,
-	"obligation": true, "phase": true, "transport": true, "cleanup": true, "signal": true, "remote": true,
-	"transport_accepted": true, "notification_delivered": true, "helper_version": true, "origin": true,
-	"tool": true, "fingerprint": true, "listing_digest": true, "digest": true, "key_session": true,
-	"owner": true, "worker": true, "detail": true}
-
-// maxInterned bounds a Decoder's intern table; when it is full, further
-// distinct values are simply allocated.
-const maxInterned = 4096
-
-var (
-	instantPtrType = reflect.TypeFor[*Instant]()
-	intSliceType   = reflect.TypeFor[[]int]()
-)
-
-// codecs maps each kind to its field table, built once from the events
-// registry. A kind with a field of a type the fast path does not know has
-// no codec and always uses the strict decoder.
-var codecs = func() map[Kind]*codec {
-	m := map[Kind]*codec{}
-	for _, k := range Kinds() {
-		p, err := New(k)
-		if err != nil {
-			continue
-		}
-		t := reflect.TypeOf(p).Elem()
-		c := &codec{idx: len(m), typ: t}
-		ok := true
-		for i := range t.NumField() {
-			f := t.Field(i)
-			name, opts, _ := cutComma(f.Tag.Get("json"))
-			if name == "" || name == "-" {
-				ok = false
-				break
-			}
-			var ft fieldType
-			switch {
-			case f.Type.Kind() == reflect.String:
-				ft = fString
-			case f.Type.Kind() == reflect.Int:
-				ft = fInt
-			case f.Type.Kind() == reflect.Int64:
-				ft = fInt64
-			case f.Type.Kind() == reflect.Bool:
-				ft = fBool
-			case f.Type == instantPtrType:
-				ft = fInstant
-			case f.Type == intSliceType:
-				ft = fInts
-			default:
-				ok = false
-			}
-			c.fields = append(c.fields, fieldInfo{name: name, index: i, typ: ft, intern: internFields[name], omitEmpty: opts == "omitempty"})
-		}
-		if ok {
-			m[k] = c
-		}
-	}
-	return m
-}()
-
-func cutComma(s string) (string, string, bool) {
-	for i := 0; i < len(s); i++ {
-		if s[i] == ',' {
-			return s[:i], s[i+1:], true
-		}
-	}
-	return s, "", false
-}
-
-// intern returns b as a string, from the Decoder's bounded table when seen.
-func (d *Decoder) intern(b []byte) string {
-	if v, ok := d.names[string(b)]; ok {
-		return v
-	}
-	v := string(b)
-	if d.names == nil {
-		d.names = make(map[string]string)
-	}
-	if len(d.names) < maxInterned {
-		d.names[v] = v
-	}
-	return v
-}
-
-// decode parses a canonical flat JSON object into the Decoder's scratch
-// payload of c's kind. It reports false for anything it does not handle
-// exactly.
-func (c *codec) decode(d *Decoder, data []byte) (Payload, bool) {
-	if d.scratch == nil {
-		d.scratch = make([]reflect.Value, len(codecs))
-	}
-	v := d.scratch[c.idx]
-	if !v.IsValid() {
-		v = reflect.New(c.typ)
-		d.scratch[c.idx] = v
-	}
-	s := v.Elem()
-	s.SetZero()
-	if len(data) < 2 || data[0] != '{' || data[len(data)-1] != '}' {
-		return nil, false
-	}
-	i, fi := 1, 0 // "{}" ends the loop at once; "{}" followed by more fails below
-	for i < len(data)-1 {
-		if i > 1 {
-			if data[i] != ',' {
-				return nil, false
-			}
-			i++
-		}
-		key, n, ok := plainString(data, i)
-		if !ok || n >= len(data) || data[n] != ':' {
-			return nil, false
-		}
-		i = n + 1
-		for fi < len(c.fields) && c.fields[fi].name != key {
-			if !c.fields[fi].omitEmpty {
-				return nil, false // a field the encoder always writes is missing
-			}
-			fi++
-		}
-		if fi == len(c.fields) {
-			return nil, false // unknown, repeated or out-of-order key
-		}
-		f := c.fields[fi]
-		fi++
-		fv := s.Field(f.index)
-		switch f.typ {
-		case fString:
-			raw, n, ok := plainBytes(data, i)
-			if !ok {
-				return nil, false
-			}
-			if f.intern {
-				fv.SetString(d.intern(raw))
-			} else {
-				fv.SetString(string(raw))
-			}
-			i = n
-		case fInt, fInt64:
-			x, n, ok := plainInt(data, i)
-			if !ok {
-				return nil, false
-			}
-			fv.SetInt(x)
-			i = n
-		case fBool:
-			switch {
-			case hasPrefixAt(data, i, "true"):
-				fv.SetBool(true)
-				i += 4
-			case hasPrefixAt(data, i, "false"):
-				i += 5
-			default:
-				return nil, false
-			}
-		case fInstant:
-			if i+32 > len(data) || data[i] != '"' || data[i+31] != '"' {
-				return nil, false
-			}
-			t, ok := parseTime(data[i+1 : i+31])
-			if !ok {
-				return nil, false
-			}
-			fv.Set(reflect.ValueOf(&Instant{Time: t}))
-			i += 32
-		case fInts:
-			if i >= len(data) || data[i] != '[' {
-				return nil, false
-			}
-			i++
-			var xs []int
-			for {
-				x, n, ok := plainInt(data, i)
-				if !ok {
-					return nil, false
-				}
-				xs = append(xs, int(x))
-				i = n
-				if i < len(data) && data[i] == ',' {
-					i++
-					continue
-				}
-				if i < len(data) && data[i] == ']' {
-					i++
-					break
-				}
-				return nil, false
-			}
-			fv.Set(reflect.ValueOf(xs))
-		}
-		if f.omitEmpty && zeroField(f.typ, fv) {
-			return nil, false // the encoder would have left it out
-		}
-	}
-	for ; fi < len(c.fields); fi++ {
-		if !c.fields[fi].omitEmpty {
-			return nil, false
-		}
-	}
-	p := v.Interface().(Payload)
-	if p.Validate() != nil {
-		return nil, false // let the strict decoder produce the error
-	}
-	return p, true
-}
-
 // parseTimeCached is parseTime with the Decoder's cache of the last date:
 // events of one day share its midnight, and only the clock is added.
 func (d *Decoder) parseTimeCached(b []byte) (time.Time, bool) {
 	if len(b) == len(TimeLayout) && d.dayOK && string(b[:11]) == string(d.day[:]) && b[29] == 'Z' &&
 		b[13] == ':' && b[16] == ':' && b[19] == '.' {
-		var hms [3]int64
-		for k, r := range [...][2]int{{11, 13}, {14, 16}, {17, 19}} {
-			for _, c := range b[r[0]:r[1]] {
-				if c < '0' || c > '9' {
-					return parseTime(b)
-				}
-				hms[k] = hms[k]*10 + int64(c-'0')
-			}
+		// The clock's fifteen digits, unrolled: a digit check per byte
+		// folded into one flag, and each field's value from its digits.
+		ok := byte(1)
+		for _, c := range b[11:13] {
+			ok &= digitByte[c]
 		}
+		for _, c := range b[14:16] {
+			ok &= digitByte[c]
+		}
+		for _, c := range b[17:19] {
+			ok &= digitByte[c]
+		}
+		for _, c := range b[20:29] {
+			ok &= digitByte[c]
+		}
+		if ok != 1 {
+			return time.Time{}, false // parseTime refuses a non-digit too
+		}
+		hh := int64(b[11]-'0')*10 + int64(b[12]-'0')
+		mm := int64(b[14]-'0')*10 + int64(b[15]-'0')
+		ss := int64(b[17]-'0')*10 + int64(b[18]-'0')
 		ns := int64(0)
 		for _, c := range b[20:29] {
-			if c < '0' || c > '9' {
-				return parseTime(b)
-			}
 			ns = ns*10 + int64(c-'0')
 		}
-		if hms[0] > 23 || hms[1] > 59 || hms[2] > 59 {
+		if hh > 23 || mm > 59 || ss > 59 {
 			return time.Time{}, false
 		}
-		clock := hms[0]*3600 + hms[1]*60 + hms[2]
+		clock := hh*3600 + mm*60 + ss
 		return d.midnight.Add(time.Duration(clock)*time.Second + time.Duration(ns)), true
 	}
 	t, ok := parseTime(b)
@@ -430,6 +202,14 @@ func (d *Decoder) fast(raw []byte, h *Header) (Payload, bool) {
 	var ids [3]string
 	for j, name := range [3]string{`,"activation":`, `,"session":`, `,"server":`} {
 		if hasPrefixAt(raw, i, name) {
+			// Mostly the same identity as the last event's: already
+			// checked, so matching it is reading it.
+			if last := d.lastIDs[j]; last != "" && hasPrefixAt(raw, i+len(name), `"`) &&
+				hasPrefixAt(raw, i+len(name)+1, last) && hasPrefixAt(raw, i+len(name)+1+len(last), `"`) {
+				ids[j] = last
+				i += len(name) + len(last) + 2
+				continue
+			}
 			var b []byte
 			if b, i, ok = plainBytes(raw, i+len(name)); !ok || !validIDBytes(b) {
 				return nil, false
@@ -457,7 +237,7 @@ func (d *Decoder) fast(raw []byte, h *Header) (Payload, bool) {
 		return nil, false
 	}
 	data := raw[i+len(`,"data":`) : end]
-	c := codecs[Kind(kindB)]
+	c := codecFor(kindB)
 	if c == nil {
 		return nil, false
 	}
@@ -465,6 +245,6 @@ func (d *Decoder) fast(raw []byte, h *Header) (Payload, bool) {
 	if !ok {
 		return nil, false
 	}
-	*h = Header{Seq: Seq(seq), Time: t, Kind: p.Kind(), Activation: ids[0], Session: ids[1], Server: ids[2]}
+	*h = Header{Seq: Seq(seq), Time: t, Kind: c.kind, Activation: ids[0], Session: ids[1], Server: ids[2]}
 	return p, true
 }

@@ -3,7 +3,6 @@ package events
 import (
 	"bytes"
 	"encoding/binary"
-	"reflect"
 
 	"github.com/oklog/ulid/v2"
 )
@@ -28,6 +27,14 @@ var plainByte = func() (t [256]byte) {
 	}
 	for _, c := range `"\<>&` {
 		t[c] = 0
+	}
+	return t
+}()
+
+// digitByte marks the ASCII digits.
+var digitByte = func() (t [256]byte) {
+	for c := '0'; c <= '9'; c++ {
+		t[c] = 1
 	}
 	return t
 }()
@@ -139,21 +146,6 @@ var crockford = func() (t [256]byte) {
 	}
 	return t
 }()
-
-// zeroField reports whether a decoded field holds its zero value, which
-// the encoder never writes for an omitempty field. Instants and int lists
-// are never zero once read (a pointer; at least one element).
-func zeroField(t fieldType, v reflect.Value) bool {
-	switch t {
-	case fString:
-		return v.Len() == 0
-	case fInt, fInt64:
-		return v.Int() == 0
-	case fBool:
-		return !v.Bool()
-	}
-	return false
-}
 
 // validIDBytes is [ValidID] for bytes.
 func validIDBytes(b []byte) bool {

@@ -1,0 +1,336 @@
+package events
+
+import (
+	"reflect"
+	"unsafe"
+)
+
+// The payload half of the fast decoder: a field table per kind, built once
+// from the registry by reflection, and a decode loop that writes fields
+// through their offsets in a reused payload, so the per-event path does
+// no reflection and allocates only the strings it must keep.
+
+type fieldType uint8
+
+const (
+	fString fieldType = iota
+	fInt
+	fInt64
+	fBool
+	fInstant
+	fInts
+)
+
+type fieldInfo struct {
+	name   string
+	key    string  // `"name":`, as the canonical encoder writes it
+	offset uintptr // of the field in its payload struct
+	typ    fieldType
+	intern bool // a low-cardinality value: interned instead of allocated
+	slot   int  // for an interned field: its index into Decoder.last
+	// omitEmpty: the encoder leaves the field out when it is the zero
+	// value; otherwise the field is always written. Canonical bytes
+	// therefore never hold a zero omitempty field and never lack another.
+	omitEmpty bool
+}
+
+type codec struct {
+	idx    int // index into Decoder.scratch
+	kind   Kind
+	typ    reflect.Type
+	fields []fieldInfo
+}
+
+// scratch is a Decoder's reusable payload of one kind: the value, its
+// address for the field writes, and the Payload interface over it.
+type scratch struct {
+	v    reflect.Value
+	base unsafe.Pointer
+	p    Payload
+}
+
+// internFields are payload fields whose values repeat (codes, origins,
+// digests of configurations): they are interned per Decoder.
+var internFields = map[string]bool{"outcome": true, "reason": true, "scope": true, "method": true,
+	"obligation": true, "phase": true, "transport": true, "cleanup": true, "signal": true, "remote": true,
+	"transport_accepted": true, "notification_delivered": true, "helper_version": true, "origin": true,
+	"tool": true, "fingerprint": true, "listing_digest": true, "digest": true, "key_session": true,
+	"owner": true, "worker": true, "detail": true}
+
+// maxInterned bounds a Decoder's intern table; when it is full, further
+// distinct values are simply allocated.
+const maxInterned = 4096
+
+var (
+	instantPtrType = reflect.TypeFor[*Instant]()
+	intSliceType   = reflect.TypeFor[[]int]()
+)
+
+// codecs maps each kind to its field table, built once from the events
+// registry. A kind with a field of a type the fast path does not know has
+// no codec and always uses the strict decoder. internSlots counts the
+// interned fields of all codecs.
+var codecs, internSlots = func() (map[Kind]*codec, int) {
+	m, slots := map[Kind]*codec{}, 0
+	for _, k := range Kinds() {
+		p, err := New(k)
+		if err != nil {
+			continue
+		}
+		t := reflect.TypeOf(p).Elem()
+		c := &codec{idx: len(m), kind: k, typ: t}
+		ok := true
+		for i := range t.NumField() {
+			f := t.Field(i)
+			name, opts, _ := cutComma(f.Tag.Get("json"))
+			if name == "" || name == "-" {
+				ok = false
+				break
+			}
+			var ft fieldType
+			switch {
+			case f.Type.Kind() == reflect.String:
+				ft = fString
+			case f.Type.Kind() == reflect.Int:
+				ft = fInt
+			case f.Type.Kind() == reflect.Int64:
+				ft = fInt64
+			case f.Type.Kind() == reflect.Bool:
+				ft = fBool
+			case f.Type == instantPtrType:
+				ft = fInstant
+			case f.Type == intSliceType:
+				ft = fInts
+			default:
+				ok = false
+			}
+			fi := fieldInfo{name: name, key: `"` + name + `":`, offset: f.Offset, typ: ft,
+				intern: ft == fString && internFields[name], omitEmpty: opts == "omitempty", slot: -1}
+			if fi.intern {
+				fi.slot = slots
+				slots++
+			}
+			c.fields = append(c.fields, fi)
+		}
+		if ok {
+			m[k] = c
+		}
+	}
+	return m, slots
+}()
+
+// kindTable finds a codec from a kind's bytes without hashing the whole
+// name: kinds differ in their length and last bytes, so a small
+// open-addressed table on those resolves each in one or two comparisons.
+var kindTable = func() (t [256]*codec) {
+	for _, c := range codecs {
+		h := kindHash([]byte(c.kind))
+		for t[h] != nil {
+			h = (h + 1) & 255
+		}
+		t[h] = c
+	}
+	return t
+}()
+
+func kindHash(b []byte) uint8 {
+	n := len(b)
+	if n < 2 {
+		return uint8(n)
+	}
+	return uint8(n*37 + int(b[n-1])*7 + int(b[n-2])*3 + int(b[n/2]))
+}
+
+// codecFor returns the codec of the kind named by b, or nil.
+func codecFor(b []byte) *codec {
+	h := kindHash(b)
+	for range len(kindTable) {
+		c := kindTable[h]
+		if c == nil {
+			return nil
+		}
+		if string(c.kind) == string(b) {
+			return c
+		}
+		h++
+	}
+	return nil
+}
+
+func cutComma(s string) (string, string, bool) {
+	for i := 0; i < len(s); i++ {
+		if s[i] == ',' {
+			return s[:i], s[i+1:], true
+		}
+	}
+	return s, "", false
+}
+
+// intern returns b as a string, from the Decoder's bounded table when seen.
+func (d *Decoder) intern(b []byte) string {
+	if v, ok := d.names[string(b)]; ok {
+		return v
+	}
+	v := string(b)
+	if d.names == nil {
+		d.names = make(map[string]string)
+	}
+	if len(d.names) < maxInterned {
+		d.names[v] = v
+	}
+	return v
+}
+
+// internField is intern for one field, trying first the field's last
+// value: consecutive events of a kind mostly repeat it, and a comparison
+// is cheaper than a lookup.
+func (d *Decoder) internField(slot int, b []byte) string {
+	if d.last == nil {
+		d.last = make([]string, internSlots)
+	}
+	if v := d.last[slot]; v == string(b) && v != "" {
+		return v
+	}
+	v := d.intern(b)
+	d.last[slot] = v
+	return v
+}
+
+// payload returns the Decoder's zeroed scratch payload of c's kind.
+func (d *Decoder) payload(c *codec) *scratch {
+	if d.scratch == nil {
+		d.scratch = make([]scratch, len(codecs))
+	}
+	sc := &d.scratch[c.idx]
+	if sc.p == nil {
+		sc.v = reflect.New(c.typ)
+		sc.base = sc.v.UnsafePointer()
+		sc.p = sc.v.Interface().(Payload)
+	} else {
+		sc.v.Elem().SetZero()
+	}
+	return sc
+}
+
+// decode parses a canonical flat JSON object into the Decoder's scratch
+// payload of c's kind. It reports false for anything it does not handle
+// exactly.
+func (c *codec) decode(d *Decoder, data []byte) (Payload, bool) {
+	sc := d.payload(c)
+	if len(data) < 2 || data[0] != '{' || data[len(data)-1] != '}' {
+		return nil, false
+	}
+	i, fi := 1, 0 // "{}" ends the loop at once; "{}" followed by more fails below
+	for i < len(data)-1 {
+		if i > 1 {
+			if data[i] != ',' {
+				return nil, false
+			}
+			i++
+		}
+		// The key must be the next field in declaration order, skipping
+		// only fields the encoder may leave out; field names are plain, so
+		// matching `"name":` is reading a plain string equal to the name.
+		for fi < len(c.fields) && !hasPrefixAt(data, i, c.fields[fi].key) {
+			if !c.fields[fi].omitEmpty {
+				return nil, false // a field the encoder always writes is missing
+			}
+			fi++
+		}
+		if fi == len(c.fields) {
+			return nil, false // unknown, repeated or out-of-order key
+		}
+		f := &c.fields[fi]
+		fi++
+		i += len(f.key)
+		at := unsafe.Add(sc.base, f.offset) // the field f in the scratch payload
+		zero := false
+		switch f.typ {
+		case fString:
+			raw, n, ok := plainBytes(data, i)
+			if !ok {
+				return nil, false
+			}
+			switch {
+			case len(raw) == 0:
+				zero = true
+			case f.intern:
+				*(*string)(at) = d.internField(f.slot, raw)
+			default:
+				*(*string)(at) = string(raw)
+			}
+			i = n
+		case fInt, fInt64:
+			x, n, ok := plainInt(data, i)
+			if !ok {
+				return nil, false
+			}
+			if f.typ == fInt {
+				*(*int)(at) = int(x)
+			} else {
+				*(*int64)(at) = x
+			}
+			zero = x == 0
+			i = n
+		case fBool:
+			switch {
+			case hasPrefixAt(data, i, "true"):
+				*(*bool)(at) = true
+				i += 4
+			case hasPrefixAt(data, i, "false"):
+				zero = true
+				i += 5
+			default:
+				return nil, false
+			}
+		case fInstant:
+			if i+32 > len(data) || data[i] != '"' || data[i+31] != '"' {
+				return nil, false
+			}
+			t, ok := parseTime(data[i+1 : i+31])
+			if !ok {
+				return nil, false
+			}
+			*(**Instant)(at) = &Instant{Time: t}
+			i += 32
+		case fInts:
+			if i >= len(data) || data[i] != '[' {
+				return nil, false
+			}
+			i++
+			var xs []int
+			for {
+				x, n, ok := plainInt(data, i)
+				if !ok {
+					return nil, false
+				}
+				xs = append(xs, int(x))
+				i = n
+				if i < len(data) && data[i] == ',' {
+					i++
+					continue
+				}
+				if i < len(data) && data[i] == ']' {
+					i++
+					break
+				}
+				return nil, false
+			}
+			*(*[]int)(at) = xs
+		}
+		// Instants and int lists are never zero once read (a pointer; at
+		// least one element).
+		if f.omitEmpty && zero {
+			return nil, false // the encoder would have left it out
+		}
+	}
+	for ; fi < len(c.fields); fi++ {
+		if !c.fields[fi].omitEmpty {
+			return nil, false
+		}
+	}
+	if sc.p.Validate() != nil {
+		return nil, false // let the strict decoder produce the error
+	}
+	return sc.p, true
+}
