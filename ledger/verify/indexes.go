@@ -51,23 +51,28 @@ type sum128 [2]uint64
 
 func (s *sum128) add(h sum128) { s[0] += h[0]; s[1] += h[1] }
 
-// bucketing splits seqs 1..n into IndexBuckets ranges of span seqs; seqs
-// beyond n fall into the last.
-type bucketing struct{ span uint64 }
+// bucketing splits seqs 1..n into count ranges of span seqs; seqs beyond
+// n fall into the last.
+type bucketing struct {
+	span  uint64
+	count int
+}
 
-func newBucketing(n ledger.Seq) bucketing {
-	return bucketing{span: max(1, (uint64(n)+IndexBuckets-1)/IndexBuckets)}
+// newBucketing splits 1..n into count buckets (IndexBuckets; tests use
+// fewer to exercise buckets of many seqs on small logs).
+func newBucketing(n ledger.Seq, count int) bucketing {
+	return bucketing{span: max(1, (uint64(n)+uint64(count)-1)/uint64(count)), count: count}
 }
 
 func (g bucketing) of(seq ledger.Seq) int {
-	return int(min((uint64(seq)-1)/g.span, IndexBuckets-1))
+	return int(min((uint64(seq)-1)/g.span, uint64(g.count-1)))
 }
 
 // bounds is the seq range of bucket b within 1..n (lo > hi: empty).
 func (g bucketing) bounds(b int, n ledger.Seq) (lo, hi ledger.Seq) {
 	lo = ledger.Seq(uint64(b)*g.span + 1)
 	hi = n
-	if b < IndexBuckets-1 {
+	if b < g.count-1 {
 		hi = min(n, ledger.Seq(uint64(b+1)*g.span))
 	}
 	return lo, hi
@@ -77,7 +82,17 @@ func (g bucketing) bounds(b int, n ledger.Seq) (lo, hi ledger.Seq) {
 type indexSums struct {
 	cfg  *passConfig
 	g    bucketing
-	want [len(keys.IndexPrefixes)][IndexBuckets]sum128
+	want [len(keys.IndexPrefixes)][]sum128
+	// window is the most seqs one exact second pass covers (LocaliseEvents).
+	window int
+}
+
+func newIndexSums(cfg *passConfig, head ledger.Seq, buckets, window int) *indexSums {
+	s := &indexSums{cfg: cfg, g: newBucketing(head, buckets), window: window}
+	for i := range s.want {
+		s.want[i] = make([]sum128, buckets)
+	}
+	return s
 }
 
 // add records the expected index entries of one checked event.
@@ -116,9 +131,9 @@ func indexEntry(prefix string, key []byte, n ledger.Seq) (ledger.Seq, string) {
 // verified seq.
 func verifyIndexes(ctx context.Context, snap *pebble.Snapshot, s *indexSums, n ledger.Seq, readErr readErrFunc) (int, error) {
 	count := 0
-	got := new([IndexBuckets]sum128)
+	got := make([]sum128, s.g.count)
 	for i, prefix := range keys.IndexPrefixes {
-		clear(got[:])
+		clear(got)
 		it, err := snap.NewIterWithContext(ctx, &pebble.IterOptions{LowerBound: []byte(prefix), UpperBound: keys.UpperBound([]byte(prefix))})
 		if err != nil {
 			return count, unreadable("indexes", 0, 0, readErr, err)
@@ -156,7 +171,7 @@ func verifyIndexes(ctx context.Context, snap *pebble.Snapshot, s *indexSums, n l
 		if err := it.Close(); err != nil {
 			return count, fmt.Errorf("verify: iterate index: %w", err)
 		}
-		var differ [IndexBuckets]bool
+		differ := make([]bool, s.g.count)
 		anyDiffer := false
 		for b := range got {
 			if got[b] != s.want[i][b] {
@@ -166,7 +181,7 @@ func verifyIndexes(ctx context.Context, snap *pebble.Snapshot, s *indexSums, n l
 		if bad.pos < 0 && !anyDiffer {
 			continue
 		}
-		return count, s.localise(ctx, snap, i, &differ, bad, n, readErr)
+		return count, s.localise(ctx, snap, i, differ, bad, n, readErr)
 	}
 	return count, nil
 }
@@ -175,19 +190,19 @@ func verifyIndexes(ctx context.Context, snap *pebble.Snapshot, s *indexSums, n l
 // marked in differ or a bad entry was met at bad.pos: it re-reads the
 // events of those buckets into an exact table, LocaliseEvents seqs at a
 // time, and the index against it.
-func (s *indexSums) localise(ctx context.Context, snap *pebble.Snapshot, i int, differ *[IndexBuckets]bool, bad badEntry, n ledger.Seq, readErr readErrFunc) error {
+func (s *indexSums) localise(ctx context.Context, snap *pebble.Snapshot, i int, differ []bool, bad badEntry, n ledger.Seq, readErr readErrFunc) error {
 	prefix := keys.IndexPrefixes[i]
-	table := make([]uint64, min(uint64(n), LocaliseEvents)) // expected entry hash per seq, 0: none
+	table := make([]uint64, min(uint64(n), uint64(s.window))) // expected entry hash per seq, 0: none
 	seen := make([]uint64, (len(table)+63)/64)
 	var missing ledger.Seq
 	inDiffer := func(seq ledger.Seq) bool { return differ[s.g.of(seq)] }
 	for lo := ledger.Seq(1); lo <= n; {
 		// The next window starts at the next seq of a differing bucket.
 		b := s.g.of(lo)
-		for b < IndexBuckets && !differ[b] {
+		for b < s.g.count && !differ[b] {
 			b++
 		}
-		if b == IndexBuckets {
+		if b == s.g.count {
 			break
 		}
 		if blo, _ := s.g.bounds(b, n); blo > lo {
@@ -250,7 +265,7 @@ func (s *indexSums) localise(ctx context.Context, snap *pebble.Snapshot, i int, 
 
 // fillTable reads the events lo..hi that lie in differing buckets and
 // records the hash of the entry of index i each should have.
-func (s *indexSums) fillTable(ctx context.Context, snap *pebble.Snapshot, i int, lo, hi ledger.Seq, table []uint64, differ *[IndexBuckets]bool, readErr readErrFunc) error {
+func (s *indexSums) fillTable(ctx context.Context, snap *pebble.Snapshot, i int, lo, hi ledger.Seq, table []uint64, differ []bool, readErr readErrFunc) error {
 	it, err := snap.NewIterWithContext(ctx, &pebble.IterOptions{LowerBound: keys.Event(lo), UpperBound: keys.Event(hi + 1)})
 	if err != nil {
 		return unreadable("indexes", lo, hi, readErr, err)

@@ -143,6 +143,11 @@ type Options struct {
 	// the Merkle root over the first Size events and the chain hash of event
 	// Size must match each one.
 	Checkpoints []Checkpoint
+
+	// buckets and window, when set (tests), replace IndexBuckets and
+	// LocaliseEvents so that small logs exercise many seqs per bucket and
+	// several localisation windows.
+	buckets, window int
 }
 
 // Ledger verifies an open ledger while it keeps serving: it reads a Pebble
@@ -256,7 +261,11 @@ func check(ctx context.Context, db *pebble.DB, readErr readErrFunc, vo Options) 
 		return Report{}, fmt.Errorf("verify: iterate: %w", err)
 	}
 	cfg := &passConfig{validator: validator, seeds: [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}, leaves: tree != nil}
-	sums := &indexSums{cfg: cfg, g: newBucketing(stored.Seq)}
+	buckets, window := IndexBuckets, LocaliseEvents
+	if vo.buckets > 0 {
+		buckets, window = vo.buckets, vo.window
+	}
+	sums := newIndexSums(cfg, stored.Seq, buckets, window)
 	pass := startEventPass(ctx, it, cfg)
 	defer func() {
 		pass.stop()
