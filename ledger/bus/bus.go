@@ -172,7 +172,7 @@ func Start(l *ledger.Ledger, opts Options) (*Bus, error) {
 	client := func(c class, user string, publish ...string) *server.Permissions {
 		return &server.Permissions{
 			Publish:   &server.SubjectPermission{Allow: append(publish, servicePublish(opts.Services, c, user)...)},
-			Subscribe: &server.SubjectPermission{Allow: []string{busclient.EventSubjects(), busclient.InboxPrefix(user) + ".>"}},
+			Subscribe: &server.SubjectPermission{Allow: []string{busclient.EventSubjects(), busclient.CheckpointSubject, busclient.InboxPrefix(user) + ".>"}},
 		}
 	}
 	// The API responder is a connection of its own that may publish only to
@@ -181,7 +181,7 @@ func Start(l *ledger.Ledger, opts Options) (*Bus, error) {
 	apiPublish := []string{busclient.InboxPrefix("") + ".>"}
 	users := []*server.User{
 		{Username: internalUser, Password: internalPass, Permissions: &server.Permissions{
-			Publish:   &server.SubjectPermission{Allow: []string{busclient.EventSubjects()}},
+			Publish:   &server.SubjectPermission{Allow: []string{busclient.EventSubjects(), busclient.CheckpointSubject}},
 			Subscribe: &server.SubjectPermission{Deny: []string{">"}},
 		}},
 	}
@@ -331,6 +331,16 @@ func (b *Bus) Committed(batch []ledger.Record) {
 			b.opts.Logger.Warn("bus: publish failed", "seq", r.Env.Seq, "err", err)
 		}
 	}
+}
+
+// PublishCheckpoint publishes a signed checkpoint on
+// busclient.CheckpointSubject (the bus's own connection is the only one
+// allowed to). Its error is an *Error (the bus closed, NATS failed).
+func (b *Bus) PublishCheckpoint(signed []byte) error {
+	if err := b.nc.Publish(busclient.CheckpointSubject, signed); err != nil {
+		return &Error{Op: "publish checkpoint", Subject: busclient.CheckpointSubject, Err: err}
+	}
+	return nil
 }
 
 // Lagged implements ledger.Lagger: publication fell ledger.ObserverQueueLen

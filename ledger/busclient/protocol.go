@@ -29,6 +29,10 @@ const (
 	AppendSubject = "leaseledger.api.append"
 	// APISubjects matches every request subject.
 	APISubjects = "leaseledger.api.>"
+	// CheckpointSubject carries the signed checkpoints serve publishes
+	// (a C2SP signed note, package ledger/verify) when it has a checkpoint
+	// key: every bus user may subscribe, only the bus publishes.
+	CheckpointSubject = "leaseledger.checkpoints"
 )
 
 // UserSubject is the request subject of API subject for a bus user: the
