@@ -27,6 +27,8 @@ func newAuditCmd(a *app) *cobra.Command {
 		all      bool
 		timeline int
 		limit    int
+		bundle   string
+		vkey     string
 	)
 	cmd := &cobra.Command{
 		Use:   "audit <activation> | audit --all",
@@ -47,10 +49,19 @@ documented in package projector/audit).
 With --all, it replays the whole log (with a progress bar on stderr) and
 prints the number of activations by verdict and the unconfirmed ones.
 
+With --bundle FILE --vkey KEY it needs no data directory: it reads an
+evidence bundle (from 'bundle'), verifies every event in it as 'verify
+--bundle' does, and rebuilds the verdicts from the bundle's events alone,
+printed as above. With no activation it audits the bundle's activation (an
+activation bundle) or summarises every activation of the bundle's range.
+
 The hash chain is not checked here: run 'leaseledger verify' first.
 Exit status: 0 when confirmed (every activation, with --all), 2 when
 unconfirmed, 1 on errors.`,
 		Args: func(cmd *cobra.Command, args []string) error {
+			if bundle != "" && !all && len(args) <= 1 {
+				return nil // the activation may come from the bundle
+			}
 			if all && len(args) != 0 {
 				return errors.New("--all takes no activation")
 			}
@@ -60,6 +71,9 @@ unconfirmed, 1 on errors.`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if bundle != "" {
+				return auditBundle(cmd, a, bundle, vkey, args, all, asJSON, timeline, limit)
+			}
 			l, err := openReadOnly(a)
 			if err != nil {
 				return err
@@ -76,6 +90,8 @@ unconfirmed, 1 on errors.`,
 	f.BoolVar(&all, "all", false, "summarise every activation")
 	f.IntVar(&timeline, "timeline", audit.DefaultTimeline, "print at most the last N events of the timeline (0: all)")
 	f.IntVar(&limit, "limit", audit.DefaultUnconfirmed, "with --all, list at most N unconfirmed activations (0: all)")
+	f.StringVar(&bundle, "bundle", "", "audit the events of this evidence bundle (from 'bundle') instead of --data-dir, after verifying it")
+	f.StringVar(&vkey, "vkey", "", "verifier key for --bundle (from 'checkpoint keygen')")
 	return cmd
 }
 
@@ -96,6 +112,12 @@ func auditOne(cmd *cobra.Command, a *app, l *ledger.Ledger, id string, asJSON bo
 	if err != nil {
 		return err
 	}
+	return printActivation(a, f, id, asJSON)
+}
+
+// printActivation prints the audit folded in f (text or JSON) and gives
+// the exit status of its verdict.
+func printActivation(a *app, f *audit.Fold, id string, asJSON bool) error {
 	out, err := f.Result()
 	if errors.Is(err, audit.ErrNoEvents) {
 		return &exitError{code: 1, err: fmt.Errorf("no events for activation %s", id)}
@@ -313,6 +335,12 @@ func auditAll(cmd *cobra.Command, a *app, l *ledger.Ledger, asJSON bool, limit i
 	}
 	pb.update(done, head)
 	pb.finish()
+	return printSummary(a, s, asJSON, limit)
+}
+
+// printSummary prints the summary of every activation of s (text or
+// JSON) and gives the exit status of its verdicts.
+func printSummary(a *app, s *projector.State, asJSON bool, limit int) error {
 	if limit <= 0 {
 		limit = audit.All
 	}

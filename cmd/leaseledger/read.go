@@ -150,6 +150,7 @@ func newVerifyCmd(a *app) *cobra.Command {
 		anchors     []string
 		checkpoints []string
 		vkey        string
+		bundle      string
 	)
 	cmd := &cobra.Command{
 		Use:   "verify",
@@ -161,6 +162,12 @@ the last event; every index entry must match. The exit status is 1 on any
 fault and the message names the first bad seq.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if bundle != "" {
+				if len(anchors)+len(checkpoints) > 0 {
+					return errors.New("--bundle carries its own checkpoint: it takes no --expect-head or --checkpoint")
+				}
+				return verifyBundle(a, bundle, vkey)
+			}
 			var report verify.Progress
 			var p *progress
 			if !quiet {
@@ -200,7 +207,8 @@ fault and the message names the first bad seq.`,
 	cmd.Flags().StringArrayVar(&anchors, "expect-head", nil, `a head recorded earlier, "<seq> <hash>" or "<seq>:<hash>" (as 'head' prints it); `+
 		"the chain must contain it — this is what reveals a tail cut off with m/head rewritten (repeatable)")
 	cmd.Flags().StringArrayVar(&checkpoints, "checkpoint", nil, "a signed checkpoint file (from 'checkpoint') the log must match (repeatable)")
-	cmd.Flags().StringVar(&vkey, "vkey", "", "verifier key for --checkpoint (from 'checkpoint keygen')")
+	cmd.Flags().StringVar(&vkey, "vkey", "", "verifier key for --checkpoint and --bundle (from 'checkpoint keygen')")
+	cmd.Flags().StringVar(&bundle, "bundle", "", "verify this evidence bundle (from 'bundle') instead of --data-dir: needs only --vkey")
 	return cmd
 }
 
