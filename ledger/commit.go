@@ -28,6 +28,8 @@ package ledger
 //   - A keyed append is recorded (i/<key>) in the batch of its events, and
 //     a retry with a remembered key is woken only once the original is
 //     durable, never sealed again (idempotency.go).
+//   - The Merkle node index is written in the batch of the events whose
+//     nodes it holds, with m/tree (tree.go).
 //
 // The commit pipeline is classic group commit with the sealing overlapped:
 // exactly one batch is in flight (applied to Pebble with a Sync commit,
@@ -279,6 +281,7 @@ func (l *Ledger) add(open *pending, r *appendReq) *pending {
 	r.acks = make([]Ack, len(r.prepared))
 	for i, ev := range r.prepared {
 		env, raw := l.seal(ev, t)
+		l.treeAppend(open.batch, raw) // its Merkle nodes, in its batch (tree.go)
 		r.acks[i] = Ack{Seq: Seq(env.Seq), ID: env.ID, Hash: env.Hash}
 		open.records = append(open.records, Record{Env: env, Raw: raw})
 		for j, k := range keys.For(&env) {
@@ -303,6 +306,7 @@ func (l *Ledger) flush(p *pending) {
 	err := l.failed() // an earlier batch failed: applying this one would leave a gap
 	if err == nil {
 		_ = p.batch.Set([]byte(keys.Head), keys.EncodeHead(p.head.Seq, p.head.Hash), nil)
+		_ = p.batch.Set([]byte(keys.TreeSize), keys.EncodeTreeSize(p.head.Seq), nil)
 		p.appliedAt = time.Now()
 		if aerr := l.db.ApplyNoSyncWait(p.batch, pebble.Sync); aerr != nil {
 			err = l.fail(fmt.Errorf("commit: %w", aerr))

@@ -4,7 +4,9 @@
 // queued with a single fsync and acknowledges nothing before that fsync
 // (see commit.go). It also owns the read side (Get, Scan and Events over
 // ranges and the secondary indexes by activation, session and kind), Watch
-// for committed batches, projection snapshots and the ledger's counters.
+// for committed batches, projection snapshots and the ledger's counters,
+// and the RFC 6962 Merkle node index behind TreeRoot, InclusionProof and
+// ConsistencyProof (tree.go).
 //
 // Around it, and not linked by it: ledger/bus publishes committed events on
 // an embedded NATS server and serves replay, head and append over it, whose
@@ -35,6 +37,7 @@ import (
 	"github.com/leaseledger/leaseledger/events"
 	"github.com/leaseledger/leaseledger/ledger/internal/keys"
 	"github.com/oklog/ulid/v2"
+	"github.com/transparency-dev/merkle/compact"
 )
 
 // Seq is an event's position in the log. The first event is 1; seqs are
@@ -241,7 +244,10 @@ type Ledger struct {
 	tail    Head // last sealed (maybe not yet durable) event
 	lastT   time.Time
 	entropy *ulid.MonotonicEntropy
-	idem    *idemWindow // remembered idempotency keys (idempotency.go)
+	idem    *idemWindow    // remembered idempotency keys (idempotency.go)
+	tree    *compact.Range // Merkle compact range over the sealed events (tree.go)
+
+	treeBase Seq // read-only: leaves the stored Merkle nodes cover (tree.go)
 }
 
 // Open opens (creating if needed) the ledger in opts.Dir and starts its
@@ -333,6 +339,9 @@ func Open(opts Options) (*Ledger, error) {
 	}
 	if err := l.failed(); err != nil {
 		return fail(&Error{Op: "open", Err: err})
+	}
+	if err := l.openTree(head.Seq); err != nil {
+		return fail(err)
 	}
 	if opts.ReadOnly {
 		// No committer: appends are refused before they are queued.

@@ -86,15 +86,28 @@ func merkleRoot(ctx context.Context, size ledger.Seq, scan func(context.Context,
 // NewCheckpoint computes the checkpoint of l's durable head under origin.
 // Sign it and keep it outside the data directory.
 func NewCheckpoint(ctx context.Context, l *ledger.Ledger, origin string) (Checkpoint, error) {
+	return CheckpointAt(ctx, l, origin, l.Head().Seq)
+}
+
+// CheckpointAt computes the checkpoint of l's first size events (size ≤ the
+// durable head) under origin from its Merkle node index: O(log size) reads.
+func CheckpointAt(ctx context.Context, l *ledger.Ledger, origin string, size ledger.Seq) (Checkpoint, error) {
 	if err := checkOrigin(origin); err != nil {
 		return Checkpoint{}, err
 	}
-	size := l.Head().Seq
-	root, head, err := merkleRoot(ctx, size, l.Scan)
+	root, err := l.TreeRoot(ctx, size)
 	if err != nil {
-		return Checkpoint{}, err
+		return Checkpoint{}, fmt.Errorf("%w: %w", ErrCheckpoint, err)
 	}
-	return Checkpoint{Origin: origin, Size: size, Root: root, Head: head}, nil
+	c := Checkpoint{Origin: origin, Size: size, Root: root}
+	if size > 0 {
+		env, err := l.Get(size)
+		if err != nil {
+			return Checkpoint{}, fmt.Errorf("%w: %w", ErrCheckpoint, err)
+		}
+		c.Head = env.Hash
+	}
+	return c, nil
 }
 
 func checkOrigin(origin string) error {
@@ -119,17 +132,41 @@ func (c Checkpoint) Sign(signer note.Signer) ([]byte, error) {
 }
 
 // ParseCheckpoint opens a signed checkpoint, verifying its signature with
-// verifier, and parses its text.
+// verifier, and parses its text. Signatures must be in canonical base64, so
+// that no changed byte of a checkpoint file still verifies.
 func ParseCheckpoint(signed []byte, verifier note.Verifier) (Checkpoint, error) {
 	n, err := note.Open(signed, note.VerifierList(verifier))
 	if err != nil {
 		return Checkpoint{}, fmt.Errorf("%w: signature: %w", ErrCheckpoint, err)
 	}
-	lines := strings.Split(strings.TrimSuffix(n.Text, "\n"), "\n")
+	for _, s := range append(n.Sigs, n.UnverifiedSigs...) {
+		b, err := base64.StdEncoding.Strict().DecodeString(s.Base64)
+		if err != nil || base64.StdEncoding.EncodeToString(b) != s.Base64 {
+			return Checkpoint{}, fmt.Errorf("%w: signature: not canonical base64", ErrCheckpoint)
+		}
+	}
+	return parseText(n.Text)
+}
+
+// parseUnverified parses the text of a signed checkpoint without checking
+// its signature (for the prover: whoever reads the proof checks it).
+func parseUnverified(signed []byte) (Checkpoint, error) {
+	text, _, ok := strings.Cut(string(signed), "\n\n")
+	if !ok {
+		return Checkpoint{}, fmt.Errorf("%w: not a signed note", ErrCheckpoint)
+	}
+	return parseText(text + "\n")
+}
+
+func parseText(text string) (Checkpoint, error) {
+	lines := strings.Split(strings.TrimSuffix(text, "\n"), "\n")
 	if len(lines) < 4 || !strings.HasPrefix(lines[3], "chain ") {
 		return Checkpoint{}, fmt.Errorf("%w: text: want origin, size, root and chain lines", ErrCheckpoint)
 	}
-	var c Checkpoint
+	var (
+		c   Checkpoint
+		err error
+	)
 	c.Origin = lines[0]
 	size, err := strconv.ParseUint(lines[1], 10, 64)
 	if err != nil {

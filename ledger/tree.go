@@ -1,0 +1,364 @@
+package ledger
+
+// The Merkle node index: the RFC 6962 tree over the events' canonical bytes
+// (leaf i is event seq i+1), from which TreeRoot, InclusionProof and
+// ConsistencyProof answer in O(log n) reads. Its invariants:
+//
+//   - Crash-consistent: the committer writes the stored nodes an event
+//     completes (levels ≥ keys.TreeStoredLevel) and m/tree in the batch of
+//     that event, so the index never lags or leads the durable log.
+//   - Complete after a writable Open: a ledger written before the index
+//     existed (or truncated by hand) gets the missing nodes built from its
+//     events before any append is accepted.
+//   - Derived only: a read-only Open never fails for a missing or short
+//     index; the nodes it lacks are recomputed from the events (slower,
+//     memory bounded by the tree's height).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/leaseledger/leaseledger/ledger/internal/keys"
+	"github.com/transparency-dev/merkle/compact"
+	"github.com/transparency-dev/merkle/proof"
+	"github.com/transparency-dev/merkle/rfc6962"
+)
+
+// ErrTreeRange is returned (in an *Error) by TreeRoot, InclusionProof and
+// ConsistencyProof for a size beyond the durable head or a seq outside the
+// tree asked about.
+var ErrTreeRange = errors.New("ledger: seq or tree size out of range")
+
+var (
+	treeHasher  = rfc6962.DefaultHasher
+	treeFactory = &compact.RangeFactory{Hash: treeHasher.HashChildren}
+)
+
+const (
+	// treeBlock is the number of leaves under a node of the lowest stored
+	// level: a node below it is recomputed from at most treeBlock/2 events.
+	treeBlock = 1 << keys.TreeStoredLevel
+	// treeBuildChunk bounds the events whose nodes one batch of the index
+	// build at Open holds (about treeBuildChunk/8 nodes).
+	treeBuildChunk = 1 << 16
+)
+
+// treeAppend (committer only) appends the leaf of the sealed event raw to
+// the compact range and writes the stored nodes it completes to b.
+func (l *Ledger) treeAppend(b *pebble.Batch, raw []byte) {
+	err := l.tree.Append(treeHasher.HashLeaf(raw), func(id compact.NodeID, h []byte) {
+		if id.Level >= keys.TreeStoredLevel {
+			_ = b.Set(keys.TreeNode(id.Level, id.Index), h, nil)
+		}
+	})
+	if err != nil { // only for a range that is not a compact range: never
+		l.fail(fmt.Errorf("merkle index: %w", err))
+	}
+}
+
+// storedTreeSize reads m/tree; present is false when the key is missing.
+func (l *Ledger) storedTreeSize() (size Seq, present bool, err error) {
+	v, closer, err := l.db.Get([]byte(keys.TreeSize))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, l.readErr("open", 0, 0, fmt.Errorf("read m/tree: %w", err))
+	}
+	defer closer.Close()
+	size, ok := keys.DecodeTreeSize(v)
+	if !ok {
+		return 0, true, nil // malformed: derived data, rebuilt
+	}
+	return size, true, nil
+}
+
+// openTree loads the index at Open. Read-only, it notes how many leaves the
+// stored nodes cover; writable, it restores the committer's compact range
+// (stored nodes plus the last events of an incomplete block) and builds
+// whatever part of the index is missing.
+func (l *Ledger) openTree(head Seq) error {
+	size, present, err := l.storedTreeSize()
+	if err != nil {
+		return err
+	}
+	if l.opts.ReadOnly {
+		l.treeBase = min(size, head)
+		return nil
+	}
+	// Rewrite m/tree when it is missing or says anything but the head (a
+	// size past it is what a hand that truncated the log leaves: nodes
+	// beyond the head are overwritten as their events are appended again).
+	dirty := !present || size != head
+	base := min(size, head) &^ (treeBlock - 1)
+	r, err := l.storedRange(uint64(base))
+	if err != nil {
+		l.logger.Warn("ledger: the Merkle node index cannot be read; rebuilding it from the events", "err", err)
+		r, dirty = treeFactory.NewEmptyRange(0), true
+	}
+	l.tree = r
+	if dirty && head > Seq(r.End()) {
+		l.logger.Info("ledger: building the Merkle node index", "from", r.End()+1, "to", head)
+	}
+	b := l.db.NewBatch()
+	commit := func(upTo Seq) error {
+		_ = b.Set([]byte(keys.TreeSize), keys.EncodeTreeSize(upTo), nil)
+		err := b.Commit(pebble.Sync)
+		b.Close()
+		b = l.db.NewBatch()
+		if err != nil {
+			return &Error{Op: "open", Err: fmt.Errorf("write the Merkle node index: %w", err)}
+		}
+		return nil
+	}
+	defer func() { b.Close() }()
+	n := 0
+	err = l.Scan(context.Background(), Query{From: Seq(r.End()) + 1, To: head}, func(seq Seq, raw []byte) error {
+		l.treeAppend(b, raw)
+		if n++; n%treeBuildChunk == 0 {
+			return commit(seq)
+		}
+		return nil
+	})
+	if err == nil {
+		err = l.failed()
+	}
+	if err != nil {
+		return err
+	}
+	if !dirty {
+		return nil
+	}
+	return commit(head)
+}
+
+// storedRange is the compact range [0, size) read from stored nodes; size
+// is a multiple of treeBlock, so every node of it is stored.
+func (l *Ledger) storedRange(size uint64) (*compact.Range, error) {
+	ids := compact.RangeNodes(0, size, nil)
+	hashes := make([][]byte, len(ids))
+	for i, id := range ids {
+		h, err := l.storedNode(id)
+		if err != nil {
+			return nil, err
+		}
+		hashes[i] = h
+	}
+	return treeFactory.NewRange(0, size, hashes)
+}
+
+// storedNode reads the stored node id.
+func (l *Ledger) storedNode(id compact.NodeID) ([]byte, error) {
+	begin, end := id.Coverage()
+	v, closer, err := l.db.Get(keys.TreeNode(id.Level, id.Index))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, &Error{Op: "tree", Seq: Seq(begin) + 1, Last: Seq(end), Err: fmt.Errorf("%w: Merkle node %d/%d missing from the index", ErrCorrupt, id.Level, id.Index)}
+	}
+	if err != nil {
+		return nil, l.readErr("tree", Seq(begin)+1, Seq(end), err)
+	}
+	defer closer.Close()
+	if len(v) != treeHasher.Size() {
+		return nil, &Error{Op: "tree", Seq: Seq(begin) + 1, Last: Seq(end), Err: fmt.Errorf("%w: Merkle node %d/%d malformed", ErrCorrupt, id.Level, id.Index)}
+	}
+	return append([]byte(nil), v...), nil
+}
+
+// treeReader fetches node hashes for one proof: stored nodes from t/, the
+// others from the events (one block of leaves cached).
+type treeReader struct {
+	l      *Ledger
+	ctx    context.Context
+	base   uint64   // leaves covered by the stored nodes that may be read
+	block  uint64   // the cached block's first leaf
+	leaves [][]byte // its leaf hashes (nil: none cached)
+}
+
+func (l *Ledger) newTreeReader(ctx context.Context) *treeReader {
+	base := l.Head().Seq
+	if l.opts.ReadOnly {
+		base = min(base, l.treeBase)
+	}
+	return &treeReader{l: l, ctx: ctx, base: uint64(base)}
+}
+
+func (r *treeReader) nodes(ids []compact.NodeID) ([][]byte, error) {
+	hashes := make([][]byte, len(ids))
+	for i, id := range ids {
+		h, err := r.node(id)
+		if err != nil {
+			return nil, err
+		}
+		hashes[i] = h
+	}
+	return hashes, nil
+}
+
+// node returns the hash of the perfect subtree id.
+func (r *treeReader) node(id compact.NodeID) ([]byte, error) {
+	if err := r.ctx.Err(); err != nil {
+		return nil, err
+	}
+	begin, end := id.Coverage()
+	switch {
+	case id.Level >= keys.TreeStoredLevel && end <= r.base:
+		return r.l.storedNode(id)
+	case id.Level < keys.TreeStoredLevel:
+		return r.small(id)
+	case begin >= r.base:
+		return r.scan(begin, end) // nothing of it stored: one pass
+	}
+	left, err := r.node(compact.NewNodeID(id.Level-1, id.Index*2))
+	if err != nil {
+		return nil, err
+	}
+	right, err := r.node(compact.NewNodeID(id.Level-1, id.Index*2+1))
+	if err != nil {
+		return nil, err
+	}
+	return treeHasher.HashChildren(left, right), nil
+}
+
+// small computes a node below the stored levels from its block's leaves.
+func (r *treeReader) small(id compact.NodeID) ([]byte, error) {
+	begin, end := id.Coverage()
+	block := begin &^ (treeBlock - 1)
+	if r.leaves == nil || r.block != block || uint64(len(r.leaves)) < end-block {
+		r.leaves = r.leaves[:0]
+		last := min(block+treeBlock, uint64(r.l.Head().Seq))
+		err := r.l.Scan(r.ctx, Query{From: Seq(block) + 1, To: Seq(last)}, func(_ Seq, raw []byte) error {
+			r.leaves = append(r.leaves, treeHasher.HashLeaf(raw))
+			return nil
+		})
+		if err != nil {
+			r.leaves = nil
+			return nil, err
+		}
+		r.block = block
+		if uint64(len(r.leaves)) < end-block {
+			r.leaves = nil
+			return nil, &Error{Op: "tree", Seq: Seq(begin) + 1, Last: Seq(end), Err: fmt.Errorf("%w: events missing below the head", ErrCorrupt)}
+		}
+	}
+	level := append([][]byte(nil), r.leaves[begin-block:end-block]...)
+	for len(level) > 1 {
+		for i := range len(level) / 2 {
+			level[i] = treeHasher.HashChildren(level[2*i], level[2*i+1])
+		}
+		level = level[:len(level)/2]
+	}
+	return level[0], nil
+}
+
+// scan computes the node covering leaves [begin, end) from its events.
+func (r *treeReader) scan(begin, end uint64) ([]byte, error) {
+	cr := treeFactory.NewEmptyRange(begin)
+	err := r.l.Scan(r.ctx, Query{From: Seq(begin) + 1, To: Seq(end)}, func(_ Seq, raw []byte) error {
+		return cr.Append(treeHasher.HashLeaf(raw), nil)
+	})
+	if err != nil {
+		return nil, err
+	}
+	if cr.End() != end || len(cr.Hashes()) != 1 {
+		return nil, &Error{Op: "tree", Seq: Seq(begin) + 1, Last: Seq(end), Err: fmt.Errorf("%w: events missing below the head", ErrCorrupt)}
+	}
+	return cr.Hashes()[0], nil
+}
+
+// treeErr wraps an error of op: an *Error stays as it is.
+func treeErr(op string, err error) error {
+	var le *Error
+	if errors.As(err, &le) {
+		return err
+	}
+	return &Error{Op: op, Err: err}
+}
+
+func rangeErr(op string, format string, a ...any) error {
+	return &Error{Op: op, Err: fmt.Errorf("%w: "+format, append([]any{ErrTreeRange}, a...)...)}
+}
+
+// TreeRoot is the RFC 6962 root over events 1..size (size ≤ Head().Seq;
+// size 0 is the empty tree's root).
+func (l *Ledger) TreeRoot(ctx context.Context, size Seq) ([]byte, error) {
+	const op = "tree root"
+	end, err := l.beginRead(op)
+	if err != nil {
+		return nil, err
+	}
+	defer end()
+	if head := l.Head().Seq; size > head {
+		return nil, rangeErr(op, "size %d beyond the head %d", size, head)
+	}
+	if size == 0 {
+		return treeHasher.EmptyRoot(), nil
+	}
+	hashes, err := l.newTreeReader(ctx).nodes(compact.RangeNodes(0, uint64(size), nil))
+	if err != nil {
+		return nil, treeErr(op, err)
+	}
+	r, err := treeFactory.NewRange(0, uint64(size), hashes)
+	if err != nil {
+		return nil, treeErr(op, err)
+	}
+	root, err := r.GetRootHash(nil)
+	if err != nil {
+		return nil, treeErr(op, err)
+	}
+	return root, nil
+}
+
+// InclusionProof proves that event seq (1 ≤ seq ≤ size ≤ Head().Seq) is
+// leaf seq-1 of the tree of size: the RFC 6962 audit path, checked by
+// proof.VerifyInclusion (ledger/verify.VerifyInclusion) with the event's
+// canonical bytes.
+func (l *Ledger) InclusionProof(ctx context.Context, seq, size Seq) ([][]byte, error) {
+	const op = "inclusion proof"
+	end, err := l.beginRead(op)
+	if err != nil {
+		return nil, err
+	}
+	defer end()
+	if head := l.Head().Seq; seq == 0 || seq > size || size > head {
+		return nil, rangeErr(op, "seq %d in a tree of size %d (head %d)", seq, size, head)
+	}
+	nodes, err := proof.Inclusion(uint64(seq-1), uint64(size))
+	if err != nil {
+		return nil, treeErr(op, err)
+	}
+	return l.rehash(ctx, op, nodes)
+}
+
+// ConsistencyProof proves that the tree of size from is a prefix of the
+// tree of size to (1 ≤ from ≤ to ≤ Head().Seq): the RFC 6962 consistency
+// proof, empty when from == to.
+func (l *Ledger) ConsistencyProof(ctx context.Context, from, to Seq) ([][]byte, error) {
+	const op = "consistency proof"
+	end, err := l.beginRead(op)
+	if err != nil {
+		return nil, err
+	}
+	defer end()
+	if head := l.Head().Seq; from == 0 || from > to || to > head {
+		return nil, rangeErr(op, "sizes %d to %d (head %d)", from, to, head)
+	}
+	nodes, err := proof.Consistency(uint64(from), uint64(to))
+	if err != nil {
+		return nil, treeErr(op, err)
+	}
+	return l.rehash(ctx, op, nodes)
+}
+
+func (l *Ledger) rehash(ctx context.Context, op string, nodes proof.Nodes) ([][]byte, error) {
+	hashes, err := l.newTreeReader(ctx).nodes(nodes.IDs)
+	if err != nil {
+		return nil, treeErr(op, err)
+	}
+	out, err := nodes.Rehash(hashes, treeHasher.HashChildren)
+	if err != nil {
+		return nil, treeErr(op, err)
+	}
+	return out, nil
+}
