@@ -1,5 +1,5 @@
-// Package control owns the runtime control and projection APIs on the
-// ledger's NATS bus: their subjects, request and reply types, their server
+// Package control owns the runtime control, projection and proof APIs on
+// the ledger's NATS bus: their subjects, request and reply types, their server
 // handlers (bus services, see package ledger/bus) and a client.
 //
 // The control API (leaseledger.api.runtime.…) lists the live leases,
@@ -11,7 +11,9 @@
 // `leaseledger audit --json <activation>`, package projector/audit) and
 // the audit summary (that of `leaseledger audit --all --json`); every bus
 // user may call it (bus.AccessRead), anonymous clients too unless the bus
-// denies them.
+// denies them. The proof API (leaseledger.api.proof.…, bus.AccessRead,
+// proof.go) hands out signed checkpoints (a Checkpointer also publishes
+// them at an interval) and inclusion and consistency proofs.
 //
 // Every request and reply is JSON with a JSON Schema in package schemas
 // (schemas/api/<name>.request.json and .reply.json, name being the
@@ -58,7 +60,8 @@ const (
 )
 
 // Subjects lists every subject of both APIs.
-var Subjects = []string{LiveLeasesSubject, RevokeSubject, AllowSubject, EndSessionSubject, ReapSubject, LeasesSubject, ActivationSubject, AuditSubject}
+var Subjects = []string{LiveLeasesSubject, RevokeSubject, AllowSubject, EndSessionSubject, ReapSubject, LeasesSubject, ActivationSubject, AuditSubject,
+	ProofCheckpointSubject, InclusionSubject, ConsistencySubject}
 
 // Name is the subject after "leaseledger.api.", e.g. "runtime.revoke":
 // the name of its schemas (schemas/api/<name>.request.json and

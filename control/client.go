@@ -94,6 +94,38 @@ func (c *Client) Audit(ctx context.Context, req AuditRequest) (audit.Summary, er
 	return out, err
 }
 
+// Checkpoint asks for a signed checkpoint of the durable head (which the
+// server also publishes on busclient.CheckpointSubject): the signed note,
+// for verify.ParseCheckpoint.
+func (c *Client) Checkpoint(ctx context.Context) ([]byte, error) {
+	var out CheckpointReply
+	if err := c.call(ctx, "checkpoint", ProofCheckpointSubject, ProofTimeout, CheckpointRequest{}, &out); err != nil {
+		return nil, err
+	}
+	return []byte(out.Checkpoint), nil
+}
+
+// InclusionProof returns event seq's canonical bytes and the proof that
+// it is in the tree of size events (for verify.VerifyInclusion).
+func (c *Client) InclusionProof(ctx context.Context, seq, size uint64) (InclusionReply, error) {
+	var out InclusionReply
+	err := c.call(ctx, "inclusion", InclusionSubject, ProofTimeout, InclusionRequest{Seq: seq, Size: size}, &out)
+	return out, err
+}
+
+// ConsistencyProof returns the proof that the tree of from events is a
+// prefix of the tree of to events (for verify.VerifyConsistency).
+func (c *Client) ConsistencyProof(ctx context.Context, from, to uint64) ([][]byte, error) {
+	var out ConsistencyReply
+	if err := c.call(ctx, "consistency", ConsistencySubject, ProofTimeout, ConsistencyRequest{From: from, To: to}, &out); err != nil {
+		return nil, err
+	}
+	if out.From != from || out.To != to {
+		return nil, &Error{Op: "consistency", Subject: ConsistencySubject, Err: ErrMalformedReply}
+	}
+	return out.Hashes, nil
+}
+
 func (c *Client) call(ctx context.Context, op, subject string, timeout time.Duration, req, reply any) error {
 	fail := func(err error) error { return &Error{Op: op, Subject: subject, Err: err} }
 	body, err := json.Marshal(req)

@@ -193,10 +193,14 @@ func startAPI(t testing.TB, p *live.Projection, rt control.Runtime, opts bus.Opt
 	opts.WriterUser, opts.WriterPassword = wUser, wPass
 	opts.ControlUser, opts.ControlPassword = ctlUser, ctlPass
 	opts.Services = append(control.ProjectionServices(p), control.RuntimeServices(rt, p)...)
+	skey, _ := testKeys(t)
+	cp := control.NewCheckpointer(p.Ledger(), testOrigin, skey)
+	opts.Services = append(opts.Services, control.ProofServices(p.Ledger(), cp)...)
 	b, err := bus.Start(p.Ledger(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
+	cp.SetPublish(b.PublishCheckpoint)
 	t.Cleanup(func() { b.Close() })
 	return b
 }

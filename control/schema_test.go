@@ -28,6 +28,10 @@ var apiTypes = map[string][2]any{
 	control.LeasesSubject:     {control.LeasesRequest{}, control.LeasesReply{}},
 	control.ActivationSubject: {control.ActivationRequest{}, audit.Activation{}},
 	control.AuditSubject:      {control.AuditRequest{}, audit.Summary{}},
+
+	control.ProofCheckpointSubject: {control.CheckpointRequest{}, control.CheckpointReply{}},
+	control.InclusionSubject:       {control.InclusionRequest{}, control.InclusionReply{}},
+	control.ConsistencySubject:     {control.ConsistencyRequest{}, control.ConsistencyReply{}},
 }
 
 func readJSON(t *testing.T, p string) map[string]any {
@@ -129,6 +133,7 @@ func (w *schemaWalker) resolve(node map[string]any) map[string]any {
 var (
 	instantType = reflect.TypeOf(events.Instant{})
 	rawType     = reflect.TypeOf(json.RawMessage{})
+	bytesType   = reflect.TypeOf([]byte{})
 	payloadType = reflect.TypeOf((*events.Payload)(nil)).Elem()
 )
 
@@ -157,6 +162,11 @@ func (w *schemaWalker) walk(where string, typ reflect.Type, node map[string]any)
 	case typ == rawType:
 		if node["type"] != "object" {
 			t.Errorf("%s: event data wants type object", where)
+		}
+		return
+	case typ == bytesType:
+		if node["type"] != "string" || node["contentEncoding"] != "base64" {
+			t.Errorf("%s: bytes want a base64 string", where)
 		}
 		return
 	}
@@ -295,6 +305,11 @@ func TestRepliesValidate(t *testing.T) {
 	check(control.AllowSubject, `{"session":"s-1","server":"alpha"}`)
 	check(control.EndSessionSubject, `{"session":"s-1"}`)
 	check(control.ReapSubject, `{}`)
+	check(control.ProofCheckpointSubject, `{}`)
+	check(control.InclusionSubject, `{"seq":1,"size":1}`)
+	check(control.InclusionSubject, `{"seq":17,"size":40}`)
+	check(control.ConsistencySubject, `{"from":5,"to":5}`)
+	check(control.ConsistencySubject, `{"from":3,"to":40}`)
 	rt.mu.Lock()
 	rt.err = fmt.Errorf("not recorded")
 	rt.mu.Unlock()
@@ -375,6 +390,18 @@ func TestRequestSchemasAgreeWithServer(t *testing.T) {
 		},
 		control.AuditSubject: {
 			{`{}`, true, false}, {`{"limit":1000}`, true, false}, {`{"limit":1001}`, false, false}, {`{"limit":-5}`, false, false}, {`{"limit":null}`, false, false},
+		},
+		control.ProofCheckpointSubject: {
+			{`{}`, true, false}, {`{"size":1}`, false, false}, {`[]`, false, false}, {`{} {}`, false, false},
+		},
+		control.InclusionSubject: {
+			{`{"seq":1,"size":2}`, true, false}, {`{"seq":2,"size":2}`, true, false}, {`{"seq":3,"size":2}`, false, serverStricter},
+			{`{"seq":0,"size":2}`, false, false}, {`{"size":2}`, false, false}, {`{"seq":1}`, false, false}, {`{"seq":-1,"size":2}`, false, false},
+			{`{"seq":1,"size":2,"x":1}`, false, false}, {`{"seq":"1","size":2}`, false, false}, {`{"seq":1.5,"size":2}`, false, false},
+		},
+		control.ConsistencySubject: {
+			{`{"from":1,"to":2}`, true, false}, {`{"from":2,"to":2}`, true, false}, {`{"from":3,"to":2}`, false, serverStricter},
+			{`{"from":0,"to":2}`, false, false}, {`{"to":2}`, false, false}, {`{"from":1}`, false, false}, {`{"from":1,"to":null}`, false, false},
 		},
 	}
 	for _, subject := range control.Subjects {

@@ -1,0 +1,245 @@
+package control
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/leaseledger/leaseledger/events"
+	"github.com/leaseledger/leaseledger/ledger"
+	"github.com/leaseledger/leaseledger/ledger/bus"
+	"github.com/leaseledger/leaseledger/ledger/verify"
+	"golang.org/x/mod/sumdb/note"
+)
+
+// The proof API (leaseledger.api.proof.…, every bus user) hands out what
+// an auditor or a witness needs to check the log without its data
+// directory: a signed checkpoint of the head (also published on
+// busclient.CheckpointSubject), the RFC 6962 inclusion proof of one event
+// and the consistency proof between two tree sizes (see package
+// ledger/verify for their verification).
+
+// Subjects of the proof API (every bus user).
+const (
+	// ProofCheckpointSubject answers CheckpointRequest with a
+	// CheckpointReply: a checkpoint of the head, signed and published now.
+	ProofCheckpointSubject = "leaseledger.api.proof.checkpoint"
+	// InclusionSubject answers InclusionRequest with an InclusionReply.
+	InclusionSubject = "leaseledger.api.proof.inclusion"
+	// ConsistencySubject answers ConsistencyRequest with a ConsistencyReply.
+	ConsistencySubject = "leaseledger.api.proof.consistency"
+)
+
+// ProofTimeout bounds one proof call on the server (a proof reads
+// O(log n) stored nodes, or recomputes from events on a ledger whose node
+// index is short).
+const ProofTimeout = 30 * time.Second
+
+// An inclusion reply carries one event (base64) and its proof: it fits.
+const _ = uint(MaxReplyBytes - (events.MaxEventBytes*4/3 + 4 + 2*64*48 + 1024))
+
+// CheckpointRequest asks for a signed checkpoint of the durable head.
+type CheckpointRequest struct{}
+
+// CheckpointReply is a signed checkpoint (verify.ParseCheckpoint).
+type CheckpointReply struct {
+	// Checkpoint is the C2SP signed note text.
+	Checkpoint string `json:"checkpoint"`
+}
+
+// InclusionRequest asks for the proof that event Seq is in the tree of
+// Size events (1 ≤ Seq ≤ Size ≤ the head).
+type InclusionRequest struct {
+	Seq  uint64 `json:"seq"`
+	Size uint64 `json:"size"`
+}
+
+// InclusionReply is an event's canonical bytes and its inclusion proof
+// (verify.VerifyInclusion against a checkpoint of Size).
+type InclusionReply struct {
+	Seq    uint64   `json:"seq"`
+	Size   uint64   `json:"size"`
+	Event  []byte   `json:"event"`
+	Hashes [][]byte `json:"hashes"`
+}
+
+// ConsistencyRequest asks for the proof that the tree of From events is a
+// prefix of the tree of To events (1 ≤ From ≤ To ≤ the head).
+type ConsistencyRequest struct {
+	From uint64 `json:"from"`
+	To   uint64 `json:"to"`
+}
+
+// ConsistencyReply is a consistency proof (verify.VerifyConsistency
+// between checkpoints of From and To).
+type ConsistencyReply struct {
+	From   uint64   `json:"from"`
+	To     uint64   `json:"to"`
+	Hashes [][]byte `json:"hashes"`
+}
+
+// Checkpointer signs checkpoints of a ledger's durable head under one
+// origin and publishes them. It is safe for concurrent use: one
+// checkpoint is signed and published at a time, so they go out in order
+// of size.
+type Checkpointer struct {
+	l      *ledger.Ledger
+	origin string
+	signer note.Signer
+
+	turn chan struct{} // held by the one Publish at a time
+	mu   sync.Mutex    // guards publish, last and any
+	// publish sends a signed checkpoint (nil until SetPublish).
+	publish func(signed []byte) error
+	last    ledger.Seq // size of the last one published (with any)
+	any     bool
+}
+
+// NewCheckpointer returns a Checkpointer of l's head under origin, signed
+// by signer. It publishes nothing until SetPublish.
+func NewCheckpointer(l *ledger.Ledger, origin string, signer note.Signer) *Checkpointer {
+	return &Checkpointer{l: l, origin: origin, signer: signer, turn: make(chan struct{}, 1)}
+}
+
+// SetPublish sets where checkpoints go (the bus's PublishCheckpoint: the
+// bus must exist first, and its services already hold the Checkpointer).
+func (c *Checkpointer) SetPublish(fn func(signed []byte) error) {
+	c.mu.Lock()
+	c.publish = fn
+	c.mu.Unlock()
+}
+
+// errNoPublisher: Publish before SetPublish.
+var errNoPublisher = errors.New("control: the checkpointer has no publisher yet")
+
+// Publish signs a checkpoint of the durable head, publishes it and
+// returns it.
+func (c *Checkpointer) Publish(ctx context.Context) ([]byte, error) {
+	select {
+	case c.turn <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	defer func() { <-c.turn }()
+	c.mu.Lock()
+	publish := c.publish
+	c.mu.Unlock()
+	if publish == nil {
+		return nil, errNoPublisher
+	}
+	cp, err := verify.CheckpointAt(ctx, c.l, c.origin, c.l.Head().Seq)
+	if err != nil {
+		return nil, err
+	}
+	signed, err := cp.Sign(c.signer)
+	if err != nil {
+		return nil, err
+	}
+	if err := publish(signed); err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.last, c.any = cp.Size, true
+	c.mu.Unlock()
+	return signed, nil
+}
+
+// Run publishes a checkpoint every interval when the head moved since
+// the last one published (and at the first tick), until ctx ends. A
+// failure is reported to logf and tried again at the next tick.
+func (c *Checkpointer) Run(ctx context.Context, interval time.Duration, logf func(err error)) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		c.mu.Lock()
+		moved := !c.any || c.l.Head().Seq != c.last
+		c.mu.Unlock()
+		if !moved {
+			continue
+		}
+		if _, err := c.Publish(ctx); err != nil && ctx.Err() == nil {
+			logf(err)
+		}
+	}
+}
+
+// ProofServices returns the proof API's services (bus.AccessRead) on l:
+// inclusion and consistency proofs always, checkpoints through cp (nil:
+// refused with CodeUnavailable, serve has no checkpoint key).
+func ProofServices(l *ledger.Ledger, cp *Checkpointer) []bus.Service {
+	h := &proofs{l: l, cp: cp}
+	return []bus.Service{
+		{Subject: ProofCheckpointSubject, Access: bus.AccessRead, Timeout: ProofTimeout, Handle: bus.JSON(h.checkpoint)},
+		{Subject: InclusionSubject, Access: bus.AccessRead, Timeout: ProofTimeout, Handle: bus.JSON(h.inclusion)},
+		{Subject: ConsistencySubject, Access: bus.AccessRead, Timeout: ProofTimeout, Handle: bus.JSON(h.consistency)},
+	}
+}
+
+type proofs struct {
+	l  *ledger.Ledger
+	cp *Checkpointer
+}
+
+func (h *proofs) checkpoint(ctx context.Context, _ string, _ *CheckpointRequest) (*CheckpointReply, error) {
+	if h.cp == nil {
+		return nil, bus.Refuse(CodeUnavailable, "this server signs no checkpoints (no checkpoint key)")
+	}
+	signed, err := h.cp.Publish(ctx)
+	if errors.Is(err, errNoPublisher) {
+		return nil, bus.Refuse(CodeUnavailable, "checkpoints are not published yet: retry later")
+	} else if err != nil {
+		return nil, err
+	}
+	return &CheckpointReply{Checkpoint: string(signed)}, nil
+}
+
+// beyondHead refuses a size the ledger does not hold (yet).
+var beyondHead = bus.Refuse(CodeNotFound, "the size is beyond the durable head")
+
+func (h *proofs) inclusion(ctx context.Context, _ string, r *InclusionRequest) (*InclusionReply, error) {
+	if r.Seq < 1 || r.Seq > r.Size {
+		return nil, badRequest("want 1 <= seq <= size")
+	}
+	if r.Size > uint64(h.l.Head().Seq) {
+		return nil, beyondHead
+	}
+	hashes, err := h.l.InclusionProof(ctx, ledger.Seq(r.Seq), ledger.Seq(r.Size))
+	if err != nil {
+		return nil, proofError(err)
+	}
+	raw, err := h.l.GetRaw(ledger.Seq(r.Seq))
+	if err != nil {
+		return nil, err
+	}
+	return &InclusionReply{Seq: r.Seq, Size: r.Size, Event: raw, Hashes: nonNil(hashes)}, nil
+}
+
+func (h *proofs) consistency(ctx context.Context, _ string, r *ConsistencyRequest) (*ConsistencyReply, error) {
+	if r.From < 1 || r.From > r.To {
+		return nil, badRequest("want 1 <= from <= to")
+	}
+	if r.To > uint64(h.l.Head().Seq) {
+		return nil, beyondHead
+	}
+	hashes, err := h.l.ConsistencyProof(ctx, ledger.Seq(r.From), ledger.Seq(r.To))
+	if err != nil {
+		return nil, proofError(err)
+	}
+	return &ConsistencyReply{From: r.From, To: r.To, Hashes: nonNil(hashes)}, nil
+}
+
+// proofError refuses the ledger's range error (the head cannot move
+// back, so only a bug gets here) and passes anything else on.
+func proofError(err error) error {
+	if errors.Is(err, ledger.ErrTreeRange) {
+		return bus.Refuse(CodeNotFound, "the size is beyond the durable head")
+	}
+	return fmt.Errorf("proof: %w", err)
+}
