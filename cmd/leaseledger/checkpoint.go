@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/leaseledger/leaseledger/ledger"
 	"github.com/leaseledger/leaseledger/ledger/verify"
 	"github.com/spf13/cobra"
 	"golang.org/x/mod/sumdb/note"
@@ -14,17 +15,22 @@ import (
 func init() { extraCommands = append(extraCommands, newCheckpointCmd) }
 
 func newCheckpointCmd(a *app) *cobra.Command {
-	var keyFile, origin string
+	var (
+		keyFile, origin string
+		size            uint64
+	)
 	cmd := &cobra.Command{
 		Use:   "checkpoint",
-		Short: "Print a signed checkpoint (C2SP signed note) of the durable head",
+		Short: "Print a signed checkpoint (C2SP signed note) of the durable head or of its first --size events",
 		Long: `checkpoint prints a signed tlog checkpoint of the ledger in --data-dir: the
 origin, the number of events, the RFC 6962 Merkle root over their canonical
 bytes and the hash chain value of the last one, signed with the key in --key
 (made by 'checkpoint keygen'). Keep checkpoints outside the data directory;
 'verify --checkpoint FILE --vkey KEY' later proves that the log still holds
 exactly those events — which a hash chain alone cannot prove to someone who
-distrusts whoever can write the directory.`,
+distrusts whoever can write the directory. --size N signs the checkpoint of
+the first N events instead of all of them (read from the Merkle node index:
+O(log N)); 'prove' makes inclusion and consistency proofs against them.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			skey, err := os.ReadFile(keyFile)
@@ -40,7 +46,14 @@ distrusts whoever can write the directory.`,
 				return err
 			}
 			defer l.Close()
-			c, err := verify.NewCheckpoint(cmd.Context(), l, origin)
+			at := l.Head().Seq
+			if cmd.Flags().Changed("size") {
+				if ledger.Seq(size) > at {
+					return fmt.Errorf("--size %d: the log holds %d events", size, at)
+				}
+				at = ledger.Seq(size)
+			}
+			c, err := verify.CheckpointAt(cmd.Context(), l, origin, at)
 			if err != nil {
 				return err
 			}
@@ -54,6 +67,7 @@ distrusts whoever can write the directory.`,
 	}
 	cmd.Flags().StringVar(&keyFile, "key", "", "file holding the signer key (from 'checkpoint keygen')")
 	cmd.Flags().StringVar(&origin, "origin", "leaseledger", "the checkpoint's origin line: who keeps this log")
+	cmd.Flags().Uint64Var(&size, "size", 0, "sign the checkpoint of the first N events (default: all, the durable head)")
 	_ = cmd.MarkFlagRequired("key")
 
 	var name, out string
