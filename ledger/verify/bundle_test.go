@@ -395,3 +395,49 @@ func mustMarshal(t testing.TB, v any) []byte {
 	}
 	return b
 }
+
+// The manifest is checked even though it is signed: a manifest over
+// MaxBundleEvents is refused with ErrBundleLimit, and an activation
+// bundle's lines must carry its activation.
+func TestBundleManifestChecks(t *testing.T) {
+	l, _ := bundleLedger(t)
+	defer l.Close()
+	s, v := bundleKeys(t, "bundle-test")
+	b, rep := writeBundle(t, l, s, verify.BundleSelector{From: 1, To: 3})
+	ls := lines(b)
+	var h map[string]string
+	mustJSON(t, ls[0], &h)
+	withManifest := func(m verify.Manifest, events ...[]byte) []byte {
+		t.Helper()
+		signed, err := note.Sign(&note.Note{Text: m.Text()}, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h["manifest"] = string(signed)
+		return join(append([][]byte{mustMarshal(t, h)}, events...))
+	}
+	m := rep.Manifest
+	m.To, m.Events, m.Seqs = verify.MaxBundleEvents+1, verify.MaxBundleEvents+1, []verify.SeqRun{{First: 1, Last: verify.MaxBundleEvents + 1}}
+	_, err := verify.Bundle(bytes.NewReader(withManifest(m)), v)
+	wantBundleFault(t, "too many events", err, 0, verify.FaultManifest)
+	if !errors.Is(err, verify.ErrBundleLimit) {
+		t.Fatalf("too many events: %v, want ErrBundleLimit", err)
+	}
+	env, err := l.Get(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := "act-b"
+	if env.Activation == other {
+		other = "act-c"
+	}
+	m = rep.Manifest
+	m.From, m.To, m.Activation, m.Events, m.Seqs = 0, 0, other, 1, []verify.SeqRun{{First: 2, Last: 2}}
+	_, err = verify.Bundle(bytes.NewReader(withManifest(m, ls[2])), v)
+	wantBundleFault(t, "an event of another activation", err, 2, verify.FaultActivation)
+	// A range manifest must list exactly its range.
+	m = rep.Manifest
+	m.Events, m.Seqs = 2, []verify.SeqRun{{First: 1, Last: 2}}
+	_, err = verify.Bundle(bytes.NewReader(withManifest(m, ls[1], ls[2])), v)
+	wantBundleFault(t, "a range manifest listing less than its range", err, 0, verify.FaultManifest)
+}
