@@ -59,9 +59,12 @@ type CallRequest struct {
 type callRun struct {
 	l       *lease
 	session string
-	id      string
-	req     CallRequest
-	args    []byte
+	// finishing is the calling session's tracker of outcomes not yet
+	// durable (nil when the call was made without a session's state).
+	finishing *pendingFacts
+	id        string
+	req       CallRequest
+	args      []byte
 	// progress delivers the call's progress notifications (req.Progress set).
 	progress *callProgress
 	// httpCause is the typed cause of an HTTP call's failed request (nil
@@ -87,7 +90,17 @@ func (c *callRun) err(kind, cause error) *LeaseError {
 // never reached a live child (see neverReached): the caller may run it
 // once more on a fresh lease.
 func (l *lease) call(ctx context.Context, session string, req CallRequest, args []byte) (res *mcp.CallToolResult, retry bool, err error) {
-	c := &callRun{l: l, session: session, req: req, args: args,
+	return l.callAs(ctx, session, nil, req, args)
+}
+
+// callIn is call for the session st, whose end waits for the call's
+// outcome to be durable.
+func (l *lease) callIn(ctx context.Context, st *sessionState, req CallRequest, args []byte) (*mcp.CallToolResult, bool, error) {
+	return l.callAs(ctx, st.id, &st.finishing, req, args)
+}
+
+func (l *lease) callAs(ctx context.Context, session string, finishing *pendingFacts, req CallRequest, args []byte) (res *mcp.CallToolResult, retry bool, err error) {
+	c := &callRun{l: l, session: session, finishing: finishing, req: req, args: args,
 		id: l.activation + "-c" + strconv.FormatUint(l.calls.Add(1), 10)}
 	if err := c.admit(ctx); err != nil {
 		return nil, false, err
@@ -252,7 +265,11 @@ func (c *callRun) run(ctx context.Context) (*mcp.CallToolResult, bool, error) {
 		// the dead lease after its call.finished.
 		m.removeIf(l)
 	}
-	m.keep(m.emitFact(ctx, c.draft(fin)))
+	// Queued before Call returns (everything the lease appends later is
+	// ordered after it) but not awaited: the caller does not wait for its
+	// fsync. A crash before it is durable leaves the call admitted with
+	// no outcome, which the audit reports as unknown, never a wrong one.
+	m.emitFactAsync(ctx, &l.finishing, c.finishing, c.draft(fin))
 	switch {
 	case killer:
 		m.keep(l.terminate(ctx, "revoked"))

@@ -163,6 +163,9 @@ type Manager struct {
 	errMu   sync.Mutex
 	kept    []error
 	dropped int
+	// facts counts facts queued without waiting for their durability
+	// (emitFactAsync); Close waits for them.
+	facts pendingFacts
 
 	// Test hooks, nil outside tests; set before the manager is used. They
 	// let tests wait for a state instead of sleeping through a window.
@@ -238,13 +241,18 @@ func (m *Manager) emit(ctx context.Context, drafts ...events.Draft) error {
 		return nil
 	}
 	if _, err := m.opts.Ledger.Append(ctx, drafts...); err != nil {
-		e := &LeaseError{Op: "append", Err: ErrLedger, cause: err}
-		if d := drafts[0]; d.Activation != "" || d.Session != "" {
-			e.Session, e.Server, e.Activation = d.Session, d.Server, d.Activation
-		}
-		return e
+		return appendErr(err, drafts)
 	}
 	return nil
+}
+
+// appendErr is the error of a failed append of drafts (at least one).
+func appendErr(err error, drafts []events.Draft) error {
+	e := &LeaseError{Op: "append", Err: ErrLedger, cause: err}
+	if d := drafts[0]; d.Activation != "" || d.Session != "" {
+		e.Session, e.Server, e.Activation = d.Session, d.Server, d.Activation
+	}
+	return e
 }
 
 // emitFact appends facts about a step already taken: detached from the
@@ -378,5 +386,8 @@ func (m *Manager) Close(ctx context.Context) error {
 	}
 	m.bg.Wait()
 	m.closeHTTP()
+	// Calls that finished on leases ended earlier: their call.finished is
+	// durable (or its failure kept) before Close returns.
+	m.facts.wait()
 	return errors.Join(err, m.takeKept())
 }

@@ -16,6 +16,9 @@ type sessionState struct {
 	id     string
 	owners int
 	ended  bool
+	// finishing counts the session's calls whose call.finished is queued
+	// but not yet durable; the session's end waits for them.
+	finishing pendingFacts
 }
 
 // SessionScope is one owner of a session's durable scope. The host opens
@@ -173,7 +176,9 @@ func (m *Manager) release(ctx context.Context, st *sessionState) error {
 	// The last owner may be a call whose context already ended (Call and
 	// Tools release with the caller's context): session-end cleanup is
 	// detached from that cancellation (emitFact and terminateAll bound it
-	// on their own), so it always completes.
+	// on their own), so it always completes. Its calls' outcomes are
+	// durable first (each bounded by factTimeout).
+	st.finishing.wait()
 	err := m.emitFact(ctx, events.Draft{Session: st.id, Payload: &events.SessionEnded{LeasesTerminated: len(mine), SharedSpared: spared}})
 	return errors.Join(err, terminateAll(ctx, mine, "session_ended"))
 }
@@ -249,7 +254,7 @@ func (c LeaseCapability) Call(ctx context.Context, req CallRequest) (*mcp.CallTo
 		if err != nil {
 			return nil, err
 		}
-		res, retry, err := l.call(ctx, c.st.id, req, args)
+		res, retry, err := l.callIn(ctx, c.st, req, args)
 		if retry && !retried {
 			// The request provably never reached a live child: once more,
 			// on a fresh lease (a new call on a new activation).
