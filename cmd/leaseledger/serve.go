@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/leaseledger/leaseledger/control"
 	"github.com/leaseledger/leaseledger/ledger"
 	"github.com/leaseledger/leaseledger/ledger/bus"
 	"github.com/leaseledger/leaseledger/ledger/ledgermetrics"
@@ -25,6 +26,7 @@ func newServeCmd(a *app) *cobra.Command {
 		opts        bus.Options
 		metricsAddr string
 		rf          runtimeFlags
+		cf          checkpointFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -81,12 +83,18 @@ accepting MCP requests, ends every session and lease within
 				defer func() { _ = rt.shutdown(rf.shutdownBudget) }()
 				a.setShutdownExtra(rf.shutdownBudget)
 			}
-			opts.Services = busServices(proj, rt, opts.ControlUser)
+			cp, err := cf.checkpointer(cmd.Context(), l)
+			if err != nil {
+				return err
+			}
+			opts.Services = append(busServices(proj, rt, opts.ControlUser), control.ProofServices(l, cp)...)
 			b, err := bus.Start(l, opts)
 			if err != nil {
 				return err
 			}
 			defer b.Close()
+			stopCheckpoints := cf.publishCheckpoints(cp, b, a.logger)
+			defer stopCheckpoints() // on an early return; before the bus closes
 			if metricsAddr != "" {
 				stop, addr, err := serveMetrics(l, metricsAddr)
 				if err != nil {
@@ -126,6 +134,7 @@ accepting MCP requests, ends every session and lease within
 					fmt.Fprintf(a.stderr, "leaseledger: %v\n", err)
 				}
 			}
+			stopCheckpoints()
 			if err := b.Close(); err != nil {
 				return err
 			}
@@ -160,6 +169,7 @@ accepting MCP requests, ends every session and lease within
 	f.IntVar(&opts.Limits.Auth.FailureBurst, "auth-failure-burst", bus.DefaultAuthFailureBurst, "failed authentications per source address and user before that pair is throttled")
 	f.DurationVar(&opts.Limits.Auth.FailureInterval, "auth-failure-interval", bus.DefaultAuthFailureInterval, "a throttled address and user pair regains one attempt per interval")
 	rf.register(cmd)
+	cf.register(cmd)
 	return cmd
 }
 

@@ -4,13 +4,21 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/leaseledger/leaseledger/control"
 	"github.com/leaseledger/leaseledger/gateway"
+	"github.com/leaseledger/leaseledger/ledger"
 	"github.com/leaseledger/leaseledger/ledger/bus"
+	"github.com/leaseledger/leaseledger/ledger/busclient"
+	"github.com/leaseledger/leaseledger/ledger/verify"
 	"github.com/leaseledger/leaseledger/projector/live"
 	"github.com/leaseledger/leaseledger/runtime"
+	"github.com/spf13/cobra"
+	"golang.org/x/mod/sumdb/note"
 )
 
 // controlRuntime is the control API's view of serve's runtime: the lease
@@ -76,4 +84,61 @@ func busServices(proj *live.Projection, rt *serveRuntime, controlUser string) []
 		s = append(s, control.RuntimeServices(controlRuntime{mgr: rt.mgr, gw: rt.gw}, proj)...)
 	}
 	return s
+}
+
+// checkpointFlags are serve's checkpoint publication flags: with a key,
+// serve signs checkpoints of its head, publishes them on
+// busclient.CheckpointSubject every interval when the head moved, and
+// answers the proof API's checkpoint requests (package control).
+type checkpointFlags struct {
+	key      string
+	origin   string
+	interval time.Duration
+}
+
+func (f *checkpointFlags) register(cmd *cobra.Command) {
+	fl := cmd.Flags()
+	fl.StringVar(&f.key, "checkpoint-key", "", "file holding a checkpoint signer key (from 'checkpoint keygen'): publish signed checkpoints on "+busclient.CheckpointSubject+" (empty: off)")
+	fl.StringVar(&f.origin, "checkpoint-origin", "leaseledger", "the published checkpoints' origin line: who keeps this log")
+	fl.DurationVar(&f.interval, "checkpoint-interval", time.Minute, "publish a checkpoint this often when the head moved")
+}
+
+// checkpointer returns the Checkpointer of l the flags ask for (nil
+// without --checkpoint-key).
+func (f *checkpointFlags) checkpointer(ctx context.Context, l *ledger.Ledger) (*control.Checkpointer, error) {
+	if f.key == "" {
+		return nil, nil
+	}
+	if f.interval <= 0 {
+		return nil, errors.New("--checkpoint-interval must be positive")
+	}
+	skey, err := os.ReadFile(f.key)
+	if err != nil {
+		return nil, fmt.Errorf("--checkpoint-key: %w", err)
+	}
+	signer, err := note.NewSigner(strings.TrimSpace(string(skey)))
+	if err != nil {
+		return nil, fmt.Errorf("--checkpoint-key: not a signer key: %w", err)
+	}
+	if _, err := verify.CheckpointAt(ctx, l, f.origin, 0); err != nil {
+		return nil, fmt.Errorf("--checkpoint-origin: %w", err)
+	}
+	return control.NewCheckpointer(l, f.origin, signer), nil
+}
+
+// publishCheckpoints publishes cp's checkpoints on b at the flags'
+// interval until stop, which waits for the publisher to end (call it
+// before closing the bus). A nil cp publishes nothing.
+func (f *checkpointFlags) publishCheckpoints(cp *control.Checkpointer, b *bus.Bus, logger *slog.Logger) (stop func()) {
+	if cp == nil {
+		return func() {}
+	}
+	cp.SetPublish(b.PublishCheckpoint)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		cp.Run(ctx, f.interval, func(err error) { logger.Warn("serve: checkpoint not published", "err", err) })
+	}()
+	return func() { cancel(); <-done }
 }

@@ -1,0 +1,211 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leaseledger/leaseledger/events"
+	"github.com/leaseledger/leaseledger/ledger"
+	"github.com/leaseledger/leaseledger/ledger/ledgertest"
+)
+
+// witnessServe is one serve process (run in-process, as the other e2e
+// tests do) with a checkpoint key, on a fixed port so that a restarted
+// serve is found again by a following witness.
+type witnessServe struct {
+	stop func()
+	done chan int
+	url  string
+}
+
+func startWitnessServe(t *testing.T, dir, skey string, port int) *witnessServe {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	pr, pw := io.Pipe()
+	s := &witnessServe{stop: cancel, done: make(chan int, 1)}
+	go func() {
+		s.done <- run(ctx, []string{"--data-dir", dir, "serve", "--port", strconv.Itoa(port),
+			"--read-only-user", "ro", "--read-only-password", "pw", "--writer-user", "w", "--writer-password", "pw2",
+			"--checkpoint-key", skey, "--checkpoint-origin", "leaseledger.test/witness", "--checkpoint-interval", "100ms"},
+			strings.NewReader(""), pw, io.Discard)
+		pw.Close()
+	}()
+	sc := bufio.NewScanner(pr)
+	for sc.Scan() {
+		if u, ok := strings.CutPrefix(sc.Text(), "leaseledger: NATS listening on "); ok {
+			s.url = u
+			break
+		}
+	}
+	go io.Copy(io.Discard, pr)
+	if s.url == "" {
+		cancel()
+		t.Fatalf("serve did not start (exit %d)", <-s.done)
+	}
+	return s
+}
+
+func (s *witnessServe) close(t *testing.T) {
+	t.Helper()
+	s.stop()
+	if code := <-s.done; code != 0 {
+		t.Fatalf("serve exit %d", code)
+	}
+}
+
+// runningWitness is `leaseledger witness` in a goroutine.
+type runningWitness struct {
+	stop   func()
+	done   chan int
+	stdout *lockedBuffer
+	stderr *lockedBuffer
+}
+
+func startWitness(url, vkey, state string) *runningWitness {
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &runningWitness{stop: cancel, done: make(chan int, 1), stdout: &lockedBuffer{}, stderr: &lockedBuffer{}}
+	go func() {
+		w.done <- run(ctx, []string{"witness", "--bus", url, "--user", "ro", "--password", "pw", "--vkey", vkey, "--state", state, "--retry", "200ms"},
+			strings.NewReader(""), w.stdout, w.stderr)
+	}()
+	return w
+}
+
+var acceptedLine = regexp.MustCompile(`accepted size ([0-9]+)`)
+
+// waitAccepted waits until the witness accepted a checkpoint of size.
+func (w *runningWitness) waitAccepted(t *testing.T, size int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, m := range acceptedLine.FindAllStringSubmatch(w.stdout.String(), -1) {
+			if m[1] == strconv.Itoa(size) {
+				return
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("the witness did not accept size %d:\n%s\n%s", size, w.stdout, w.stderr)
+}
+
+// waitExit waits for the witness to exit with code.
+func (w *runningWitness) waitExit(t *testing.T, code int, says string) {
+	t.Helper()
+	select {
+	case got := <-w.done:
+		if got != code || !strings.Contains(w.stderr.String(), says) {
+			t.Fatalf("witness exit %d, want %d saying %q:\n%s\n%s", got, code, says, w.stdout, w.stderr)
+		}
+	case <-time.After(15 * time.Second):
+		w.stop()
+		<-w.done
+		t.Fatalf("the witness did not exit:\n%s\n%s", w.stdout, w.stderr)
+	}
+}
+
+func witnessKeys(t *testing.T) (skey, vkey string) {
+	t.Helper()
+	skey = filepath.Join(t.TempDir(), "signer.key")
+	r := runCLI(t, context.Background(), "", "checkpoint", "keygen", "--name", "test-log", "--out", skey)
+	if r.code != 0 {
+		t.Fatalf("keygen: %+v", r)
+	}
+	return skey, strings.TrimSpace(r.stdout)
+}
+
+// appendDifferent appends n events to the closed data directory dir,
+// unlike any serve wrote (a rewritten history's new tail).
+func appendDifferent(t *testing.T, dir string, n int) {
+	t.Helper()
+	l, err := ledger.Open(ledger.Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		if _, err := l.Append(context.Background(), events.Draft{Activation: "act-forged", Payload: &events.LeaseTerminated{Reason: fmt.Sprintf("forged_%d", i)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The witness follows several checkpoints; serve is stopped, its tail
+// rewritten (ledgertest.Fork plus other events, a consistent m/head) to a
+// longer log and restarted: the witness reconnects and exits with
+// exitFork naming both checkpoints; restarted on its state it detects the
+// fork again.
+func TestWitnessDetectsFork(t *testing.T) {
+	dir, state := t.TempDir(), filepath.Join(t.TempDir(), "witness.state")
+	ctx := context.Background()
+	skey, vkey := witnessKeys(t)
+	in, n := examples(t)
+	if r := runCLI(t, ctx, in, "--data-dir", dir, "append"); r.code != 0 {
+		t.Fatal(r.stderr)
+	}
+	port := freePort(t)
+	s := startWitnessServe(t, dir, skey, port)
+	w := startWitness(s.url, vkey, state)
+	w.waitAccepted(t, n)
+	for i := 2; i <= 3; i++ {
+		if r := runCLI(t, ctx, in, "append", "--nats", s.url, "--user", "w", "--password", "pw2"); r.code != 0 {
+			t.Fatalf("append over NATS: %+v", r)
+		}
+		w.waitAccepted(t, i*n)
+	}
+	s.close(t)
+	ledgertest.Fork(t, dir, ledger.Seq(n+3))
+	appendDifferent(t, dir, 3*n)
+	s = startWitnessServe(t, dir, skey, port)
+	defer s.close(t)
+	w.waitExit(t, exitFork, "FORK")
+	if !strings.Contains(w.stderr.String(), fmt.Sprintf("accepted size %d root ", 3*n)) || !strings.Contains(w.stderr.String(), fmt.Sprintf("observed size %d root ", 4*n+3)) {
+		t.Fatalf("the fork's report does not show both checkpoints:\n%s", w.stderr)
+	}
+	if !strings.Contains(w.stderr.String(), "reconnected") {
+		t.Fatalf("no reconnection logged:\n%s", w.stderr)
+	}
+	w = startWitness(s.url, vkey, state)
+	w.waitExit(t, exitFork, "FORK")
+}
+
+// A witness stopped at a checkpoint and restarted after serve's log was
+// cut back (and grown by less than it lost) exits with exitRollback.
+func TestWitnessRestartedDetectsRollback(t *testing.T) {
+	dir, state := t.TempDir(), filepath.Join(t.TempDir(), "witness.state")
+	ctx := context.Background()
+	skey, vkey := witnessKeys(t)
+	in, n := examples(t)
+	for range 2 {
+		if r := runCLI(t, ctx, in, "--data-dir", dir, "append"); r.code != 0 {
+			t.Fatal(r.stderr)
+		}
+	}
+	port := freePort(t)
+	s := startWitnessServe(t, dir, skey, port)
+	w := startWitness(s.url, vkey, state)
+	w.waitAccepted(t, 2*n)
+	w.stop()
+	if code := <-w.done; code != 0 {
+		t.Fatalf("witness exit %d:\n%s", code, w.stderr)
+	}
+	s.close(t)
+	ledgertest.Fork(t, dir, ledger.Seq(n))
+	appendDifferent(t, dir, 2)
+	s = startWitnessServe(t, dir, skey, port)
+	defer s.close(t)
+	w = startWitness(s.url, vkey, state)
+	w.waitExit(t, exitRollback, "ROLLBACK")
+	if !strings.Contains(w.stderr.String(), fmt.Sprintf("accepted size %d root ", 2*n)) || !strings.Contains(w.stderr.String(), fmt.Sprintf("observed size %d root ", n+2)) {
+		t.Fatalf("the rollback's report does not show both checkpoints:\n%s", w.stderr)
+	}
+}
