@@ -10,6 +10,7 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/leaseledger/leaseledger/events"
 	"github.com/leaseledger/leaseledger/ledger"
@@ -440,4 +441,41 @@ func TestBundleManifestChecks(t *testing.T) {
 	m.Events, m.Seqs = 2, []verify.SeqRun{{First: 1, Last: 2}}
 	_, err = verify.Bundle(bytes.NewReader(withManifest(m, ls[1], ls[2])), v)
 	wantBundleFault(t, "a range manifest listing less than its range", err, 0, verify.FaultManifest)
+}
+
+// BenchmarkBundle measures verifying a range bundle of the whole log
+// against verifying the same log with Ledger in the same run
+// (bundle/ledger: the cost of checking proofs instead of a whole chain),
+// and reports the bundle's bytes per event.
+func BenchmarkBundle(b *testing.B) {
+	dir := b.TempDir()
+	l, err := ledger.Open(ledger.Options{Dir: dir})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	for range 40 {
+		interleave(b, l, map[string]int{"act-a": 30, "act-b": 30, "act-c": 30}, "act-a", "act-b", "act-c")
+	}
+	s, v := bundleKeys(b, "bench")
+	head := l.Head().Seq
+	bundle, _ := writeBundle(b, l, s, verify.BundleSelector{From: 1, To: head})
+	ctx := context.Background()
+	var tb, tl time.Duration
+	for b.Loop() {
+		start := time.Now()
+		if _, err := verify.Bundle(bytes.NewReader(bundle), v); err != nil {
+			b.Fatal(err)
+		}
+		tb += time.Since(start)
+		start = time.Now()
+		if _, err := verify.Ledger(ctx, l, verify.Options{}); err != nil {
+			b.Fatal(err)
+		}
+		tl += time.Since(start)
+	}
+	b.ReportMetric(float64(tb.Nanoseconds())/float64(b.N)/float64(head), "bundle-ns/event")
+	b.ReportMetric(float64(tl.Nanoseconds())/float64(b.N)/float64(head), "ledger-ns/event")
+	b.ReportMetric(float64(tb)/float64(tl), "bundle/ledger")
+	b.ReportMetric(float64(len(bundle))/float64(head), "bytes/event")
 }
