@@ -479,3 +479,32 @@ func BenchmarkBundle(b *testing.B) {
 	b.ReportMetric(float64(tb)/float64(tl), "bundle/ledger")
 	b.ReportMetric(float64(len(bundle))/float64(head), "bytes/event")
 }
+
+// A bundle made from a read-only open of a directory written before the
+// Merkle node index existed (the auditor's copy of an old log) is byte for
+// byte the one made from the indexed log.
+func TestBundleWithoutTreeIndex(t *testing.T) {
+	l, dir := bundleLedger(t)
+	s, v := bundleKeys(t, "bundle-test")
+	sel := verify.BundleSelector{Activation: "act-c"}
+	want, _ := writeBundle(t, l, s, sel)
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ledgertest.DropTreeIndex(t, dir)
+	ro, err := ledger.Open(ledger.Options{Dir: dir, ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	got, _ := writeBundle(t, ro, s, sel)
+	if _, err := verify.Bundle(bytes.NewReader(got), v); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) { // Ed25519 signatures are deterministic
+		t.Fatalf("the bundle differs without the tree index")
+	}
+	if _, present, _ := ledgertest.TreeIndex(t, dir); present {
+		t.Fatalf("a read-only bundle wrote the tree index")
+	}
+}
