@@ -159,7 +159,11 @@ func newVerifyCmd(a *app) *cobra.Command {
 canonically, sit under its own seq with no gap, hash correctly, link to its
 predecessor and validate against its JSON Schema; the stored head must name
 the last event; every index entry must match. The exit status is 1 on any
-fault and the message names the first bad seq.`,
+fault and the message names the first bad seq.
+
+With --bundle FILE --vkey KEY it checks an evidence bundle (from 'bundle')
+instead, with no data directory: both signatures, every event line against
+its inclusion proof, and exactly the seqs its manifest lists.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if bundle != "" {
