@@ -10,6 +10,7 @@ import (
 	"github.com/leaseledger/leaseledger/ledger/bus"
 	"github.com/leaseledger/leaseledger/ledger/busclient"
 	"github.com/leaseledger/leaseledger/ledger/verify"
+	"github.com/leaseledger/leaseledger/schemas"
 	"golang.org/x/mod/sumdb/note"
 )
 
@@ -84,6 +85,14 @@ func TestProofAPI(t *testing.T) {
 		}
 		if err := verify.VerifyConsistency(old, cp, hashes); err != nil {
 			t.Fatalf("from %d: %v", from, err)
+		}
+	}
+	vd := validator(t)
+	for subject, body := range map[string]string{control.ProofCheckpointSubject: `{}`, control.InclusionSubject: `{"seq":3,"size":40}`,
+		control.ConsistencySubject: `{"from":7,"to":40}`} {
+		reply := raw(t, nc, roUser, subject, body)
+		if err := vd.ValidateAPI(schemas.APIReplyPath(control.Name(subject)), reply); err != nil {
+			t.Fatalf("%s: %v\n%s", subject, err, reply)
 		}
 	}
 	size := uint64(cp.Size)
