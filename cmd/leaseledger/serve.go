@@ -34,7 +34,11 @@ func newServeCmd(a *app) *cobra.Command {
 		Long: `serve opens (creating if needed) the ledger in --data-dir, starts an embedded
 NATS server on loopback, publishes every committed event on
 leaseledger.events.<family>.<action>.<activation or _>, answers replay, head
-and append requests, and shuts down cleanly on SIGINT or SIGTERM.
+and append requests, and shuts down cleanly on SIGINT or SIGTERM. It serves
+inclusion and consistency proofs (leaseledger.api.proof.…); with
+--checkpoint-key it also signs a checkpoint of its head and publishes it on
+leaseledger.checkpoints every --checkpoint-interval in which the head moved
+(followed by 'leaseledger witness').
 
 With --config mcp.json it also runs the lease manager: every MCP client
 session on --mcp-addr (Streamable HTTP at /mcp) is a runtime session, and
