@@ -103,6 +103,14 @@ func (l *Ledger) openTree(head Seq) error {
 		l.logger.Info("ledger: building the Merkle node index", "from", r.End()+1, "to", head)
 	}
 	b := l.db.NewBatch()
+	if size > head {
+		// Nodes past the head (a log truncated by hand) would be stale
+		// until their events are appended again: drop them.
+		for level := uint(keys.TreeStoredLevel); level < 64; level++ {
+			from := keys.TreeNode(level, uint64(head)>>level)
+			_ = b.DeleteRange(from, keys.UpperBound(from[:len(keys.PrefixTree)+1]), nil)
+		}
+	}
 	commit := func(upTo Seq) error {
 		_ = b.Set([]byte(keys.TreeSize), keys.EncodeTreeSize(upTo), nil)
 		err := b.Commit(pebble.Sync)
