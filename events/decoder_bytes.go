@@ -1,8 +1,8 @@
 package events
 
 import (
-	"bytes"
 	"encoding/binary"
+	"math/bits"
 
 	"github.com/oklog/ulid/v2"
 )
@@ -41,23 +41,52 @@ var digitByte = func() (t [256]byte) {
 
 // plainBytes reads a JSON string starting at b[i] made of plainByte bytes
 // only; it returns the string's bytes (aliasing b) and the index after it.
+// The string ends at its first byte that is not plain, which must be the
+// closing quote: that is the same as finding the first quote and checking
+// every byte before it.
 func plainBytes(b []byte, i int) ([]byte, int, bool) {
 	if i >= len(b) || b[i] != '"' {
 		return nil, 0, false
 	}
-	j := bytes.IndexByte(b[i+1:], '"')
-	if j < 0 {
+	j := i + 1 + plainRun(b[i+1:])
+	if j >= len(b) || b[j] != '"' {
 		return nil, 0, false
 	}
-	s := b[i+1 : i+1+j]
-	ok := byte(1)
-	for _, c := range s { // branch-free, like isHex64Bytes: strings are mostly digests
-		ok &= plainByte[c]
+	return b[i+1 : j], j + 1, true
+}
+
+// plainRun returns the length of the longest prefix of b made of plainByte
+// bytes. Strings are mostly digests and identities, so it checks eight
+// bytes at a time, like isHex64Bytes: with each lane's top bit cleared
+// first, no lane carries into the next, and each test below sets a lane's
+// top bit exactly when the lane's byte is not plain.
+func plainRun(b []byte) int {
+	const (
+		ones = 0x0101010101010101
+		top  = 0x8080808080808080
+		low  = 0x7f7f7f7f7f7f7f7f
+	)
+	i := 0
+	for ; len(b)-i >= 8; i += 8 {
+		x := binary.LittleEndian.Uint64(b[i:])
+		y := x & low
+		eq := func(c uint64) uint64 { // lanes of y equal to c
+			z := y ^ (c * ones)
+			return top &^ ((z + low) | z)
+		}
+		bad := x&top | // non-ASCII
+			top&^(y+(0x80-0x20)*ones) | // a control byte
+			eq(0x7f) | eq('"') | eq('\\') | eq('<') | eq('>') | eq('&')
+		if bad != 0 {
+			return i + bits.TrailingZeros64(bad)/8
+		}
 	}
-	if ok != 1 {
-		return nil, 0, false
+	for ; i < len(b); i++ {
+		if plainByte[b[i]] == 0 {
+			break
+		}
 	}
-	return s, i + 2 + j, true
+	return i
 }
 
 // plainString is plainBytes as a new string.

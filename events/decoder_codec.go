@@ -27,7 +27,10 @@ type fieldInfo struct {
 	offset uintptr // of the field in its payload struct
 	typ    fieldType
 	intern bool // a low-cardinality value: interned instead of allocated
-	slot   int  // for an interned field: its index into Decoder.last
+	// slot indexes Decoder.last: per codec field for an interned field,
+	// per field name for the others (a call's call_id, a request's ref
+	// repeat across the kinds of its events).
+	slot int
 	// omitEmpty: the encoder leaves the field out when it is the zero
 	// value; otherwise the field is always written. Canonical bytes
 	// therefore never hold a zero omitempty field and never lack another.
@@ -70,8 +73,9 @@ var (
 // registry. A kind with a field of a type the fast path does not know has
 // no codec and always uses the strict decoder. internSlots counts the
 // interned fields of all codecs.
-var codecs, internSlots = func() (map[Kind]*codec, int) {
+var codecs, lastSlots = func() (map[Kind]*codec, int) {
 	m, slots := map[Kind]*codec{}, 0
+	byName := map[string]int{}
 	for _, k := range Kinds() {
 		p, err := New(k)
 		if err != nil {
@@ -106,9 +110,16 @@ var codecs, internSlots = func() (map[Kind]*codec, int) {
 			}
 			fi := fieldInfo{name: name, key: `"` + name + `":`, offset: f.Offset, typ: ft,
 				intern: ft == fString && internFields[name], omitEmpty: opts == "omitempty", slot: -1}
-			if fi.intern {
+			switch {
+			case fi.intern:
 				fi.slot = slots
 				slots++
+			case ft == fString:
+				if _, seen := byName[name]; !seen {
+					byName[name] = slots
+					slots++
+				}
+				fi.slot = byName[name]
 			}
 			c.fields = append(c.fields, fi)
 		}
@@ -181,18 +192,25 @@ func (d *Decoder) intern(b []byte) string {
 	return v
 }
 
-// internField is intern for one field, trying first the field's last
-// value: consecutive events of a kind mostly repeat it, and a comparison
-// is cheaper than a lookup.
-func (d *Decoder) internField(slot int, b []byte) string {
+// field returns the string value b of field f, trying first the last
+// value of its slot: an interned field mostly repeats its value from the
+// last event of the kind, and an identity (a ref, a call_id) mostly
+// repeats the one of the event before (the request it completes, the call
+// it finishes). A comparison is cheaper than a lookup or an allocation.
+func (d *Decoder) field(f *fieldInfo, b []byte) string {
 	if d.last == nil {
-		d.last = make([]string, internSlots)
+		d.last = make([]string, lastSlots)
 	}
-	if v := d.last[slot]; v == string(b) && v != "" {
+	if v := d.last[f.slot]; v == string(b) {
 		return v
 	}
-	v := d.intern(b)
-	d.last[slot] = v
+	var v string
+	if f.intern {
+		v = d.intern(b)
+	} else {
+		v = string(b)
+	}
+	d.last[f.slot] = v
 	return v
 }
 
@@ -251,13 +269,10 @@ func (c *codec) decode(d *Decoder, data []byte) (Payload, bool) {
 			if !ok {
 				return nil, false
 			}
-			switch {
-			case len(raw) == 0:
+			if len(raw) == 0 {
 				zero = true
-			case f.intern:
-				*(*string)(at) = d.internField(f.slot, raw)
-			default:
-				*(*string)(at) = string(raw)
+			} else {
+				*(*string)(at) = d.field(f, raw)
 			}
 			i = n
 		case fInt, fInt64:

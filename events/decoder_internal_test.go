@@ -43,3 +43,28 @@ func TestCanonicalULIDMatchesParseStrict(t *testing.T) {
 		}
 	}
 }
+
+// The lane-parallel plain-run scan agrees with the plainByte table for
+// every byte value at every position of runs of every length up to three
+// words (the word loop, the tail loop and their boundary).
+func TestPlainRunMatchesTable(t *testing.T) {
+	for n := 0; n <= 24; n++ {
+		base := bytes.Repeat([]byte("a"), n)
+		if got := plainRun(base); got != n {
+			t.Fatalf("plain run of %d: got %d", n, got)
+		}
+		for pos := range n {
+			for c := range 256 {
+				b := bytes.Clone(base)
+				b[pos] = byte(c)
+				want := n
+				if plainByte[c] == 0 {
+					want = pos
+				}
+				if got := plainRun(b); got != want {
+					t.Fatalf("byte %#x at %d of %d: got %d, want %d", c, pos, n, got, want)
+				}
+			}
+		}
+	}
+}
