@@ -40,7 +40,14 @@ func (ev *Evidence) track(activation, ref, kind, scope string, seq uint64) *Reso
 	if ev.open == nil {
 		ev.open = map[string]*Resource{}
 	}
-	r := &Resource{ID: ResourceID{Activation: activation, Reference: ref}, Kind: kind, Scope: scope,
+	r := ev.spare
+	if r == nil {
+		r = new(Resource)
+	}
+	ev.spare = nil
+	// Every field is set afresh: the ring's copy of the resource this
+	// storage last held keeps its own slices and pointers.
+	*r = Resource{ID: ResourceID{Activation: activation, Reference: ref}, Kind: kind, Scope: scope,
 		Status: StatusPending, RegisteredSeq: seq, UpdatedSeq: seq}
 	ev.open[ref] = r
 	return r
@@ -273,6 +280,7 @@ func (ev *Evidence) confirm(r *Resource, e *event) {
 		ev.ringLen++
 	}
 	ev.confirmed++
+	ev.spare = r // no longer referenced: open dropped it, the ring holds a copy
 }
 
 // ---- close ----

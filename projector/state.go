@@ -193,6 +193,11 @@ type Evidence struct {
 	frozenSeq  uint64
 	late       uint64 // evidence events after the freeze
 	anomalies  uint64 // evidence about unknown or duplicate references
+	// spare is the storage of the last confirmed resource, whose value
+	// the ring holds by copy: the next track reuses it instead of
+	// allocating (requests mostly confirm one before the next registers).
+	// It is never serialised and holds no state.
+	spare *Resource
 }
 
 // Resource returns the tracked (unconfirmed) resource with reference ref,
