@@ -5,16 +5,22 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/leaseledger/leaseledger/control"
 	"github.com/leaseledger/leaseledger/events"
 	"github.com/leaseledger/leaseledger/ledger"
+	"github.com/leaseledger/leaseledger/ledger/bus"
 	"github.com/leaseledger/leaseledger/ledger/ledgertest"
+	"github.com/leaseledger/leaseledger/ledger/verify"
+	"golang.org/x/mod/sumdb/note"
 )
 
 // witnessServe is one serve process (run in-process, as the other e2e
@@ -207,5 +213,83 @@ func TestWitnessRestartedDetectsRollback(t *testing.T) {
 	w.waitExit(t, exitRollback, "ROLLBACK")
 	if !strings.Contains(w.stderr.String(), fmt.Sprintf("accepted size %d root ", 2*n)) || !strings.Contains(w.stderr.String(), fmt.Sprintf("observed size %d root ", n+2)) {
 		t.Fatalf("the rollback's report does not show both checkpoints:\n%s", w.stderr)
+	}
+}
+
+// The witness checks checkpoints in the order serve published them: the
+// reply to its own request, which may overtake a smaller checkpoint
+// published before it, is not taken for the newest (it would make that
+// one look like a rollback).
+func TestWitnessIgnoresOvertakingReply(t *testing.T) {
+	ctx := context.Background()
+	skey, vkey := witnessKeys(t)
+	sk, err := os.ReadFile(skey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer, err := note.NewSigner(strings.TrimSpace(string(sk)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := ledger.Open(ledger.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	for i := range 30 {
+		if _, err := l.Append(ctx, events.Draft{Activation: "act-1", Payload: &events.LeaseTerminated{Reason: fmt.Sprintf("r_%d", i)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sign := func(size ledger.Seq) []byte {
+		c, err := verify.CheckpointAt(ctx, l, "leaseledger.test/witness", size)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := c.Sign(signer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	small, large := sign(10), sign(30)
+	var b *bus.Bus
+	var published sync.WaitGroup
+	var once sync.Once
+	defer published.Wait()
+	// serve's order, with its delivery delayed: 10 was published before
+	// the request, 30 for it; the reply (30) arrives first.
+	checkpoint := bus.Service{Subject: control.ProofCheckpointSubject, Access: bus.AccessRead, Handle: bus.JSON(
+		func(context.Context, string, *control.CheckpointRequest) (*control.CheckpointReply, error) {
+			once.Do(func() { // later requests: as if the head had not moved
+				published.Go(func() {
+					time.Sleep(300 * time.Millisecond)
+					_ = b.PublishCheckpoint(small)
+					_ = b.PublishCheckpoint(large)
+				})
+			})
+			return &control.CheckpointReply{Checkpoint: string(large)}, nil
+		})}
+	services := []bus.Service{checkpoint}
+	for _, s := range control.ProofServices(l, nil) {
+		if s.Subject != control.ProofCheckpointSubject {
+			services = append(services, s)
+		}
+	}
+	b, err = bus.Start(l, bus.Options{Port: bus.RandomPort, ReadOnlyUser: "ro", ReadOnlyPassword: "pw", Services: services})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	w := startWitness(b.ClientURL(), vkey, filepath.Join(t.TempDir(), "witness.state"))
+	w.waitAccepted(t, 30)
+	select {
+	case code := <-w.done:
+		t.Fatalf("witness exit %d:\n%s", code, w.stderr)
+	case <-time.After(300 * time.Millisecond):
+	}
+	w.stop()
+	if code := <-w.done; code != 0 || !strings.Contains(w.stdout.String(), "accepted size 10 (first)") {
+		t.Fatalf("witness exit %d:\n%s\n%s", code, w.stdout, w.stderr)
 	}
 }
