@@ -645,3 +645,29 @@ func TestReopenedAfterClose(t *testing.T) {
 	}
 	check(s2)
 }
+
+// A confirmed resource's storage is reused for the next tracked one; the
+// receipt kept in the recent window must not change with it (its signals
+// slice is its own).
+func TestReusedResourceLeavesReceiptIntact(t *testing.T) {
+	f := newFeed(t)
+	now := events.At(t0)
+	guardian := func(pid int, sig events.Signal) []events.Draft {
+		return []events.Draft{
+			d("a", &events.GuardianStarted{GuardianPID: pid + 1, TargetPID: pid, HelperVersion: "g/1", PIDFD: true}),
+			d("a", &events.GuardianSignal{TargetPID: pid, Signal: sig, At: now, Alive: true}),
+			d("a", &events.GuardianReceipt{HelperVersion: "g/1", TargetPID: pid, Reaped: true, ExitCode: -1,
+				Signal: string(sig), StdinClosedAt: now, StdoutClosedAt: now, StderrClosedAt: now, EOFGraceNS: 1}),
+		}
+	}
+	f.apply(guardian(100, events.SignalTERM)...)
+	f.apply(guardian(200, events.SignalKILL)[:2]...) // tracked in the reused storage, signalled
+	recent := f.ev("a").Recent()
+	if len(recent) != 1 || len(recent[0].Facts.Signals) != 1 || recent[0].Facts.Signals[0] != string(events.SignalTERM) {
+		t.Fatalf("receipt changed: %+v", recent)
+	}
+	if r, ok := f.ev("a").Resource("guardian:200"); !ok || r.Status != projector.StatusPending ||
+		len(r.Facts.Signals) != 1 || r.Facts.Signals[0] != string(events.SignalKILL) || r.Facts.Receipt {
+		t.Fatalf("new resource: %+v", r)
+	}
+}
