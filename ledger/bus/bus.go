@@ -1,6 +1,6 @@
 // Package bus is the server side of the ledger's NATS bus: an embedded
-// NATS server on which every committed event is published after its fsync,
-// the users and permissions of that server, and the request/reply API it
+// NATS server on which every committed event is published after its fsync
+// (and the signed checkpoints its host hands to PublishCheckpoint), the users and permissions of that server, and the request/reply API it
 // answers (replay, head, append).
 //
 // The protocol — API subjects, headers, request and reply bodies, user
