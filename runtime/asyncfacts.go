@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/leaseledger/leaseledger/events"
 )
@@ -14,13 +15,14 @@ import (
 // failed append leaves the appender failed, so later appends fail too). An
 // error from AppendAsync means nothing was queued. *ledger.Ledger
 // implements it; an Appender without it (the remote bus appender) gets
-// every event synchronously.
+// every event synchronously, each append awaited.
 //
-// The runtime uses it for exactly one record: a call's call.finished, so
-// the caller does not wait for its fsync. call.admitted stays durable
-// before the request is sent, so a crash can only leave an admitted call
-// with no outcome (the audit reports it as outcome unknown), never a wrong
-// one.
+// With it, a call's call.finished is not awaited: it is carried, in the
+// same atomic append, by the manager's next append (a sequential caller's
+// next call.admitted shares its fsync) or appended on its own after
+// outcomeLinger. call.admitted stays durable before the request is sent,
+// so a crash can only leave an admitted call with no outcome (the audit
+// reports it as outcome unknown), never a wrong one.
 type AsyncAppender interface {
 	Appender
 	AppendAsync(ctx context.Context, drafts ...events.Draft) (wait func(context.Context) ([]events.Seq, error), err error)
@@ -64,42 +66,203 @@ func (p *pendingFacts) wait() {
 	}
 }
 
+// Bounds of deferred outcomes.
+const (
+	// outcomeLinger bounds how long a call's call.finished waits for a
+	// later append of the manager to carry it (in the same atomic append,
+	// so one fsync covers both: a sequential caller's next call.admitted
+	// usually does) before it is appended on its own.
+	outcomeLinger = 2 * time.Millisecond
+	// maxDeferredOutcomes bounds the outcomes waiting to be carried; the
+	// one that fills it appends them all at once.
+	maxDeferredOutcomes = 256
+)
+
+// deferredFact is one fact waiting to be carried by a later append, with
+// the trackers that count it.
+type deferredFact struct {
+	d              events.Draft
+	lease, session *pendingFacts
+}
+
+// deferredFacts holds facts appended without waiting (emitFactAsync) until
+// the next append of the manager carries them or the linger expires. mu is
+// held across the enqueue of every append of the manager (never across its
+// wait), so a deferred fact is queued before everything the manager
+// appends after deferring it.
+type deferredFacts struct {
+	mu    sync.Mutex
+	list  []deferredFact
+	timer *time.Timer // the linger, armed while list is not empty
+	// linger replaces outcomeLinger when set (tests, before first use).
+	linger time.Duration
+}
+
+func (df *deferredFacts) lingerOr() time.Duration {
+	if df.linger > 0 {
+		return df.linger
+	}
+	return outcomeLinger
+}
+
+// takeLocked returns the deferred facts and disarms the linger; mu held.
+func (df *deferredFacts) takeLocked() []deferredFact {
+	taken := df.list
+	df.list = nil
+	if df.timer != nil {
+		df.timer.Stop()
+	}
+	return taken
+}
+
+// withDeferred returns taken's drafts followed by drafts.
+func withDeferred(taken []deferredFact, drafts []events.Draft) []events.Draft {
+	if len(taken) == 0 {
+		return drafts
+	}
+	all := make([]events.Draft, 0, len(taken)+len(drafts))
+	for _, f := range taken {
+		all = append(all, f.d)
+	}
+	return append(all, drafts...)
+}
+
 // emitFactAsync appends facts about a step already taken, like emitFact,
 // but without waiting for their durability when the appender can queue
-// (AsyncAppender): they are queued before it returns, so everything
-// appended later is ordered after them, and their durability is awaited in
-// the background, counted in lease and session (either may be nil) and in
-// the manager's tracker, which Close waits for. A failure is kept (Manager.keep): the next TerminateAll
-// or Close returns it.
-func (m *Manager) emitFactAsync(ctx context.Context, lease, session *pendingFacts, drafts ...events.Draft) {
-	aa, ok := m.opts.Ledger.(AsyncAppender)
-	if !ok {
-		m.keep(m.emitFact(ctx, drafts...))
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), factTimeout)
-	wait, err := aa.AppendAsync(ctx, drafts...)
-	if err != nil {
-		cancel()
-		m.keep(appendErr(err, drafts))
+// (AsyncAppender): they are deferred until the manager's next append,
+// which carries them in front of its own events, or for at most
+// outcomeLinger, and everything the manager appends later is ordered after
+// them. They are counted in lease and session (either may be nil) and in
+// the manager's tracker until durable (see settle). Without an
+// AsyncAppender they are appended synchronously.
+func (m *Manager) emitFactAsync(ctx context.Context, lease, session *pendingFacts, d events.Draft) {
+	if _, ok := m.opts.Ledger.(AsyncAppender); !ok {
+		m.keep(m.emitFact(ctx, d))
 		return
 	}
 	m.facts.add()
-	for _, t := range [2]*pendingFacts{lease, session} {
-		if t != nil {
-			t.add()
+	if lease != nil {
+		lease.add()
+	}
+	if session != nil {
+		session.add()
+	}
+	df := &m.deferred
+	df.mu.Lock()
+	df.list = append(df.list, deferredFact{d: d, lease: lease, session: session})
+	full := len(df.list) >= maxDeferredOutcomes
+	if !full {
+		if df.timer == nil {
+			df.timer = time.AfterFunc(df.lingerOr(), func() { m.flushDeferred(true) })
+		} else if len(df.list) == 1 {
+			df.timer.Reset(df.lingerOr())
 		}
 	}
-	go func() {
+	df.mu.Unlock()
+	if full {
+		m.flushDeferred(false)
+	}
+}
+
+// flushDeferred appends the deferred facts on their own; inline waits for
+// their durability before returning (the linger's own goroutine), else a
+// goroutine does.
+func (m *Manager) flushDeferred(inline bool) {
+	aa := m.opts.Ledger.(AsyncAppender)
+	df := &m.deferred
+	df.mu.Lock()
+	taken := df.takeLocked()
+	if len(taken) == 0 {
+		df.mu.Unlock()
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), factTimeout)
+	wait, err := aa.AppendAsync(ctx, withDeferred(taken, nil)...)
+	df.mu.Unlock()
+	if err != nil {
+		cancel()
+		m.settle(taken, err)
+		return
+	}
+	finish := func() {
 		defer cancel()
-		if _, err := wait(ctx); err != nil {
-			m.keep(appendErr(err, drafts)) // kept before anyone waiting is woken
+		_, err := wait(ctx)
+		m.settle(taken, err)
+	}
+	if inline {
+		finish()
+	} else {
+		go finish()
+	}
+}
+
+// emitAsync is emit through an AsyncAppender: the deferred facts are
+// queued in front of drafts, in the same atomic append, and become durable
+// with them.
+func (m *Manager) emitAsync(ctx context.Context, aa AsyncAppender, drafts []events.Draft) error {
+	df := &m.deferred
+	df.mu.Lock()
+	taken := df.takeLocked()
+	wait, err := aa.AppendAsync(ctx, withDeferred(taken, drafts)...)
+	if err != nil && len(taken) > 0 {
+		// Not queued (the caller's context ended, say): the deferred facts
+		// go on their own, still before anything appended later.
+		df.list = append(taken, df.list...)
+		df.mu.Unlock()
+		m.flushDeferred(false)
+		return appendErr(err, drafts)
+	}
+	df.mu.Unlock()
+	if err != nil {
+		return appendErr(err, drafts)
+	}
+	_, err = wait(ctx)
+	if len(taken) > 0 {
+		if err == nil {
+			m.settle(taken, nil)
+		} else {
+			// In doubt for the caller (its context ended): the deferred
+			// facts' own wait is detached from that.
+			go func() {
+				wctx, cancel := context.WithTimeout(context.Background(), factTimeout)
+				defer cancel()
+				_, err := wait(wctx)
+				m.settle(taken, err)
+			}()
 		}
-		for _, t := range [2]*pendingFacts{lease, session} {
-			if t != nil {
-				t.done()
-			}
+	}
+	if err != nil {
+		return appendErr(err, drafts)
+	}
+	return nil
+}
+
+// settle ends the tracking of deferred facts whose append completed with
+// err: a failure is kept (Manager.keep) before anyone waiting is woken.
+func (m *Manager) settle(taken []deferredFact, err error) {
+	if err != nil {
+		m.keep(appendErr(err, withDeferred(taken, nil)))
+	}
+	for _, f := range taken {
+		if f.lease != nil {
+			f.lease.done()
+		}
+		if f.session != nil {
+			f.session.done()
 		}
 		m.facts.done()
-	}()
+	}
+}
+
+// awaitFacts makes the deferred facts durable now and waits for those
+// counted in p (nil: the manager's).
+func (m *Manager) awaitFacts(p *pendingFacts) {
+	if _, ok := m.opts.Ledger.(AsyncAppender); !ok {
+		return
+	}
+	m.flushDeferred(false)
+	if p == nil {
+		p = &m.facts
+	}
+	p.wait()
 }

@@ -3,6 +3,9 @@ package runtime
 import (
 	"context"
 	"errors"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,23 +14,46 @@ import (
 	"github.com/leaseledger/leaseledger/projector/audit"
 )
 
-// asyncLedger is the test's real ledger with its async appends' waits
-// observed: held until release is closed, or lost (the host stopped
-// before the queued outcome became durable: nothing is written and the
-// wait fails).
+// asyncLedger is the test's real ledger with the waits of its async
+// appends that carry a call.finished observed (queued reports them): held
+// until release is closed, or lost (the host stopped before the outcome
+// became durable: the outcomes are not written, the rest is, and the wait
+// fails).
 type asyncLedger struct {
 	*ledger.Ledger
 	release chan struct{}
 	lose    bool
-	queued  chan events.Kind
+	queued  chan int // the call.finished events of each such append
 }
 
 var errHostLost = errors.New("test: host lost before the append was durable")
 
 func (a *asyncLedger) AppendAsync(ctx context.Context, drafts ...events.Draft) (func(context.Context) ([]events.Seq, error), error) {
-	a.queued <- drafts[0].Payload.Kind()
+	var kept []events.Draft
+	for _, d := range drafts {
+		if d.Payload.Kind() != "call.finished" {
+			kept = append(kept, d)
+		}
+	}
+	finished := len(drafts) - len(kept)
+	if finished == 0 {
+		return a.Ledger.AppendAsync(ctx, drafts...)
+	}
+	select {
+	case a.queued <- finished:
+	default:
+	}
 	if a.lose {
-		return func(context.Context) ([]events.Seq, error) { return nil, errHostLost }, nil
+		wait, err := a.Ledger.AppendAsync(ctx, kept...)
+		if err != nil {
+			return nil, err
+		}
+		return func(ctx context.Context) ([]events.Seq, error) {
+			if _, err := wait(ctx); err != nil {
+				return nil, err
+			}
+			return nil, errHostLost
+		}, nil
 	}
 	wait, err := a.Ledger.AppendAsync(ctx, drafts...)
 	if err != nil {
@@ -42,7 +68,7 @@ func (a *asyncLedger) AppendAsync(ctx context.Context, drafts ...events.Draft) (
 func newAsyncEnv(t *testing.T, lose bool) (*env, *asyncLedger) {
 	var al *asyncLedger
 	e := newEnv(t, func(o *Options) {
-		al = &asyncLedger{Ledger: o.Ledger.(*ledger.Ledger), release: make(chan struct{}), lose: lose, queued: make(chan events.Kind, 16)}
+		al = &asyncLedger{Ledger: o.Ledger.(*ledger.Ledger), release: make(chan struct{}), lose: lose, queued: make(chan int, 16)}
 		o.Ledger = al
 	})
 	e.cfg.Set("ts", testServer(nil))
@@ -70,12 +96,12 @@ func TestCallReturnsBeforeOutcomeIsDurable(t *testing.T) {
 	}
 	// Call returned while the wait for its outcome is held.
 	select {
-	case k := <-al.queued:
-		if k != events.Kind("call.finished") {
-			t.Fatalf("queued without waiting: %s, want only call.finished", k)
+	case n := <-al.queued:
+		if n != 1 {
+			t.Fatalf("%d call.finished appended, want 1", n)
 		}
 	case <-time.After(5 * time.Second):
-		t.Fatal("call.finished was not queued without waiting")
+		t.Fatal("call.finished was not appended without waiting (within outcomeLinger)")
 	}
 	released := make(chan error, 1)
 	go func() { released <- s.Release(ctx) }()
@@ -127,7 +153,7 @@ func TestLostOutcomeIsUnknownInTheAudit(t *testing.T) {
 	select {
 	case <-al.queued:
 	case <-time.After(5 * time.Second):
-		t.Fatal("call.finished was not queued without waiting")
+		t.Fatal("call.finished was not appended without waiting (within outcomeLinger)")
 	}
 	if err := s.Release(ctx); err != nil {
 		t.Fatal(err)
@@ -197,4 +223,77 @@ type syncOnly struct{ l *ledger.Ledger }
 
 func (s syncOnly) Append(ctx context.Context, drafts ...events.Draft) ([]events.Seq, error) {
 	return s.l.Append(ctx, drafts...)
+}
+
+// recordingLedger is the test's real ledger recording the kinds of each
+// append, in the order they were queued.
+type recordingLedger struct {
+	*ledger.Ledger
+	mu      sync.Mutex
+	appends [][]string
+}
+
+func (r *recordingLedger) AppendAsync(ctx context.Context, drafts ...events.Draft) (func(context.Context) ([]events.Seq, error), error) {
+	kinds := make([]string, len(drafts))
+	for i, d := range drafts {
+		kinds[i] = string(d.Payload.Kind())
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.appends = append(r.appends, kinds)
+	return r.Ledger.AppendAsync(ctx, drafts...)
+}
+
+// A sequential caller's next call.admitted carries the previous call's
+// call.finished in front of it, in the same atomic append: one fsync per
+// call instead of two.
+func TestNextAdmissionCarriesOutcome(t *testing.T) {
+	var rl *recordingLedger
+	e := newEnv(t, func(o *Options) {
+		rl = &recordingLedger{Ledger: o.Ledger.(*ledger.Ledger)}
+		o.Ledger = rl
+	})
+	e.m.deferred.linger = time.Hour // only a later append carries it
+	e.cfg.Set("ts", testServer(nil))
+	ctx := ctxT(t, 20*time.Second)
+	s, err := e.m.OpenSession(ctx, "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	capa := s.Capability()
+	tools, err := capa.Tools(ctx, "ts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := CallRequest{Server: "ts", Tool: "echo", Digest: digestOf(t, tools, "echo"), Arguments: map[string]any{"text": "x"}}
+	for range 3 {
+		if _, err := capa.Call(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rl.mu.Lock()
+	var got []string
+	for _, a := range rl.appends {
+		if slices.Contains(a, "call.admitted") || slices.Contains(a, "call.finished") {
+			got = append(got, strings.Join(a, "+"))
+		}
+	}
+	rl.mu.Unlock()
+	want := "call.admitted call.finished+call.admitted call.finished+call.admitted call.finished"
+	if strings.Join(got, " ") != want {
+		t.Fatalf("appends %q, want %q", got, want)
+	}
+	// The log holds every outcome, each after its admission.
+	var order []string
+	for _, x := range e.events() {
+		if x.Kind == "call.admitted" || x.Kind == "call.finished" {
+			order = append(order, string(x.Kind))
+		}
+	}
+	if strings.Join(order, " ") != "call.admitted call.finished call.admitted call.finished call.admitted call.finished" {
+		t.Fatalf("log order %v", order)
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"os/exec"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -18,13 +19,17 @@ import (
 )
 
 // BenchmarkCallOverhead measures one lease call (config lookup, gate,
-// digest check, call.admitted + call.finished appended durably, the
-// guardian relay) against a plain go-sdk client over CommandTransport
-// calling the same tool on the same server (server-everything's echo), in
-// one run, interleaved in chunks so machine noise hits both alike. It
-// reports both latencies and their ratio (target: at most 1.25), plus the lease
-// path with events validated and encoded but not written (prepareOnly), to
-// separate the two durable appends per call from the rest.
+// digest check, call.admitted durable before the request, call.finished
+// queued, the guardian relay) against a plain go-sdk client over
+// CommandTransport calling the same tool on the same server
+// (server-everything's echo), in one run, interleaved in chunks so machine
+// noise hits both alike. It reports both latencies and their ratio, plus
+// the lease path with events validated and encoded but not written
+// (prepareOnly), the lease path with both appends awaited (sync-µs/call: an
+// appender without AppendAsync, as before call.finished was queued), and
+// the p50 of a one-event durable append on the same ledger (one fsync):
+// the goal is lease ≤ 1.10 × plain + one fsync, reported as
+// "excess-over-fsync" = (lease − append p50) / plain.
 //
 //	go test -run '^$' -bench CallOverhead -benchtime 2000x ./runtime/
 func BenchmarkCallOverhead(b *testing.B) {
@@ -39,6 +44,21 @@ func BenchmarkCallOverhead(b *testing.B) {
 	// events but does not write them: separates the ledger's two fsyncs per
 	// call from the rest (gate, digest check, guardian relay).
 	capa2, _ := benchLease(b, ctx, cfg, prepareOnly{})
+	// Both appends awaited: the call path before call.finished was queued.
+	capa3, _ := benchLease(b, ctx, cfg, syncOnly{l})
+	fsyncs := make([]time.Duration, 0, b.N)
+	fsync := func() {
+		t0 := time.Now()
+		if _, err := l.Append(ctx, events.Draft{Activation: "act-fsync", Payload: &events.LeaseRevoked{Reason: "bench"}}); err != nil {
+			b.Fatal(err)
+		}
+		fsyncs = append(fsyncs, time.Since(t0))
+	}
+	syncCall := func() {
+		if res, err := capa3.Call(ctx, req); err != nil || res.IsError {
+			b.Fatal("lease call (sync) failed", err)
+		}
+	}
 
 	leaseCall := func() {
 		if res, err := capa.Call(ctx, req); err != nil || res.IsError {
@@ -59,9 +79,10 @@ func BenchmarkCallOverhead(b *testing.B) {
 		leaseCall()
 		plainCall()
 		noLedgerCall()
+		syncCall()
 	}
 	b.ResetTimer()
-	var tLease, tPlain, tNoLedger time.Duration
+	var tLease, tPlain, tNoLedger, tSync time.Duration
 	const chunk = 50
 	for done := 0; done < b.N; {
 		n := min(chunk, b.N-done)
@@ -78,12 +99,22 @@ func BenchmarkCallOverhead(b *testing.B) {
 			noLedgerCall()
 		}
 		t3 := time.Now()
+		for i := 0; i < n; i++ {
+			syncCall()
+		}
+		t4 := time.Now()
+		for i := 0; i < n; i++ {
+			fsync()
+		}
 		tPlain += t1.Sub(t0)
 		tLease += t2.Sub(t1)
 		tNoLedger += t3.Sub(t2)
+		tSync += t4.Sub(t3)
 		done += n
 	}
 	b.StopTimer()
+	slices.Sort(fsyncs)
+	p50 := float64(fsyncs[len(fsyncs)/2].Nanoseconds())
 	perPlain := float64(tPlain.Nanoseconds()) / float64(b.N)
 	perLease := float64(tLease.Nanoseconds()) / float64(b.N)
 	b.ReportMetric(perPlain/1e3, "plain-µs/call")
@@ -92,7 +123,12 @@ func BenchmarkCallOverhead(b *testing.B) {
 	b.ReportMetric(perLease/perPlain, "ratio")
 	b.ReportMetric(perNoLedger/1e3, "noledger-µs/call")
 	b.ReportMetric(perNoLedger/perPlain, "ratio-noledger")
-	b.ReportMetric(0, "ns/op") // the two per-call figures above are the result
+	perSync := float64(tSync.Nanoseconds()) / float64(b.N)
+	b.ReportMetric(perSync/1e3, "sync-µs/call")
+	b.ReportMetric(perSync/perPlain, "ratio-sync")
+	b.ReportMetric(p50/1e3, "append-p50-µs")
+	b.ReportMetric((perLease-p50)/perPlain, "excess-over-fsync")
+	b.ReportMetric(0, "ns/op") // the per-call figures above are the result
 }
 
 // plainSession connects a plain go-sdk client over CommandTransport to the
@@ -170,9 +206,17 @@ func BenchmarkCallOverheadConcurrent(b *testing.B) {
 	plain := plainSession(b, ctx, cfg)
 	l := benchLedger(b)
 	capa, req := benchLease(b, ctx, cfg, l)
+	capaSync, _ := benchLease(b, ctx, cfg, syncOnly{l}) // both appends awaited
 	args := map[string]any{"message": "benchmark"}
 	leaseCall := func() error {
 		res, err := capa.Call(ctx, req)
+		if err == nil && res.IsError {
+			err = errors.New("tool error")
+		}
+		return err
+	}
+	syncCall := func() error {
+		res, err := capaSync.Call(ctx, req)
 		if err == nil && res.IsError {
 			err = errors.New("tool error")
 		}
@@ -209,20 +253,25 @@ func BenchmarkCallOverheadConcurrent(b *testing.B) {
 	}
 	run(200, leaseCall)
 	run(200, plainCall)
+	run(200, syncCall)
 	b.ResetTimer()
-	var tLease, tPlain time.Duration
+	var tLease, tPlain, tSync time.Duration
 	const chunk = 400
 	for done := 0; done < b.N; done += chunk {
 		n := min(chunk, b.N-done)
 		tPlain += run(n, plainCall)
 		tLease += run(n, leaseCall)
+		tSync += run(n, syncCall)
 	}
 	b.StopTimer()
 	perPlain := float64(tPlain.Nanoseconds()) / float64(b.N)
 	perLease := float64(tLease.Nanoseconds()) / float64(b.N)
+	perSync := float64(tSync.Nanoseconds()) / float64(b.N)
 	b.ReportMetric(perPlain/1e3, "plain-µs/call")
 	b.ReportMetric(perLease/1e3, "lease-µs/call")
 	b.ReportMetric(perLease/perPlain, "ratio")
+	b.ReportMetric(perSync/1e3, "sync-µs/call")
+	b.ReportMetric(perSync/perPlain, "ratio-sync")
 	b.ReportMetric(float64(l.Stats().Events)/float64(max(1, l.Stats().Commits)), "events/commit")
 	b.ReportMetric(0, "ns/op")
 }

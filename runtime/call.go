@@ -265,10 +265,11 @@ func (c *callRun) run(ctx context.Context) (*mcp.CallToolResult, bool, error) {
 		// the dead lease after its call.finished.
 		m.removeIf(l)
 	}
-	// Queued before Call returns (everything the lease appends later is
-	// ordered after it) but not awaited: the caller does not wait for its
-	// fsync. A crash before it is durable leaves the call admitted with
-	// no outcome, which the audit reports as unknown, never a wrong one.
+	// Not awaited: the caller does not wait for its fsync (it usually
+	// shares the next call.admitted's), and everything the manager appends
+	// later is ordered after it. A crash before it is durable leaves the
+	// call admitted with no outcome, which the audit reports as unknown,
+	// never a wrong one.
 	m.emitFactAsync(ctx, &l.finishing, c.finishing, c.draft(fin))
 	switch {
 	case killer:

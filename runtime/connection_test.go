@@ -468,7 +468,7 @@ func TestConnOneShotRealKill(t *testing.T) {
 // envelopes reads the env's ledger.
 func (e *env) envelopes() []events.Envelope {
 	e.t.Helper()
-	e.m.facts.wait() // call outcomes queued so far are durable
+	e.m.awaitFacts(nil) // call outcomes queued so far are durable
 	var out []events.Envelope
 	for env, err := range e.l.Events(context.Background(), ledger.Query{}) {
 		if err != nil {

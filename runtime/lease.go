@@ -71,9 +71,9 @@ type lease struct {
 	// active, so waiting on it after leaving active is race-free; it keeps
 	// every admitted event before lease.revoked / lease.terminated.
 	admitting sync.WaitGroup
-	// finishing counts calls whose call.finished is queued but not yet
-	// durable (emitFactAsync); termination waits for them, so the close
-	// report never precedes a call's outcome.
+	// finishing counts calls whose call.finished is not yet durable
+	// (emitFactAsync); termination waits for them, so the close report
+	// never precedes a call's outcome.
 	finishing pendingFacts
 	// revokedLogged is closed once lease.revoked is durable, so a call
 	// completing after revocation records its end after the revocation.
@@ -239,7 +239,7 @@ func (l *lease) terminateWithin(ctx context.Context, reason string, budget time.
 		// Admitted events are durable before the termination is recorded,
 		// and so are the outcomes of the calls that already finished.
 		l.admitting.Wait()
-		l.finishing.wait()
+		m.awaitFacts(&l.finishing)
 		if budget <= 0 {
 			budget = m.closeBudget(l)
 		}

@@ -127,7 +127,7 @@ func (e *env) events() []ev {
 	e.t.Helper()
 	// Calls' outcomes are queued before Call returns, not awaited: wait
 	// until the ones queued so far are durable (readable).
-	e.m.facts.wait()
+	e.m.awaitFacts(nil)
 	var out []ev
 	for env, err := range e.l.Events(context.Background(), ledger.Query{}) {
 		if err != nil {

@@ -163,9 +163,11 @@ type Manager struct {
 	errMu   sync.Mutex
 	kept    []error
 	dropped int
-	// facts counts facts queued without waiting for their durability
-	// (emitFactAsync); Close waits for them.
-	facts pendingFacts
+	// facts counts facts appended without waiting for their durability
+	// (emitFactAsync); Close waits for them. deferred holds those not yet
+	// queued.
+	facts    pendingFacts
+	deferred deferredFacts
 
 	// Test hooks, nil outside tests; set before the manager is used. They
 	// let tests wait for a state instead of sleeping through a window.
@@ -239,6 +241,9 @@ func NewManager(opts Options) (*Manager, error) {
 func (m *Manager) emit(ctx context.Context, drafts ...events.Draft) error {
 	if len(drafts) == 0 {
 		return nil
+	}
+	if aa, ok := m.opts.Ledger.(AsyncAppender); ok {
+		return m.emitAsync(ctx, aa, drafts)
 	}
 	if _, err := m.opts.Ledger.Append(ctx, drafts...); err != nil {
 		return appendErr(err, drafts)
@@ -388,6 +393,6 @@ func (m *Manager) Close(ctx context.Context) error {
 	m.closeHTTP()
 	// Calls that finished on leases ended earlier: their call.finished is
 	// durable (or its failure kept) before Close returns.
-	m.facts.wait()
+	m.awaitFacts(nil)
 	return errors.Join(err, m.takeKept())
 }

@@ -16,8 +16,8 @@ type sessionState struct {
 	id     string
 	owners int
 	ended  bool
-	// finishing counts the session's calls whose call.finished is queued
-	// but not yet durable; the session's end waits for them.
+	// finishing counts the session's calls whose call.finished is not
+	// yet durable; the session's end waits for them.
 	finishing pendingFacts
 }
 
@@ -178,7 +178,7 @@ func (m *Manager) release(ctx context.Context, st *sessionState) error {
 	// detached from that cancellation (emitFact and terminateAll bound it
 	// on their own), so it always completes. Its calls' outcomes are
 	// durable first (each bounded by factTimeout).
-	st.finishing.wait()
+	m.awaitFacts(&st.finishing)
 	err := m.emitFact(ctx, events.Draft{Session: st.id, Payload: &events.SessionEnded{LeasesTerminated: len(mine), SharedSpared: spared}})
 	return errors.Join(err, terminateAll(ctx, mine, "session_ended"))
 }
