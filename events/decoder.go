@@ -28,11 +28,13 @@ import (
 //
 // A payload returned by the fast path is reused by the next decode of the
 // same kind: callers copy what they keep and never retain the payload
-// itself. What its fields point to (an *Instant, a []int, a string) is
+// itself. [Decoder.Only] narrows what Decode yields for a kind. What its fields point to (an *Instant, a []int, a string) is
 // never reused and may be kept.
 type Decoder struct {
-	scratch  []scratch // one per codec, by codec.idx
-	last     []string  // the last value of each interned field, by fieldInfo.slot
+	scratch  []scratch  // one per codec, by codec.idx
+	only     []onlyMask // what Only narrowed, by codec.idx
+	discard  int64      // where the fast path writes a number or bool it does not keep
+	last     []string   // the last value of each interned field, by fieldInfo.slot
 	names    map[string]string
 	lastIDs  [3]string // activation, session and server of the last event
 	day      [11]byte  // "YYYY-MM-DDT" of the cached midnight
@@ -69,10 +71,11 @@ func (d *Decoder) Decode(raw []byte, h *Header) (Payload, error) {
 	return p, nil
 }
 
-// DecodePayload is [DecodePayload] through the fast path first.
+// DecodePayload is [DecodePayload] through the fast path first. What
+// [Decoder.Only] set does not apply: the payload is whole and validated.
 func (d *Decoder) DecodePayload(kind Kind, data []byte) (Payload, error) {
 	if c := codecs[kind]; c != nil {
-		if p, ok := c.decode(d, data); ok {
+		if p, ok := c.decode(d, data, false); ok {
 			return p, nil
 		}
 	}
@@ -241,7 +244,7 @@ func (d *Decoder) fast(raw []byte, h *Header) (Payload, bool) {
 	if c == nil {
 		return nil, false
 	}
-	p, ok := c.decode(d, data)
+	p, ok := c.decode(d, data, true)
 	if !ok {
 		return nil, false
 	}

@@ -232,9 +232,15 @@ func (d *Decoder) payload(c *codec) *scratch {
 
 // decode parses a canonical flat JSON object into the Decoder's scratch
 // payload of c's kind. It reports false for anything it does not handle
-// exactly.
-func (c *codec) decode(d *Decoder, data []byte) (Payload, bool) {
+// exactly. stored is true for the data of a stored envelope ([Decoder.Decode]),
+// to which what [Decoder.Only] set applies.
+func (c *codec) decode(d *Decoder, data []byte, stored bool) (Payload, bool) {
 	sc := d.payload(c)
+	var skip uint64
+	narrowed := false
+	if stored {
+		skip, narrowed = d.narrowed(c)
+	}
 	if len(data) < 2 || data[0] != '{' || data[len(data)-1] != '}' {
 		return nil, false
 	}
@@ -259,9 +265,13 @@ func (c *codec) decode(d *Decoder, data []byte) (Payload, bool) {
 			return nil, false // unknown, repeated or out-of-order key
 		}
 		f := &c.fields[fi]
+		keep := skip&(1<<fi) == 0
 		fi++
 		i += len(f.key)
 		at := unsafe.Add(sc.base, f.offset) // the field f in the scratch payload
+		if !keep {
+			at = unsafe.Pointer(&d.discard) // read for its form, not kept
+		}
 		zero := false
 		switch f.typ {
 		case fString:
@@ -269,9 +279,10 @@ func (c *codec) decode(d *Decoder, data []byte) (Payload, bool) {
 			if !ok {
 				return nil, false
 			}
-			if len(raw) == 0 {
+			switch {
+			case len(raw) == 0:
 				zero = true
-			} else {
+			case keep:
 				*(*string)(at) = d.field(f, raw)
 			}
 			i = n
@@ -306,7 +317,9 @@ func (c *codec) decode(d *Decoder, data []byte) (Payload, bool) {
 			if !ok {
 				return nil, false
 			}
-			*(**Instant)(at) = &Instant{Time: t}
+			if keep {
+				*(**Instant)(at) = &Instant{Time: t}
+			}
 			i += 32
 		case fInts:
 			if i >= len(data) || data[i] != '[' {
@@ -331,7 +344,9 @@ func (c *codec) decode(d *Decoder, data []byte) (Payload, bool) {
 				}
 				return nil, false
 			}
-			*(*[]int)(at) = xs
+			if keep {
+				*(*[]int)(at) = xs
+			}
 		}
 		// Instants and int lists are never zero once read (a pointer; at
 		// least one element).
@@ -343,6 +358,9 @@ func (c *codec) decode(d *Decoder, data []byte) (Payload, bool) {
 		if !c.fields[fi].omitEmpty {
 			return nil, false
 		}
+	}
+	if narrowed {
+		return sc.p, true // what Only asked for: the values are not checked
 	}
 	if sc.p.Validate() != nil {
 		return nil, false // let the strict decoder produce the error

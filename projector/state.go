@@ -352,7 +352,7 @@ type State struct {
 
 // New returns an empty State that has applied nothing.
 func New() *State {
-	return &State{
+	s := &State{
 		activations: map[string]*Activation{},
 		leases:      map[LeaseKey]*Lease{},
 		owners:      map[string]*Owner{},
@@ -360,6 +360,12 @@ func New() *State {
 		leaseOf:     map[string]LeaseKey{},
 		ownerOf:     map[string]string{},
 	}
+	for kind, fields := range payloadReads {
+		if err := s.dec.Only(kind, fields...); err != nil {
+			panic(err) // payloadReads names a kind or field events does not have: a build error
+		}
+	}
+	return s
 }
 
 // Seq returns the seq of the last applied event (0 for a new State).
