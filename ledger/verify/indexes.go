@@ -33,13 +33,19 @@ const (
 
 // MemoryBound is the documented bound of a verification's memory,
 // independent of the log's length and of the number of cores: the
-// pipeline's batches (copied bytes and per-event results), the index sums,
-// the exact table of the second pass, doubled for the garbage collector's
+// pipeline's batches (copied bytes and per-event results), the sums of the
+// three indexes and of the Merkle node index (expected and stored), the
+// exact table of the second pass, doubled for the garbage collector's
 // headroom (GOGC=100), plus BaseMemory. Measured as the peak RSS of
 // `leaseledger verify` (TestVerifyMemoryBound).
 const MemoryBound = 2*(InFlightBatches*(BatchBytes+BatchEvents*itemBytes)+
-	2*len(keys.IndexPrefixes)*IndexBuckets*16+
-	LocaliseEvents*(8+1)) + BaseMemory
+	2*(len(keys.IndexPrefixes)+1)*IndexBuckets*16+
+	localiseBytes) + BaseMemory
+
+// localiseBytes bounds the second pass's table: 8 bytes and a bit per seq
+// for an index, or for the Merkle nodes (fewer than one per 8 leaves) a
+// map entry of at most 128 bytes.
+const localiseBytes = LocaliseEvents * 16
 
 // BaseMemory is the part of MemoryBound that does not depend on the
 // bounds above: the Go runtime, the compiled JSON Schemas, Pebble's block

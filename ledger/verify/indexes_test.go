@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"unsafe"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/leaseledger/leaseledger/events"
 	"github.com/leaseledger/leaseledger/ledger"
 	"github.com/leaseledger/leaseledger/ledger/internal/keys"
+	"github.com/transparency-dev/merkle/compact"
 	"pgregory.net/rapid"
 )
 
@@ -158,5 +160,197 @@ func TestIndexSumsFindWhatTheExactCheckFinds(t *testing.T) {
 func TestItemBytesBound(t *testing.T) {
 	if sz := unsafe.Sizeof(item{}); sz > itemBytes {
 		t.Fatalf("item is %d bytes, MemoryBound counts %d", sz, itemBytes)
+	}
+}
+
+// exactTree is the exact reference of the tree check: every stored-level
+// node the events give within min(m/tree, head) leaves against every
+// stored one; the fault names the lowest first leaf of a node that is
+// missing, differs or should not be there.
+func exactTree(t interface{ Fatal(...any) }, db *pebble.DB) (bad ledger.Seq, malformed bool) {
+	var covered ledger.Seq
+	if v, closer, err := db.Get([]byte(keys.TreeSize)); err == nil {
+		covered, _ = keys.DecodeTreeSize(v)
+		closer.Close()
+	}
+	covered = min(covered, mustHeadOf(t, db))
+	if covered < 1<<keys.TreeStoredLevel {
+		return 0, false
+	}
+	want := map[compact.NodeID]string{}
+	r := (&compact.RangeFactory{Hash: hasher.HashChildren}).NewEmptyRange(0)
+	for seq := ledger.Seq(1); seq <= covered; seq++ {
+		v, closer, err := db.Get(keys.Event(seq))
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = r.Append(hasher.HashLeaf(v), func(id compact.NodeID, h []byte) {
+			if _, end := id.Coverage(); id.Level >= keys.TreeStoredLevel && end <= uint64(covered) {
+				want[id] = string(h)
+			}
+		})
+		closer.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	note := func(id compact.NodeID) {
+		first, _ := id.Coverage()
+		if seq := ledger.Seq(first + 1); bad == 0 || seq < bad {
+			bad = seq
+		}
+	}
+	it, err := db.NewIter(&pebble.IterOptions{LowerBound: []byte(keys.PrefixTree), UpperBound: keys.UpperBound([]byte(keys.PrefixTree))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer it.Close()
+	for ok := it.First(); ok; ok = it.Next() {
+		level, index, ok := keys.DecodeTreeNode(it.Key())
+		if !ok {
+			return 0, true // named at seq 0
+		}
+		id := compact.NewNodeID(level, index)
+		if first, end := id.Coverage(); level < keys.TreeStoredLevel || level >= 64 || end > uint64(covered) || end <= first {
+			continue
+		}
+		if w, ok := want[id]; !ok || w != string(it.Value()) {
+			note(id)
+		}
+		delete(want, id)
+	}
+	for id := range want {
+		note(id)
+	}
+	return bad, false
+}
+
+// rawGet is the value of key (32 zero bytes when there is none).
+func rawGet(t interface{ Fatal(...any) }, db *pebble.DB, key []byte) []byte {
+	v, closer, err := db.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return make([]byte, 32)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closer.Close()
+	return append([]byte(nil), v...)
+}
+
+func mustHeadOf(t interface{ Fatal(...any) }, db *pebble.DB) ledger.Seq {
+	v, closer, err := db.Get([]byte(keys.Head))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closer.Close()
+	seq, _, _ := keys.DecodeHead(v)
+	return seq
+}
+
+// Random corruptions of the Merkle node index (nodes deleted, changed,
+// copied, added at any level and index, malformed keys, m/tree moved) are
+// found and named at the first leaf of the lowest bad node, as an exact
+// comparison of every node names it; m/tree away from the head alone is
+// not a fault.
+func TestTreeSumsFindWhatTheExactCheckFinds(t *testing.T) {
+	const n = 150
+	db := tamperFixture(t, n)
+	var nodes [][]byte
+	it, err := db.NewIter(&pebble.IterOptions{LowerBound: []byte(keys.PrefixTree), UpperBound: keys.UpperBound([]byte(keys.PrefixTree))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for ok := it.First(); ok; ok = it.Next() {
+		nodes = append(nodes, append([]byte(nil), it.Key()...))
+	}
+	it.Close()
+	if len(nodes) < 10 {
+		t.Fatalf("the fixture has %d stored Merkle nodes", len(nodes))
+	}
+	ctx := context.Background()
+	found := 0
+	rapid.Check(t, func(t *rapid.T) {
+		u := &undo{db: db, orig: map[string][]byte{}}
+		defer u.restore(t)
+		for k := range rapid.IntRange(1, 3).Draw(t, "corruptions") {
+			node := rapid.SampledFrom(nodes).Draw(t, fmt.Sprintf("node%d", k))
+			switch op := rapid.IntRange(0, 5).Draw(t, fmt.Sprintf("op%d", k)); op {
+			case 0:
+				u.del(t, node)
+			case 1:
+				v := rawGet(t, db, node)
+				v[rapid.IntRange(0, len(v)-1).Draw(t, "byte")] ^= 1
+				u.set(t, node, v)
+			case 2:
+				u.set(t, node, rawGet(t, db, rapid.SampledFrom(nodes).Draw(t, "from")))
+			case 3:
+				level := uint(rapid.IntRange(0, 9).Draw(t, "level"))
+				u.set(t, keys.TreeNode(level, uint64(rapid.IntRange(0, 12).Draw(t, "index"))), make([]byte, 32))
+			case 4:
+				u.set(t, append([]byte(keys.PrefixTree), 4, 0, 0), make([]byte, 32))
+			case 5:
+				size := rapid.SampledFrom([]int{0, 15, 16, 64, 100, n, n + 50}).Draw(t, "tree size")
+				u.set(t, []byte(keys.TreeSize), keys.EncodeTreeSize(ledger.Seq(size)))
+			}
+		}
+		buckets := rapid.SampledFrom([]int{1, 3, 16, IndexBuckets}).Draw(t, "buckets")
+		window := rapid.SampledFrom([]int{1, 16, 50, LocaliseEvents}).Draw(t, "window")
+		_, err := verifyDB(ctx, db, Options{Tree: true, buckets: buckets, window: window})
+		want, malformed := exactTree(t, db)
+		var ve *Error
+		switch {
+		case want == 0 && !malformed && err == nil:
+		case malformed && errors.As(err, &ve) && ve.Op == "tree" && ve.Seq == 0 && strings.Contains(ve.Detail, "malformed"):
+		case want != 0 && errors.As(err, &ve) && ve.Op == "tree" && ve.Fault == FaultTree && ve.Seq == want:
+			found++
+		default:
+			t.Fatalf("verify = %v, the exact check names seq %d", err, want)
+		}
+	})
+	if found == 0 {
+		t.Fatal("no corruption was ever found: the generator is broken")
+	}
+	if _, err := verifyDB(ctx, db, Options{Tree: true}); err != nil {
+		t.Fatalf("restored log does not verify: %v", err)
+	}
+}
+
+// A chain re-sealed from seq 20 on with its Merkle node index left as it was
+// verifies without Options.Tree and fails with it, naming the lowest first
+// leaf of a stale node: (level 5, index 0) covers leaves 1..32.
+func TestTreeCheckFindsStaleNodes(t *testing.T) {
+	db := tamperFixture(t, 40)
+	var prev events.Hash
+	for seq := ledger.Seq(1); seq <= 40; seq++ {
+		env, err := events.Decode(mustGet(t, db, keys.Event(seq)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, _ := env.Payload()
+		if seq == 20 {
+			p = &events.LeaseRevoked{Reason: "forged"}
+		}
+		prep, err := events.Prepare(events.Draft{Activation: env.Activation, Session: env.Session, Server: env.Server, Payload: p})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sealed, raw := events.Seal(prep, seq, env.ID, env.Time, prev)
+		prev = sealed.Hash
+		_ = db.Set(keys.Event(seq), raw, pebble.NoSync)
+		if seq == 20 { // keep the kind index consistent
+			_ = db.Delete(keys.Index(keys.PrefixKind, string(env.Kind), seq), pebble.NoSync)
+			_ = db.Set(keys.Index(keys.PrefixKind, string(sealed.Kind), seq), nil, pebble.NoSync)
+		}
+	}
+	_ = db.Set([]byte(keys.Head), keys.EncodeHead(40, prev), pebble.NoSync)
+	ctx := context.Background()
+	if _, err := verifyDB(ctx, db, Options{}); err != nil {
+		t.Fatalf("without the tree check the re-sealed chain verifies: %v", err)
+	}
+	rep, err := verifyDB(ctx, db, Options{Tree: true})
+	var ve *Error
+	if !errors.As(err, &ve) || ve.Op != "tree" || ve.Fault != FaultTree || ve.Seq != 1 || !strings.Contains(ve.Detail, "level 5, index 0") {
+		t.Fatalf("tree check: %v (%+v)", err, rep)
 	}
 }

@@ -27,7 +27,8 @@ import (
 // Fault names what a verification found wrong with an event.
 type Fault string
 
-// Faults, in the order they are checked for each event.
+// Faults, in the order they are checked for each event (the index and
+// tree checks run after the last event).
 const (
 	// FaultGap: the stored keys skip this seq (an event was deleted).
 	FaultGap Fault = "gap"
@@ -52,6 +53,10 @@ const (
 	// FaultCheckpoint: the log does not match a signed checkpoint given in
 	// Options (an event up to its size changed, or the log is shorter).
 	FaultCheckpoint Fault = "checkpoint"
+	// FaultTree: the stored Merkle node index (t/ keys) does not hold
+	// exactly the nodes the events give, within the leaves it covers
+	// (min(m/tree, head)); Seq is the first leaf of the lowest bad node.
+	FaultTree Fault = "tree"
 	// FaultUnreadable: the storage is damaged (a block fails its checksum,
 	// a file is missing or truncated) and the events from Seq on (through
 	// Last when known) cannot be read. Cause wraps ledger.ErrCorrupt.
@@ -68,7 +73,7 @@ var (
 )
 
 // Error names the first fault found and where, shaped like *os.PathError:
-// Op is the check that failed ("chain", "head", "indexes", "anchor",
+// Op is the check that failed ("chain", "head", "indexes", "tree", "anchor",
 // "checkpoint"), Seq the first bad seq (0 when the fault is not one
 // event's), Last the end of the range Seq..Last concerned (0: one seq),
 // Fault what is wrong and Detail a human explanation. Err is ErrVerify, so
@@ -116,6 +121,8 @@ type Report struct {
 	Events  ledger.Seq  // events checked
 	Head    ledger.Head // the verified head
 	Indexes int         // index entries checked
+	// TreeNodes is the number of stored Merkle nodes checked.
+	TreeNodes int
 	// Unlocked, for Dir, says why the directory could not be locked
 	// against writers while it was read (empty: it was held with a shared
 	// lock, so no writer could open it meanwhile).
@@ -143,6 +150,11 @@ type Options struct {
 	// the Merkle root over the first Size events and the chain hash of event
 	// Size must match each one.
 	Checkpoints []Checkpoint
+	// Tree also checks the stored Merkle node index (the t/ keys the
+	// ledger serves proofs from) against the events: FaultTree. It is a
+	// separate check because the index is derived data that a writer of
+	// the directory may leave stale while the chain itself verifies.
+	Tree bool
 
 	// buckets and window, when set (tests), replace IndexBuckets and
 	// LocaliseEvents so that small logs exercise many seqs per bucket and
@@ -233,10 +245,6 @@ func check(ctx context.Context, db *pebble.DB, readErr readErrFunc, vo Options) 
 	for _, c := range vo.Checkpoints {
 		checkpoints[c.Size] = append(checkpoints[c.Size], c)
 	}
-	var tree *compact.Range // Merkle range over the events, only with checkpoints
-	if len(checkpoints) > 0 {
-		tree = (&compact.RangeFactory{Hash: hasher.HashChildren}).NewEmptyRange(0)
-	}
 	validator, err := schemas.Default()
 	if err != nil {
 		return Report{}, fmt.Errorf("verify: load schemas: %w", err)
@@ -256,16 +264,37 @@ func check(ctx context.Context, db *pebble.DB, readErr readErrFunc, vo Options) 
 		return Report{}, unreadable("head", 0, 0, readErr, fmt.Errorf("read m/head: %w", err))
 	}
 
+	treeSize, err := storedTreeSize(snap, readErr)
+	if err != nil {
+		return Report{}, err
+	}
+
 	it, err := snap.NewIterWithContext(ctx, &pebble.IterOptions{LowerBound: []byte(keys.PrefixEvent), UpperBound: keys.UpperBound([]byte(keys.PrefixEvent))})
 	if err != nil {
 		return Report{}, fmt.Errorf("verify: iterate: %w", err)
 	}
-	cfg := &passConfig{validator: validator, seeds: [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}, leaves: tree != nil}
 	buckets, window := IndexBuckets, LocaliseEvents
 	if vo.buckets > 0 {
 		buckets, window = vo.buckets, vo.window
 	}
+	cfg := &passConfig{validator: validator, seeds: [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}}
 	sums := newIndexSums(cfg, stored.Seq, buckets, window)
+	var nodes *treeSums
+	if vo.Tree {
+		nodes = newTreeSums(cfg, min(treeSize, stored.Seq), buckets, window)
+	} else {
+		nodes = newTreeSums(cfg, 0, 1, window)
+	}
+	// The Merkle range over the events, for checkpoints and the node index.
+	var tree *compact.Range
+	var visit compact.VisitFn
+	if len(checkpoints) > 0 || nodes.covered >= 1<<keys.TreeStoredLevel {
+		tree = (&compact.RangeFactory{Hash: hasher.HashChildren}).NewEmptyRange(0)
+		cfg.leaves = true
+		if nodes.covered >= 1<<keys.TreeStoredLevel {
+			visit = nodes.visit
+		}
+	}
 	pass := startEventPass(ctx, it, cfg)
 	defer func() {
 		pass.stop()
@@ -304,7 +333,7 @@ func check(ctx context.Context, db *pebble.DB, readErr readErrFunc, vo Options) 
 				return rep, fault("chain", seq, x.post, x.detail)
 			}
 			if tree != nil {
-				if err := tree.Append(x.leaf[:], nil); err != nil {
+				if err := tree.Append(x.leaf[:], visit); err != nil {
 					return rep, fmt.Errorf("verify: merkle: %w", err)
 				}
 				if cs := checkpoints[seq]; len(cs) > 0 {
@@ -372,6 +401,11 @@ func check(ctx context.Context, db *pebble.DB, readErr readErrFunc, vo Options) 
 	rep.Head = last
 	n, err := verifyIndexes(ctx, snap, sums, last.Seq, readErr)
 	rep.Indexes = n
+	if err != nil {
+		return rep, err
+	}
+	n, err = verifyTree(ctx, snap, nodes, readErr)
+	rep.TreeNodes = n
 	if err != nil {
 		return rep, err
 	}
