@@ -241,11 +241,12 @@ type Ledger struct {
 	obsDropped  atomic.Uint64              // batches dropped from full observer queues
 
 	// committer-only state
-	tail    Head // last sealed (maybe not yet durable) event
-	lastT   time.Time
-	entropy *ulid.MonotonicEntropy
-	idem    *idemWindow    // remembered idempotency keys (idempotency.go)
-	tree    *compact.Range // Merkle compact range over the sealed events (tree.go)
+	tail     Head // last sealed (maybe not yet durable) event
+	lastT    time.Time
+	entropy  *ulid.MonotonicEntropy
+	idem     *idemWindow    // remembered idempotency keys (idempotency.go)
+	tree     *compact.Range // Merkle compact range over the sealed events (tree.go)
+	treeHash *committerHasher
 
 	treeBase Seq // read-only: leaves the stored Merkle nodes cover (tree.go)
 }

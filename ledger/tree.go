@@ -16,8 +16,10 @@ package ledger
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
+	"hash"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/leaseledger/leaseledger/ledger/internal/keys"
@@ -45,10 +47,43 @@ const (
 	treeBuildChunk = 1 << 16
 )
 
+// committerHasher computes the RFC 6962 hashes of the committer's compact
+// range with one reused SHA-256 state: the shared hasher allocates a state
+// for every hash, a third of the index's cost to the committer.
+type committerHasher struct{ h hash.Hash }
+
+var (
+	leafPrefix = []byte{rfc6962.RFC6962LeafHashPrefix}
+	nodePrefix = []byte{rfc6962.RFC6962NodeHashPrefix}
+)
+
+func (c *committerHasher) leaf(b []byte) []byte {
+	c.h.Reset()
+	c.h.Write(leafPrefix)
+	c.h.Write(b)
+	return c.h.Sum(nil)
+}
+
+func (c *committerHasher) children(l, r []byte) []byte {
+	c.h.Reset()
+	c.h.Write(nodePrefix)
+	c.h.Write(l)
+	c.h.Write(r)
+	return c.h.Sum(nil)
+}
+
+// newCommitterRange is the committer's compact range over [0, size) with
+// hashes, hashing with its own committerHasher.
+func newCommitterRange(size uint64, hashes [][]byte) (*compact.Range, *committerHasher, error) {
+	c := &committerHasher{h: sha256.New()}
+	r, err := (&compact.RangeFactory{Hash: c.children}).NewRange(0, size, hashes)
+	return r, c, err
+}
+
 // treeAppend (committer only) appends the leaf of the sealed event raw to
 // the compact range and writes the stored nodes it completes to b.
 func (l *Ledger) treeAppend(b *pebble.Batch, raw []byte) {
-	err := l.tree.Append(treeHasher.HashLeaf(raw), func(id compact.NodeID, h []byte) {
+	err := l.tree.Append(l.treeHash.leaf(raw), func(id compact.NodeID, h []byte) {
 		if id.Level >= keys.TreeStoredLevel {
 			_ = b.Set(keys.TreeNode(id.Level, id.Index), h, nil)
 		}
@@ -93,12 +128,16 @@ func (l *Ledger) openTree(head Seq) error {
 	// beyond the head are overwritten as their events are appended again).
 	dirty := !present || size != head
 	base := min(size, head) &^ (treeBlock - 1)
-	r, err := l.storedRange(uint64(base))
+	hashes, err := l.storedRange(uint64(base))
 	if err != nil {
 		l.logger.Warn("ledger: the Merkle node index cannot be read; rebuilding it from the events", "err", err)
-		r, dirty = treeFactory.NewEmptyRange(0), true
+		hashes, base, dirty = nil, 0, true
 	}
-	l.tree = r
+	r, h, err := newCommitterRange(uint64(base), hashes)
+	if err != nil {
+		return &Error{Op: "open", Err: err}
+	}
+	l.tree, l.treeHash = r, h
 	if dirty && head > Seq(r.End()) {
 		l.logger.Info("ledger: building the Merkle node index", "from", r.End()+1, "to", head)
 	}
@@ -142,9 +181,10 @@ func (l *Ledger) openTree(head Seq) error {
 	return commit(head)
 }
 
-// storedRange is the compact range [0, size) read from stored nodes; size
-// is a multiple of treeBlock, so every node of it is stored.
-func (l *Ledger) storedRange(size uint64) (*compact.Range, error) {
+// storedRange is the hashes of the compact range [0, size) read from
+// stored nodes; size is a multiple of treeBlock, so every node of it is
+// stored.
+func (l *Ledger) storedRange(size uint64) ([][]byte, error) {
 	ids := compact.RangeNodes(0, size, nil)
 	hashes := make([][]byte, len(ids))
 	for i, id := range ids {
@@ -154,7 +194,7 @@ func (l *Ledger) storedRange(size uint64) (*compact.Range, error) {
 		}
 		hashes[i] = h
 	}
-	return treeFactory.NewRange(0, size, hashes)
+	return hashes, nil
 }
 
 // storedNode reads the stored node id.
@@ -175,13 +215,13 @@ func (l *Ledger) storedNode(id compact.NodeID) ([]byte, error) {
 }
 
 // treeReader fetches node hashes for one proof: stored nodes from t/, the
-// others from the events (one block of leaves cached).
+// others from the events (point reads: an iterator over a large log costs
+// more than the at most 15 events a proof needs below the stored levels).
 type treeReader struct {
 	l      *Ledger
 	ctx    context.Context
-	base   uint64   // leaves covered by the stored nodes that may be read
-	block  uint64   // the cached block's first leaf
-	leaves [][]byte // its leaf hashes (nil: none cached)
+	base   uint64            // leaves covered by the stored nodes that may be read
+	leaves map[uint64][]byte // leaf hashes read so far, by leaf index
 }
 
 func (l *Ledger) newTreeReader(ctx context.Context) *treeReader {
@@ -189,7 +229,7 @@ func (l *Ledger) newTreeReader(ctx context.Context) *treeReader {
 	if l.opts.ReadOnly {
 		base = min(base, l.treeBase)
 	}
-	return &treeReader{l: l, ctx: ctx, base: uint64(base)}
+	return &treeReader{l: l, ctx: ctx, base: uint64(base), leaves: map[uint64][]byte{}}
 }
 
 func (r *treeReader) nodes(ids []compact.NodeID) ([][]byte, error) {
@@ -229,28 +269,22 @@ func (r *treeReader) node(id compact.NodeID) ([]byte, error) {
 	return treeHasher.HashChildren(left, right), nil
 }
 
-// small computes a node below the stored levels from its block's leaves.
+// small computes a node below the stored levels from its leaves.
 func (r *treeReader) small(id compact.NodeID) ([]byte, error) {
 	begin, end := id.Coverage()
-	block := begin &^ (treeBlock - 1)
-	if r.leaves == nil || r.block != block || uint64(len(r.leaves)) < end-block {
-		r.leaves = r.leaves[:0]
-		last := min(block+treeBlock, uint64(r.l.Head().Seq))
-		err := r.l.Scan(r.ctx, Query{From: Seq(block) + 1, To: Seq(last)}, func(_ Seq, raw []byte) error {
-			r.leaves = append(r.leaves, treeHasher.HashLeaf(raw))
-			return nil
-		})
-		if err != nil {
-			r.leaves = nil
-			return nil, err
+	level := make([][]byte, 0, end-begin)
+	for i := begin; i < end; i++ {
+		h, ok := r.leaves[i]
+		if !ok {
+			raw, err := r.l.GetRaw(Seq(i) + 1)
+			if err != nil {
+				return nil, err
+			}
+			h = treeHasher.HashLeaf(raw)
+			r.leaves[i] = h
 		}
-		r.block = block
-		if uint64(len(r.leaves)) < end-block {
-			r.leaves = nil
-			return nil, &Error{Op: "tree", Seq: Seq(begin) + 1, Last: Seq(end), Err: fmt.Errorf("%w: events missing below the head", ErrCorrupt)}
-		}
+		level = append(level, h)
 	}
-	level := append([][]byte(nil), r.leaves[begin-block:end-block]...)
 	for len(level) > 1 {
 		for i := range len(level) / 2 {
 			level[i] = treeHasher.HashChildren(level[2*i], level[2*i+1])

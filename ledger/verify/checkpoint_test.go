@@ -10,6 +10,7 @@ import (
 	"github.com/leaseledger/leaseledger/events"
 	"github.com/leaseledger/leaseledger/ledger"
 	"github.com/leaseledger/leaseledger/ledger/internal/keys"
+	"github.com/transparency-dev/merkle/compact"
 	"golang.org/x/mod/sumdb/note"
 )
 
@@ -85,10 +86,12 @@ func TestCheckpointVerifies(t *testing.T) {
 }
 
 // Someone who can write the data directory rewrites event 7 and re-seals
-// every later event so that the hash chain, m/head and the indexes are
-// consistent again: plain verify passes, the signed checkpoint does not.
+// every later event so that the hash chain, m/head, the indexes and the
+// Merkle node index are consistent again: plain verify passes, the signed
+// checkpoint does not.
 func TestCheckpointCatchesResealedChain(t *testing.T) {
 	db, c := checkpointFixture(t, 20)
+	tree := (&compact.RangeFactory{Hash: hasher.HashChildren}).NewEmptyRange(0)
 	var prev events.Hash
 	for seq := ledger.Seq(1); seq <= 20; seq++ {
 		env, err := events.Decode(mustGet(t, db, keys.Event(seq)))
@@ -106,6 +109,11 @@ func TestCheckpointCatchesResealedChain(t *testing.T) {
 		sealed, raw := events.Seal(prep, seq, env.ID, env.Time, prev)
 		prev = sealed.Hash
 		_ = db.Set(keys.Event(seq), raw, pebble.NoSync)
+		_ = tree.Append(hasher.HashLeaf(raw), func(id compact.NodeID, h []byte) {
+			if id.Level >= keys.TreeStoredLevel {
+				_ = db.Set(keys.TreeNode(id.Level, id.Index), h, pebble.NoSync)
+			}
+		})
 	}
 	_ = db.Set([]byte(keys.Head), keys.EncodeHead(20, prev), pebble.NoSync)
 	if _, err := verifyDB(context.Background(), db, Options{}); err != nil {
