@@ -12,8 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/leaseledger/leaseledger/events"
 	"github.com/leaseledger/leaseledger/ledger"
+	"github.com/leaseledger/leaseledger/ledger/internal/keys"
 	"github.com/leaseledger/leaseledger/ledger/ledgertest"
 	"github.com/transparency-dev/merkle/compact"
 	"github.com/transparency-dev/merkle/proof"
@@ -249,4 +251,44 @@ func TestForkKeepsConsistentIndex(t *testing.T) {
 	if !bytes.Equal(g40, r40) || bytes.Equal(g100, r100) {
 		t.Fatal(fmt.Sprintf("fork: root 40 kept %v, root 100 changed %v", bytes.Equal(g40, r40), !bytes.Equal(g100, r100)))
 	}
+}
+
+// TestTreeStaleNodesDropped: a log truncated by hand (events and m/head cut
+// back, the Merkle nodes and m/tree left as they were) opens with m/tree at
+// the head and no node past it, and a different history appended then
+// proves against its own events.
+func TestTreeStaleNodesDropped(t *testing.T) {
+	dir := t.TempDir()
+	l := open(t, dir)
+	appendTree(t, l, 100, 10)
+	l.Close()
+	_, _, before := ledgertest.TreeIndex(t, dir)
+	ledgertest.Fork(t, dir, 40)
+	db, err := pebble.Open(dir, &pebble.Options{FormatMajorVersion: pebble.FormatNewest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Put back a stale node of the old history past the new head and
+	// the old m/tree.
+	stale := keys.TreeNode(5, 2) // leaves 64..95
+	if err := db.Set(stale, bytes.Repeat([]byte{7}, 32), pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Set([]byte(keys.TreeSize), keys.EncodeTreeSize(100), pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	if size, _, n := ledgertest.TreeIndex(t, dir); size != 100 || n <= 2 || n >= before {
+		t.Fatalf("setup: m/tree %d, %d nodes (had %d)", size, n, before)
+	}
+	l = open(t, dir)
+	l.Close()
+	size, _, n := ledgertest.TreeIndex(t, dir)
+	if size != 40 || n != 3 { // within 40 leaves: nodes 4/0, 4/1 and 5/0
+		t.Fatalf("after open: m/tree %d, %d nodes; want 40 and the 3 nodes within it", size, n)
+	}
+	l = open(t, dir)
+	defer l.Close()
+	appendTree(t, l, 60, 7)
+	checkTree(t, l, 1)
 }
