@@ -333,7 +333,8 @@ func check(ctx context.Context, db *pebble.DB, readErr readErrFunc, vo Options) 
 				return rep, fault("chain", seq, x.post, x.detail)
 			}
 			if tree != nil {
-				if err := tree.Append(x.leaf[:], visit); err != nil {
+				// The range keeps the slice it is given: the item is reused.
+				if err := tree.Append(append([]byte(nil), x.leaf[:]...), visit); err != nil {
 					return rep, fmt.Errorf("verify: merkle: %w", err)
 				}
 				if cs := checkpoints[seq]; len(cs) > 0 {

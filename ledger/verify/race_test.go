@@ -1,0 +1,6 @@
+//go:build race
+
+package verify
+
+// raceEnabled: this test binary has the race detector.
+const raceEnabled = true
