@@ -41,6 +41,20 @@ func (l *Ledger) AppendAsync(ctx context.Context, drafts ...events.Draft) (wait 
 		}
 		prepared[i] = p
 	}
+	return l.AppendPreparedAsync(ctx, prepared...)
+}
+
+// AppendPreparedAsync is AppendAsync for events already prepared
+// (events.Prepare): a caller that must queue appends in a fixed order
+// under its own lock prepares outside it. The ledger keeps prepared (the
+// slice's elements) until the append completed: do not modify it.
+func (l *Ledger) AppendPreparedAsync(ctx context.Context, prepared ...events.Prepared) (wait func(context.Context) ([]Seq, error), err error) {
+	if len(prepared) == 0 {
+		return func(context.Context) ([]Seq, error) { return nil, nil }, nil
+	}
+	if len(prepared) > MaxAppendEvents {
+		return nil, &Error{Op: "append", Err: fmt.Errorf("%w: %d, limit MaxAppendEvents=%d", ErrTooManyEvents, len(prepared), MaxAppendEvents)}
+	}
 	req := &appendReq{prepared: prepared, done: make(chan struct{})}
 	if err := l.enqueue(ctx, req); err != nil {
 		return nil, &Error{Op: "append", Err: err}

@@ -9,11 +9,11 @@ import (
 )
 
 // AsyncAppender is an Appender that can also queue events without waiting
-// for their durability. AppendAsync returns once drafts are queued as one
-// atomic append: every append queued after it returns is ordered after
-// them. wait blocks until they are durable (or returns the failure: a
-// failed append leaves the appender failed, so later appends fail too). An
-// error from AppendAsync means nothing was queued. *ledger.Ledger
+// for their durability. AppendPreparedAsync returns once its events are
+// queued as one atomic append: every append queued after it returns is
+// ordered after them. wait blocks until they are durable (or returns the
+// failure: a failed append leaves the appender failed, so later appends
+// fail too). An error from AppendPreparedAsync means nothing was queued. *ledger.Ledger
 // implements it; an Appender without it (the remote bus appender) gets
 // every event synchronously, each append awaited.
 //
@@ -25,7 +25,10 @@ import (
 // reports it as outcome unknown), never a wrong one.
 type AsyncAppender interface {
 	Appender
-	AppendAsync(ctx context.Context, drafts ...events.Draft) (wait func(context.Context) ([]events.Seq, error), err error)
+	// AppendPreparedAsync queues events already prepared (events.Prepare,
+	// so the runtime prepares outside the lock that orders its appends);
+	// it keeps prepared until the append completed.
+	AppendPreparedAsync(ctx context.Context, prepared ...events.Prepared) (wait func(context.Context) ([]events.Seq, error), err error)
 }
 
 // pendingFacts counts facts queued without waiting for their durability,
@@ -81,7 +84,7 @@ const (
 // deferredFact is one fact waiting to be carried by a later append, with
 // the trackers that count it.
 type deferredFact struct {
-	d              events.Draft
+	p              events.Prepared
 	lease, session *pendingFacts
 }
 
@@ -115,16 +118,34 @@ func (df *deferredFacts) takeLocked() []deferredFact {
 	return taken
 }
 
-// withDeferred returns taken's drafts followed by drafts.
-func withDeferred(taken []deferredFact, drafts []events.Draft) []events.Draft {
+// withDeferred returns taken's events followed by prepared.
+func withDeferred(taken []deferredFact, prepared []events.Prepared) []events.Prepared {
 	if len(taken) == 0 {
-		return drafts
+		return prepared
 	}
-	all := make([]events.Draft, 0, len(taken)+len(drafts))
+	all := make([]events.Prepared, 0, len(taken)+len(prepared))
 	for _, f := range taken {
-		all = append(all, f.d)
+		all = append(all, f.p)
 	}
-	return append(all, drafts...)
+	return append(all, prepared...)
+}
+
+// prepare prepares drafts (the error is the ledger's for an invalid draft).
+func prepare(drafts []events.Draft) ([]events.Prepared, error) {
+	out := make([]events.Prepared, len(drafts))
+	for i, d := range drafts {
+		p, err := events.Prepare(d)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = p
+	}
+	return out, nil
+}
+
+// preparedDraft is enough of a prepared event to name it in an error.
+func preparedDraft(p events.Prepared) events.Draft {
+	return events.Draft{Activation: p.Activation, Session: p.Session, Server: p.Server}
 }
 
 // emitFactAsync appends facts about a step already taken, like emitFact,
@@ -140,6 +161,11 @@ func (m *Manager) emitFactAsync(ctx context.Context, lease, session *pendingFact
 		m.keep(m.emitFact(ctx, d))
 		return
 	}
+	p, err := events.Prepare(d)
+	if err != nil {
+		m.keep(appendErr(err, []events.Draft{d}))
+		return
+	}
 	m.facts.add()
 	if lease != nil {
 		lease.add()
@@ -149,7 +175,7 @@ func (m *Manager) emitFactAsync(ctx context.Context, lease, session *pendingFact
 	}
 	df := &m.deferred
 	df.mu.Lock()
-	df.list = append(df.list, deferredFact{d: d, lease: lease, session: session})
+	df.list = append(df.list, deferredFact{p: p, lease: lease, session: session})
 	full := len(df.list) >= maxDeferredOutcomes
 	if !full {
 		if df.timer == nil {
@@ -177,7 +203,7 @@ func (m *Manager) flushDeferred(inline bool) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), factTimeout)
-	wait, err := aa.AppendAsync(ctx, withDeferred(taken, nil)...)
+	wait, err := aa.AppendPreparedAsync(ctx, withDeferred(taken, nil)...)
 	df.mu.Unlock()
 	if err != nil {
 		cancel()
@@ -200,10 +226,14 @@ func (m *Manager) flushDeferred(inline bool) {
 // queued in front of drafts, in the same atomic append, and become durable
 // with them.
 func (m *Manager) emitAsync(ctx context.Context, aa AsyncAppender, drafts []events.Draft) error {
+	prepared, err := prepare(drafts)
+	if err != nil {
+		return appendErr(err, drafts)
+	}
 	df := &m.deferred
 	df.mu.Lock()
 	taken := df.takeLocked()
-	wait, err := aa.AppendAsync(ctx, withDeferred(taken, drafts)...)
+	wait, err := aa.AppendPreparedAsync(ctx, withDeferred(taken, prepared)...)
 	if err != nil && len(taken) > 0 {
 		// Not queued (the caller's context ended, say): the deferred facts
 		// go on their own, still before anything appended later.
@@ -241,7 +271,7 @@ func (m *Manager) emitAsync(ctx context.Context, aa AsyncAppender, drafts []even
 // err: a failure is kept (Manager.keep) before anyone waiting is woken.
 func (m *Manager) settle(taken []deferredFact, err error) {
 	if err != nil {
-		m.keep(appendErr(err, withDeferred(taken, nil)))
+		m.keep(appendErr(err, []events.Draft{preparedDraft(taken[0].p)}))
 	}
 	for _, f := range taken {
 		if f.lease != nil {

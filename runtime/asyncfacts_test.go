@@ -28,23 +28,23 @@ type asyncLedger struct {
 
 var errHostLost = errors.New("test: host lost before the append was durable")
 
-func (a *asyncLedger) AppendAsync(ctx context.Context, drafts ...events.Draft) (func(context.Context) ([]events.Seq, error), error) {
-	var kept []events.Draft
-	for _, d := range drafts {
-		if d.Payload.Kind() != "call.finished" {
-			kept = append(kept, d)
+func (a *asyncLedger) AppendPreparedAsync(ctx context.Context, prepared ...events.Prepared) (func(context.Context) ([]events.Seq, error), error) {
+	var kept []events.Prepared
+	for _, p := range prepared {
+		if p.Kind != "call.finished" {
+			kept = append(kept, p)
 		}
 	}
-	finished := len(drafts) - len(kept)
+	finished := len(prepared) - len(kept)
 	if finished == 0 {
-		return a.Ledger.AppendAsync(ctx, drafts...)
+		return a.Ledger.AppendPreparedAsync(ctx, prepared...)
 	}
 	select {
 	case a.queued <- finished:
 	default:
 	}
 	if a.lose {
-		wait, err := a.Ledger.AppendAsync(ctx, kept...)
+		wait, err := a.Ledger.AppendPreparedAsync(ctx, kept...)
 		if err != nil {
 			return nil, err
 		}
@@ -55,7 +55,7 @@ func (a *asyncLedger) AppendAsync(ctx context.Context, drafts ...events.Draft) (
 			return nil, errHostLost
 		}, nil
 	}
-	wait, err := a.Ledger.AppendAsync(ctx, drafts...)
+	wait, err := a.Ledger.AppendPreparedAsync(ctx, prepared...)
 	if err != nil {
 		return nil, err
 	}
@@ -233,15 +233,15 @@ type recordingLedger struct {
 	appends [][]string
 }
 
-func (r *recordingLedger) AppendAsync(ctx context.Context, drafts ...events.Draft) (func(context.Context) ([]events.Seq, error), error) {
-	kinds := make([]string, len(drafts))
-	for i, d := range drafts {
-		kinds[i] = string(d.Payload.Kind())
+func (r *recordingLedger) AppendPreparedAsync(ctx context.Context, prepared ...events.Prepared) (func(context.Context) ([]events.Seq, error), error) {
+	kinds := make([]string, len(prepared))
+	for i, p := range prepared {
+		kinds[i] = string(p.Kind)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.appends = append(r.appends, kinds)
-	return r.Ledger.AppendAsync(ctx, drafts...)
+	return r.Ledger.AppendPreparedAsync(ctx, prepared...)
 }
 
 // A sequential caller's next call.admitted carries the previous call's
