@@ -151,6 +151,7 @@ func newVerifyCmd(a *app) *cobra.Command {
 		checkpoints []string
 		vkey        string
 		bundle      string
+		tree        bool
 	)
 	cmd := &cobra.Command{
 		Use:   "verify",
@@ -158,8 +159,10 @@ func newVerifyCmd(a *app) *cobra.Command {
 		Long: `verify reads every event of the ledger in --data-dir: each must decode
 canonically, sit under its own seq with no gap, hash correctly, link to its
 predecessor and validate against its JSON Schema; the stored head must name
-the last event; every index entry must match. The exit status is 1 on any
-fault and the message names the first bad seq.
+the last event; every index entry must match, and (unless --tree=false) every
+stored Merkle node the proofs are served from. It runs on every core in
+memory bounded independently of the log's length (verify.MemoryBound). The
+exit status is 1 on any fault and the message names the first bad seq.
 
 With --bundle FILE --vkey KEY it checks an evidence bundle (from 'bundle')
 instead, with no data directory: both signatures, every event line against
@@ -179,7 +182,7 @@ its inclusion proof, and exactly the seqs its manifest lists.`,
 				report = p.update
 			}
 			var err error
-			vo := verify.Options{Progress: report}
+			vo := verify.Options{Progress: report, Tree: tree}
 			for _, s := range anchors {
 				h, err := parseHead(s)
 				if err != nil {
@@ -212,6 +215,7 @@ its inclusion proof, and exactly the seqs its manifest lists.`,
 		"the chain must contain it — this is what reveals a tail cut off with m/head rewritten (repeatable)")
 	cmd.Flags().StringArrayVar(&checkpoints, "checkpoint", nil, "a signed checkpoint file (from 'checkpoint') the log must match (repeatable)")
 	cmd.Flags().StringVar(&vkey, "vkey", "", "verifier key for --checkpoint and --bundle (from 'checkpoint keygen')")
+	cmd.Flags().BoolVar(&tree, "tree", true, "also check the stored Merkle node index (what proofs are served from) against the events")
 	cmd.Flags().StringVar(&bundle, "bundle", "", "verify this evidence bundle (from 'bundle') instead of --data-dir: needs only --vkey")
 	return cmd
 }
