@@ -50,7 +50,7 @@ const localiseBytes = LocaliseEvents * 16
 // BaseMemory is the part of MemoryBound that does not depend on the
 // bounds above: the Go runtime, the compiled JSON Schemas, Pebble's block
 // cache and open tables, the Merkle compact range and the program itself.
-const BaseMemory = 96 << 20
+const BaseMemory = 160 << 20
 
 // sum128 is a keyed 128-bit hash, or a sum of them (each lane mod 2^64).
 type sum128 [2]uint64

@@ -32,7 +32,7 @@ const (
 	BatchBytes = 256 << 10
 	// InFlightBatches is how many batches exist at once (being filled,
 	// checked or consumed).
-	InFlightBatches = 64
+	InFlightBatches = 32
 	// maxWorkers bounds the checking goroutines: more than half the batches
 	// checked at once would leave the reader nothing to fill.
 	maxWorkers = InFlightBatches / 2
