@@ -382,3 +382,26 @@ func TestTreeAcrossBatches(t *testing.T) {
 		t.Fatalf("verify: %+v %v", rep, err)
 	}
 }
+
+// A cancelled context stops the pipeline: the error is the context's, at
+// the start or in the middle of the event pass, and no goroutine outlives
+// the call (goleak checks the package).
+func TestVerifyStopsOnCancel(t *testing.T) {
+	dir := t.TempDir()
+	writeRawLedger(t, dir, 3*progressEvery)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := Dir(ctx, dir, Options{}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled before: %v", err)
+	}
+	ctx, cancel = context.WithCancel(context.Background())
+	defer cancel()
+	rep, err := Dir(ctx, dir, Options{Tree: true, Progress: func(done, _ uint64) {
+		if done >= progressEvery {
+			cancel()
+		}
+	}})
+	if !errors.Is(err, context.Canceled) || rep.Events < progressEvery || rep.Events >= 3*progressEvery {
+		t.Fatalf("cancelled midway: %+v %v", rep, err)
+	}
+}
