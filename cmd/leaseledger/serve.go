@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -14,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/leaseledger/leaseledger/control"
+	"github.com/leaseledger/leaseledger/dashboard"
 	"github.com/leaseledger/leaseledger/ledger"
 	"github.com/leaseledger/leaseledger/ledger/bus"
 	"github.com/leaseledger/leaseledger/ledger/ledgermetrics"
@@ -115,6 +118,9 @@ accepting MCP requests, ends every session and lease within
 				fmt.Fprintf(a.stdout, "leaseledger: NATS WebSocket on %s\n", ws)
 			}
 			if rt != nil {
+				if rf.dashboard {
+					rt.dashboard = newDashboard(opts, b.WebSocketURL())
+				}
 				if err := rt.announce(); err != nil {
 					return err
 				}
@@ -175,6 +181,17 @@ accepting MCP requests, ends every session and lease within
 	rf.register(cmd)
 	cf.register(cmd)
 	return cmd
+}
+
+// newDashboard is the dashboard for the bus serve started: its WebSocket
+// port (from wsURL, "" when off) on the bus's host, credentials asked for
+// when anonymous clients are refused.
+func newDashboard(opts bus.Options, wsURL string) http.Handler {
+	port := 0
+	if u, err := url.Parse(wsURL); err == nil && wsURL != "" {
+		port, _ = strconv.Atoi(u.Port())
+	}
+	return dashboard.New(dashboard.Options{WebSocketHost: opts.Host, WebSocketPort: port, CredentialsRequired: opts.DenyAnonymous})
 }
 
 func ignoredNote(why string) string {

@@ -63,6 +63,7 @@ type runtimeFlags struct {
 	reapInterval        time.Duration
 	shutdownBudget      time.Duration
 	helperPath          string
+	dashboard           bool
 }
 
 func (rf *runtimeFlags) register(cmd *cobra.Command) {
@@ -81,6 +82,7 @@ func (rf *runtimeFlags) register(cmd *cobra.Command) {
 	f.DurationVar(&rf.reapInterval, "reap-interval", defaultReapInterval, "how often the background reaper looks for idle leases (0: only opportunistic reaping)")
 	f.DurationVar(&rf.shutdownBudget, "shutdown-budget", defaultShutdownBudget, "at SIGINT/SIGTERM, time to end every MCP session and lease before the bus and the ledger close")
 	f.StringVar(&rf.helperPath, "guardian-helper", "", "guardian helper binary (default: this executable acting as the helper)")
+	f.BoolVar(&rf.dashboard, "dashboard", true, "serve the dashboard (docs/dashboard.md) at / on --mcp-addr; it follows the bus over --ws-port")
 	_ = f.MarkHidden("guardian-helper")
 }
 
@@ -96,6 +98,8 @@ type serveRuntime struct {
 	served   chan struct{}
 	stopHUP  func()
 	recovery recoveryReport
+	// dashboard, when set, is served at / beside the MCP endpoint.
+	dashboard http.Handler
 }
 
 // startRuntime builds the manager over the projection's ledger, records
@@ -203,6 +207,9 @@ func (rt *serveRuntime) listen() (string, error) {
 	}
 	mux := http.NewServeMux()
 	mux.Handle(mcpPath, rt.gw.Handler())
+	if rt.dashboard != nil {
+		mux.Handle("/", rt.dashboard)
+	}
 	rt.srv = mcpServer(mux, rt.a.logger)
 	rt.served = make(chan struct{})
 	go func() {
@@ -314,5 +321,8 @@ func (rt *serveRuntime) announce() error {
 	}
 	fmt.Fprintf(rt.a.stdout, "leaseledger: MCP servers %s from %s\n", strings.Join(rt.servers, ", "), rt.flags.config)
 	fmt.Fprintf(rt.a.stdout, "leaseledger: MCP endpoint on %s\n", url)
+	if rt.dashboard != nil {
+		fmt.Fprintf(rt.a.stdout, "leaseledger: dashboard on %s/\n", strings.TrimSuffix(url, mcpPath))
+	}
 	return nil
 }

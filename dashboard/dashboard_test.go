@@ -1,0 +1,177 @@
+package dashboard_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/leaseledger/leaseledger/dashboard"
+	"github.com/leaseledger/leaseledger/internal/testproc"
+)
+
+func TestMain(m *testing.M) { testproc.Main(m) }
+
+// repoRoot is where package.json and node_modules are.
+const repoRoot = ".."
+
+func get(t *testing.T, h http.Handler, method, target, host string) *httptest.ResponseRecorder {
+	t.Helper()
+	r := httptest.NewRequest(method, target, nil)
+	if host != "" {
+		r.Host = host
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
+}
+
+// TestHandler: the page, the bundle and the configuration are served with
+// the CSP (connections only to this origin and the bus's WebSocket), other
+// paths are 404 and other methods 405, all with the same headers.
+func TestHandler(t *testing.T) {
+	h := dashboard.New(dashboard.Options{WebSocketHost: "127.0.0.1", WebSocketPort: 4249})
+	for _, c := range []struct {
+		method, path string
+		code         int
+		ctype        string
+	}{
+		{"GET", "/", 200, "text/html; charset=utf-8"},
+		{"HEAD", "/", 200, "text/html; charset=utf-8"},
+		{"GET", "/assets/app.js", 200, "text/javascript; charset=utf-8"},
+		{"GET", "/assets/app.css", 200, "text/css; charset=utf-8"},
+		{"GET", "/config.json", 200, "application/json"},
+		{"GET", "/assets/index.html", 404, ""},
+		{"GET", "/assets/../dashboard.go", 404, ""},
+		{"GET", "/mcp", 404, ""},
+		{"POST", "/", 405, ""},
+	} {
+		w := get(t, h, c.method, c.path, "")
+		if w.Code != c.code {
+			t.Errorf("%s %s: %d, want %d", c.method, c.path, w.Code, c.code)
+		}
+		if c.ctype != "" && w.Header().Get("Content-Type") != c.ctype {
+			t.Errorf("%s %s: Content-Type %q", c.method, c.path, w.Header().Get("Content-Type"))
+		}
+		csp := w.Header().Get("Content-Security-Policy")
+		if !strings.Contains(csp, "default-src 'none'") || !strings.Contains(csp, "script-src 'self';") ||
+			!strings.Contains(csp, "connect-src 'self' ws://127.0.0.1:4249;") || strings.Contains(csp, "unsafe") {
+			t.Errorf("%s %s: CSP %q", c.method, c.path, csp)
+		}
+		if w.Header().Get("X-Content-Type-Options") != "nosniff" {
+			t.Errorf("%s %s: no nosniff", c.method, c.path)
+		}
+		if c.method == "HEAD" && w.Body.Len() != 0 {
+			t.Errorf("HEAD %s has a body", c.path)
+		}
+	}
+}
+
+// TestConfig: the page learns the WebSocket URL (an unspecified bus host
+// becomes the host the browser used) and whether to ask for credentials,
+// never a credential.
+func TestConfig(t *testing.T) {
+	for _, c := range []struct {
+		opts dashboard.Options
+		host string
+		want dashboard.Config
+	}{
+		{dashboard.Options{WebSocketHost: "127.0.0.1", WebSocketPort: 4249}, "localhost:8848", dashboard.Config{WebSocketURL: "ws://127.0.0.1:4249"}},
+		{dashboard.Options{WebSocketHost: "0.0.0.0", WebSocketPort: 4249, CredentialsRequired: true}, "dash.example:8848", dashboard.Config{WebSocketURL: "ws://dash.example:4249", CredentialsRequired: true}},
+		{dashboard.Options{WebSocketHost: "::", WebSocketPort: 4249}, "[::1]:8848", dashboard.Config{WebSocketURL: "ws://[::1]:4249"}},
+		{dashboard.Options{}, "localhost:8848", dashboard.Config{}},
+	} {
+		w := get(t, dashboard.New(c.opts), "GET", dashboard.ConfigPath, c.host)
+		var got dashboard.Config
+		if err := json.Unmarshal(w.Body.Bytes(), &got); err != nil || got != c.want {
+			t.Errorf("%+v at %s: %s (%v), want %+v", c.opts, c.host, w.Body, err, c.want)
+		}
+		var fields map[string]any
+		_ = json.Unmarshal(w.Body.Bytes(), &fields)
+		if len(fields) != 2 {
+			t.Errorf("config has fields %v, want ws_url and credentials_required only", fields)
+		}
+	}
+}
+
+// TestNoSecretOrRemoteFetch: the embedded page and bundle load nothing
+// from another origin and carry no credential-looking text.
+func TestNoSecretOrRemoteFetch(t *testing.T) {
+	h := dashboard.New(dashboard.Options{WebSocketPort: 1})
+	page := get(t, h, "GET", "/", "").Body.String()
+	for _, bad := range []string{"http://", "https://", "<script>", "style="} {
+		if strings.Contains(page, bad) {
+			t.Errorf("index.html contains %q", bad)
+		}
+	}
+	for _, p := range []string{"/assets/app.js", "/assets/app.css"} {
+		body := get(t, h, "GET", p, "").Body.String()
+		for _, bad := range []string{"llt_", "password=", "@import url(http", "fetch(\"http"} {
+			if strings.Contains(body, bad) {
+				t.Errorf("%s contains %q", p, bad)
+			}
+		}
+	}
+}
+
+// TestBundleFresh rebuilds the bundle with the pinned esbuild (`npm run
+// build:dashboard` into a temporary directory) and fails when the
+// committed one differs: edit web/dashboard, then run the script.
+func TestBundleFresh(t *testing.T) {
+	esbuild := filepath.Join(repoRoot, "node_modules", ".bin", "esbuild")
+	if _, err := os.Stat(esbuild); err != nil {
+		if os.Getenv("LEASELEDGER_REQUIRE_CHROMIUM") != "" {
+			t.Fatalf("esbuild not installed (npm ci): %v", err)
+		}
+		t.Skipf("esbuild not installed (npm ci): %v", err)
+	}
+	out := t.TempDir()
+	cmd := exec.Command("npm", "run", "--silent", "build:dashboard")
+	cmd.Dir = repoRoot
+	cmd.Env = append(os.Environ(), "DASHBOARD_OUT="+out)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("npm run build:dashboard: %v\n%s", err, b)
+	}
+	entries, err := os.ReadDir(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	committed, _ := os.ReadDir("assets")
+	if len(entries) != len(committed) {
+		t.Errorf("the build made %d files, dashboard/assets holds %d", len(entries), len(committed))
+	}
+	for _, e := range entries {
+		want, _ := os.ReadFile(filepath.Join(out, e.Name()))
+		got, err := os.ReadFile(filepath.Join("assets", e.Name()))
+		if err != nil || !bytes.Equal(got, want) {
+			t.Errorf("dashboard/assets/%s is stale (%d bytes, a fresh build has %d): run `npm run build:dashboard`", e.Name(), len(got), len(want))
+		}
+	}
+}
+
+// ExampleNew serves the dashboard beside another handler, as serve does
+// beside its MCP endpoint.
+func ExampleNew() {
+	mux := http.NewServeMux()
+	mux.Handle("/", dashboard.New(dashboard.Options{WebSocketHost: "127.0.0.1", WebSocketPort: 4249}))
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	res, err := http.Get(srv.URL + dashboard.ConfigPath)
+	if err != nil {
+		panic(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	fmt.Print(string(b))
+	fmt.Println(res.Header.Get("Content-Security-Policy"))
+	// Output:
+	// {"ws_url":"ws://127.0.0.1:4249","credentials_required":false}
+	// default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self' ws://127.0.0.1:4249; base-uri 'none'; form-action 'none'; frame-ancestors 'none'
+}

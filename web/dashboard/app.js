@@ -1,0 +1,754 @@
+// The leaseledger dashboard: follows the ledger's events over the bus's
+// NATS WebSocket with read-only rights and asks the projection API for
+// state. Every list it keeps is bounded (see the constants below).
+import { wsconnect, headers as natsHeaders, AuthorizationError } from "@nats-io/nats-core";
+import uPlot from "uplot";
+
+// Bounds.
+const MAX_EVENTS = 5000; // events kept for the live list (older ones are dropped; replay has them)
+const MAX_ROWS = 200; // rows the live list renders (the newest matching ones)
+const MAX_PENDING = 20000; // live events held while catching up; beyond, dropped and replayed
+const INITIAL_BACKLOG = 1000; // events replayed at start when no seq is asked for
+const MAX_RECENT = 30; // recent activations whose verdict is followed
+const CHART_POINTS = 300; // seconds of history in the charts
+const MAX_SHOWN = 2000; // (seq, time shown) pairs kept for measurement
+const REFRESH_MS = 150; // lease table refresh after a lease-related event, at most this often
+const AUDIT_MS = 1000; // audit summary refresh, at most this often (its own max age)
+const RETRY_MS = 1000; // pause between connection attempts
+
+const $ = (id) => document.getElementById(id);
+const enc = new TextEncoder();
+const dec = new TextDecoder();
+
+// State visible to tests (window.__dashboard): connection state, the next
+// seq to apply, and when each seq was shown.
+const D = {
+  state: "connecting",
+  next: 0,
+  head: { seq: 0, hash: "" },
+  shown: [],
+  applied: 0,
+  errors: [],
+};
+window.__dashboard = D;
+
+let cfg = null;
+let creds = null; // {user, password}, in memory only
+let nc = null;
+let catching = false;
+const pending = new Map();
+const ring = [];
+let paused = false;
+let dirtyList = false;
+let framePending = false;
+let renderedUpTo = 0;
+let followedFrom = 0;
+
+// ---- connection ----------------------------------------------------------
+
+function subj(s) {
+  return creds && creds.user ? s + "." + creds.user : s;
+}
+
+function setState(state, message) {
+  D.state = state;
+  const st = $("status");
+  st.dataset.state = state;
+  st.textContent = { connecting: "connecting…", live: "live", unreachable: "bus unreachable", refused: "credentials refused", login: "credentials needed", nows: "no WebSocket" }[state] || state;
+  const b = $("banner");
+  if (message) {
+    b.textContent = message;
+    b.hidden = false;
+  } else {
+    b.hidden = true;
+  }
+}
+
+async function start() {
+  try {
+    const r = await fetch("config.json", { cache: "no-store" });
+    cfg = await r.json();
+  } catch {
+    setState("unreachable", "The dashboard's server is unreachable. Reload the page when serve is back.");
+    return;
+  }
+  if (!cfg.ws_url) {
+    setState("nows", "serve has no NATS WebSocket: start it with --ws-port PORT to use the dashboard.");
+    return;
+  }
+  if (cfg.credentials_required && !creds) {
+    askCredentials();
+    return;
+  }
+  connectLoop();
+}
+
+function askCredentials(refused) {
+  setState(refused ? "refused" : "login", refused ? "The bus refused these credentials. Check the user and password." : "");
+  const f = $("login");
+  f.hidden = false;
+  f.onsubmit = (e) => {
+    e.preventDefault();
+    const fd = new FormData(f);
+    creds = { user: String(fd.get("user") || ""), password: String(fd.get("password") || "") };
+    f.reset();
+    f.hidden = true;
+    connectLoop();
+  };
+}
+
+function isAuthError(err) {
+  for (let e = err; e; e = e.cause) {
+    if (e instanceof AuthorizationError || /authoriz|authentic/i.test(String(e.message || ""))) return true;
+  }
+  return false;
+}
+
+async function connectLoop() {
+  setState("connecting");
+  for (;;) {
+    try {
+      const opts = {
+        servers: cfg.ws_url,
+        maxReconnectAttempts: -1,
+        reconnectTimeWait: RETRY_MS,
+        pingInterval: 5000,
+        maxPingOut: 2,
+        name: "leaseledger-dashboard",
+      };
+      if (creds && creds.user) {
+        opts.user = creds.user;
+        opts.pass = creds.password;
+        opts.inboxPrefix = "_INBOX_" + creds.user;
+      }
+      nc = await wsconnect(opts);
+      break;
+    } catch (err) {
+      if (isAuthError(err)) {
+        creds = null;
+        askCredentials(true);
+        return;
+      }
+      setState("unreachable", "The bus is unreachable (" + cfg.ws_url + "). Retrying every second…");
+      await sleep(RETRY_MS);
+    }
+  }
+  setState("live");
+  watchStatus(nc);
+  nc.closed().then((err) => {
+    nc = null;
+    if (err && isAuthError(err)) {
+      creds = null;
+      askCredentials(true);
+    } else {
+      connectLoop();
+    }
+  });
+  const sub = nc.subscribe("leaseledger.events.>", { callback: (err, m) => { if (!err) onLive(m); } });
+  void sub;
+  nc.subscribe("leaseledger.checkpoints", { callback: (err, m) => { if (!err) showCheckpoint(dec.decode(m.data)); } });
+  await online();
+}
+
+async function watchStatus(conn) {
+  for await (const s of conn.status()) {
+    if (s.type === "disconnect" || s.type === "reconnecting") {
+      if (D.state !== "unreachable") setState("unreachable", "The bus is unreachable (" + cfg.ws_url + "). Reconnecting…");
+    } else if (s.type === "reconnect") {
+      setState("live");
+      online();
+    }
+  }
+}
+
+// online runs after every (re)connection: it catches up from the next seq
+// and refreshes the state views.
+async function online() {
+  try {
+    const h = await request("leaseledger.api.head", {});
+    if (D.next === 0) {
+      D.next = Math.max(1, h.seq - INITIAL_BACKLOG + 1);
+      followedFrom = D.next;
+    }
+    setHead(h.seq, h.hash);
+  } catch (err) {
+    note("head: " + err.message);
+  }
+  catchUp();
+  refreshLeases();
+  refreshAudit();
+  requestCheckpoint();
+  for (const a of recent.keys()) markDirty(a);
+}
+
+class APIError extends Error {
+  constructor(msg, code) {
+    super(msg);
+    this.code = code;
+  }
+}
+
+async function request(subject, body, timeout = 10000) {
+  if (!nc) throw new APIError("not connected", "");
+  const m = await nc.request(subj(subject), enc.encode(JSON.stringify(body)), { timeout });
+  const e = m.headers && m.headers.get("Ledger-Error");
+  if (e) throw new APIError(e, m.headers.get("Ledger-Error-Code"));
+  return JSON.parse(dec.decode(m.data));
+}
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+function note(msg) {
+  $("events-note").textContent = msg;
+}
+
+// ---- events: catch-up then live, no gap, no duplicate --------------------
+
+function onLive(m) {
+  const seq = Number(m.headers && m.headers.get("Ledger-Seq"));
+  if (!seq) return;
+  if (D.next === 0 || catching) {
+    hold(seq, m.data);
+    return;
+  }
+  if (seq < D.next) return; // already applied
+  if (seq === D.next) {
+    apply(JSON.parse(dec.decode(m.data)));
+    drain();
+    return;
+  }
+  hold(seq, m.data); // a gap: replay fills it
+  catchUp();
+}
+
+function hold(seq, data) {
+  if (seq < D.next) return;
+  if (pending.size >= MAX_PENDING) pending.clear(); // replay has them
+  pending.set(seq, data);
+}
+
+function drain() {
+  for (;;) {
+    const data = pending.get(D.next);
+    if (data === undefined) break;
+    pending.delete(D.next);
+    apply(JSON.parse(dec.decode(data)));
+  }
+  for (const s of pending.keys()) if (s < D.next) pending.delete(s);
+}
+
+// catchUp replays from D.next until the pending live events join up.
+async function catchUp() {
+  if (catching || !nc || D.next === 0) return;
+  catching = true;
+  try {
+    for (;;) {
+      let from = D.next;
+      let end = false;
+      while (!end) {
+        let m;
+        try {
+          m = await nc.request(subj("leaseledger.api.replay"), enc.encode(JSON.stringify({ from })), { timeout: 10000 });
+        } catch (err) {
+          if (!nc) return;
+          await sleep(RETRY_MS);
+          continue;
+        }
+        const code = m.headers && m.headers.get("Ledger-Error-Code");
+        if (m.headers && m.headers.get("Ledger-Error")) {
+          if (code === "rate-limited") {
+            await sleep(200);
+            continue;
+          }
+          note("replay refused: " + m.headers.get("Ledger-Error"));
+          return;
+        }
+        for (const line of dec.decode(m.data).split("\n")) {
+          if (!line) continue;
+          const ev = JSON.parse(line);
+          if (ev.seq === D.next) apply(ev);
+        }
+        end = m.headers.get("Ledger-End") === "true";
+        const n = Number(m.headers.get("Ledger-Next"));
+        if (!end) {
+          if (!n || n <= from) break;
+          from = n;
+        }
+      }
+      drain();
+      let gap = false;
+      for (const s of pending.keys()) if (s > D.next) gap = true;
+      if (!gap) break;
+    }
+  } finally {
+    catching = false;
+  }
+  drain();
+}
+
+// apply takes event seq D.next into every view.
+function apply(ev) {
+  D.next = ev.seq + 1;
+  D.applied++;
+  setHead(ev.seq, ev.hash);
+  ring.push(ev);
+  if (ring.length > MAX_EVENTS) ring.splice(0, ring.length - MAX_EVENTS);
+  countRate(ev);
+  const fam = ev.kind.split(".")[0];
+  if (fam === "lease" || fam === "session" || fam === "call" || fam === "guardian") scheduleLeases();
+  if (ev.activation && ev.activation !== "_") {
+    trackRecent(ev);
+    scheduleAudit();
+  }
+  if (ev.kind === "connection.closed" && ev.data) cleanup(ev.data.elapsed_ns);
+  dirtyList = true;
+  scheduleFrame();
+}
+
+function setHead(seq, hash) {
+  if (seq < D.head.seq) return;
+  D.head = { seq, hash };
+}
+
+// ---- rendering -----------------------------------------------------------
+
+function scheduleFrame() {
+  if (framePending) return;
+  framePending = true;
+  requestAnimationFrame(frame);
+}
+
+function frame() {
+  framePending = false;
+  $("head-seq").textContent = String(D.head.seq);
+  $("head-hash").textContent = D.head.hash || "–";
+  $("followed").textContent = followedFrom ? String(followedFrom) : "–";
+  if (dirtyList && !paused) {
+    dirtyList = false;
+    renderEvents();
+    const now = performance.timeOrigin + performance.now();
+    const upTo = D.next - 1;
+    for (let s = Math.max(renderedUpTo + 1, upTo - MAX_SHOWN + 1); s <= upTo; s++) D.shown.push([s, now]);
+    if (D.shown.length > MAX_SHOWN) D.shown.splice(0, D.shown.length - MAX_SHOWN);
+    renderedUpTo = upTo;
+  }
+}
+
+function filters() {
+  const v = (id) => $(id).value.trim();
+  return { family: v("f-family"), kind: v("f-kind"), activation: v("f-activation"), session: v("f-session") };
+}
+
+function matches(ev, f) {
+  if (f.family && ev.kind.split(".")[0] !== f.family) return false;
+  if (f.kind && ev.kind !== f.kind) return false;
+  if (f.activation && ev.activation !== f.activation) return false;
+  if (f.session && ev.session !== f.session) return false;
+  return true;
+}
+
+function cell(tr, text, cls) {
+  const td = document.createElement("td");
+  td.textContent = text == null ? "" : String(text);
+  if (cls) td.className = cls;
+  tr.appendChild(td);
+  return td;
+}
+
+function renderEvents() {
+  const f = filters();
+  const body = $("events-body");
+  const frag = document.createDocumentFragment();
+  let n = 0;
+  for (let i = ring.length - 1; i >= 0 && n < MAX_ROWS; i--) {
+    const ev = ring[i];
+    if (!matches(ev, f)) continue;
+    n++;
+    const tr = document.createElement("tr");
+    tr.dataset.seq = ev.seq;
+    cell(tr, ev.seq);
+    cell(tr, ev.time ? ev.time.slice(11, 23) : "");
+    cell(tr, ev.kind);
+    cell(tr, ev.activation);
+    cell(tr, ev.session);
+    cell(tr, ev.server);
+    cell(tr, JSON.stringify(ev.data));
+    frag.appendChild(tr);
+  }
+  body.replaceChildren(frag);
+}
+
+// ---- leases --------------------------------------------------------------
+
+let leasesTimer = null;
+let liveLeases = 0;
+
+function scheduleLeases() {
+  if (leasesTimer) return;
+  leasesTimer = setTimeout(() => {
+    leasesTimer = null;
+    refreshLeases();
+  }, REFRESH_MS);
+}
+
+async function refreshLeases() {
+  let rep;
+  try {
+    rep = await request("leaseledger.api.projection.leases", { live: !$("leases-all").checked, limit: 1000 });
+  } catch (err) {
+    $("leases-note").textContent = "lease table unavailable: " + err.message;
+    return;
+  }
+  const rows = rep.leases || [];
+  if (!$("leases-all").checked) liveLeases = rep.total;
+  $("leases-note").textContent = rep.total + " lease(s) at seq " + rep.seq + (rep.next ? ", first " + rows.length + " shown" : "");
+  const frag = document.createDocumentFragment();
+  for (const l of rows) {
+    const tr = document.createElement("tr");
+    tr.dataset.session = l.session || l.key_session;
+    tr.dataset.server = l.server;
+    tr.dataset.activation = l.activation_id;
+    tr.dataset.state = l.state;
+    cell(tr, l.shared ? "shared" : l.session);
+    cell(tr, l.server);
+    cell(tr, l.state);
+    cell(tr, (l.fingerprint || "").slice(0, 19));
+    cell(tr, fmtTime(l.ready_at || l.started_at));
+    cell(tr, (l.calls_finished || 0) + "/" + (l.calls_admitted || 0) + (l.calls_in_flight ? " (" + l.calls_in_flight + " running)" : ""));
+    const a = cell(tr, l.activation_id);
+    a.className = "clickable";
+    tr.className = "clickable";
+    tr.onclick = () => { showView("activations"); showEvidence(l.activation_id); };
+    frag.appendChild(tr);
+  }
+  $("leases-body").replaceChildren(frag);
+}
+
+function fmtTime(t) {
+  if (!t) return "";
+  return typeof t === "string" ? t.replace("T", " ").slice(0, 23) : JSON.stringify(t);
+}
+
+// ---- activations ---------------------------------------------------------
+
+const recent = new Map(); // activation -> {session, server, verdict, reasons, dirty}
+let auditTimer = null;
+let auditAt = 0;
+let verdictTimer = null;
+
+function trackRecent(ev) {
+  let r = recent.get(ev.activation);
+  if (!r) {
+    r = { session: "", server: "", verdict: "", reasons: [] };
+    recent.set(ev.activation, r);
+    while (recent.size > MAX_RECENT) recent.delete(recent.keys().next().value);
+  } else {
+    recent.delete(ev.activation); // newest last
+    recent.set(ev.activation, r);
+  }
+  if (ev.session) r.session = ev.session;
+  if (ev.server) r.server = ev.server;
+  markDirty(ev.activation);
+}
+
+function markDirty(a) {
+  const r = recent.get(a);
+  if (r) r.dirty = true;
+  if (!verdictTimer) verdictTimer = setTimeout(refreshVerdicts, REFRESH_MS * 2);
+}
+
+async function refreshVerdicts() {
+  verdictTimer = null;
+  for (const [a, r] of recent) {
+    if (!r.dirty) continue;
+    r.dirty = false;
+    try {
+      const rep = await request("leaseledger.api.projection.activation", { activation: a, timeline: 1 });
+      r.verdict = rep.report.verdict;
+      r.reasons = rep.report.reasons || [];
+    } catch (err) {
+      if (err.code === "busy" || err.code === "rate-limited") r.dirty = true;
+    }
+  }
+  renderRecent();
+  for (const r of recent.values()) if (r.dirty && !verdictTimer) verdictTimer = setTimeout(refreshVerdicts, 1000);
+}
+
+function verdictCell(tr, v) {
+  cell(tr, v || "…", "v-" + (v || "none"));
+}
+
+function renderRecent() {
+  const frag = document.createDocumentFragment();
+  for (const [a, r] of [...recent].reverse()) {
+    const tr = document.createElement("tr");
+    tr.dataset.activation = a;
+    tr.dataset.verdict = r.verdict;
+    tr.className = "clickable";
+    tr.onclick = () => showEvidence(a);
+    cell(tr, a);
+    cell(tr, r.session);
+    cell(tr, r.server);
+    verdictCell(tr, r.verdict);
+    cell(tr, r.reasons.join("; "), "wrap");
+    frag.appendChild(tr);
+  }
+  $("recent-body").replaceChildren(frag);
+}
+
+function scheduleAudit() {
+  if (auditTimer) return;
+  auditTimer = setTimeout(() => {
+    auditTimer = null;
+    refreshAudit();
+  }, Math.max(REFRESH_MS, AUDIT_MS - (Date.now() - auditAt)));
+}
+
+async function refreshAudit() {
+  auditAt = Date.now();
+  let s;
+  try {
+    s = await request("leaseledger.api.projection.audit", { limit: 100 });
+  } catch (err) {
+    if (err.code === "busy" || err.code === "rate-limited") scheduleAudit();
+    return;
+  }
+  const v = $("verdicts");
+  v.replaceChildren();
+  const add = (label, n, cls) => {
+    const span = document.createElement("span");
+    span.textContent = label + ": " + n;
+    if (cls) span.className = cls;
+    v.appendChild(span);
+  };
+  add("activations", s.activations);
+  for (const k of ["confirmed", "unconfirmed", "never_started"]) add(k.replace("_", " "), s.verdicts[k], "v-" + k);
+  add("not closed", s.not_closed);
+  const frag = document.createDocumentFragment();
+  for (const u of s.unconfirmed) {
+    const tr = document.createElement("tr");
+    tr.dataset.activation = u.activation_id;
+    tr.className = "clickable";
+    tr.onclick = () => showEvidence(u.activation_id);
+    cell(tr, u.activation_id);
+    cell(tr, u.closed ? "yes" : "no");
+    cell(tr, (u.reasons || []).join("; ") + (u.reasons_omitted ? " (+" + u.reasons_omitted + ")" : ""), "wrap");
+    frag.appendChild(tr);
+  }
+  if (s.unconfirmed_omitted) {
+    const tr = document.createElement("tr");
+    cell(tr, "… " + s.unconfirmed_omitted + " more", "muted");
+    frag.appendChild(tr);
+  }
+  $("unconfirmed-body").replaceChildren(frag);
+}
+
+function section(title) {
+  const s = document.createElement("section");
+  const h = document.createElement("h2");
+  h.textContent = title;
+  s.appendChild(h);
+  $("evidence").appendChild(s);
+  return s;
+}
+
+// table renders rows of objects, one column per key (nested values as JSON).
+function table(parent, rows, omitted) {
+  if (!rows || rows.length === 0) {
+    const p = document.createElement("p");
+    p.className = "muted";
+    p.textContent = omitted ? "none shown (" + omitted + " left out)" : "none";
+    parent.appendChild(p);
+    return;
+  }
+  const keys = [];
+  for (const r of rows) for (const k of Object.keys(r)) if (!keys.includes(k)) keys.push(k);
+  const t = document.createElement("table");
+  t.className = "list";
+  const hr = document.createElement("tr");
+  for (const k of keys) {
+    const th = document.createElement("th");
+    th.textContent = k;
+    hr.appendChild(th);
+  }
+  const thead = document.createElement("thead");
+  thead.appendChild(hr);
+  t.appendChild(thead);
+  const tb = document.createElement("tbody");
+  for (const r of rows) {
+    const tr = document.createElement("tr");
+    for (const k of keys) {
+      const v = r[k];
+      cell(tr, v == null ? "" : typeof v === "object" ? JSON.stringify(v) : v);
+    }
+    tb.appendChild(tr);
+  }
+  t.appendChild(tb);
+  parent.appendChild(t);
+  if (omitted) {
+    const p = document.createElement("p");
+    p.className = "muted";
+    p.textContent = omitted + " more left out";
+    parent.appendChild(p);
+  }
+}
+
+async function showEvidence(a) {
+  const ev = $("evidence");
+  ev.replaceChildren();
+  let rep;
+  try {
+    rep = await request("leaseledger.api.projection.activation", { activation: a, timeline: 200 });
+  } catch (err) {
+    section("Activation " + a).appendChild(document.createTextNode("unavailable: " + err.message));
+    return;
+  }
+  const r = rep.report;
+  const head = section("Activation " + a);
+  head.dataset.activation = a;
+  head.dataset.verdict = r.verdict;
+  const dl = document.createElement("dl");
+  dl.className = "facts";
+  const fact = (k, v, cls) => {
+    const dt = document.createElement("dt");
+    dt.textContent = k;
+    const dd = document.createElement("dd");
+    dd.textContent = v == null ? "" : typeof v === "object" ? JSON.stringify(v) : String(v);
+    if (cls) dd.className = cls;
+    dl.append(dt, dd);
+  };
+  fact("verdict", r.verdict, "v-" + r.verdict);
+  fact("reasons", (r.reasons || []).join("; ") + (r.reasons_omitted ? " (+" + r.reasons_omitted + ")" : ""));
+  fact("session", r.session);
+  fact("server", r.server);
+  fact("events", r.events + " (seq " + r.first_seq + "–" + r.last_seq + ")");
+  fact("counts", r.counts);
+  fact("frozen", r.frozen);
+  head.appendChild(dl);
+  table(section("Resources (not confirmed)"), r.resources);
+  table(section("Recent confirmed receipts"), r.recent);
+  table(section("Aggregates"), r.aggregates);
+  const conn = r.connection || {};
+  const cs = section("Connection and close");
+  const p = document.createElement("p");
+  p.textContent = conn.opened ? "transport " + conn.transport + ", cleanup " + conn.cleanup + ", phase " + conn.phase : "no connection recorded";
+  cs.appendChild(p);
+  table(cs, conn.barriers);
+  const close = conn.report;
+  if (close) {
+    const q = document.createElement("p");
+    q.textContent = "close report: " + close.result + " in " + ((close.elapsed_ns || 0) / 1e6).toFixed(1) + " ms" + ((close.reasons || []).length ? " — " + close.reasons.join("; ") : "");
+    cs.appendChild(q);
+    table(cs, close.obligations);
+  }
+  table(section("Calls without an outcome"), rep.calls_outcome_unknown, rep.calls_outcome_unknown_omitted);
+  table(section("Timeline"), rep.timeline, rep.timeline_omitted);
+}
+
+// ---- ledger: rate and checkpoints ------------------------------------------
+
+const perSecond = new Map(); // unix second -> events applied live
+function countRate(ev) {
+  const s = Math.floor(Date.now() / 1000);
+  perSecond.set(s, (perSecond.get(s) || 0) + 1);
+}
+
+function showCheckpoint(text) {
+  $("checkpoint").textContent = text;
+}
+
+async function requestCheckpoint() {
+  try {
+    const rep = await request("leaseledger.api.proof.checkpoint", {});
+    if (rep.checkpoint) showCheckpoint(rep.checkpoint);
+  } catch (err) {
+    if (err.code === "unavailable") $("checkpoint").textContent = "serve signs no checkpoints (no --checkpoint-key)";
+  }
+}
+
+// ---- charts ----------------------------------------------------------------
+
+const series = { t: [], rate: [], leases: [] };
+const cleanupBuckets = new Array(16).fill(0); // bucket i: [2^(i-1), 2^i) ms
+
+function cleanup(ns) {
+  if (typeof ns !== "number" || ns < 0) return;
+  const ms = ns / 1e6;
+  let i = ms < 1 ? 0 : Math.min(cleanupBuckets.length - 1, Math.floor(Math.log2(ms)) + 1);
+  cleanupBuckets[i]++;
+}
+
+let charts = null;
+function makeCharts() {
+  const w = Math.max(400, Math.min(1000, window.innerWidth - 60));
+  const opt = (label, extra) => Object.assign({ width: w, height: 180, series: [{}, { label, stroke: "#0969da", width: 1.5 }], legend: { show: false } }, extra || {});
+  const xs = cleanupBuckets.map((_, i) => i);
+  charts = {
+    rate: new uPlot(opt("events/s"), [[], []], $("chart-rate")),
+    leases: new uPlot(opt("live leases"), [[], []], $("chart-leases")),
+    cleanup: new uPlot(opt("closes", {
+      scales: { x: { time: false } },
+      axes: [{ values: (_, ticks) => ticks.map((i) => (i === 0 ? "<1" : "<" + 2 ** i)) }, {}],
+      series: [{}, { label: "closes", stroke: "#1a7f37", fill: "rgba(26,127,55,0.3)", paths: uPlot.paths.bars({ size: [0.8] }) }],
+    }), [xs, cleanupBuckets.slice()], $("chart-cleanup")),
+  };
+}
+
+function tick() {
+  const s = Math.floor(Date.now() / 1000) - 1; // the last whole second
+  series.t.push(s);
+  series.rate.push(perSecond.get(s) || 0);
+  series.leases.push(liveLeases);
+  for (const k of perSecond.keys()) if (k < s - 10) perSecond.delete(k);
+  if (series.t.length > CHART_POINTS) for (const k in series) series[k].splice(0, series[k].length - CHART_POINTS);
+  let sum = 0;
+  for (let i = Math.max(0, series.rate.length - 10); i < series.rate.length; i++) sum += series.rate[i];
+  $("rate").textContent = (sum / Math.min(10, Math.max(1, series.rate.length))).toFixed(1);
+  if (!$("view-charts").hidden) drawCharts();
+}
+
+function drawCharts() {
+  if (!charts) makeCharts();
+  charts.rate.setData([series.t, series.rate]);
+  charts.leases.setData([series.t, series.leases]);
+  charts.cleanup.setData([cleanupBuckets.map((_, i) => i), cleanupBuckets.slice()]);
+}
+
+// ---- views -----------------------------------------------------------------
+
+function showView(name) {
+  for (const b of document.querySelectorAll("#tabs button")) b.classList.toggle("active", b.dataset.view === name);
+  for (const s of document.querySelectorAll("main > section")) s.hidden = s.id !== "view-" + name;
+  if (name === "charts") drawCharts();
+  if (name === "leases") refreshLeases();
+  if (name === "activations") { refreshAudit(); renderRecent(); }
+}
+
+function init() {
+  for (const b of document.querySelectorAll("#tabs button")) b.onclick = () => showView(b.dataset.view);
+  for (const id of ["f-family", "f-kind", "f-activation", "f-session"]) $(id).oninput = () => { dirtyList = true; scheduleFrame(); };
+  $("pause").onclick = () => {
+    paused = !paused;
+    $("pause").textContent = paused ? "Resume" : "Pause";
+    note(paused ? "paused at seq " + renderedUpTo + " (still following)" : "");
+    if (!paused) { dirtyList = true; scheduleFrame(); }
+  };
+  $("catchup").onclick = () => {
+    const from = Number($("from-seq").value);
+    if (!Number.isInteger(from) || from < 1) { note("from seq: a whole number ≥ 1"); return; }
+    ring.length = 0;
+    pending.clear();
+    D.next = from;
+    followedFrom = from;
+    renderedUpTo = from - 1;
+    dirtyList = true;
+    scheduleFrame();
+    catchUp();
+  };
+  $("leases-all").onchange = refreshLeases;
+  setInterval(tick, 1000);
+  start();
+}
+
+if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", init);
+else init();
