@@ -144,7 +144,7 @@ async function connectLoop() {
       connectLoop();
     }
   });
-  const sub = nc.subscribe("leaseledger.events.>", { callback: (err, m) => { if (!err) onLive(m); } });
+  const sub = nc.subscribe("leaseledger.events.*.*.*", { callback: (err, m) => { if (err) note("events: " + err.message); else onLive(m); } });
   void sub;
   nc.subscribe("leaseledger.checkpoints", { callback: (err, m) => { if (!err) showCheckpoint(dec.decode(m.data)); } });
   await online();
@@ -165,7 +165,7 @@ async function watchStatus(conn) {
 // and refreshes the state views.
 async function online() {
   try {
-    const h = await request("leaseledger.api.head", {});
+    const h = await request("leaseledger.api.head", null); // its body must be empty
     if (D.next === 0) {
       D.next = Math.max(1, h.seq - INITIAL_BACKLOG + 1);
       followedFrom = D.next;
@@ -190,7 +190,7 @@ class APIError extends Error {
 
 async function request(subject, body, timeout = 10000) {
   if (!nc) throw new APIError("not connected", "");
-  const m = await nc.request(subj(subject), enc.encode(JSON.stringify(body)), { timeout });
+  const m = await nc.request(subj(subject), body === null ? new Uint8Array(0) : enc.encode(JSON.stringify(body)), { timeout });
   const e = m.headers && m.headers.get("Ledger-Error");
   if (e) throw new APIError(e, m.headers.get("Ledger-Error-Code"));
   return JSON.parse(dec.decode(m.data));

@@ -1,0 +1,257 @@
+package main
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// End-to-end tests of the dashboard (package dashboard) in headless
+// Chromium against a real `serve --config --ws-port`.
+
+const (
+	// requireChromiumEnv, when set (.ci/run sets it), makes a missing
+	// Chromium a failure rather than a skip.
+	requireChromiumEnv = "LEASELEDGER_REQUIRE_CHROMIUM"
+	// artifactsEnv names a directory for the screenshots (default: the
+	// test's temporary directory).
+	artifactsEnv = "LEASELEDGER_ARTIFACTS"
+	// leaseShownWithin is how soon a lease a tool call made must be in
+	// the page's lease table.
+	leaseShownWithin = time.Second
+)
+
+// requireChromium returns Chromium's path; without it the test fails when
+// requireChromiumEnv is set and is skipped otherwise.
+func requireChromium(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if os.Getenv(requireChromiumEnv) != "" {
+		t.Fatalf("chromium not on PATH and %s is set (apt-get install chromium)", requireChromiumEnv)
+	}
+	t.Skipf("chromium not on PATH (apt-get install chromium; %s=1 makes this a failure)", requireChromiumEnv)
+	return ""
+}
+
+// browser is one headless Chromium tab that records console errors and
+// uncaught exceptions.
+type browser struct {
+	t      *testing.T
+	ctx    context.Context
+	mu     sync.Mutex
+	errors []string
+	shots  string
+}
+
+func newBrowser(t *testing.T, chromium string) *browser {
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromium), chromedp.NoSandbox, chromedp.WindowSize(1280, 900),
+		chromedp.Flag("disable-dev-shm-usage", true))
+	actx, acancel := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(actx)
+	b := &browser{t: t, ctx: ctx, shots: os.Getenv(artifactsEnv)}
+	if b.shots == "" {
+		b.shots = t.TempDir()
+	} else {
+		b.shots = filepath.Join(b.shots, t.Name())
+		if err := os.MkdirAll(b.shots, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := chromedp.Do(ctx); err != nil { // starts Chromium
+		cancel()
+		acancel()
+		t.Fatal(err)
+	}
+	messages := chromedp.Console(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for m, err := range messages {
+			if err != nil {
+				return
+			}
+			if m.Type == chromedp.ConsoleError || m.Type == chromedp.ConsoleWarning || m.IsException() {
+				b.mu.Lock()
+				b.errors = append(b.errors, m.String())
+				b.mu.Unlock()
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		acancel() // kills and reaps Chromium
+		<-done
+	})
+	return b
+}
+
+func (b *browser) consoleErrors() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]string(nil), b.errors...)
+}
+
+func (b *browser) do(steps ...chromedp.Action[chromedp.Void]) {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, e2eWait)
+	defer cancel()
+	if err := chromedp.Do(ctx, steps...); err != nil {
+		b.t.Fatalf("browser: %v (console: %v)", err, b.consoleErrors())
+	}
+}
+
+// eval evaluates a JavaScript expression.
+func eval[T any](b *browser, expr string) T {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, e2eWait)
+	defer cancel()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](expr))
+	if err != nil {
+		b.t.Fatalf("browser: %s: %v (console: %v)", expr, err, b.consoleErrors())
+	}
+	return v
+}
+
+// await polls a JavaScript boolean expression until it holds or within
+// passes; it returns how long it took.
+func (b *browser) await(expr string, within time.Duration) time.Duration {
+	b.t.Helper()
+	start := time.Now()
+	for {
+		if eval[bool](b, "!!("+expr+")") {
+			return time.Since(start)
+		}
+		if time.Since(start) > within {
+			state := eval[string](b, "JSON.stringify({state: __dashboard.state, next: __dashboard.next, banner: document.getElementById('banner').textContent, note: document.getElementById('events-note').textContent})")
+			b.t.Fatalf("not within %v: %s (page: %s; console: %v)", within, expr, state, b.consoleErrors())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// view switches the page to a view and writes its screenshot as shot.jpg.
+func (b *browser) view(name, shot string) {
+	b.t.Helper()
+	b.do(chromedp.Click(chromedp.CSS(`#tabs button[data-view="`+name+`"]`)), chromedp.Sleep(100*time.Millisecond))
+	ctx, cancel := context.WithTimeout(b.ctx, e2eWait)
+	defer cancel()
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(90))
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	b.shot(shot, png)
+}
+
+func (b *browser) shot(name string, png []byte) {
+	b.t.Helper()
+	if err := os.WriteFile(filepath.Join(b.shots, name+".jpg"), png, 0o644); err != nil {
+		b.t.Fatal(err)
+	}
+}
+
+// dashboardURL is the page serve announces beside its MCP endpoint.
+func (s *e2eServe) dashboardURL() string { return strings.TrimSuffix(s.mcpURL, "mcp") }
+
+// TestDashboardEndToEnd loads the dashboard of a real serve in headless
+// Chromium: no console error or exception; a tool call through the
+// gateway puts its lease in the lease table within a second; ending the
+// session turns its activation confirmed (and its evidence says so);
+// stopping serve shows the unreachable state, and after a restart on the
+// same ports the page reconnects, catches up, and shows a new session's
+// lease. Each view's screenshot is written to $LEASELEDGER_ARTIFACTS (or
+// the test's temporary directory).
+func TestDashboardEndToEnd(t *testing.T) {
+	chromium := requireChromium(t)
+	requireNode(t)
+	bin := cliBinary(t)
+	dir, cfg := t.TempDir(), writeConfig(t, "")
+	wsPort, mcpPort := strconv.Itoa(freePort(t)), strconv.Itoa(freePort(t))
+	extra := []string{"--ws-port", wsPort, "--mcp-addr", "127.0.0.1:" + mcpPort}
+	srv := startServe(t, bin, dir, cfg, extra...)
+	b := newBrowser(t, chromium)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	b.do(chromedp.Navigate(srv.dashboardURL()))
+	b.await(`__dashboard.state === "live" && __dashboard.next > 0`, e2eWait)
+	b.view("events", "events-start")
+
+	// A tool call's lease shows within a second of the call's return.
+	cs, closeGo := connectGo(t, ctx, srv.mcpURL, nil)
+	b.view("leases", "leases-before")
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: stdioServer + "__echo", Arguments: map[string]any{"message": "hello dashboard"}})
+	if err != nil || res.IsError {
+		t.Fatalf("echo: %v %+v", err, res)
+	}
+	row := `document.querySelector('#leases-body tr[data-session="` + cs.ID() + `"][data-state="ready"]')`
+	took := b.await(row, leaseShownWithin)
+	t.Logf("lease shown %v after the call returned", took)
+	activation := eval[string](b, row+".dataset.activation")
+	b.view("leases", "leases")
+
+	// Ending the session confirms the activation.
+	closeGo()
+	b.view("activations", "activations-pending")
+	b.await(`document.querySelector('#recent-body tr[data-activation="`+activation+`"][data-verdict="confirmed"]')`, e2eWait)
+	b.do(chromedp.Click(chromedp.CSS(`#recent-body tr[data-activation="` + activation + `"]`)))
+	b.await(`document.querySelector('#evidence section[data-activation="`+activation+`"][data-verdict="confirmed"]')`, e2eWait)
+	b.await(`document.querySelector('#leases-body tr[data-session="`+cs.ID()+`"]') === null`, e2eWait)
+	b.view("activations", "activations")
+	b.view("ledger", "ledger")
+	b.view("charts", "charts")
+	b.view("events", "events")
+	if errs := b.consoleErrors(); len(errs) > 0 {
+		t.Fatalf("console errors while serve ran: %v", errs)
+	}
+
+	// serve stops: the page says the bus is unreachable.
+	before := eval[int](b, "__dashboard.next")
+	if code := srv.stop(syscall.SIGTERM); code != 0 {
+		t.Fatalf("serve exited %d:\n%s", code, srv.out.String())
+	}
+	b.await(`__dashboard.state === "unreachable" && !document.getElementById("banner").hidden`, e2eWait)
+	b.view("events", "unreachable")
+
+	// serve is back on the same ports: the page reconnects, catches up
+	// (serve's shutdown and start recorded events) and follows again.
+	srv = startServe(t, bin, dir, cfg, extra...)
+	b.await(`__dashboard.state === "live" && document.getElementById("banner").hidden`, e2eWait)
+	cs2, closeGo2 := connectGo(t, ctx, srv.mcpURL, nil)
+	defer closeGo2()
+	if _, err := cs2.CallTool(ctx, &mcp.CallToolParams{Name: stdioServer + "__echo", Arguments: map[string]any{"message": "again"}}); err != nil {
+		t.Fatal(err)
+	}
+	b.view("leases", "leases-restarted")
+	b.await(`document.querySelector('#leases-body tr[data-session="`+cs2.ID()+`"]')`, e2eWait)
+	after := eval[int](b, "__dashboard.next")
+	if after <= before {
+		t.Fatalf("next seq %d after the restart, %d before", after, before)
+	}
+	// No gap, no duplicate: the page's events are exactly seqs
+	// followedFrom..next-1, in order.
+	contiguous := eval[bool](b, `(() => { const s = [...document.querySelectorAll('#events-body tr')].map(r => +r.dataset.seq); return s.length > 0 && s.every((v, i) => i === 0 || v === s[i-1] - 1) })()`)
+	if !contiguous {
+		t.Fatal("the live list has a gap or a duplicate after the restart")
+	}
+	b.view("events", "events-restarted")
+	closeGo2()
+	if code := srv.stop(syscall.SIGTERM); code != 0 {
+		t.Fatalf("serve exited %d:\n%s", code, srv.out.String())
+	}
+}
