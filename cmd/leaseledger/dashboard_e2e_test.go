@@ -145,13 +145,13 @@ func (b *browser) await(expr string, within time.Duration) time.Duration {
 	}
 }
 
-// view switches the page to a view and writes its screenshot as shot.jpg.
+// view switches the page to a view and writes its screenshot as shot.png.
 func (b *browser) view(name, shot string) {
 	b.t.Helper()
 	b.do(chromedp.Click(chromedp.CSS(`#tabs button[data-view="`+name+`"]`)), chromedp.Sleep(100*time.Millisecond))
 	ctx, cancel := context.WithTimeout(b.ctx, e2eWait)
 	defer cancel()
-	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(90))
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 	if err != nil {
 		b.t.Fatal(err)
 	}
@@ -160,7 +160,7 @@ func (b *browser) view(name, shot string) {
 
 func (b *browser) shot(name string, png []byte) {
 	b.t.Helper()
-	if err := os.WriteFile(filepath.Join(b.shots, name+".jpg"), png, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(b.shots, name+".png"), png, 0o644); err != nil {
 		b.t.Fatal(err)
 	}
 }

@@ -434,6 +434,7 @@ function fmtTime(t) {
 const recent = new Map(); // activation -> {session, server, verdict, reasons, dirty}
 let auditTimer = null;
 let auditAt = 0;
+let auditRetries = 0; // refreshes asked for a summary older than the page's head
 let verdictTimer = null;
 
 function trackRecent(ev) {
@@ -513,6 +514,10 @@ async function refreshAudit() {
     if (err.code === "busy" || err.code === "rate-limited") scheduleAudit();
     return;
   }
+  // The summary may be up to a second old: ask again until it has every
+  // event this page has seen.
+  if (s.events < D.head.seq && auditRetries++ < 3) scheduleAudit();
+  else auditRetries = 0;
   const v = $("verdicts");
   v.replaceChildren();
   const add = (label, n, cls) => {
