@@ -29,6 +29,7 @@ func newAuditCmd(a *app) *cobra.Command {
 		limit    int
 		bundle   string
 		vkey     string
+		trusted  []string
 	)
 	cmd := &cobra.Command{
 		Use:   "audit <activation> | audit --all",
@@ -54,6 +55,8 @@ evidence bundle (from 'bundle'), verifies every event in it as 'verify
 --bundle' does, and rebuilds the verdicts from the bundle's events alone,
 printed as above. With no activation it audits the bundle's activation (an
 activation bundle) or summarises every activation of the bundle's range.
+With --checkpoint FILE (repeatable) the bundle must also prove that its
+history extends that signed checkpoint, as 'verify --bundle' does.
 
 The hash chain is not checked here: run 'leaseledger verify' first.
 Exit status: 0 when confirmed (every activation, with --all), 2 when
@@ -71,8 +74,11 @@ unconfirmed, 1 on errors.`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(trusted) > 0 && bundle == "" {
+				return errors.New("--checkpoint is for --bundle (verify checks a data directory against checkpoints)")
+			}
 			if bundle != "" {
-				return auditBundle(cmd, a, bundle, vkey, args, all, asJSON, timeline, limit)
+				return auditBundle(cmd, a, bundle, vkey, trusted, args, all, asJSON, timeline, limit)
 			}
 			l, err := openReadOnly(a)
 			if err != nil {
@@ -92,6 +98,7 @@ unconfirmed, 1 on errors.`,
 	f.IntVar(&limit, "limit", audit.DefaultUnconfirmed, "with --all, list at most N unconfirmed activations (0: all)")
 	f.StringVar(&bundle, "bundle", "", "audit the events of this evidence bundle (from 'bundle') instead of --data-dir, after verifying it")
 	f.StringVar(&vkey, "vkey", "", "verifier key for --bundle (from 'checkpoint keygen')")
+	f.StringArrayVar(&trusted, "checkpoint", nil, "with --bundle, a signed checkpoint file (from 'checkpoint', or a witness's state) the bundle must prove it extends (repeatable)")
 	return cmd
 }
 

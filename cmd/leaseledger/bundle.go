@@ -21,6 +21,7 @@ func init() { extraCommands = append(extraCommands, newBundleCmd) }
 
 func newBundleCmd(a *app) *cobra.Command {
 	var keyFile, origin, rng, activation, out string
+	var consistentWith []string
 	cmd := &cobra.Command{
 		Use:   "bundle (--range A-B | --activation ID) --key K -o FILE",
 		Short: "Export an evidence bundle: events with their inclusion proofs against a signed checkpoint",
@@ -30,7 +31,15 @@ range A-B, or every event of one activation) and the exported seqs, then each
 selected event's canonical bytes with its RFC 6962 inclusion proof against the
 checkpoint (JSON Lines; the format is in docs/compliance.md). Someone holding
 only the bundle and the verifier key checks it with 'verify --bundle' and
-rebuilds its verdicts with 'audit --bundle', without the data directory.`,
+rebuilds its verdicts with 'audit --bundle', without the data directory.
+
+Alone, a bundle proves only what its own signed checkpoint says. With
+--consistent-with FILE (a signed checkpoint the auditor already holds: an
+earlier 'checkpoint' output, or a witness's state file; repeatable) the header
+also carries an RFC 6962 consistency proof from that checkpoint to the
+bundle's, which 'verify --bundle … --checkpoint FILE' and 'audit --bundle …
+--checkpoint FILE' require. A log that does not extend it (a rewritten,
+re-sealed tail; a rollback) cannot be exported with it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			signer, err := readSigner(keyFile)
@@ -47,6 +56,13 @@ rebuilds its verdicts with 'audit --bundle', without the data directory.`,
 				if sel.From, sel.To, err = parseRange(rng); err != nil {
 					return err
 				}
+			}
+			for _, file := range consistentWith {
+				b, err := os.ReadFile(file)
+				if err != nil {
+					return fmt.Errorf("--consistent-with: %w", err)
+				}
+				sel.ConsistentWith = append(sel.ConsistentWith, b)
 			}
 			l, err := openReadOnly(a)
 			if err != nil {
@@ -76,6 +92,7 @@ rebuilds its verdicts with 'audit --bundle', without the data directory.`,
 	f.StringVar(&rng, "range", "", `export the events of seqs A through B, "A-B"`)
 	f.StringVar(&activation, "activation", "", "export every event of this activation")
 	f.StringVarP(&out, "out", "o", "", "bundle file to create (refused if it exists)")
+	f.StringArrayVar(&consistentWith, "consistent-with", nil, "a signed checkpoint file (from 'checkpoint', or a witness's state) the bundle must prove it extends (repeatable)")
 	_ = cmd.MarkFlagRequired("key")
 	_ = cmd.MarkFlagRequired("out")
 	return cmd
@@ -129,9 +146,15 @@ func parseVerifier(vkey string) (note.Verifier, error) {
 }
 
 // openBundle opens a bundle file and checks its header (signatures,
-// manifest) with the verifier key; the caller closes the file.
-func openBundle(file, vkey string) (*os.File, *verify.BundleReader, error) {
+// manifest) with the verifier key, and that it proves it extends each
+// signed checkpoint file of trusted (--checkpoint); the caller closes the
+// file.
+func openBundle(file, vkey string, trusted []string) (*os.File, *verify.BundleReader, error) {
 	v, err := parseVerifier(vkey)
+	if err != nil {
+		return nil, nil, err
+	}
+	olds, err := readCheckpoints(trusted, vkey)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -140,6 +163,11 @@ func openBundle(file, vkey string) (*os.File, *verify.BundleReader, error) {
 		return nil, nil, fmt.Errorf("--bundle: %w", err)
 	}
 	br, err := verify.NewBundleReader(f, v)
+	for i := 0; err == nil && i < len(olds); i++ {
+		if err = br.Extends(olds[i]); err != nil {
+			err = fmt.Errorf("--checkpoint %s: %w", trusted[i], err)
+		}
+	}
 	if err != nil {
 		f.Close()
 		return nil, nil, bundleFailed(err)
@@ -158,8 +186,8 @@ func bundleFailed(err error) error {
 
 // verifyBundle is 'verify --bundle': it checks every line of the bundle
 // with only the verifier key, no data directory.
-func verifyBundle(a *app, file, vkey string) error {
-	f, br, err := openBundle(file, vkey)
+func verifyBundle(a *app, file, vkey string, trusted []string) error {
+	f, br, err := openBundle(file, vkey, trusted)
 	if err != nil {
 		return err
 	}
@@ -174,9 +202,18 @@ func verifyBundle(a *app, file, vkey string) error {
 		}
 	}
 	m, c := br.Manifest(), br.Checkpoint()
-	fmt.Fprintf(a.stdout, "ok: bundle of %d events (%s) verified against checkpoint %s size %d, head %d %s\n",
-		m.Events, selectorText(m), c.Origin, c.Size, c.Size, c.Head)
+	fmt.Fprintf(a.stdout, "ok: bundle of %d events (%s) verified against checkpoint %s size %d, head %d %s%s\n",
+		m.Events, selectorText(m), c.Origin, c.Size, c.Size, c.Head, extendsText(len(trusted)))
 	return nil
+}
+
+// extendsText says how many trusted checkpoints a bundle was proven to
+// extend.
+func extendsText(n int) string {
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", which extends the %d --checkpoint(s) given", n)
 }
 
 // auditBundle is 'audit --bundle': it verifies the bundle line by line
@@ -184,8 +221,8 @@ func verifyBundle(a *app, file, vkey string) error {
 // verified — with the same output and exit status as 'audit' on a data
 // directory. With no activation (and no --all) it audits the activation of
 // an activation bundle, or summarises a range bundle.
-func auditBundle(cmd *cobra.Command, a *app, file, vkey string, args []string, all, asJSON bool, keep, limit int) error {
-	f, br, err := openBundle(file, vkey)
+func auditBundle(cmd *cobra.Command, a *app, file, vkey string, trusted, args []string, all, asJSON bool, keep, limit int) error {
+	f, br, err := openBundle(file, vkey, trusted)
 	if err != nil {
 		return err
 	}
@@ -239,8 +276,8 @@ func auditBundle(cmd *cobra.Command, a *app, file, vkey string, args []string, a
 		}
 	}
 	c := br.Checkpoint()
-	fmt.Fprintf(a.stderr, "leaseledger: bundle %s verified: %d events (%s) against checkpoint %s size %d\n",
-		file, m.Events, selectorText(m), c.Origin, c.Size)
+	fmt.Fprintf(a.stderr, "leaseledger: bundle %s verified: %d events (%s) against checkpoint %s size %d%s\n",
+		file, m.Events, selectorText(m), c.Origin, c.Size, extendsText(len(trusted)))
 	if all {
 		pb.update(done, done)
 		pb.finish()

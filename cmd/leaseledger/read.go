@@ -166,14 +166,18 @@ exit status is 1 on any fault and the message names the first bad seq.
 
 With --bundle FILE --vkey KEY it checks an evidence bundle (from 'bundle')
 instead, with no data directory: both signatures, every event line against
-its inclusion proof, and exactly the seqs its manifest lists.`,
+its inclusion proof, and exactly the seqs its manifest lists. Alone, that
+proves only what the bundle's own checkpoint says; with --checkpoint FILE (a
+signed checkpoint kept earlier, or a witness's state file) the bundle must
+also carry a consistency proof showing its history extends that checkpoint
+(made with 'bundle --consistent-with FILE'), else it fails as a fork.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if bundle != "" {
-				if len(anchors)+len(checkpoints) > 0 {
-					return errors.New("--bundle carries its own checkpoint: it takes no --expect-head or --checkpoint")
+				if len(anchors) > 0 {
+					return errors.New("--bundle carries its own checkpoint: it takes no --expect-head (give --checkpoint FILE instead)")
 				}
-				return verifyBundle(a, bundle, vkey)
+				return verifyBundle(a, bundle, vkey, checkpoints)
 			}
 			var report verify.Progress
 			var p *progress
@@ -213,7 +217,7 @@ its inclusion proof, and exactly the seqs its manifest lists.`,
 	cmd.Flags().BoolVar(&quiet, "quiet", false, "no progress bar")
 	cmd.Flags().StringArrayVar(&anchors, "expect-head", nil, `a head recorded earlier, "<seq> <hash>" or "<seq>:<hash>" (as 'head' prints it); `+
 		"the chain must contain it — this is what reveals a tail cut off with m/head rewritten (repeatable)")
-	cmd.Flags().StringArrayVar(&checkpoints, "checkpoint", nil, "a signed checkpoint file (from 'checkpoint') the log must match (repeatable)")
+	cmd.Flags().StringArrayVar(&checkpoints, "checkpoint", nil, "a signed checkpoint file (from 'checkpoint') the log must match; with --bundle, one the bundle must prove it extends (repeatable)")
 	cmd.Flags().StringVar(&vkey, "vkey", "", "verifier key for --checkpoint and --bundle (from 'checkpoint keygen')")
 	cmd.Flags().BoolVar(&tree, "tree", true, "also check the stored Merkle node index (what proofs are served from) against the events")
 	cmd.Flags().StringVar(&bundle, "bundle", "", "verify this evidence bundle (from 'bundle') instead of --data-dir: needs only --vkey")

@@ -21,8 +21,11 @@ import (
 // events, to someone who holds only the verifier key: it is a JSON Lines
 // file whose first line is a header
 //
-//	{"format":"leaseledger-bundle/1","checkpoint":"<signed checkpoint>","manifest":"<signed manifest>"}
+//	{"format":"leaseledger-bundle/1","checkpoint":"<signed checkpoint>","manifest":"<signed manifest>",
+//	 "consistency":[{"checkpoint":"<older signed checkpoint>","proof":["<base64 hash>",…]},…]}
 //
+// ("consistency" only when the exporter was asked for it: one RFC 6962
+// consistency proof from each older checkpoint to the bundle's)
 // and every further line one exported event, in increasing seq order,
 //
 //	{"seq":N,"event":<canonical event bytes, verbatim>,"proof":["<base64 hash>",…]}
@@ -41,6 +44,19 @@ import (
 // bundle holds, so a dropped, added or reordered event line is named. The
 // proofs tie each event to the signed root, so a changed byte, or an event
 // of another (forked) history, is named too.
+//
+// Every line must be exactly the encoding the exporter writes (decoded,
+// re-encoded and compared byte for byte), ending in a newline, so that no
+// changed byte of a bundle still verifies.
+//
+// Alone, a bundle proves that the key's holder signed a checkpoint whose
+// log holds these events at these seqs. It cannot prove that this log is
+// the one an auditor saw earlier: whoever holds the signer key and the data
+// directory can rewrite a tail, re-seal it and sign a new checkpoint. That
+// is what a consistency proof is for: BundleReader.Extends(old) checks,
+// for a checkpoint the auditor already trusts, that the bundle's
+// checkpoint extends it (the exporter cannot make that proof for a forked
+// log).
 
 // BundleFormat is the format tag of a bundle's header and manifest.
 const BundleFormat = "leaseledger-bundle/1"
@@ -91,7 +107,14 @@ const (
 	// FaultActivation: an activation bundle holds an event of another
 	// activation.
 	FaultActivation Fault = "activation"
+	// FaultFork: the bundle does not prove that its history extends a
+	// checkpoint the auditor trusts (no consistency proof from it, or one
+	// that does not verify).
+	FaultFork Fault = "fork"
 )
+
+// MaxBundleConsistency bounds the consistency proofs of one bundle.
+const MaxBundleConsistency = 64
 
 // SeqRun is a run of consecutive seqs First..Last.
 type SeqRun struct{ First, Last ledger.Seq }
@@ -219,9 +242,54 @@ func parseSeq(s string) (ledger.Seq, error) {
 
 // bundleHeader is the first line of a bundle.
 type bundleHeader struct {
-	Format     string `json:"format"`
-	Checkpoint string `json:"checkpoint"`
-	Manifest   string `json:"manifest"`
+	Format      string              `json:"format"`
+	Checkpoint  string              `json:"checkpoint"`
+	Manifest    string              `json:"manifest"`
+	Consistency []bundleConsistency `json:"consistency,omitempty"`
+}
+
+// bundleConsistency is a consistency proof of a bundle's header: from the
+// signed checkpoint Checkpoint to the bundle's.
+type bundleConsistency struct {
+	Checkpoint string   `json:"checkpoint"`
+	Proof      []string `json:"proof"` // base64, decoded strictly
+}
+
+// decodeProof decodes base64 hashes strictly: a changed padding bit is a
+// changed byte, not an alias.
+func decodeProof(proof []string) ([][]byte, error) {
+	hashes := make([][]byte, len(proof))
+	for i, h := range proof {
+		var err error
+		if hashes[i], err = base64.StdEncoding.Strict().DecodeString(h); err != nil || len(hashes[i]) != 32 {
+			return nil, errors.New("a proof hash is not 32 bytes in strict base64")
+		}
+	}
+	return hashes, nil
+}
+
+func encodeProof(hashes [][]byte) []string {
+	out := make([]string, len(hashes))
+	for i, h := range hashes {
+		out[i] = base64.StdEncoding.EncodeToString(h)
+	}
+	return out
+}
+
+// openNote opens a signed note with v and requires canonical base64
+// signatures, as ParseCheckpoint does for checkpoints.
+func openNote(signed []byte, v note.Verifier) (*note.Note, error) {
+	n, err := note.Open(signed, note.VerifierList(v))
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range append(n.Sigs, n.UnverifiedSigs...) {
+		b, err := base64.StdEncoding.Strict().DecodeString(s.Base64)
+		if err != nil || base64.StdEncoding.EncodeToString(b) != s.Base64 {
+			return nil, errors.New("signature: not canonical base64")
+		}
+	}
+	return n, nil
 }
 
 // bundleLine is an event line of a bundle.
@@ -245,12 +313,14 @@ type BundleReader struct {
 	br        *bufio.Reader
 	cp        Checkpoint
 	m         Manifest
+	extends   []Checkpoint // older checkpoints the header proves cp extends
 	validator *schemas.Validator
 	run       int        // index into m.Seqs of the next expected seq
 	want      ledger.Seq // the next expected seq (0: all read)
 	prevSeq   ledger.Seq
 	prevHash  events.Hash
 	buf       []byte
+	scratch   []byte
 	err       error // sticky
 }
 
@@ -277,10 +347,16 @@ func NewBundleReader(r io.Reader, v note.Verifier) (*BundleReader, error) {
 	if err := d.Decode(&h); err != nil || h.Format != BundleFormat {
 		return nil, bundleFault(0, FaultSignature, "header: not a "+BundleFormat+" header", nil)
 	}
+	if len(h.Consistency) > MaxBundleConsistency {
+		return nil, bundleFault(0, FaultSignature, fmt.Sprintf("header: more than MaxBundleConsistency=%d consistency proofs", MaxBundleConsistency), ErrBundleLimit)
+	}
+	if again, err := json.Marshal(h); err != nil || !bytes.Equal(again, line) {
+		return nil, bundleFault(0, FaultSignature, "header: not the canonical encoding of a header", nil)
+	}
 	if b.cp, err = ParseCheckpoint([]byte(h.Checkpoint), v); err != nil {
 		return nil, bundleFault(0, FaultSignature, "checkpoint: "+err.Error(), err)
 	}
-	n, err := note.Open([]byte(h.Manifest), note.VerifierList(v))
+	n, err := openNote([]byte(h.Manifest), v)
 	if err != nil {
 		return nil, bundleFault(0, FaultSignature, "manifest: "+err.Error(), err)
 	}
@@ -289,6 +365,23 @@ func NewBundleReader(r io.Reader, v note.Verifier) (*BundleReader, error) {
 	}
 	if b.m.Origin != b.cp.Origin || b.m.Size != b.cp.Size || !bytes.Equal(b.m.Root, b.cp.Root) {
 		return nil, bundleFault(0, FaultManifest, "the manifest names another checkpoint", nil)
+	}
+	for _, c := range h.Consistency {
+		old, err := ParseCheckpoint([]byte(c.Checkpoint), v)
+		if err != nil {
+			return nil, bundleFault(0, FaultSignature, "consistency checkpoint: "+err.Error(), err)
+		}
+		hashes, err := decodeProof(c.Proof)
+		if err == nil && c.Proof == nil {
+			err = errors.New("no proof") // one spelling: an empty proof is []
+		}
+		if err == nil {
+			err = VerifyConsistency(old, b.cp, hashes)
+		}
+		if err != nil {
+			return nil, bundleFault(0, FaultFork, forkDetail(old.Size)+": the consistency proof does not verify", err)
+		}
+		b.extends = append(b.extends, old)
 	}
 	if b.validator, err = schemas.Default(); err != nil {
 		return nil, fmt.Errorf("verify: load schemas: %w", err)
@@ -305,14 +398,49 @@ func lineCause(err error) error {
 	return nil
 }
 
+func forkDetail(size ledger.Seq) string {
+	return fmt.Sprintf("the bundle's history is not an extension of the checkpoint of size %d: fork", size)
+}
+
+// Extends checks that the bundle's checkpoint extends old, a checkpoint
+// the caller trusts (kept from an earlier 'checkpoint', or a witness's
+// state): the same checkpoint, or one the header carries a verified
+// consistency proof from (bundle --consistent-with). Without it a bundle
+// only proves what its own signed checkpoint says. The failure is an
+// *Error with Op "bundle" and Fault FaultFork.
+func (b *BundleReader) Extends(old Checkpoint) error {
+	if old.Size >= b.cp.Size {
+		if err := VerifyConsistency(old, b.cp, nil); err != nil {
+			return bundleFault(0, FaultFork, forkDetail(old.Size), err)
+		}
+		return nil
+	}
+	for _, c := range b.extends {
+		if c.Origin == old.Origin && c.Size == old.Size && bytes.Equal(c.Root, old.Root) && c.Head == old.Head {
+			return nil // verified in NewBundleReader
+		}
+	}
+	for _, c := range b.extends {
+		if c.Origin == old.Origin && c.Size == old.Size {
+			// Two checkpoints of one size, both signed, both extended?
+			// Only one can be the trusted one.
+			return bundleFault(0, FaultFork, forkDetail(old.Size)+": the bundle extends another checkpoint of that size", nil)
+		}
+	}
+	return bundleFault(0, FaultFork, forkDetail(old.Size)+" (or not proven: the bundle carries no consistency proof from it; export it with bundle --consistent-with)", nil)
+}
+
 // Checkpoint is the bundle's verified checkpoint.
 func (b *BundleReader) Checkpoint() Checkpoint { return b.cp }
 
 // Manifest is the bundle's verified manifest.
 func (b *BundleReader) Manifest() Manifest { return b.m }
 
-// readLine returns the next line without its newline (the last may lack
-// one), at most limit bytes, valid until the next call.
+// errNoNewline: the bundle ends in the middle of a line.
+var errNoNewline = errors.New("the last line lacks its newline")
+
+// readLine returns the next line without its newline, at most limit
+// bytes, valid until the next call.
 func (b *BundleReader) readLine(limit int) ([]byte, error) {
 	b.buf = b.buf[:0]
 	for {
@@ -326,7 +454,7 @@ func (b *BundleReader) readLine(limit int) ([]byte, error) {
 			return b.buf[:len(b.buf)-1], nil
 		case errors.Is(err, bufio.ErrBufferFull):
 		case errors.Is(err, io.EOF) && len(b.buf) > 0:
-			return b.buf, nil
+			return nil, errNoNewline
 		default:
 			return nil, err
 		}
@@ -362,16 +490,24 @@ func (b *BundleReader) next() (ledger.Seq, []byte, error) {
 		at = b.prevSeq + 1
 	}
 	if err != nil {
-		if !errors.Is(err, ErrBundleLimit) {
+		if !errors.Is(err, ErrBundleLimit) && !errors.Is(err, errNoNewline) {
 			return 0, nil, fmt.Errorf("verify: read the bundle: %w", err)
 		}
-		return 0, nil, bundleFault(at, FaultLine, err.Error(), ErrBundleLimit)
+		return 0, nil, bundleFault(at, FaultLine, err.Error(), lineCause(err))
 	}
 	var l bundleLine
 	d := json.NewDecoder(bytes.NewReader(line))
 	d.DisallowUnknownFields()
 	if err := d.Decode(&l); err != nil || d.More() || l.Seq == 0 || len(l.Event) == 0 {
 		return 0, nil, bundleFault(at, FaultLine, "not an event line", nil)
+	}
+	hashes, err := decodeProof(l.Proof)
+	if err != nil {
+		return 0, nil, bundleFault(at, FaultProof, err.Error(), nil)
+	}
+	// Exactly the line the exporter writes: one spelling per bundle.
+	if !bytes.Equal(appendBundleLine(b.scratch[:0], l.Seq, l.Event, hashes), append(line, '\n')) {
+		return 0, nil, bundleFault(at, FaultLine, "not the canonical encoding of an event line", nil)
 	}
 	switch {
 	case b.want == 0:
@@ -401,13 +537,6 @@ func (b *BundleReader) next() (ledger.Seq, []byte, error) {
 	}
 	if b.m.Activation != "" && env.Activation != b.m.Activation {
 		return 0, nil, bundleFault(seq, FaultActivation, "the event is not of the bundle's activation", nil)
-	}
-	hashes := make([][]byte, len(l.Proof))
-	for i, h := range l.Proof {
-		// Strict: a changed padding bit is a changed byte, not an alias.
-		if hashes[i], err = base64.StdEncoding.Strict().DecodeString(h); err != nil {
-			return 0, nil, bundleFault(seq, FaultProof, "a proof hash is not strict base64", nil)
-		}
 	}
 	if err := VerifyInclusion(b.cp, seq, l.Event, hashes); err != nil {
 		return 0, nil, bundleFault(seq, FaultProof, "the inclusion proof does not lead to the checkpoint's root", err)

@@ -335,10 +335,10 @@ func TestBundleHeader(t *testing.T) {
 		t.Fatal(err)
 	}
 	b2, _ := writeBundle(t, l, s, verify.BundleSelector{Activation: "act-c"})
-	var h1, h2 map[string]string
+	var h1, h2 testHeader
 	mustJSON(t, ls[0], &h1)
 	mustJSON(t, lines(b2)[0], &h2)
-	h1["manifest"] = h2["manifest"]
+	h1.Manifest = h2.Manifest
 	_, err = verify.Bundle(bytes.NewReader(rebuild(string(mustMarshal(t, h1)))), v)
 	wantBundleFault(t, "manifest of another checkpoint", err, 0, verify.FaultManifest)
 }
@@ -381,6 +381,18 @@ func TestBundleReaderSticky(t *testing.T) {
 	}
 }
 
+// testHeader is a bundle header with its fields in the exporter's order,
+// so that a test can change one field and re-encode it canonically.
+type testHeader struct {
+	Format      string `json:"format"`
+	Checkpoint  string `json:"checkpoint"`
+	Manifest    string `json:"manifest"`
+	Consistency []struct {
+		Checkpoint string   `json:"checkpoint"`
+		Proof      []string `json:"proof"`
+	} `json:"consistency,omitempty"`
+}
+
 func mustJSON(t testing.TB, b []byte, v any) {
 	t.Helper()
 	if err := json.Unmarshal(b, v); err != nil {
@@ -406,7 +418,7 @@ func TestBundleManifestChecks(t *testing.T) {
 	s, v := bundleKeys(t, "bundle-test")
 	b, rep := writeBundle(t, l, s, verify.BundleSelector{From: 1, To: 3})
 	ls := lines(b)
-	var h map[string]string
+	var h testHeader
 	mustJSON(t, ls[0], &h)
 	withManifest := func(m verify.Manifest, events ...[]byte) []byte {
 		t.Helper()
@@ -414,7 +426,7 @@ func TestBundleManifestChecks(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		h["manifest"] = string(signed)
+		h.Manifest = string(signed)
 		return join(append([][]byte{mustMarshal(t, h)}, events...))
 	}
 	m := rep.Manifest

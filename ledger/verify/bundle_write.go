@@ -20,6 +20,13 @@ import (
 type BundleSelector struct {
 	From, To   ledger.Seq
 	Activation string
+	// ConsistentWith are signed checkpoints (an earlier 'checkpoint'
+	// output, a witness's state file) the bundle's checkpoint must
+	// extend: the header carries a consistency proof from each, which
+	// BundleReader.Extends checks. A log that does not extend one (a
+	// fork, a rollback, another origin) cannot be exported: ErrBundle
+	// with ErrCheckpoint or ErrProof. At most MaxBundleConsistency.
+	ConsistentWith [][]byte
 }
 
 // bundleChunk is how many events WriteBundle reads before it computes
@@ -67,6 +74,17 @@ func WriteBundle(ctx context.Context, w io.Writer, l *ledger.Ledger, signer note
 		return BundleReport{}, fmt.Errorf("%w: %w", ErrBundle, err)
 	}
 	m.Root = cp.Root
+	var proofs []bundleConsistency
+	if len(sel.ConsistentWith) > MaxBundleConsistency {
+		return BundleReport{}, fmt.Errorf("%w: %w: more than MaxBundleConsistency=%d checkpoints", ErrBundle, ErrBundleLimit, MaxBundleConsistency)
+	}
+	for _, signed := range sel.ConsistentWith {
+		p, err := consistencyFrom(ctx, l, cp, signed)
+		if err != nil {
+			return BundleReport{}, err
+		}
+		proofs = append(proofs, p)
+	}
 	signedCP, err := cp.Sign(signer)
 	if err != nil {
 		return BundleReport{}, fmt.Errorf("%w: %w", ErrBundle, err)
@@ -76,7 +94,7 @@ func WriteBundle(ctx context.Context, w io.Writer, l *ledger.Ledger, signer note
 		return BundleReport{}, fmt.Errorf("%w: sign the manifest: %w", ErrBundle, err)
 	}
 	bw := bufio.NewWriterSize(w, 256<<10)
-	h, err := json.Marshal(bundleHeader{Format: BundleFormat, Checkpoint: string(signedCP), Manifest: string(signedM)})
+	h, err := json.Marshal(bundleHeader{Format: BundleFormat, Checkpoint: string(signedCP), Manifest: string(signedM), Consistency: proofs})
 	if err != nil {
 		return BundleReport{}, fmt.Errorf("%w: %w", ErrBundle, err)
 	}
@@ -117,6 +135,40 @@ func WriteBundle(ctx context.Context, w io.Writer, l *ledger.Ledger, signer note
 		return BundleReport{}, fmt.Errorf("%w: write: %w", ErrBundle, err)
 	}
 	return BundleReport{Checkpoint: cp, Manifest: m}, nil
+}
+
+// consistencyFrom makes the header's consistency proof from the signed
+// checkpoint old to cp, and checks it as the reader will: a log that does
+// not extend old cannot be given one.
+func consistencyFrom(ctx context.Context, l *ledger.Ledger, cp Checkpoint, signed []byte) (bundleConsistency, error) {
+	old, err := parseUnverified(signed)
+	if err != nil {
+		return bundleConsistency{}, fmt.Errorf("%w: consistent-with: %w", ErrBundle, err)
+	}
+	fail := func(err error) (bundleConsistency, error) {
+		return bundleConsistency{}, fmt.Errorf("%w: consistent-with: %s: %w", ErrBundle, forkDetail(old.Size), err)
+	}
+	switch {
+	case old.Origin != cp.Origin:
+		return fail(fmt.Errorf("%w: its origin is %q, the bundle's %q", ErrCheckpoint, old.Origin, cp.Origin))
+	case old.Size > cp.Size:
+		return fail(fmt.Errorf("%w: it covers %d events, the log holds %d", ErrCheckpoint, old.Size, cp.Size))
+	}
+	var hashes [][]byte
+	if old.Size > 0 && old.Size < cp.Size {
+		if hashes, err = l.ConsistencyProof(ctx, old.Size, cp.Size); err != nil {
+			return fail(err)
+		}
+	}
+	// The proof is checked, and so are old's chain hash and whether this
+	// log's own prefix is old (a Merkle root alone would not name seq).
+	if err := VerifyConsistency(old, cp, hashes); err != nil {
+		return fail(err)
+	}
+	if _, err := matchCheckpoint(ctx, l, signed); err != nil {
+		return fail(err)
+	}
+	return bundleConsistency{Checkpoint: string(signed), Proof: encodeProof(hashes)}, nil
 }
 
 // appendBundleLine appends one event line. It is written by hand so that
