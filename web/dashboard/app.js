@@ -21,7 +21,8 @@ const enc = new TextEncoder();
 const dec = new TextDecoder();
 
 // State visible to tests (window.__dashboard): connection state, the next
-// seq to apply, and when each seq was shown.
+// seq to apply, and when the last MAX_SHOWN seqs were shown: [seq, shown
+// (ms since the epoch), sealed (ms since the epoch)].
 const D = {
   state: "connecting",
   next: 0,
@@ -326,11 +327,15 @@ function frame() {
   if (dirtyList && !paused) {
     dirtyList = false;
     renderEvents();
+    // Record when each newly shown seq reached the screen, with its
+    // sealing time (measurement: commit to shown).
     const now = performance.timeOrigin + performance.now();
-    const upTo = D.next - 1;
-    for (let s = Math.max(renderedUpTo + 1, upTo - MAX_SHOWN + 1); s <= upTo; s++) D.shown.push([s, now]);
+    const first = D.shown.length;
+    for (let i = ring.length - 1; i >= 0 && ring[i].seq > renderedUpTo && D.shown.length - first < MAX_SHOWN; i--) {
+      D.shown.push([ring[i].seq, now, Date.parse(ring[i].time)]);
+    }
     if (D.shown.length > MAX_SHOWN) D.shown.splice(0, D.shown.length - MAX_SHOWN);
-    renderedUpTo = upTo;
+    renderedUpTo = D.next - 1;
   }
 }
 
