@@ -126,8 +126,9 @@ func TestDashboardMeasure(t *testing.T) {
 	b.await("__dashboard.next > "+strconv.FormatUint(last, 10), 5*time.Minute)
 	followed := time.Since(start)
 	after := heap()
-	t.Logf("JS heap used: %.1f MiB before, %.1f MiB after following %d more events (appended in %v, all shown after %v; head seq %d)",
-		before/(1<<20), after/(1<<20), measureHeapEvents, appended.Round(time.Millisecond), followed.Round(time.Millisecond), last)
+	t.Logf("JS heap used: %.1f MiB before, %.1f MiB after following %d more events (appended in %v, all shown after %v; head seq %d; page: %s)",
+		before/(1<<20), after/(1<<20), measureHeapEvents, appended.Round(time.Millisecond), followed.Round(time.Millisecond), last,
+		eval[string](b, "JSON.stringify({applied: __dashboard.applied, replayed: __dashboard.replayed, connections: __dashboard.connections})"))
 	if errs := b.consoleErrors(); len(errs) > 0 {
 		t.Logf("console: %v", errs)
 	}

@@ -29,7 +29,8 @@ const D = {
   head: { seq: 0, hash: "" },
   shown: [],
   applied: 0,
-  errors: [],
+  replayed: 0, // events applied from replay (catch-up) rather than live
+  connections: 0,
 };
 window.__dashboard = D;
 
@@ -135,6 +136,7 @@ async function connectLoop() {
     }
   }
   setState("live");
+  D.connections++;
   watchStatus(nc);
   nc.closed().then((err) => {
     nc = null;
@@ -157,6 +159,7 @@ async function watchStatus(conn) {
       if (D.state !== "unreachable") setState("unreachable", "The bus is unreachable (" + cfg.ws_url + "). Reconnecting…");
     } else if (s.type === "reconnect") {
       setState("live");
+      D.connections++;
       online();
     }
   }
@@ -177,7 +180,7 @@ async function online() {
   }
   catchUp();
   refreshLeases();
-  refreshAudit();
+  if (visible("activations")) refreshAudit();
   requestCheckpoint();
   for (const a of recent.keys()) markDirty(a);
 }
@@ -267,7 +270,10 @@ async function catchUp() {
         for (const line of dec.decode(m.data).split("\n")) {
           if (!line) continue;
           const ev = JSON.parse(line);
-          if (ev.seq === D.next) apply(ev);
+          if (ev.seq === D.next) {
+            D.replayed++;
+            apply(ev);
+          }
         }
         end = m.headers.get("Ledger-End") === "true";
         const n = Number(m.headers.get("Ledger-Next"));
@@ -299,7 +305,7 @@ function apply(ev) {
   if (fam === "lease" || fam === "session" || fam === "call" || fam === "guardian") scheduleLeases();
   if (ev.activation && ev.activation !== "_") {
     trackRecent(ev);
-    scheduleAudit();
+    if (visible("activations")) scheduleAudit();
   }
   if (ev.kind === "connection.closed" && ev.data) cleanup(ev.data.elapsed_ns);
   dirtyList = true;
@@ -463,8 +469,13 @@ function markDirty(a) {
   if (!verdictTimer) verdictTimer = setTimeout(refreshVerdicts, REFRESH_MS * 2);
 }
 
+// visible reports whether a view is shown: the activation views ask for
+// audits, whose cost grows with an activation's events, only while shown.
+const visible = (name) => !$("view-" + name).hidden;
+
 async function refreshVerdicts() {
   verdictTimer = null;
+  if (!visible("activations")) return; // showView asks again
   for (const [a, r] of recent) {
     if (!r.dirty) continue;
     r.dirty = false;
@@ -731,7 +742,7 @@ function showView(name) {
   for (const s of document.querySelectorAll("main > section")) s.hidden = s.id !== "view-" + name;
   if (name === "charts") drawCharts();
   if (name === "leases") refreshLeases();
-  if (name === "activations") { refreshAudit(); renderRecent(); }
+  if (name === "activations") { refreshAudit(); renderRecent(); refreshVerdicts(); }
 }
 
 function init() {
