@@ -248,7 +248,8 @@ type Ledger struct {
 	tree     *compact.Range // Merkle compact range over the sealed events (tree.go)
 	treeHash *committerHasher
 
-	treeBase Seq // read-only: leaves the stored Merkle nodes cover (tree.go)
+	treeBase  Seq       // read-only: leaves the stored Merkle nodes cover (tree.go)
+	treeCache treeCache // Merkle nodes computed from the events (tree.go)
 }
 
 // Open opens (creating if needed) the ledger in opts.Dir and starts its

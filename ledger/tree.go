@@ -12,7 +12,12 @@ package ledger
 //     events before any append is accepted.
 //   - Derived only: a read-only Open never fails for a missing or short
 //     index; the nodes it lacks are recomputed from the events (slower,
-//     memory bounded by the tree's height).
+//     memory bounded by the tree's height), and the stored-level ones kept
+//     in the ledger's node cache (at most treeCacheNodes), so the next
+//     proofs over them cost what they cost with the index.
+//   - Self-healing: a stored node missing (or malformed) below the head
+//     does not fail a proof: it is computed from its children (logged once
+//     per ledger) and, on a writable ledger, written back.
 
 import (
 	"context"
@@ -20,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"hash"
+	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/leaseledger/leaseledger/ledger/internal/keys"
@@ -45,7 +51,63 @@ const (
 	// treeBuildChunk bounds the events whose nodes one batch of the index
 	// build at Open holds (about treeBuildChunk/8 nodes).
 	treeBuildChunk = 1 << 16
+	// treeCacheNodes bounds the node cache (treeCache): the stored-level
+	// nodes computed from the events, about 100 bytes each with the map —
+	// at most about 6 MiB, every stored-level node of a log of 512 Ki
+	// events. Past it nodes are no longer kept: proofs over the rest are
+	// slower (recomputed each time), still correct.
+	treeCacheNodes = 1 << 16
 )
+
+// treeCache keeps the stored-level Merkle nodes a ledger computed from its
+// events because its index lacks them (a read-only ledger whose index is
+// short or missing, a node missing from the index): a node covers
+// immutable events, so it never goes stale.
+type treeCache struct {
+	mu     sync.Mutex
+	nodes  map[compact.NodeID][]byte // at most treeCacheNodes
+	warned bool                      // a missing stored node was logged
+}
+
+func (c *treeCache) get(id compact.NodeID) ([]byte, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	h, ok := c.nodes[id]
+	return h, ok
+}
+
+func (c *treeCache) has(id compact.NodeID) bool {
+	_, ok := c.get(id)
+	return ok
+}
+
+// put keeps h as the hash of id unless the cache is full.
+func (c *treeCache) put(id compact.NodeID, h []byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.nodes == nil {
+		c.nodes = map[compact.NodeID][]byte{}
+	}
+	if len(c.nodes) < treeCacheNodes {
+		c.nodes[id] = h
+	}
+}
+
+// len is the number of nodes kept.
+func (c *treeCache) len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.nodes)
+}
+
+// warnOnce reports whether this is the first missing node noticed.
+func (c *treeCache) warnOnce() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	first := !c.warned
+	c.warned = true
+	return first
+}
 
 // committerHasher computes the RFC 6962 hashes of the committer's compact
 // range with one reused SHA-256 state: the shared hasher allocates a state
@@ -188,30 +250,35 @@ func (l *Ledger) storedRange(size uint64) ([][]byte, error) {
 	ids := compact.RangeNodes(0, size, nil)
 	hashes := make([][]byte, len(ids))
 	for i, id := range ids {
-		h, err := l.storedNode(id)
+		h, ok, err := l.storedNode(id)
 		if err != nil {
 			return nil, err
+		}
+		if !ok {
+			begin, end := id.Coverage()
+			return nil, &Error{Op: "tree", Seq: Seq(begin) + 1, Last: Seq(end), Err: fmt.Errorf("%w: Merkle node %d/%d missing from the index or malformed", ErrCorrupt, id.Level, id.Index)}
 		}
 		hashes[i] = h
 	}
 	return hashes, nil
 }
 
-// storedNode reads the stored node id.
-func (l *Ledger) storedNode(id compact.NodeID) ([]byte, error) {
-	begin, end := id.Coverage()
+// storedNode reads the stored node id; ok is false when it is missing or
+// malformed (derived data: the caller computes it from the events).
+func (l *Ledger) storedNode(id compact.NodeID) (h []byte, ok bool, err error) {
 	v, closer, err := l.db.Get(keys.TreeNode(id.Level, id.Index))
 	if errors.Is(err, pebble.ErrNotFound) {
-		return nil, &Error{Op: "tree", Seq: Seq(begin) + 1, Last: Seq(end), Err: fmt.Errorf("%w: Merkle node %d/%d missing from the index", ErrCorrupt, id.Level, id.Index)}
+		return nil, false, nil
 	}
 	if err != nil {
-		return nil, l.readErr("tree", Seq(begin)+1, Seq(end), err)
+		begin, end := id.Coverage()
+		return nil, false, l.readErr("tree", Seq(begin)+1, Seq(end), err)
 	}
 	defer closer.Close()
 	if len(v) != treeHasher.Size() {
-		return nil, &Error{Op: "tree", Seq: Seq(begin) + 1, Last: Seq(end), Err: fmt.Errorf("%w: Merkle node %d/%d malformed", ErrCorrupt, id.Level, id.Index)}
+		return nil, false, nil
 	}
-	return append([]byte(nil), v...), nil
+	return append([]byte(nil), v...), true, nil
 }
 
 // treeReader fetches node hashes for one proof: stored nodes from t/, the
@@ -249,15 +316,53 @@ func (r *treeReader) node(id compact.NodeID) ([]byte, error) {
 	if err := r.ctx.Err(); err != nil {
 		return nil, err
 	}
+	if id.Level < keys.TreeStoredLevel {
+		return r.small(id)
+	}
+	if h, ok := r.l.treeCache.get(id); ok {
+		return h, nil
+	}
 	begin, end := id.Coverage()
 	switch {
-	case id.Level >= keys.TreeStoredLevel && end <= r.base:
-		return r.l.storedNode(id)
-	case id.Level < keys.TreeStoredLevel:
-		return r.small(id)
-	case begin >= r.base:
-		return r.scan(begin, end) // nothing of it stored: one pass
+	case end <= r.base:
+		h, ok, err := r.l.storedNode(id)
+		if err != nil || ok {
+			return h, err
+		}
+		if h, err = r.children(id); err != nil {
+			return nil, err
+		}
+		r.repair(id, h)
+		return h, nil
+	case begin >= r.base && !r.l.treeCache.has(compact.NewNodeID(id.Level-1, id.Index*2)):
+		return r.scan(begin, end) // nothing of it stored or cached: one pass
 	}
+	h, err := r.children(id)
+	if err == nil {
+		r.l.treeCache.put(id, h)
+	}
+	return h, err
+}
+
+// repair keeps the node id, missing from the index, computed as h: a
+// writable ledger writes it back (its value is fixed by events below the
+// head, so it cannot race the committer's), a read-only one caches it.
+func (r *treeReader) repair(id compact.NodeID, h []byte) {
+	writeBack := !r.l.opts.ReadOnly && r.l.failed() == nil
+	if r.l.treeCache.warnOnce() {
+		begin, end := id.Coverage()
+		r.l.logger.Warn("ledger: a Merkle node is missing from the index (or malformed); computing it from the events",
+			"level", id.Level, "index", id.Index, "from", begin+1, "to", end, "written_back", writeBack)
+	}
+	if writeBack && r.l.db.Set(keys.TreeNode(id.Level, id.Index), h, pebble.NoSync) == nil {
+		return
+	}
+	r.l.treeCache.put(id, h)
+}
+
+// children computes the node id (above the lowest stored level) from its
+// two children.
+func (r *treeReader) children(id compact.NodeID) ([]byte, error) {
 	left, err := r.node(compact.NewNodeID(id.Level-1, id.Index*2))
 	if err != nil {
 		return nil, err
@@ -294,11 +399,17 @@ func (r *treeReader) small(id compact.NodeID) ([]byte, error) {
 	return level[0], nil
 }
 
-// scan computes the node covering leaves [begin, end) from its events.
+// scan computes the node covering leaves [begin, end) from its events,
+// caching every stored-level node it completes on the way.
 func (r *treeReader) scan(begin, end uint64) ([]byte, error) {
 	cr := treeFactory.NewEmptyRange(begin)
+	keep := func(id compact.NodeID, h []byte) {
+		if id.Level >= keys.TreeStoredLevel {
+			r.l.treeCache.put(id, h)
+		}
+	}
 	err := r.l.Scan(r.ctx, Query{From: Seq(begin) + 1, To: Seq(end)}, func(_ Seq, raw []byte) error {
-		return cr.Append(treeHasher.HashLeaf(raw), nil)
+		return cr.Append(treeHasher.HashLeaf(raw), keep)
 	})
 	if err != nil {
 		return nil, err
