@@ -205,6 +205,9 @@ func (s *State) apply(e *event) {
 		if l := s.leaseFor(e); l != nil {
 			if l.CallsInFlight > 0 {
 				l.CallsInFlight--
+				if !l.Live() && a != nil && a.CallsLost > 0 {
+					a.CallsLost-- // recorded after all, late
+				}
 			} else {
 				l.Anomalies++
 			}
@@ -380,6 +383,12 @@ func (s *State) endLease(l *Lease, e *event, reason string) {
 	}
 	l.State = LeaseTerminated
 	l.EndedAt = events.Instant{Time: e.time}
+	// The runtime records every outcome before a lease's termination, so a
+	// call still unpaired now is lost for good. The activation remembers
+	// it: the lease itself leaves the table at its session's end.
+	if a := s.activations[l.Activation]; a != nil && l.CallsInFlight > 0 {
+		a.CallsLost += l.CallsInFlight
+	}
 }
 
 // sessionEnded drops the session and the terminated leases keyed by it:

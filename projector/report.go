@@ -81,12 +81,29 @@ func (s *State) verdict(a *Activation) (string, []string, int) {
 	}
 	a.obligations(&rs)
 	a.evidenceReasons(&rs)
-	if key, ok := s.leaseOf[a.ID]; ok {
-		// A call's outcome is recorded after the call returns; a host lost
-		// before that leaves the call admitted with no outcome: unknown.
-		if l := s.leases[key]; l != nil && l.Activation == a.ID && l.CallsInFlight > 0 {
-			rs.add("call_outcome_unknown: " + strconv.Itoa(l.CallsInFlight) + " admitted call(s) with no call.finished (running, or the host stopped before recording the outcome)")
-		}
+	if running, lost := s.unpairedCalls(a); running+lost > 0 {
+		// A call's outcome is recorded after the call returns, and before
+		// its lease ends: unpaired while the lease is live, the call may
+		// still be running; unpaired when it ended, its outcome is lost.
+		rs.add("call_outcome_unknown: " + strconv.Itoa(running+lost) + " admitted call(s) with no call.finished: " +
+			strconv.Itoa(running) + " running, " + strconv.Itoa(lost) + " lost (the lease ended before the outcome was recorded; it is unknown, never guessed)")
 	}
 	return ResultUnconfirmed, rs.list, rs.omitted
+}
+
+// unpairedCalls returns a's admitted calls with no call.finished: running
+// (its lease is live) and lost (its lease ended first, even when the lease
+// has since left the table).
+func (s *State) unpairedCalls(a *Activation) (running, lost int) {
+	lost = a.CallsLost
+	if key, ok := s.leaseOf[a.ID]; ok {
+		if l := s.leases[key]; l != nil && l.Activation == a.ID {
+			if l.Live() {
+				running = l.CallsInFlight
+			} else {
+				lost = max(lost, l.CallsInFlight) // calls admitted past the gate after the end
+			}
+		}
+	}
+	return running, lost
 }

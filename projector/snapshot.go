@@ -15,7 +15,7 @@ import (
 // trusting an older layout half-way.
 const (
 	SnapshotFormat  = "leaseledger-projector"
-	SnapshotVersion = 3 // 3: open sessions (session.opened)
+	SnapshotVersion = 4 // 3: open sessions (session.opened); 4: calls lost per activation
 )
 
 // Errors of Unmarshal.
@@ -69,6 +69,7 @@ type activationWire struct {
 	Refused    string       `json:"refused,omitempty"`
 	Started    bool         `json:"started,omitempty"`
 	Reopened   bool         `json:"reopened,omitempty"`
+	CallsLost  int          `json:"calls_lost,omitempty"`
 }
 
 type evidenceWire struct {
@@ -93,7 +94,7 @@ func Marshal(s *State) ([]byte, error) {
 	for id, a := range s.activations {
 		ev := &a.Evidence
 		w.Activations[id] = &activationWire{Session: a.Session, Server: a.Server, FirstSeq: a.FirstSeq,
-			LastSeq: a.LastSeq, Events: a.Events, Connection: a.Connection, Refused: a.Refused, Started: a.Started, Reopened: a.Reopened,
+			LastSeq: a.LastSeq, Events: a.Events, Connection: a.Connection, Refused: a.Refused, Started: a.Started, Reopened: a.Reopened, CallsLost: a.CallsLost,
 			Evidence: evidenceWire{Resources: ev.open, Recent: ev.Recent(), Aggregates: ev.aggregates,
 				Confirmed: ev.confirmed, Frozen: ev.frozen, FrozenSeq: ev.frozenSeq, Late: ev.late, Anomalies: ev.anomalies}}
 	}
@@ -135,7 +136,10 @@ func Unmarshal(b []byte) (*State, error) {
 			return nil, corrupt("activation entry")
 		}
 		a := &Activation{ID: id, Session: aw.Session, Server: aw.Server, FirstSeq: aw.FirstSeq,
-			LastSeq: aw.LastSeq, Events: aw.Events, Connection: aw.Connection, Refused: aw.Refused, Started: aw.Started, Reopened: aw.Reopened}
+			LastSeq: aw.LastSeq, Events: aw.Events, Connection: aw.Connection, Refused: aw.Refused, Started: aw.Started, Reopened: aw.Reopened, CallsLost: aw.CallsLost}
+		if a.CallsLost < 0 {
+			return nil, corrupt("activation %s: calls lost", id)
+		}
 		if a.Connection.Phase.rank() == 0 && a.Connection.Phase != PhaseActive {
 			return nil, corrupt("activation %s: phase", id)
 		}

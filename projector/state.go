@@ -313,6 +313,11 @@ type Activation struct {
 	// one id covering two lifetimes. The frozen report cannot speak for the
 	// second, so the activation is unconfirmed.
 	Reopened bool
+	// CallsLost counts the calls admitted with no call.finished when the
+	// activation's lease ended (terminated, host lost): their outcome is
+	// unknown for good. Kept here, not on the lease, because the lease
+	// leaves the table at its session's end.
+	CallsLost int
 }
 
 // Anomalies counts events the projection could not attribute. They are

@@ -42,10 +42,10 @@ func TestAuditCallOutcomeUnknown(t *testing.T) {
 	if len(out.CallsOutcomeUnknown) != 1 || out.CallsOutcomeUnknownOmitted != 0 {
 		t.Fatalf("outcome unknown: %+v (%d omitted)", out.CallsOutcomeUnknown, out.CallsOutcomeUnknownOmitted)
 	}
-	if u := out.CallsOutcomeUnknown[0]; u.CallID != "c2" || u.Tool != "echo" || u.Session != "s-1" || u.AdmittedSeq != 7 {
+	if u := out.CallsOutcomeUnknown[0]; u.CallID != "c2" || u.Tool != "echo" || u.Session != "s-1" || u.AdmittedSeq != 7 || u.State != audit.CallLost {
 		t.Fatalf("unknown call: %+v", u)
 	}
-	if !hasReason(out.Report.Reasons, "call_outcome_unknown: 1 admitted call(s)") {
+	if !hasReason(out.Report.Reasons, "call_outcome_unknown: 1 admitted call(s) with no call.finished: 0 running, 1 lost") {
 		t.Fatalf("reasons: %q", out.Report.Reasons)
 	}
 	// Every call with its outcome: nothing listed, no such reason.
@@ -81,4 +81,22 @@ func hasReason(rs []string, prefix string) bool {
 		}
 	}
 	return false
+}
+
+// A call unpaired while its lease is live is running; the lease's end
+// (host lost) makes it lost, in the list and in the verdict's reason.
+func TestAuditUnknownCallRunningThenLost(t *testing.T) {
+	ds := append(leaseStart("act-1"), admitted("act-1", "c1"))
+	out := seal(ds...).fold(t, "act-1", audit.Options{})
+	if len(out.CallsOutcomeUnknown) != 1 || out.CallsOutcomeUnknown[0].State != audit.CallRunning {
+		t.Fatalf("live lease: %+v", out.CallsOutcomeUnknown)
+	}
+	if !hasReason(out.Report.Reasons, "call_outcome_unknown: 1 admitted call(s) with no call.finished: 1 running, 0 lost") {
+		t.Fatalf("reasons: %q", out.Report.Reasons)
+	}
+	ds = append(ds, d("act-1", &events.LeaseTerminated{Reason: "host_lost"}))
+	out = seal(ds...).fold(t, "act-1", audit.Options{})
+	if len(out.CallsOutcomeUnknown) != 1 || out.CallsOutcomeUnknown[0].State != audit.CallLost {
+		t.Fatalf("after host_lost: %+v", out.CallsOutcomeUnknown)
+	}
 }

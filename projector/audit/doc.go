@@ -50,7 +50,8 @@
 //	  ],
 //	  "timeline_omitted": 0,
 //	  "calls_outcome_unknown": [    // admitted calls with no call.finished, at most MaxUnknownCalls
-//	    {"call_id": "…", "tool": "…", "session": "…", "admitted_seq": 9}
+//	    {"call_id": "…", "tool": "…", "session": "…", "admitted_seq": 9,
+//	     "state": "running"}       // or "lost": its lease ended with it unpaired
 //	  ],
 //	  "calls_outcome_unknown_omitted": 0
 //	}

@@ -86,6 +86,10 @@ type Activation struct {
 	CallsOutcomeUnknownOmitted int           `json:"calls_outcome_unknown_omitted"`
 }
 
+// leaseTerminated is the kind whose event makes the fold's unpaired calls
+// lost.
+var leaseTerminated = new(events.LeaseTerminated).Kind()
+
 // Event is one event of an activation's timeline, its payload as recorded.
 type Event struct {
 	Seq  uint64          `json:"seq"`
@@ -129,7 +133,7 @@ func (f *Fold) Add(env *events.Envelope) error {
 	var p events.Payload
 	family := env.Kind.Family()
 	late := false
-	if family == "request" || family == "http" || family == "call" {
+	if family == "request" || family == "http" || family == "call" || env.Kind == leaseTerminated {
 		var err error
 		if p, err = env.Payload(); err != nil {
 			return &Error{Op: "add", Activation: f.id, Seq: uint64(env.Seq), Err: err}
@@ -149,6 +153,10 @@ func (f *Fold) Add(env *events.Envelope) error {
 		f.http.add(seq, p, late)
 	case "call":
 		f.calls.add(seq, env.Session, p)
+	case "lease":
+		if p != nil {
+			f.calls.add(seq, env.Session, p)
+		}
 	}
 	e := Event{Seq: seq, Time: events.Instant{Time: env.Time}, Kind: env.Kind, Data: env.Data}
 	if f.keep == 0 || len(f.ring) < f.keep {
