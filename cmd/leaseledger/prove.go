@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -162,7 +161,9 @@ func writeProof(a *app, file string, p any) error {
 }
 
 // checkProofFile verifies one proof file and says what it proved; a
-// failure names the event (inclusion) or the sizes (consistency).
+// failure names the event (inclusion) or the sizes (consistency). The file
+// must be exactly the canonical encoding 'prove' writes
+// (verify.DecodeInclusionProof): no changed byte of it verifies.
 func checkProofFile(file string, v note.Verifier) (string, error) {
 	f, err := os.Open(file)
 	if err != nil {
@@ -182,12 +183,10 @@ func checkProofFile(file string, v note.Verifier) (string, error) {
 	if err := json.Unmarshal(b, &head); err != nil {
 		return "", errors.New("not a JSON proof file")
 	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
 	switch head.Format {
 	case verify.InclusionFormat:
-		var p verify.InclusionProof
-		if err := dec.Decode(&p); err != nil {
+		p, err := verify.DecodeInclusionProof(b)
+		if err != nil {
 			return "", fmt.Errorf("malformed inclusion proof: %w", err)
 		}
 		c, err := p.Verify(v)
@@ -196,8 +195,8 @@ func checkProofFile(file string, v note.Verifier) (string, error) {
 		}
 		return fmt.Sprintf("event %d is in the log %s of %d events", p.Seq, c.Origin, c.Size), nil
 	case verify.ConsistencyFormat:
-		var p verify.ConsistencyProof
-		if err := dec.Decode(&p); err != nil {
+		p, err := verify.DecodeConsistencyProof(b)
+		if err != nil {
 			return "", fmt.Errorf("malformed consistency proof: %w", err)
 		}
 		o, n, err := p.Verify(v)

@@ -94,3 +94,56 @@ func writeProveFile(t *testing.T, path, s string) {
 		t.Fatal(err)
 	}
 }
+
+// TestProveFileBitFlips: no single-bit change of a real 'prove inclusion'
+// or 'prove consistency' file verifies (the file must be exactly its
+// canonical encoding).
+func TestProveFileBitFlips(t *testing.T) {
+	dir, work := t.TempDir(), t.TempDir()
+	ctx := context.Background()
+	in, n := examples(t)
+	if r := runCLI(t, ctx, in, "--data-dir", dir, "append"); r.code != 0 {
+		t.Fatal(r.stderr)
+	}
+	skey := filepath.Join(work, "signer.key")
+	r := runCLI(t, ctx, "", "checkpoint", "keygen", "--name", "test-log", "--out", skey)
+	if r.code != 0 {
+		t.Fatalf("keygen: %+v", r)
+	}
+	v, err := verifierKey(strings.TrimSpace(r.stdout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp1, cp2 := filepath.Join(work, "cp1"), filepath.Join(work, "cp2")
+	r = runCLI(t, ctx, "", "--data-dir", dir, "checkpoint", "--key", skey, "--origin", "o", "--size", strconv.Itoa(n/2))
+	writeProveFile(t, cp1, r.stdout)
+	r = runCLI(t, ctx, "", "--data-dir", dir, "checkpoint", "--key", skey, "--origin", "o")
+	writeProveFile(t, cp2, r.stdout)
+	incl, cons := filepath.Join(work, "incl.json"), filepath.Join(work, "cons.json")
+	if r := runCLI(t, ctx, "", "--data-dir", dir, "prove", "inclusion", "--seq", "2", "--checkpoint", cp2, "-o", incl); r.code != 0 {
+		t.Fatal(r.stderr)
+	}
+	if r := runCLI(t, ctx, "", "--data-dir", dir, "prove", "consistency", "--old", cp1, "--new", cp2, "-o", cons); r.code != 0 {
+		t.Fatal(r.stderr)
+	}
+	tmp := filepath.Join(work, "flip.json")
+	for _, f := range []string{incl, cons} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := checkProofFile(f, v); err != nil {
+			t.Fatal(err)
+		}
+		for i := range b {
+			for bit := range 8 {
+				b[i] ^= 1 << bit
+				writeProveFile(t, tmp, string(b))
+				if _, err := checkProofFile(tmp, v); err == nil {
+					t.Errorf("%s: flipping bit %d of byte %d still verifies", filepath.Base(f), bit, i)
+				}
+				b[i] ^= 1 << bit
+			}
+		}
+	}
+}

@@ -190,6 +190,51 @@ type ConsistencyProof struct {
 	Hashes [][]byte `json:"hashes"`
 }
 
+// ErrProofFile is wrapped when proof file bytes are not exactly the
+// canonical encoding of a proof (what 'leaseledger prove' writes).
+var ErrProofFile = errors.New("verify: not a canonical proof file")
+
+// DecodeInclusionProof reads an inclusion proof file strictly: b must be
+// exactly the canonical encoding of the proof (json.Marshal of it, with one
+// trailing newline allowed), so that no changed byte — a key's case, the
+// padding bits of a base64 hash, spacing — is accepted. Verify it next.
+func DecodeInclusionProof(b []byte) (*InclusionProof, error) {
+	var p InclusionProof
+	if err := decodeCanonical(b, &p); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+// DecodeConsistencyProof reads a consistency proof file strictly (as
+// DecodeInclusionProof).
+func DecodeConsistencyProof(b []byte) (*ConsistencyProof, error) {
+	var p ConsistencyProof
+	if err := decodeCanonical(b, &p); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+// decodeCanonical decodes b into p and requires b to be p re-encoded:
+// encoding/json accepts keys in any case and base64 with non-zero padding
+// bits, so without this check several files would verify as one proof.
+func decodeCanonical(b []byte, p any) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(p); err != nil {
+		return fmt.Errorf("%w: %w", ErrProofFile, err)
+	}
+	want, err := json.Marshal(p)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrProofFile, err)
+	}
+	if !bytes.Equal(bytes.TrimSuffix(b, []byte("\n")), want) {
+		return fmt.Errorf("%w: the bytes differ from the proof's canonical encoding", ErrProofFile)
+	}
+	return nil
+}
+
 // Verify checks both checkpoints' signatures with v and the proof; it
 // returns the checkpoints.
 func (p *ConsistencyProof) Verify(v note.Verifier) (old, new Checkpoint, err error) {
