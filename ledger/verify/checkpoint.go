@@ -5,14 +5,12 @@ import (
 	"crypto"
 	_ "crypto/sha256" // registers SHA-256 for the RFC 6962 hasher
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 
 	"github.com/leaseledger/leaseledger/events"
 	"github.com/leaseledger/leaseledger/ledger"
-	"github.com/transparency-dev/merkle/compact"
 	"github.com/transparency-dev/merkle/rfc6962"
 	"golang.org/x/mod/sumdb/note"
 )
@@ -43,46 +41,6 @@ type Checkpoint struct {
 
 var hasher = rfc6962.New(crypto.SHA256)
 
-// merkleRoot computes the RFC 6962 root over events 1..size read from scan.
-func merkleRoot(ctx context.Context, size ledger.Seq, scan func(context.Context, ledger.Query, func(ledger.Seq, []byte) error) error) ([]byte, events.Hash, error) {
-	if size == 0 {
-		return hasher.EmptyRoot(), events.Hash{}, nil
-	}
-	rf := &compact.RangeFactory{Hash: hasher.HashChildren}
-	r := rf.NewEmptyRange(0)
-	var last events.Hash
-	next := ledger.Seq(1)
-	err := scan(ctx, ledger.Query{From: 1, To: size}, func(seq ledger.Seq, raw []byte) error {
-		if seq != next {
-			return fmt.Errorf("%w: seq %d missing", ErrCheckpoint, next)
-		}
-		next++
-		env, err := events.Decode(raw)
-		if err != nil {
-			return fmt.Errorf("%w: seq %d: %w", ErrCheckpoint, seq, err)
-		}
-		last = env.Hash
-		if err := r.Append(hasher.HashLeaf(raw), nil); err != nil {
-			return fmt.Errorf("%w: merkle: %w", ErrCheckpoint, err)
-		}
-		return nil
-	})
-	if err != nil {
-		if !errors.Is(err, ErrCheckpoint) {
-			err = fmt.Errorf("%w: read the log: %w", ErrCheckpoint, err) // closed ledger, context
-		}
-		return nil, events.Hash{}, err
-	}
-	if next != size+1 {
-		return nil, events.Hash{}, fmt.Errorf("%w: the log holds %d events, the checkpoint covers %d", ErrCheckpoint, next-1, size)
-	}
-	root, err := r.GetRootHash(nil)
-	if err != nil {
-		return nil, events.Hash{}, fmt.Errorf("%w: merkle root: %w", ErrCheckpoint, err)
-	}
-	return root, last, nil
-}
-
 // NewCheckpoint computes the checkpoint of l's durable head under origin.
 // Sign it and keep it outside the data directory.
 func NewCheckpoint(ctx context.Context, l *ledger.Ledger, origin string) (Checkpoint, error) {
@@ -91,6 +49,8 @@ func NewCheckpoint(ctx context.Context, l *ledger.Ledger, origin string) (Checkp
 
 // CheckpointAt computes the checkpoint of l's first size events (size ≤ the
 // durable head) under origin from its Merkle node index: O(log size) reads.
+// The root signed is the index's, derived data: Ledger and Dir (the verify
+// command) with Options.Tree check every stored node against the events.
 func CheckpointAt(ctx context.Context, l *ledger.Ledger, origin string, size ledger.Seq) (Checkpoint, error) {
 	if err := checkOrigin(origin); err != nil {
 		return Checkpoint{}, err
