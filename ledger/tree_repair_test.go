@@ -3,6 +3,7 @@ package ledger_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -202,5 +203,32 @@ func TestTreeReadOnlyCache(t *testing.T) {
 	checkTree(t, ro, 13)
 	if got := ledger.TreeCacheLen(ro); got != want {
 		t.Fatalf("%d nodes cached after more proofs, want %d", got, want)
+	}
+}
+
+// TestForkDropsSnapshotsPastKeep: Fork deletes the projection snapshots
+// covering events past keep (what a forger does to keep the projection
+// consistent) and keeps the others.
+func TestForkDropsSnapshotsPastKeep(t *testing.T) {
+	dir := t.TempDir()
+	l := open(t, dir)
+	appendTree(t, l, 50, 10)
+	for name, covers := range map[string]ledger.Seq{"early": 20, "edge": 30, "late": 31, "head": 50} {
+		if err := l.SaveSnapshot(name, covers, []byte(name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l.Close()
+	ledgertest.Fork(t, dir, 30)
+	l = open(t, dir)
+	defer l.Close()
+	for name, kept := range map[string]bool{"early": true, "edge": true, "late": false, "head": false} {
+		_, data, err := l.LoadSnapshot(name)
+		switch {
+		case kept && (err != nil || string(data) != name):
+			t.Errorf("snapshot %s: %q, %v; want it kept", name, data, err)
+		case !kept && !errors.Is(err, ledger.ErrNoSnapshot):
+			t.Errorf("snapshot %s: %v; want ErrNoSnapshot", name, err)
+		}
 	}
 }

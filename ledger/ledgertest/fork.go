@@ -1,6 +1,7 @@
 package ledgertest
 
 import (
+	"encoding/binary"
 	"errors"
 	"testing"
 
@@ -13,8 +14,9 @@ import (
 // Fork rewrites the closed data directory dir so that it keeps only its
 // first keep events with a consistent m/head and m/tree — what an operator
 // who rewrites history would leave: the later events, their index entries,
-// idempotency records and Merkle nodes are gone. Opening it and appending
-// different events then yields a forked history that verify alone cannot
+// idempotency records, Merkle nodes and projection snapshots (p/) covering
+// any of them are gone. Opening it and appending different events then
+// yields a forked history that verify alone cannot
 // tell apart from an honest one; only a checkpoint signed before can.
 func Fork(t testing.TB, dir string, keep ledger.Seq) {
 	t.Helper()
@@ -48,6 +50,12 @@ func Fork(t testing.TB, dir string, keep ledger.Seq) {
 			}
 		case keys.PrefixTree:
 			if level, index, ok := keys.DecodeTreeNode(k); ok && (index+1)<<level > uint64(keep) {
+				del(k)
+			}
+		case keys.PrefixSnapshot:
+			// A projection snapshot covering a dropped event: a forger
+			// deletes it too, so the projection rebuilds from the events.
+			if len(v) < 8 || ledger.Seq(binary.BigEndian.Uint64(v[:8])) > keep {
 				del(k)
 			}
 		case keys.PrefixIdem:
