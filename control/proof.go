@@ -95,6 +95,9 @@ type Checkpointer struct {
 	publish func(signed []byte) error
 	last    ledger.Seq // size of the last one published (with any)
 	any     bool
+	// lastSigned is the last one published (held by turn): re-sent while
+	// the head has not moved.
+	lastSigned []byte
 }
 
 // NewCheckpointer returns a Checkpointer of l's head under origin, signed
@@ -115,7 +118,8 @@ func (c *Checkpointer) SetPublish(fn func(signed []byte) error) {
 var errNoPublisher = errors.New("control: the checkpointer has no publisher yet")
 
 // Publish signs a checkpoint of the durable head, publishes it and
-// returns it.
+// returns it. While the head has not moved since the last one, it
+// re-sends that one (same bytes) instead of computing and signing again.
 func (c *Checkpointer) Publish(ctx context.Context) ([]byte, error) {
 	select {
 	case c.turn <- struct{}{}:
@@ -129,7 +133,17 @@ func (c *Checkpointer) Publish(ctx context.Context) ([]byte, error) {
 	if publish == nil {
 		return nil, errNoPublisher
 	}
-	cp, err := verify.CheckpointAt(ctx, c.l, c.origin, c.l.Head().Seq)
+	head := c.l.Head().Seq
+	c.mu.Lock()
+	same := c.any && c.last == head
+	c.mu.Unlock()
+	if same {
+		if err := publish(c.lastSigned); err != nil {
+			return nil, err
+		}
+		return c.lastSigned, nil
+	}
+	cp, err := verify.CheckpointAt(ctx, c.l, c.origin, head)
 	if err != nil {
 		return nil, err
 	}
@@ -143,6 +157,7 @@ func (c *Checkpointer) Publish(ctx context.Context) ([]byte, error) {
 	c.mu.Lock()
 	c.last, c.any = cp.Size, true
 	c.mu.Unlock()
+	c.lastSigned = signed
 	return signed, nil
 }
 

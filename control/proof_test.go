@@ -2,6 +2,7 @@ package control_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -145,5 +146,51 @@ func TestCheckpointerWithoutKeyAndInterval(t *testing.T) {
 	c2, err2 := verify.ParseCheckpoint(second, v)
 	if err1 != nil || err2 != nil || c2.Size != c1.Size+4 {
 		t.Fatalf("checkpoints %+v %+v: %v %v", c1, c2, err1, err2)
+	}
+}
+
+// countingSigner counts the signatures made with the wrapped signer.
+type countingSigner struct {
+	note.Signer
+	n atomic.Int32
+}
+
+func (s *countingSigner) Sign(msg []byte) ([]byte, error) {
+	s.n.Add(1)
+	return s.Signer.Sign(msg)
+}
+
+// A checkpoint asked for while the head has not moved re-sends the last
+// signed note (published again, same bytes) without signing again; once
+// the head moves, a new one is signed.
+func TestCheckpointerResendsUnmoved(t *testing.T) {
+	ctx := context.Background()
+	p := openProjection(t)
+	fixture(t, p)
+	s, v := testKeys(t)
+	cs := &countingSigner{Signer: s}
+	cp := control.NewCheckpointer(p.Ledger(), testOrigin, cs)
+	var published [][]byte
+	cp.SetPublish(func(b []byte) error { published = append(published, b); return nil })
+	first, err := cp.Publish(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := cp.Publish(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(again) != string(first) || len(published) != 2 || string(published[1]) != string(first) || cs.n.Load() != 1 {
+		t.Fatalf("unmoved head: %d signatures, %d published, same bytes %v; want 1, 2, true", cs.n.Load(), len(published), string(again) == string(first))
+	}
+	appendDrafts(t, p, leaseDrafts("act-9", "s-9", "alpha", false, false))
+	third, err := cp.Publish(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c1, err1 := verify.ParseCheckpoint(first, v)
+	c3, err3 := verify.ParseCheckpoint(third, v)
+	if err1 != nil || err3 != nil || c3.Size != c1.Size+4 || cs.n.Load() != 2 {
+		t.Fatalf("moved head: sizes %d → %d, %d signatures: %v %v", c1.Size, c3.Size, cs.n.Load(), err1, err3)
 	}
 }
