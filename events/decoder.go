@@ -13,7 +13,10 @@ import (
 // writes (fields in declaration order, no whitespace, plain integers);
 // anything else — an escaped string, an unknown field, a float — falls back
 // to the strict decoder, so both paths always yield the same envelope
-// fields and payload. Validate runs on every decoded payload.
+// fields and payload. Validate runs on every decoded payload, except on
+// the kinds a caller narrowed with [Decoder.Only]: of those only the form
+// of every field is checked, so stored bytes whose unkept values break a
+// rule are read where [Decode] refuses them (`verify` decodes strictly).
 //
 // The fast path checks the form of every field (the twin fuzz test holds
 // it to this: it never accepts what [Decode] refuses, and it reads what it

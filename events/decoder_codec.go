@@ -1,6 +1,8 @@
 package events
 
 import (
+	"encoding"
+	"encoding/json"
 	"reflect"
 	"unsafe"
 )
@@ -69,6 +71,49 @@ var (
 	intSliceType   = reflect.TypeFor[[]int]()
 )
 
+var (
+	jsonUnmarshalerType = reflect.TypeFor[json.Unmarshaler]()
+	textUnmarshalerType = reflect.TypeFor[encoding.TextUnmarshaler]()
+)
+
+// customDecoding reports whether encoding/json decodes t (a field's type)
+// through the type's own method rather than by its reflect kind.
+func customDecoding(t reflect.Type) bool {
+	for _, x := range []reflect.Type{t, reflect.PointerTo(t)} {
+		if x.Implements(jsonUnmarshalerType) || x.Implements(textUnmarshalerType) {
+			return true
+		}
+	}
+	return false
+}
+
+// fastFieldType returns how the fast path reads a field of type t, and
+// false when it cannot: a type of another reflect kind, or one with its own
+// UnmarshalJSON or UnmarshalText (a named string that checks or rewrites
+// its value) other than *Instant, whose form the fast path reads itself.
+// A kind with such a field has no codec: the strict decoder reads it.
+func fastFieldType(t reflect.Type) (fieldType, bool) {
+	if t == instantPtrType {
+		return fInstant, true
+	}
+	if customDecoding(t) {
+		return 0, false
+	}
+	switch {
+	case t.Kind() == reflect.String:
+		return fString, true
+	case t.Kind() == reflect.Int:
+		return fInt, true
+	case t.Kind() == reflect.Int64:
+		return fInt64, true
+	case t.Kind() == reflect.Bool:
+		return fBool, true
+	case t == intSliceType:
+		return fInts, true
+	}
+	return 0, false
+}
+
 // codecs maps each kind to its field table, built once from the events
 // registry. A kind with a field of a type the fast path does not know has
 // no codec and always uses the strict decoder. internSlots counts the
@@ -91,21 +136,8 @@ var codecs, lastSlots = func() (map[Kind]*codec, int) {
 				ok = false
 				break
 			}
-			var ft fieldType
-			switch {
-			case f.Type.Kind() == reflect.String:
-				ft = fString
-			case f.Type.Kind() == reflect.Int:
-				ft = fInt
-			case f.Type.Kind() == reflect.Int64:
-				ft = fInt64
-			case f.Type.Kind() == reflect.Bool:
-				ft = fBool
-			case f.Type == instantPtrType:
-				ft = fInstant
-			case f.Type == intSliceType:
-				ft = fInts
-			default:
+			ft, known := fastFieldType(f.Type)
+			if !known {
 				ok = false
 			}
 			fi := fieldInfo{name: name, key: `"` + name + `":`, offset: f.Offset, typ: ft,

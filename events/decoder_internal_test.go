@@ -2,6 +2,7 @@ package events
 
 import (
 	"bytes"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -65,6 +66,45 @@ func TestPlainRunMatchesTable(t *testing.T) {
 					t.Fatalf("byte %#x at %d of %d: got %d, want %d", c, pos, n, got, want)
 				}
 			}
+		}
+	}
+}
+
+// upperName is a named string that rewrites its value when decoded: the
+// fast path, which reads a string by its reflect kind, would not.
+type upperName string
+
+func (u *upperName) UnmarshalJSON(b []byte) error {
+	*u = upperName(strings.ToUpper(string(b)))
+	return nil
+}
+
+// textName decodes through encoding.TextUnmarshaler.
+type textName string
+
+func (n *textName) UnmarshalText(b []byte) error { *n = textName("t:" + string(b)); return nil }
+
+// A field whose type decodes through its own method is not read by the
+// fast path (its kind falls back to the strict decoder); *Instant, whose
+// form the fast path reads itself, and plain kinds are.
+func TestFastFieldTypeRefusesCustomDecoding(t *testing.T) {
+	for _, x := range []any{upperName(""), textName(""), Hash{}} {
+		if ft, ok := fastFieldType(reflect.TypeOf(x)); ok {
+			t.Fatalf("%T read by the fast path as %d", x, ft)
+		}
+	}
+	for x, want := range map[reflect.Type]fieldType{
+		reflect.TypeFor[string](): fString, reflect.TypeFor[CallOutcome](): fString, reflect.TypeFor[int64](): fInt64,
+		reflect.TypeFor[bool](): fBool, reflect.TypeFor[*Instant](): fInstant, reflect.TypeFor[[]int](): fInts,
+	} {
+		if ft, ok := fastFieldType(x); !ok || ft != want {
+			t.Fatalf("%v: %d %v, want %d", x, ft, ok, want)
+		}
+	}
+	// No kind of the registry has such a field: each keeps its codec.
+	for _, k := range Kinds() {
+		if codecs[k] == nil {
+			t.Errorf("kind %s lost its fast codec", k)
 		}
 	}
 }

@@ -68,7 +68,12 @@ func (s *State) Apply(env *events.Envelope) error {
 // decodes them with events.Decoder (the canonical fast path, falling back
 // to the strict decoder for anything unusual) and does not check the hash
 // chain: it is meant for bytes read from a ledger, whose chain `leaseledger
-// verify` checks. The result is the same as Apply of the decoded envelope.
+// verify` checks. The result is the same as Apply of the decoded envelope
+// for every event the strict decoder accepts. The kinds in payloadReads
+// are decoded narrowed (events.Decoder.Only): their unread fields are
+// checked for their form but not their values, so a stored event of those
+// kinds that breaks a value rule (which the ledger refuses to append, and
+// `leaseledger verify` reports) is applied here where Apply would refuse it.
 func (s *State) ApplyRaw(raw []byte) error {
 	var h events.Header
 	p, err := s.dec.Decode(raw, &h)
