@@ -255,3 +255,34 @@ func TestDashboardEndToEnd(t *testing.T) {
 		t.Fatalf("serve exited %d:\n%s", code, srv.out.String())
 	}
 }
+
+// TestDashboardCredentials: against a bus that refuses anonymous clients
+// the page asks for credentials; wrong ones show the refused state and
+// the form again, the read-only user's follow the ledger. The password is
+// in no response serve sent the page.
+func TestDashboardCredentials(t *testing.T) {
+	chromium := requireChromium(t)
+	requireNode(t)
+	bin := cliBinary(t)
+	const password = "dashboard-secret-pw"
+	srv := startServe(t, bin, t.TempDir(), writeConfig(t, ""), "--ws-port", "-1", "--deny-anonymous",
+		"--read-only-user", "dash", "--read-only-password", password)
+	defer srv.stop(syscall.SIGTERM)
+	b := newBrowser(t, chromium)
+	b.do(chromedp.Navigate(srv.dashboardURL()))
+	b.await(`__dashboard.state === "login" && !document.getElementById("login").hidden`, e2eWait)
+	login := func(user, pw string) {
+		eval[bool](b, `(() => { const f = document.getElementById("login"); f.user.value = "`+user+`"; f.password.value = "`+pw+`"; f.requestSubmit(); return true })()`)
+	}
+	login("dash", "wrong")
+	took := b.await(`__dashboard.state === "refused" && !document.getElementById("login").hidden && !document.getElementById("banner").hidden`, e2eWait)
+	t.Logf("refused shown after %v", took)
+	b.view("events", "refused")
+	login("dash", password)
+	took = b.await(`__dashboard.state === "live" && __dashboard.next > 0 && document.getElementById("login").hidden`, e2eWait)
+	t.Logf("live after %v", took)
+	b.view("events", "signed-in")
+	if html := eval[string](b, "document.documentElement.outerHTML"); strings.Contains(html, password) {
+		t.Fatal("the password is in the page's DOM")
+	}
+}

@@ -72,7 +72,8 @@ func TestDashboardMeasure(t *testing.T) {
 		acked[last] = time.Now()
 		time.Sleep(2 * time.Millisecond) // a steady stream, not one burst
 	}
-	b.await("__dashboard.next > "+strconv.FormatUint(last, 10), time.Minute)
+	// Until the last one is on the screen, not only applied.
+	b.await("__dashboard.shown.length > 0 && __dashboard.shown[__dashboard.shown.length-1][0] >= "+strconv.FormatUint(last, 10), time.Minute)
 	shown := eval[[][3]float64](b, "__dashboard.shown")
 	var fromSealed, fromAck []float64
 	for _, s := range shown {

@@ -336,10 +336,9 @@ function frame() {
     // Record when each newly shown seq reached the screen, with its
     // sealing time (measurement: commit to shown).
     const now = performance.timeOrigin + performance.now();
-    const first = D.shown.length;
-    for (let i = ring.length - 1; i >= 0 && ring[i].seq > renderedUpTo && D.shown.length - first < MAX_SHOWN; i--) {
-      D.shown.push([ring[i].seq, now, Date.parse(ring[i].time)]);
-    }
+    let i = ring.length;
+    while (i > 0 && ring[i - 1].seq > renderedUpTo && ring.length - i < MAX_SHOWN) i--;
+    for (; i < ring.length; i++) D.shown.push([ring[i].seq, now, Date.parse(ring[i].time)]);
     if (D.shown.length > MAX_SHOWN) D.shown.splice(0, D.shown.length - MAX_SHOWN);
     renderedUpTo = D.next - 1;
   }
