@@ -106,6 +106,7 @@ func TestBundleCLI(t *testing.T) {
 	for _, args := range [][]string{
 		{"verify", "--bundle", bad},
 		{"verify", "--bundle", bad, "--vkey", vkey, "--checkpoint", bad},
+		{"verify", "--bundle", bad, "--vkey", vkey, "--expect-head", "1 " + strings.Repeat("0", 64)},
 		{"--data-dir", dir, "bundle", "--key", skey, "-o", filepath.Join(out, "x")},
 		{"--data-dir", dir, "bundle", "--key", skey, "--range", "5-2", "-o", filepath.Join(out, "x")},
 		{"--data-dir", dir, "bundle", "--key", skey, "--activation", "act-none", "-o", filepath.Join(out, "x")},
@@ -116,5 +117,50 @@ func TestBundleCLI(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(out, "x")); !os.IsNotExist(err) {
 		t.Fatalf("a failed bundle left its file: %v", err)
+	}
+}
+
+// A bundle made with --consistent-with an earlier signed checkpoint passes
+// 'verify --bundle --checkpoint' and 'audit --bundle --checkpoint'; one
+// made without it fails them as a fork (exit status 1), and a checkpoint
+// the log does not extend cannot be used to make one.
+func TestBundleCLIConsistentWith(t *testing.T) {
+	dir, skey, vkey := bundleSetup(t)
+	ctx := context.Background()
+	out := t.TempDir()
+	old := filepath.Join(out, "old.checkpoint")
+	r := runCLI(t, ctx, "", "--data-dir", dir, "checkpoint", "--key", skey, "--size", "3")
+	if r.code != 0 {
+		t.Fatalf("checkpoint: %+v", r)
+	}
+	if err := os.WriteFile(old, []byte(r.stdout), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tied := filepath.Join(out, "tied.bundle")
+	if r = runCLI(t, ctx, "", "--data-dir", dir, "bundle", "--key", skey, "--activation", "act-ok", "--consistent-with", old, "-o", tied); r.code != 0 {
+		t.Fatalf("bundle --consistent-with: %+v", r)
+	}
+	plain := filepath.Join(out, "plain.bundle")
+	if r = runCLI(t, ctx, "", "--data-dir", dir, "bundle", "--key", skey, "--activation", "act-ok", "-o", plain); r.code != 0 {
+		t.Fatalf("bundle: %+v", r)
+	}
+	for _, cmd := range [][]string{{"verify"}, {"audit", "--json"}} {
+		r = runCLI(t, ctx, "", append(cmd, "--bundle", tied, "--vkey", vkey, "--checkpoint", old)...)
+		if r.code != 0 {
+			t.Fatalf("%v --bundle tied --checkpoint old: %+v", cmd, r)
+		}
+		r = runCLI(t, ctx, "", append(cmd, "--bundle", plain, "--vkey", vkey, "--checkpoint", old)...)
+		if r.code != 1 || !strings.Contains(r.stderr, "not an extension of the checkpoint of size 3: fork") || r.stdout != "" {
+			t.Fatalf("%v --bundle plain --checkpoint old: %+v", cmd, r)
+		}
+	}
+	// A checkpoint of another origin is not one this log extends.
+	other := filepath.Join(out, "other.checkpoint")
+	r = runCLI(t, ctx, "", "--data-dir", dir, "checkpoint", "--key", skey, "--size", "3", "--origin", "elsewhere")
+	if err := os.WriteFile(other, []byte(r.stdout), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r = runCLI(t, ctx, "", "--data-dir", dir, "bundle", "--key", skey, "--activation", "act-ok", "--consistent-with", other, "-o", filepath.Join(out, "x")); r.code != 1 || !strings.Contains(r.stderr, "fork") {
+		t.Fatalf("bundle --consistent-with another origin: %+v", r)
 	}
 }
