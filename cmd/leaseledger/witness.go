@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -24,6 +25,10 @@ func init() { extraCommands = append(extraCommands, newWitnessCmd) }
 const (
 	exitFork     = 4
 	exitRollback = 5
+	// exitNoProof: serve signs checkpoints but cannot prove them
+	// consistent with the accepted one (witnessProofAttempts failures in
+	// a row): the witness cannot verify the log, which is not a verdict.
+	exitNoProof = 6
 )
 
 // Bounds of the witness's follow loop.
@@ -33,6 +38,11 @@ const (
 	// witnessQueue bounds checkpoints received and not yet checked; more
 	// are dropped by the NATS client (a later one supersedes them).
 	witnessQueue = 64
+	// witnessProofAttempts bounds consecutive checkpoints that come
+	// without a consistency proof (the proof API failed or refused, asked
+	// again every --retry): past it the witness exits with exitNoProof
+	// rather than follow, blind, a log it cannot check.
+	witnessProofAttempts = 5
 )
 
 func newWitnessCmd(a *app) *cobra.Command {
@@ -50,8 +60,10 @@ is kept in --state (replaced atomically), so a restarted witness goes on from
 it. On a rollback (fewer events than accepted) it exits with status 5, on a
 fork (the same size with another tree, or a proof that does not verify) with
 status 4, printing both checkpoints; the state file is left as it was, so it
-detects the same thing again after a restart. It reconnects when serve
-restarts.`,
+detects the same thing again after a restart. If serve signs a larger
+checkpoint but cannot prove it consistent with the last one accepted ` + strconv.Itoa(witnessProofAttempts) + `
+times in a row (asked again every --retry), it exits with status 6: it
+cannot verify the log. It reconnects when serve restarts.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if password == "" {
@@ -130,8 +142,12 @@ func followCheckpoints(ctx context.Context, a *app, w *witness.Witness, url, use
 	// (re)connection (the subscription is in place before either).
 	ask := time.NewTimer(0)
 	defer ask.Stop()
+	noProof := 0 // consecutive checkpoints without a consistency proof
 	check := func(signed []byte) error {
 		out, err := w.Observe(ctx, signed, prover)
+		if err == nil || !errors.Is(err, witness.ErrProver) {
+			noProof = 0
+		}
 		switch {
 		case err == nil:
 			if out != witness.Same {
@@ -144,8 +160,16 @@ func followCheckpoints(ctx context.Context, a *app, w *witness.Witness, url, use
 		case errors.Is(err, witness.ErrRollback):
 			return &exitError{code: exitRollback, err: fmt.Errorf("ROLLBACK: the log holds fewer events than this witness accepted: %w", err)}
 		case errors.Is(err, witness.ErrProver):
-			// Not a verdict: ask again later.
-			a.logger.Warn("witness: no consistency proof; will ask again", "err", err)
+			// Not a verdict: ask again later, a bounded number of times.
+			if noProof++; noProof >= witnessProofAttempts {
+				var we *witness.Error
+				from, to := "?", "?"
+				if errors.As(err, &we) && we.Old != nil && we.New != nil {
+					from, to = strconv.FormatUint(uint64(we.Old.Size), 10), strconv.FormatUint(uint64(we.New.Size), 10)
+				}
+				return &exitError{code: exitNoProof, err: fmt.Errorf("cannot verify: no consistency proof for sizes %s→%s after %d attempts: %w", from, to, noProof, err)}
+			}
+			a.logger.Warn("witness: no consistency proof; will ask again", "attempt", noProof, "of", witnessProofAttempts, "err", err)
 			ask.Reset(retry)
 			return nil
 		}

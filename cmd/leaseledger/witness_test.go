@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/leaseledger/leaseledger/control"
 	"github.com/leaseledger/leaseledger/events"
 	"github.com/leaseledger/leaseledger/ledger"
@@ -291,5 +293,50 @@ func TestWitnessIgnoresOvertakingReply(t *testing.T) {
 	w.stop()
 	if code := <-w.done; code != 0 || !strings.Contains(w.stdout.String(), "accepted size 10 (first)") {
 		t.Fatalf("witness exit %d:\n%s\n%s", code, w.stdout, w.stderr)
+	}
+}
+
+// A witness whose accepted checkpoint serve cannot prove consistent with
+// its new ones (an event below the head is gone, so the proof API fails
+// every time while checkpoints are still signed) gives up after
+// witnessProofAttempts checkpoints in a row and exits with exitNoProof,
+// naming both sizes, instead of following blind.
+func TestWitnessBoundsProofFailures(t *testing.T) {
+	dir, state := t.TempDir(), filepath.Join(t.TempDir(), "witness.state")
+	ctx := context.Background()
+	skey, vkey := witnessKeys(t)
+	in, n := examples(t)
+	if r := runCLI(t, ctx, in, "--data-dir", dir, "append"); r.code != 0 {
+		t.Fatal(r.stderr)
+	}
+	r := runCLI(t, ctx, "", "--data-dir", dir, "checkpoint", "--key", skey, "--origin", "leaseledger.test/witness", "--size", "4")
+	if r.code != 0 {
+		t.Fatalf("checkpoint: %+v", r)
+	}
+	if err := os.WriteFile(state, []byte(r.stdout), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// A serve run leaves a projection snapshot of the head, so that the
+	// next one starts without reading event 5 — needed by every
+	// consistency proof from size 4, not by the roots of larger trees
+	// (read from the stored Merkle nodes).
+	port := freePort(t)
+	startWitnessServe(t, dir, skey, port).close(t)
+	db, err := pebble.Open(dir, &pebble.Options{FormatMajorVersion: pebble.FormatNewest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Delete(binary.BigEndian.AppendUint64([]byte("e/"), 5), pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s := startWitnessServe(t, dir, skey, port)
+	defer s.close(t)
+	w := startWitness(s.url, vkey, state)
+	w.waitExit(t, exitNoProof, fmt.Sprintf("cannot verify: no consistency proof for sizes 4→%d", n))
+	if got := strings.Count(w.stderr.String(), "no consistency proof; will ask again"); got != witnessProofAttempts-1 {
+		t.Fatalf("%d retries logged, want %d:\n%s", got, witnessProofAttempts-1, w.stderr)
 	}
 }
