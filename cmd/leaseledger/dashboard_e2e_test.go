@@ -213,6 +213,24 @@ func TestDashboardEndToEnd(t *testing.T) {
 	b.await(`document.querySelector('#evidence section[data-activation="`+activation+`"][data-verdict="confirmed"]')`, e2eWait)
 	b.await(`document.querySelector('#leases-body tr[data-session="`+cs.ID()+`"]') === null`, e2eWait)
 	b.view("activations", "activations")
+
+	// Pause keeps the list's position while the page follows on.
+	b.view("events", "events-before-pause")
+	top := `+document.querySelector('#events-body tr').dataset.seq`
+	pausedAt := eval[int](b, top)
+	b.do(chromedp.Click(chromedp.CSS(`#pause`)))
+	cs3, closeGo3 := connectGo(t, ctx, srv.mcpURL, nil)
+	if _, err := cs3.CallTool(ctx, &mcp.CallToolParams{Name: stdioServer + "__echo", Arguments: map[string]any{"message": "while paused"}}); err != nil {
+		t.Fatal(err)
+	}
+	b.await(`__dashboard.next > `+strconv.Itoa(pausedAt+1), e2eWait)
+	b.view("events", "events-paused")
+	if got := eval[int](b, top); got != pausedAt {
+		t.Fatalf("paused at seq %d, the list moved to %d", pausedAt, got)
+	}
+	b.do(chromedp.Click(chromedp.CSS(`#pause`)))
+	b.await(top+` === __dashboard.next - 1`, e2eWait)
+	closeGo3()
 	b.view("ledger", "ledger")
 	b.view("charts", "charts")
 	b.view("events", "events")

@@ -41,6 +41,7 @@ let catching = false;
 const pending = new Map();
 const ring = [];
 let paused = false;
+let anchor = 0; // while paused: the newest seq the list shows (its position)
 let dirtyList = false;
 let framePending = false;
 let renderedUpTo = 0;
@@ -330,6 +331,13 @@ function frame() {
   $("head-seq").textContent = String(D.head.seq);
   $("head-hash").textContent = D.head.hash || "–";
   $("followed").textContent = followedFrom ? String(followedFrom) : "–";
+  if (dirtyList && paused) {
+    // Paused: the list keeps its position (filters still apply to it);
+    // the page goes on following underneath.
+    dirtyList = false;
+    renderEvents();
+    note("paused at seq " + anchor + ": " + (D.next - 1 - anchor) + " newer event(s) since" + (ring.length && ring[0].seq > anchor ? " (older than the kept window: use Catch up)" : ""));
+  }
   if (dirtyList && !paused) {
     dirtyList = false;
     renderEvents();
@@ -372,6 +380,7 @@ function renderEvents() {
   let n = 0;
   for (let i = ring.length - 1; i >= 0 && n < MAX_ROWS; i--) {
     const ev = ring[i];
+    if (paused && ev.seq > anchor) continue;
     if (!matches(ev, f)) continue;
     n++;
     const tr = document.createElement("tr");
@@ -749,9 +758,11 @@ function init() {
   for (const id of ["f-family", "f-kind", "f-activation", "f-session"]) $(id).oninput = () => { dirtyList = true; scheduleFrame(); };
   $("pause").onclick = () => {
     paused = !paused;
+    anchor = renderedUpTo;
     $("pause").textContent = paused ? "Resume" : "Pause";
-    note(paused ? "paused at seq " + renderedUpTo + " (still following)" : "");
-    if (!paused) { dirtyList = true; scheduleFrame(); }
+    note(paused ? "paused at seq " + anchor + " (still following)" : "");
+    dirtyList = true;
+    scheduleFrame();
   };
   $("catchup").onclick = () => {
     const from = Number($("from-seq").value);
