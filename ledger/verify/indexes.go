@@ -131,6 +131,14 @@ func indexEntry(prefix string, key []byte, n ledger.Seq) (ledger.Seq, string) {
 	return seq, ""
 }
 
+// cancelled is ctx.Err() every cancelEvery entries (i counts them).
+func cancelled(ctx context.Context, i int) error {
+	if i%cancelEvery != 0 {
+		return nil
+	}
+	return ctx.Err()
+}
+
 // verifyIndexes checks that every index entry names an existing event
 // carrying the indexed identifier, and that no entry is missing: a missing
 // entry is reported at the seq of the event that lacks it. n is the last
@@ -148,6 +156,10 @@ func verifyIndexes(ctx context.Context, snap *pebble.Snapshot, s *indexSums, n l
 		var last ledger.Seq // the last entry read, for a damaged block's range
 		pos := 0
 		for ok := it.First(); ok; ok = it.Next() {
+			if err := cancelled(ctx, pos); err != nil {
+				it.Close()
+				return count, err
+			}
 			key := it.Key()
 			seq, detail := indexEntry(prefix, key, n)
 			if detail != "" {
@@ -229,6 +241,10 @@ func (s *indexSums) localise(ctx context.Context, snap *pebble.Snapshot, i int, 
 		}
 		pos, stopped := 0, false
 		for ok := it.First(); ok && (bad.pos < 0 || pos < bad.pos); ok = it.Next() {
+			if err := cancelled(ctx, pos); err != nil {
+				it.Close()
+				return err
+			}
 			key := it.Key()
 			seq, detail := indexEntry(prefix, key, n)
 			if detail == "" && seq >= lo && seq <= hi && inDiffer(seq) {
@@ -288,6 +304,12 @@ func (s *indexSums) fillTable(ctx context.Context, snap *pebble.Snapshot, i int,
 			seq, _ := keys.SeqOf(it.Key())
 			if seq > bhi {
 				break
+			}
+			if err := cancelled(ctx, int(seq)); err != nil {
+				return err
+			}
+			if lv := it.LazyValue(); lv.Len() > events.MaxEventBytes {
+				return fault("indexes", seq, FaultUndecodable, events.ErrTooLarge.Error()) // found by the event pass first
 			}
 			raw, err := it.ValueAndErr()
 			if err != nil {

@@ -16,7 +16,8 @@ import (
 )
 
 // The event pass is a pipeline: one reader goroutine walks the e/ records of
-// the snapshot and copies them into batches; workers (one per core) decode,
+// the snapshot and copies them into batches; min(GOMAXPROCS, maxWorkers)
+// workers decode,
 // re-hash and schema-validate the events of a batch and hash their expected
 // index entries; the calling goroutine takes the batches back in seq order
 // and does everything that depends on the previous event (gaps, links, the
@@ -36,6 +37,9 @@ const (
 	// maxWorkers bounds the checking goroutines: more than half the batches
 	// checked at once would leave the reader nothing to fill.
 	maxWorkers = InFlightBatches / 2
+	// cancelEvery is how many entries the index, tree and localisation
+	// passes read between two checks of their context.
+	cancelEvery = 4096
 )
 
 // item is one event of a batch: what the reader saw and what a worker
@@ -58,7 +62,9 @@ type item struct {
 }
 
 // itemBytes is an upper bound of an item's memory, its detail string aside
-// (details exist only for the one faulty event that ends the pass).
+// (a detail is set only on a faulty event; the consumer stops at the first
+// one, so at most the batches in flight hold details, each of a few
+// hundred bytes).
 const itemBytes = 256
 
 // batch is a unit of work. done is closed when a worker has checked it.
@@ -144,6 +150,21 @@ func (p *eventPass) read(ctx context.Context, it *pebble.Iterator, work chan<- *
 		key := it.Key()
 		seq, sok := keys.SeqOf(key)
 		x := item{seq: seq, keyOK: sok && len(key) == len(keys.PrefixEvent)+8}
+		// The stored length is known before the value is fetched: a value
+		// over MaxEventBytes stored apart from its key (a value block or
+		// blob file) is never copied. One stored inline came with its
+		// table block, which Pebble has read already.
+		if lv := it.LazyValue(); lv.Len() > events.MaxEventBytes {
+			x.size = lv.Len()
+			b.items = append(b.items, x)
+			if len(b.items) == BatchEvents {
+				send()
+				if !next() {
+					return
+				}
+			}
+			continue
+		}
 		raw, err := it.ValueAndErr()
 		if err != nil {
 			x.readErr = err

@@ -8,6 +8,7 @@ import (
 	"fmt"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/leaseledger/leaseledger/events"
 	"github.com/leaseledger/leaseledger/ledger"
 	"github.com/leaseledger/leaseledger/ledger/internal/keys"
 	"github.com/transparency-dev/merkle/compact"
@@ -123,7 +124,11 @@ func eachNode(ctx context.Context, snap *pebble.Snapshot, readErr readErrFunc, f
 		return unreadable("tree", 0, 0, readErr, err)
 	}
 	defer it.Close()
+	i := 0
 	for ok := it.First(); ok; ok = it.Next() {
+		if i++; i%cancelEvery == 0 && ctx.Err() != nil {
+			return ctx.Err()
+		}
 		level, index, ok := keys.DecodeTreeNode(it.Key())
 		if !ok {
 			return fault("tree", 0, FaultTree, "Merkle node index: malformed key")
@@ -223,7 +228,15 @@ func eachEvent(ctx context.Context, snap *pebble.Snapshot, readErr readErrFunc, 
 		return unreadable("tree", 1, n, readErr, err)
 	}
 	defer it.Close()
+	i := 0
 	for ok := it.First(); ok; ok = it.Next() {
+		if i++; i%cancelEvery == 0 && ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if lv := it.LazyValue(); lv.Len() > events.MaxEventBytes {
+			seq, _ := keys.SeqOf(it.Key())
+			return fault("tree", seq, FaultUndecodable, events.ErrTooLarge.Error()) // found by the event pass first
+		}
 		v, err := it.ValueAndErr()
 		if err != nil {
 			seq, _ := keys.SeqOf(it.Key())
