@@ -16,7 +16,8 @@ import (
 // prefix, identifier, seq) into one sum per index and seq range (bucket);
 // the index pass adds the hash of every stored entry the same way. Equal
 // sums mean equal sets of entries, except with negligible probability for
-// someone who does not know the per-run key (passConfig.keyHash). Only a
+// entries not crafted against the per-run seeded hash (passConfig.keyHash:
+// maphash, not a cryptographic PRF). Only a
 // bucket whose sums differ is looked at again, with an exact table of at
 // most LocaliseEvents seqs at a time, to name the same entry and seq as an
 // exact check would: the first bad entry in key order (malformed, beyond
@@ -37,7 +38,10 @@ const (
 // three indexes and of the Merkle node index (expected and stored), the
 // exact table of the second pass, doubled for the garbage collector's
 // headroom (GOGC=100), plus BaseMemory. Measured as the peak RSS of
-// `leaseledger verify` (TestVerifyMemoryBound).
+// `leaseledger verify` (TestVerifyMemoryBound). It holds for stored values
+// up to events.MaxEventBytes: a larger one is a fault, never copied by the
+// pass when Pebble stores it apart from its key, but a value stored in a
+// table block is read once with that block.
 const MemoryBound = 2*(InFlightBatches*(BatchBytes+BatchEvents*itemBytes)+
 	2*(len(keys.IndexPrefixes)+1)*IndexBuckets*16+
 	localiseBytes) + BaseMemory
@@ -49,7 +53,10 @@ const localiseBytes = LocaliseEvents * 16
 
 // BaseMemory is the part of MemoryBound that does not depend on the
 // bounds above: the Go runtime, the compiled JSON Schemas, Pebble's block
-// cache and open tables, the Merkle compact range and the program itself.
+// cache (its default, 8 MiB) and open tables, the Merkle compact range
+// (at most 64 hashes) and the program's code and data. It is the measured
+// peak RSS of TestVerifyMemoryBound minus the computed terms, rounded up
+// with margin: a measured allowance, not a derivation.
 const BaseMemory = 160 << 20
 
 // sum128 is a keyed 128-bit hash, or a sum of them (each lane mod 2^64).
