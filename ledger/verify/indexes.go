@@ -1,9 +1,12 @@
 package verify
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/leaseledger/leaseledger/events"
@@ -17,18 +20,18 @@ import (
 // the index pass adds the hash of every stored entry the same way. Equal
 // sums mean equal sets of entries, except with negligible probability for
 // entries not crafted against the per-run seeded hash (passConfig.keyHash:
-// maphash, not a cryptographic PRF). Only a
-// bucket whose sums differ is looked at again, with an exact table of at
-// most LocaliseEvents seqs at a time, to name the same entry and seq as an
-// exact check would: the first bad entry in key order (malformed, beyond
-// the head, or not matching its event), else the lowest seq whose entry is
-// missing.
+// maphash, not a cryptographic PRF). Only the entries and events of
+// buckets whose sums differ are looked at again (localise: one more index
+// scan, point reads), to name the same entry and seq as an exact check
+// would: the first bad entry in key order (malformed, beyond the head, or
+// not matching its event), else the lowest seq whose entry is missing.
 const (
 	// IndexBuckets is how many seq ranges each index's sums are kept for
 	// (the ranges are sized from the stored head).
 	IndexBuckets = 4096
-	// LocaliseEvents bounds the seqs one exact second pass covers: a
-	// damaged bucket costs at most this many table slots at a time.
+	// LocaliseEvents bounds the first leaves one exact second pass of the
+	// Merkle node check covers: a damaged bucket costs at most this many
+	// table entries at a time.
 	LocaliseEvents = 1 << 20
 )
 
@@ -36,7 +39,7 @@ const (
 // independent of the log's length and of the number of cores: the
 // pipeline's batches (copied bytes and per-event results), the sums of the
 // three indexes and of the Merkle node index (expected and stored), the
-// exact table of the second pass, doubled for the garbage collector's
+// exact table of the Merkle node check's second pass, doubled for the garbage collector's
 // headroom (GOGC=100), plus BaseMemory. Measured as the peak RSS of
 // `leaseledger verify` (TestVerifyMemoryBound). It holds for stored values
 // up to events.MaxEventBytes: a larger one is a fault, never copied by the
@@ -46,9 +49,9 @@ const MemoryBound = 2*(InFlightBatches*(BatchBytes+BatchEvents*itemBytes)+
 	2*(len(keys.IndexPrefixes)+1)*IndexBuckets*16+
 	localiseBytes) + BaseMemory
 
-// localiseBytes bounds the second pass's table: 8 bytes and a bit per seq
-// for an index, or for the Merkle nodes (fewer than one per 8 leaves) a
-// map entry of at most 128 bytes.
+// localiseBytes bounds the Merkle node check's second-pass table: for
+// LocaliseEvents leaves, fewer than one node per 8 leaves, each a map
+// entry of at most 128 bytes.
 const localiseBytes = LocaliseEvents * 16
 
 // BaseMemory is the part of MemoryBound that does not depend on the
@@ -96,12 +99,12 @@ type indexSums struct {
 	cfg  *passConfig
 	g    bucketing
 	want [len(keys.IndexPrefixes)][]sum128
-	// window is the most seqs one exact second pass covers (LocaliseEvents).
-	window int
+	// scans counts the second pass's index scans (at most one per index).
+	scans int
 }
 
-func newIndexSums(cfg *passConfig, head ledger.Seq, buckets, window int) *indexSums {
-	s := &indexSums{cfg: cfg, g: newBucketing(head, buckets), window: window}
+func newIndexSums(cfg *passConfig, head ledger.Seq, buckets int) *indexSums {
+	s := &indexSums{cfg: cfg, g: newBucketing(head, buckets)}
 	for i := range s.want {
 		s.want[i] = make([]sum128, buckets)
 	}
@@ -212,133 +215,101 @@ func verifyIndexes(ctx context.Context, snap *pebble.Snapshot, s *indexSums, n l
 }
 
 // localise names the fault of index i once its sums differ in the buckets
-// marked in differ or a bad entry was met at bad.pos: it re-reads the
-// events of those buckets into an exact table, LocaliseEvents seqs at a
-// time, and the index against it.
+// marked in differ or a bad entry was met at bad.pos, with one more scan of
+// the index and one of the events of the differing buckets, whatever the
+// number of damaged buckets (no table, no window):
+//   - the index in key order, up to bad.pos: each well-formed entry of a
+//     differing bucket is compared with the entry its event gives (a point
+//     read); the first that differs is the fault, unless bad comes first;
+//   - else every entry there is its event's, so the sums differ by missing
+//     entries: the events of the differing buckets in seq order, each
+//     looked up for its entry; the first absent is the fault.
 func (s *indexSums) localise(ctx context.Context, snap *pebble.Snapshot, i int, differ []bool, bad badEntry, n ledger.Seq, readErr readErrFunc) error {
 	prefix := keys.IndexPrefixes[i]
-	table := make([]uint64, min(uint64(n), uint64(s.window))) // expected entry hash per seq, 0: none
-	seen := make([]uint64, (len(table)+63)/64)
-	var missing ledger.Seq
-	inDiffer := func(seq ledger.Seq) bool { return differ[s.g.of(seq)] }
-	for lo := ledger.Seq(1); lo <= n; {
-		// The next window starts at the next seq of a differing bucket.
-		b := s.g.of(lo)
-		for b < s.g.count && !differ[b] {
-			b++
-		}
-		if b == s.g.count {
-			break
-		}
-		if blo, _ := s.g.bounds(b, n); blo > lo {
-			lo = blo
-		}
-		if lo > n {
-			break
-		}
-		hi := min(n, lo+ledger.Seq(len(table))-1)
-		clear(table)
-		clear(seen)
-		if err := s.fillTable(ctx, snap, i, lo, hi, table, differ, readErr); err != nil {
+	if !slices.Contains(differ, true) {
+		return fault("indexes", bad.seq, FaultIndex, bad.detail) // no entry before it is read again
+	}
+	s.scans++
+	it, err := snap.NewIterWithContext(ctx, &pebble.IterOptions{LowerBound: []byte(prefix), UpperBound: keys.UpperBound([]byte(prefix))})
+	if err != nil {
+		return unreadable("indexes", 0, 0, readErr, err)
+	}
+	var want []byte
+	pos := 0
+	for ok := it.First(); ok && (bad.pos < 0 || pos < bad.pos); ok = it.Next() {
+		if err := cancelled(ctx, pos); err != nil {
+			it.Close()
 			return err
 		}
-		it, err := snap.NewIterWithContext(ctx, &pebble.IterOptions{LowerBound: []byte(prefix), UpperBound: keys.UpperBound([]byte(prefix))})
-		if err != nil {
-			return unreadable("indexes", 0, 0, readErr, err)
-		}
-		pos, stopped := 0, false
-		for ok := it.First(); ok && (bad.pos < 0 || pos < bad.pos); ok = it.Next() {
-			if err := cancelled(ctx, pos); err != nil {
+		key := it.Key()
+		if seq, detail := indexEntry(prefix, key, n); detail == "" && differ[s.g.of(seq)] {
+			if want, err = s.entryOf(snap, i, seq, want, readErr); err != nil {
 				it.Close()
 				return err
 			}
-			key := it.Key()
-			seq, detail := indexEntry(prefix, key, n)
-			if detail == "" && seq >= lo && seq <= hi && inDiffer(seq) {
-				if table[seq-lo] != s.cfg.keyHash(key)[0]|1 {
-					bad, stopped = badEntry{pos: pos, seq: seq, detail: prefix + " index entry does not match the event"}, true
-					break
-				}
-				seen[(seq-lo)/64] |= 1 << ((seq - lo) % 64)
-			}
-			pos++
-		}
-		err = it.Error()
-		it.Close()
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return unreadable("indexes", lo, hi, readErr, fmt.Errorf("%s index: %w", prefix, err))
-		}
-		if !stopped && bad.pos < 0 && missing == 0 {
-			for j, want := range table[:hi-lo+1] {
-				if want != 0 && seen[j/64]&(1<<(j%64)) == 0 {
-					missing = lo + ledger.Seq(j)
-					break
-				}
-			}
-		}
-		lo = hi + 1
-	}
-	switch {
-	case bad.pos >= 0:
-		return fault("indexes", bad.seq, FaultIndex, bad.detail)
-	case missing != 0:
-		return fault("indexes", missing, FaultIndex, prefix+" index entry missing for this event")
-	default:
-		// Unequal sums with equal sets: a broken hash, not a broken log.
-		return fault("indexes", 0, FaultIndex, prefix+" index sums differ but no entry was found to differ")
-	}
-}
-
-// fillTable reads the events lo..hi that lie in differing buckets and
-// records the hash of the entry of index i each should have.
-func (s *indexSums) fillTable(ctx context.Context, snap *pebble.Snapshot, i int, lo, hi ledger.Seq, table []uint64, differ []bool, readErr readErrFunc) error {
-	it, err := snap.NewIterWithContext(ctx, &pebble.IterOptions{LowerBound: keys.Event(lo), UpperBound: keys.Event(hi + 1)})
-	if err != nil {
-		return unreadable("indexes", lo, hi, readErr, err)
-	}
-	defer it.Close()
-	var key []byte
-	for b := s.g.of(lo); b <= s.g.of(hi); b++ {
-		if !differ[b] {
-			continue // this bucket's entries are known good
-		}
-		blo, bhi := s.g.bounds(b, hi)
-		blo, bhi = max(blo, lo), min(bhi, hi)
-		for ok := it.SeekGE(keys.Event(blo)); ok; ok = it.Next() {
-			seq, _ := keys.SeqOf(it.Key())
-			if seq > bhi {
+			if !bytes.Equal(want, key) {
+				bad = badEntry{pos: pos, seq: seq, detail: prefix + " index entry does not match the event"}
 				break
 			}
+		}
+		pos++
+	}
+	err = it.Error()
+	it.Close()
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return unreadable("indexes", 1, n, readErr, fmt.Errorf("%s index: %w", prefix, err))
+	}
+	if bad.pos >= 0 {
+		return fault("indexes", bad.seq, FaultIndex, bad.detail)
+	}
+	for b := range differ {
+		if !differ[b] {
+			continue
+		}
+		lo, hi := s.g.bounds(b, n)
+		for seq := lo; seq <= hi; seq++ {
 			if err := cancelled(ctx, int(seq)); err != nil {
 				return err
 			}
-			if lv := it.LazyValue(); lv.Len() > events.MaxEventBytes {
-				return fault("indexes", seq, FaultUndecodable, events.ErrTooLarge.Error()) // found by the event pass first
+			if want, err = s.entryOf(snap, i, seq, want, readErr); err != nil {
+				return err
 			}
-			raw, err := it.ValueAndErr()
+			if len(want) == 0 {
+				continue // the event has no entry in this index
+			}
+			_, closer, err := snap.Get(want)
+			if errors.Is(err, pebble.ErrNotFound) {
+				return fault("indexes", seq, FaultIndex, prefix+" index entry missing for this event")
+			}
 			if err != nil {
-				return unreadable("indexes", seq, hi, readErr, err)
+				return unreadable("indexes", seq, seq, readErr, err)
 			}
-			env, err := events.Decode(raw) // checked by the event pass
-			if err != nil {
-				return fault("indexes", seq, FaultUndecodable, err.Error())
-			}
-			id := [3]string{env.Activation, env.Session, string(env.Kind)}[i]
-			if id != "" && seq >= lo {
-				key = append(append(append(key[:0], keys.IndexPrefixes[i]...), id...), '/')
-				key = binary.BigEndian.AppendUint64(key, uint64(seq))
-				table[seq-lo] = s.cfg.keyHash(key)[0] | 1
-			}
-		}
-		if err := it.Error(); err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return unreadable("indexes", blo, bhi, readErr, err)
+			closer.Close()
 		}
 	}
-	return nil
+	// Unequal sums with equal sets: a broken hash, not a broken log.
+	return fault("indexes", 0, FaultIndex, prefix+" index sums differ but no entry was found to differ")
+}
+
+// entryOf sets buf to the entry of index i that event seq gives (empty:
+// none), read from the snapshot; the event pass has checked the event.
+func (s *indexSums) entryOf(snap *pebble.Snapshot, i int, seq ledger.Seq, buf []byte, readErr readErrFunc) ([]byte, error) {
+	raw, closer, err := snap.Get(keys.Event(seq))
+	if err != nil {
+		return nil, unreadable("indexes", seq, seq, readErr, err)
+	}
+	defer closer.Close()
+	env, err := events.Decode(raw)
+	if err != nil {
+		return nil, fault("indexes", seq, FaultUndecodable, err.Error())
+	}
+	id := [3]string{env.Activation, env.Session, string(env.Kind)}[i]
+	if id == "" {
+		return buf[:0], nil
+	}
+	buf = append(append(append(buf[:0], keys.IndexPrefixes[i]...), id...), '/')
+	return binary.BigEndian.AppendUint64(buf, uint64(seq)), nil
 }

@@ -278,7 +278,7 @@ func check(ctx context.Context, db *pebble.DB, readErr readErrFunc, vo Options) 
 		buckets, window = vo.buckets, vo.window
 	}
 	cfg := &passConfig{validator: validator, seeds: [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}}
-	sums := newIndexSums(cfg, stored.Seq, buckets, window)
+	sums := newIndexSums(cfg, stored.Seq, buckets)
 	var nodes *treeSums
 	if vo.Tree {
 		nodes = newTreeSums(cfg, min(treeSize, stored.Seq), buckets, window)
