@@ -18,7 +18,19 @@ func newBenchCmd(a *app) *cobra.Command {
 ledger Append throughput and raw Pebble Sync commits from the same number of
 goroutines: once writing exactly the keys and values the ledger writes
 (records, index entries, head) and once writing the records only. It prints
-the three rates and the ratios. Use --batch 256 for the batch API.`,
+the three rates and the ratios. Use --batch 256 for the batch API.
+
+--path serve measures the full path 'serve' runs instead of the bare log:
+the ledger opened through the live projection (BeforeAck) with the
+embedded NATS bus publishing every event to one real subscriber, each
+writer appending a gateway's traffic (activations through their
+lifecycle: lease, guardian, HTTP requests, call.admitted/call.finished,
+barriers, close). Three sides alternate round by round: serve without
+periodic snapshots, serve with a snapshot every --snapshot-every events
+(so snapshots run during the measurement), and raw Pebble Sync commits of
+the same keys and values. It prints the rates, the ratios to raw Pebble,
+acknowledgement latency p50/p99/max of each side, how many events the
+subscriber received, and the p99 with snapshots over the p99 without.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			dir, err := os.MkdirTemp(cfg.Dir, "leaseledger-bench-*")
@@ -28,6 +40,21 @@ the three rates and the ratios. Use --batch 256 for the batch API.`,
 			defer os.RemoveAll(dir)
 			c := cfg
 			c.Dir = dir
+			switch c.Path {
+			case ledgerbench.PathLedger:
+			case ledgerbench.PathServe:
+				if c.SnapshotEvery <= 0 {
+					c.SnapshotEvery = max(c.Events/8, 1)
+				}
+				res, err := ledgerbench.RunServe(cmd.Context(), c)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintln(a.stdout, res)
+				return nil
+			default:
+				return fmt.Errorf("bench append: --path %q: want %s or %s", c.Path, ledgerbench.PathLedger, ledgerbench.PathServe)
+			}
 			res, err := ledgerbench.Run(cmd.Context(), c)
 			if err != nil {
 				return err
@@ -41,6 +68,8 @@ the three rates and the ratios. Use --batch 256 for the batch API.`,
 	f.IntVar(&cfg.Batch, "batch", 1, "events per Append call and per raw batch")
 	f.IntVar(&cfg.Events, "events", 100000, "events per side per round")
 	f.IntVar(&cfg.Rounds, "rounds", 3, "rounds, alternating the sides")
+	f.StringVar(&cfg.Path, "path", ledgerbench.PathLedger, "what is measured: ledger (the bare log) or serve (projection, bus and a subscriber; see above)")
+	f.IntVar(&cfg.SnapshotEvery, "snapshot-every", 0, "--path serve: events between snapshots on the side with snapshots (default: --events/8)")
 	f.StringVar(&cfg.Dir, "dir", "", "scratch directory (default: the system temp dir)")
 	bench.AddCommand(appendCmd)
 	return bench

@@ -42,8 +42,14 @@ type Config struct {
 	Batch int
 	// Events is the number of events each side writes per round.
 	Events int
-	// Rounds alternates the two sides this many times; rates are totals.
+	// Rounds alternates the sides this many times; rates are totals.
 	Rounds int
+	// Path is PathLedger (the bare log, Run; also when empty) or PathServe
+	// (the full serve path, RunServe).
+	Path string
+	// SnapshotEvery is, for RunServe, the events between periodic
+	// snapshots on the side that measures acknowledgements while they run.
+	SnapshotEvery int
 }
 
 // Side is the measurement of one side.
@@ -231,6 +237,11 @@ func runLedger(ctx context.Context, dir string, cfg Config) (Side, error) {
 }
 
 func runRaw(ctx context.Context, dir string, cfg Config, writes [][]kv, head *kv) (Side, error) {
+	return runRawWith(ctx, dir, cfg, writes, head, func(fn func(first, n int) error) (Side, error) { return work(ctx, cfg, fn) })
+}
+
+// runRawWith is runRaw with the driver of the writing goroutines given.
+func runRawWith(ctx context.Context, dir string, cfg Config, writes [][]kv, head *kv, drive func(fn func(first, n int) error) (Side, error)) (Side, error) {
 	po := ledger.DefaultPebbleOptions()
 	po.Logger = silent{}
 	db, err := pebble.Open(dir, po)
@@ -239,7 +250,7 @@ func runRaw(ctx context.Context, dir string, cfg Config, writes [][]kv, head *kv
 	}
 	defer os.RemoveAll(dir)
 	defer db.Close()
-	return work(ctx, cfg, func(first, n int) error {
+	return drive(func(first, n int) error {
 		b := db.NewBatch()
 		defer b.Close()
 		for _, w := range writes[first : first+n] {

@@ -3,6 +3,8 @@ package ledgerbench
 import (
 	"context"
 	"testing"
+
+	"github.com/leaseledger/leaseledger/events"
 )
 
 func TestRunSmall(t *testing.T) {
@@ -40,3 +42,47 @@ func BenchmarkAppend64(b *testing.B) { benchmarkRatio(b, 64, 1) }
 // BenchmarkAppendBatch256 compares Append with 256 events per call with raw
 // Pebble 256-value batches (goal ≥ 0.5).
 func BenchmarkAppendBatch256(b *testing.B) { benchmarkRatio(b, 4, 256) }
+
+// TestRunServeSmall runs the serve path on a tiny workload: every side
+// writes every event, the subscriber receives them all, the side with
+// snapshots stored one and the side without none, and latencies are read.
+func TestRunServeSmall(t *testing.T) {
+	res, err := RunServe(context.Background(), Config{Dir: t.TempDir(), Concurrency: 4, Batch: 2, Events: 400, Rounds: 1, SnapshotEvery: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Serve.Events != 400 || res.Snapshots.Events != 400 || res.Raw.Events != 400 ||
+		res.Serve.Delivered != 400 || res.Snapshots.Delivered != 400 ||
+		res.Snapshots.Snapshots != 1 || res.Serve.Snapshots != 0 ||
+		res.Ratio() <= 0 || res.P99Ratio() <= 0 || res.Serve.Latency.P50 <= 0 || res.RawLat.P99 <= 0 {
+		t.Fatalf("result %+v", res)
+	}
+}
+
+// TestWriterStreams: the workload splits exactly n events among the
+// writers, each activation's lifecycle whole and in order within one
+// writer, every draft valid.
+func TestWriterStreams(t *testing.T) {
+	const n, writers = 1000, 7
+	streams := writerStreams(n, writers)
+	total := 0
+	owner := map[string]int{}
+	for w, s := range streams {
+		total += len(s)
+		for _, d := range s {
+			if _, err := events.Prepare(d); err != nil {
+				t.Fatal(err)
+			}
+			if o, ok := owner[d.Activation]; ok && o != w {
+				t.Fatalf("activation %s written by writers %d and %d", d.Activation, o, w)
+			}
+			owner[d.Activation] = w
+		}
+	}
+	if total != n {
+		t.Fatalf("%d events, want %d", total, n)
+	}
+	if lc := gatewayLifecycle("a", "s", 1); len(lc) != activationEvents {
+		t.Fatalf("lifecycle of %d events, want activationEvents=%d", len(lc), activationEvents)
+	}
+}

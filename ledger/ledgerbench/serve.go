@@ -1,0 +1,391 @@
+package ledgerbench
+
+// The serve path: what `leaseledger serve` runs behind an acknowledgement,
+// not only the bare log. A side of this benchmark opens the ledger through
+// projector/live (the projection as the BeforeAck observer, periodic
+// snapshots), starts the embedded NATS bus (ledger/bus, publishing every
+// committed event) with one real subscriber connected over TCP counting
+// what it receives, and appends a gateway's traffic: each writer drives its
+// own activations through their lifecycle (lease, guardian, connection,
+// HTTP requests, call.admitted/call.finished pairs, barriers, close).
+//
+// Three sides run each round, interleaved like Run's:
+//
+//   - serve: the full path, periodic snapshots off (SnapshotEvery < 0);
+//   - serve+snapshots: the same with a snapshot every Config.SnapshotEvery
+//     events, so that snapshots run during the measurement;
+//   - raw: raw Pebble Sync commits of the same keys and values.
+//
+// Besides rates and ratios it reports acknowledgement latency (one Append
+// call, from call to return) p50 and p99 of each side, and the p99 of the
+// snapshot side over the p99 of the side without snapshots.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/leaseledger/leaseledger/events"
+	"github.com/leaseledger/leaseledger/ledger"
+	"github.com/leaseledger/leaseledger/ledger/bus"
+	"github.com/leaseledger/leaseledger/ledger/busclient"
+	"github.com/leaseledger/leaseledger/ledger/internal/keys"
+	"github.com/leaseledger/leaseledger/projector/live"
+	"github.com/nats-io/nats.go"
+)
+
+// Paths Config.Path selects.
+const (
+	// PathLedger is the bare log: ledger.Append against raw Pebble (Run).
+	PathLedger = "ledger"
+	// PathServe is the full serve path (RunServe).
+	PathServe = "serve"
+)
+
+// activationEvents is the number of events of one generated activation's
+// lifecycle (6 opening, the body, 11 closing).
+const activationEvents = 64
+
+// subscriberWait bounds how long a serve side waits, after its last ack,
+// for the subscriber to receive every event; past it the side reports what
+// arrived (Delivered) rather than hang.
+const subscriberWait = 30 * time.Second
+
+// Latency is a side's acknowledgement latency distribution.
+type Latency struct {
+	P50, P99, Max time.Duration
+}
+
+// ServeSide is one serve-path side's measurement.
+type ServeSide struct {
+	Side
+	Latency Latency
+	// Delivered is how many events the bus subscriber received (equal to
+	// Events unless publication fell behind and dropped batches).
+	Delivered int
+	// Snapshots is how many rounds found a periodic snapshot stored
+	// before the side closed (0 for the side without snapshots).
+	Snapshots int
+}
+
+// ServeResult is a finished RunServe.
+type ServeResult struct {
+	Config    Config
+	Serve     ServeSide // full path, no periodic snapshots
+	Snapshots ServeSide // full path, a snapshot every Config.SnapshotEvery events
+	Raw       Side      // raw Pebble Sync commits of the same keys and values
+	RawLat    Latency
+	// EventBytes is the mean size of one stored event.
+	EventBytes int
+}
+
+// Ratio is the serve path (no snapshots) over raw Pebble, same keys.
+func (r ServeResult) Ratio() float64 { return ratio(r.Serve.Side, r.Raw) }
+
+// SnapshotRatio is the serve path with snapshots over raw Pebble.
+func (r ServeResult) SnapshotRatio() float64 { return ratio(r.Snapshots.Side, r.Raw) }
+
+// P99Ratio is the acknowledgement p99 with snapshots running over the p99
+// without (goal ≤ 2).
+func (r ServeResult) P99Ratio() float64 {
+	if r.Serve.Latency.P99 <= 0 {
+		return 0
+	}
+	return float64(r.Snapshots.Latency.P99) / float64(r.Serve.Latency.P99)
+}
+
+// String prints r as a table.
+func (r ServeResult) String() string {
+	ms := func(d time.Duration) float64 { return float64(d) / 1e6 }
+	return fmt.Sprintf("path=serve concurrency=%d batch=%d events/round=%d rounds=%d snapshot_every=%d event_bytes=%d\n"+
+		"serve (projection + bus + subscriber):      %10.0f events/s  ack p50 %7.2f ms  p99 %7.2f ms  max %7.2f ms  delivered %d/%d\n"+
+		"serve with periodic snapshots:              %10.0f events/s  ack p50 %7.2f ms  p99 %7.2f ms  max %7.2f ms  delivered %d/%d  snapshots seen %d/%d rounds\n"+
+		"raw pebble Sync, same keys and values:      %10.0f events/s  ack p50 %7.2f ms  p99 %7.2f ms\n"+
+		"ratio serve / raw same keys:                %10.3f\n"+
+		"ratio serve with snapshots / raw:           %10.3f\n"+
+		"ack p99 with snapshots / without:           %10.3f\n"+
+		"serve events per Pebble commit:             %10.1f",
+		r.Config.Concurrency, r.Config.Batch, r.Config.Events, r.Config.Rounds, r.Config.SnapshotEvery, r.EventBytes,
+		r.Serve.Rate(), ms(r.Serve.Latency.P50), ms(r.Serve.Latency.P99), ms(r.Serve.Latency.Max), r.Serve.Delivered, r.Serve.Events,
+		r.Snapshots.Rate(), ms(r.Snapshots.Latency.P50), ms(r.Snapshots.Latency.P99), ms(r.Snapshots.Latency.Max), r.Snapshots.Delivered, r.Snapshots.Events, r.Snapshots.Snapshots, r.Config.Rounds,
+		r.Raw.Rate(), ms(r.RawLat.P50), ms(r.RawLat.P99),
+		r.Ratio(), r.SnapshotRatio(), r.P99Ratio(), float64(r.Serve.Events)/float64(max(1, r.Serve.Commits)))
+}
+
+// gatewayLifecycle is one activation's events as the gateway and runtime
+// write them, in order: lease acquisition with its guardian, the
+// connection, HTTP requests and tool calls, and the close with every
+// barrier and the guardian's receipt. It holds activationEvents events.
+func gatewayLifecycle(a, sess string, pid int) []events.Draft {
+	const digest = "abababababababababababababababababababababababababababababababab"
+	d := func(p events.Payload) events.Draft {
+		return events.Draft{Activation: a, Session: sess, Server: "github", Payload: p}
+	}
+	out := make([]events.Draft, 0, activationEvents)
+	out = append(out,
+		d(&events.LeaseAcquiring{KeySession: sess, Fingerprint: digest}),
+		d(&events.LeaseChildStarted{PID: pid, GuardianPID: pid + 1, Cleanup: events.CleanupVerified}),
+		d(&events.GuardianStarted{GuardianPID: pid + 1, TargetPID: pid, HelperVersion: "leaseledger-guardian/1", PIDFD: true}),
+		d(&events.LeaseListingPinned{ToolCount: 12, Pages: 1, ListingBytes: 4096, ListingDigest: digest}),
+		d(&events.LeaseAcquired{Fingerprint: digest, DurationNS: 1000}),
+		d(&events.ConnectionOpened{Transport: events.TransportHTTP, Cleanup: events.CleanupVerified, OneShot: true}),
+	)
+	const closing = 11
+	for i := 0; len(out) < activationEvents-closing; i++ {
+		if i%6 == 0 && len(out)+4 <= activationEvents-closing {
+			ref := fmt.Sprintf("h-%d", i)
+			out = append(out,
+				d(&events.HTTPRegistered{Ref: ref, Scope: "request", Method: events.HTTPPost, Origin: "https://mcp.example.com"}),
+				d(&events.HTTPCompleted{Ref: ref, Status: 200, Outcome: events.HTTPOK, BodyBytes: 512}),
+				d(&events.HTTPBarrier{Ref: ref, Outcome: events.HTTPBarrierOK}),
+				d(&events.HTTPWorkerDown{Ref: ref, Worker: "w-" + ref, Reason: "normal"}))
+			continue
+		}
+		call := fmt.Sprintf("c-%d", i)
+		out = append(out, d(&events.CallAdmitted{CallID: call, Tool: "search_issues", Digest: digest}))
+		if len(out) < activationEvents-closing {
+			out = append(out, d(&events.CallFinished{CallID: call, Tool: "search_issues", Outcome: events.CallOK, DurationNS: 1000,
+				ArgsBytes: 10, ArgsSHA256: digest, ResultBytes: 100, ResultSHA256: digest}))
+		}
+	}
+	now := events.At(time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC))
+	return append(out,
+		d(&events.ConnectionPhase{Phase: events.PhaseClosing, BudgetNS: 5e9}),
+		d(&events.GuardianSignal{TargetPID: pid, Signal: events.SignalTERM, At: now, Alive: true}),
+		d(&events.GuardianReaped{TargetPID: pid, ExitCode: -1, Signal: string(events.SignalTERM), At: now}),
+		d(&events.GuardianReceipt{HelperVersion: "leaseledger-guardian/1", TargetPID: pid, Reaped: true, ExitCode: -1,
+			Signal: string(events.SignalTERM), StdinClosedAt: now, StdoutClosedAt: now, StderrClosedAt: now,
+			EOFGraceNS: 1e9, TermSentAt: now, HelperExitCode: 0}),
+		d(&events.ConnectionBarrier{Obligation: events.ObligationTransport, Outcome: events.BarrierOK, ElapsedNS: 10}),
+		d(&events.ConnectionBarrier{Obligation: events.ObligationWorkers, Outcome: events.BarrierOK, ElapsedNS: 10}),
+		d(&events.ConnectionBarrier{Obligation: events.ObligationSupervisor, Outcome: events.BarrierOK, ElapsedNS: 10}),
+		d(&events.ConnectionBarrier{Obligation: events.ObligationHTTPRequests, Outcome: events.BarrierOK, ElapsedNS: 10}),
+		d(&events.ConnectionPhase{Phase: events.PhaseClosed}),
+		d(&events.ConnectionClosed{ElapsedNS: 100}),
+		d(&events.LeaseTerminated{Reason: "session_ended"}),
+	)
+}
+
+// writerStreams splits n events among writers: writer w drives its own
+// activations (w, w+writers, …) through their lifecycles, so that every
+// activation's events reach the projection in order.
+func writerStreams(n, writers int) [][]events.Draft {
+	streams := make([][]events.Draft, writers)
+	for w := range writers {
+		share := n / writers
+		if w < n%writers {
+			share++
+		}
+		for k := 0; len(streams[w]) < share; k++ {
+			ai := k*writers + w
+			lc := gatewayLifecycle(fmt.Sprintf("act-%06d", ai), fmt.Sprintf("s-%d", ai%97), 1000+2*ai)
+			streams[w] = append(streams[w], lc[:min(len(lc), share-len(streams[w]))]...)
+		}
+	}
+	return streams
+}
+
+// RunServe executes the serve-path benchmark (see the top of serve.go).
+// cfg.SnapshotEvery must be positive.
+func RunServe(ctx context.Context, cfg Config) (ServeResult, error) {
+	if cfg.Concurrency <= 0 || cfg.Batch <= 0 || cfg.Events <= 0 || cfg.Rounds <= 0 || cfg.Dir == "" || cfg.SnapshotEvery <= 0 {
+		return ServeResult{}, errors.New("ledgerbench: Dir, Concurrency, Batch, Events, Rounds and SnapshotEvery must be set")
+	}
+	if cfg.Batch > ledger.MaxAppendEvents {
+		return ServeResult{}, fmt.Errorf("ledgerbench: batch %d over MaxAppendEvents=%d", cfg.Batch, ledger.MaxAppendEvents)
+	}
+	res := ServeResult{Config: cfg}
+	streams := writerStreams(cfg.Events, cfg.Concurrency)
+	// The raw side writes the bytes the ledger stores for the same drafts,
+	// sealed up front so that sealing is not charged to it.
+	same := make([][]kv, 0, cfg.Events)
+	var prev events.Hash
+	total := 0
+	for _, s := range streams {
+		for _, d := range s {
+			p, err := events.Prepare(d)
+			if err != nil {
+				return res, err
+			}
+			env, raw := events.Seal(p, events.Seq(len(same)+1), [16]byte{}, time.Now(), prev)
+			prev = env.Hash
+			total += len(raw)
+			var w []kv
+			for j, k := range keys.For(&env) {
+				v := []byte(nil)
+				if j == 0 {
+					v = raw
+				}
+				w = append(w, kv{k, v})
+			}
+			same = append(same, w)
+		}
+	}
+	res.EventBytes = total / max(1, len(same))
+	head := kv{[]byte(keys.Head), keys.EncodeHead(0, events.Hash{})}
+
+	var serveLat, snapLat, rawLat []time.Duration
+	for round := range cfg.Rounds {
+		sides := []func() error{
+			func() error {
+				s, lat, err := runServe(ctx, filepath.Join(cfg.Dir, fmt.Sprintf("serve-%d", round)), cfg, streams, -1)
+				res.Serve.add(s)
+				serveLat = append(serveLat, lat...)
+				return err
+			},
+			func() error {
+				s, lat, err := runServe(ctx, filepath.Join(cfg.Dir, fmt.Sprintf("serve-snap-%d", round)), cfg, streams, cfg.SnapshotEvery)
+				res.Snapshots.add(s)
+				snapLat = append(snapLat, lat...)
+				return err
+			},
+			func() error {
+				s, lat, err := runRawTimed(ctx, filepath.Join(cfg.Dir, fmt.Sprintf("raw-same-%d", round)), cfg, same, &head)
+				res.Raw.add(s)
+				rawLat = append(rawLat, lat...)
+				return err
+			},
+		}
+		for i := range sides {
+			if err := sides[(i+round)%len(sides)](); err != nil {
+				return res, err
+			}
+		}
+	}
+	res.Serve.Latency, res.Snapshots.Latency, res.RawLat = latency(serveLat), latency(snapLat), latency(rawLat)
+	return res, nil
+}
+
+func (s *ServeSide) add(o ServeSide) {
+	s.Side.add(o.Side)
+	s.Delivered += o.Delivered
+	s.Snapshots += o.Snapshots
+}
+
+// latency sorts ds (in place) and reads its percentiles.
+func latency(ds []time.Duration) Latency {
+	if len(ds) == 0 {
+		return Latency{}
+	}
+	slices.Sort(ds)
+	at := func(q float64) time.Duration { return ds[min(len(ds)-1, int(q*float64(len(ds))))] }
+	return Latency{P50: at(0.50), P99: at(0.99), Max: ds[len(ds)-1]}
+}
+
+// timedWork is work recording each call's latency.
+func timedWork(ctx context.Context, cfg Config, fn func(first, n int) error) (Side, []time.Duration, error) {
+	var mu sync.Mutex
+	lat := make([]time.Duration, 0, cfg.Events/cfg.Batch+1)
+	side, err := work(ctx, cfg, func(first, n int) error {
+		start := time.Now()
+		err := fn(first, n)
+		d := time.Since(start)
+		mu.Lock()
+		lat = append(lat, d)
+		mu.Unlock()
+		return err
+	})
+	return side, lat, err
+}
+
+func runRawTimed(ctx context.Context, dir string, cfg Config, writes [][]kv, head *kv) (Side, []time.Duration, error) {
+	var lat []time.Duration
+	side, err := runRawWith(ctx, dir, cfg, writes, head, func(fn func(first, n int) error) (Side, error) {
+		s, l, err := timedWork(ctx, cfg, fn)
+		lat = l
+		return s, err
+	})
+	return side, lat, err
+}
+
+// runServe runs one serve-path side: snapshotEvery < 0 turns periodic
+// snapshots off.
+func runServe(ctx context.Context, dir string, cfg Config, streams [][]events.Draft, snapshotEvery int) (ServeSide, []time.Duration, error) {
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	proj, err := live.Open(ctx, live.Options{Ledger: ledger.Options{Dir: dir, Logger: quiet}, SnapshotEvery: snapshotEvery, Logger: quiet})
+	if err != nil {
+		return ServeSide{}, nil, err
+	}
+	defer os.RemoveAll(dir)
+	defer proj.Close()
+	l := proj.Ledger()
+	b, err := bus.Start(l, bus.Options{Port: bus.RandomPort, Logger: quiet})
+	if err != nil {
+		return ServeSide{}, nil, err
+	}
+	defer b.Close()
+	nc, err := nats.Connect(b.ClientURL())
+	if err != nil {
+		return ServeSide{}, nil, fmt.Errorf("ledgerbench: subscriber: %w", err)
+	}
+	defer nc.Close()
+	var delivered atomic.Int64
+	all := make(chan struct{})
+	sub, err := nc.Subscribe(busclient.EventSubjects(), func(*nats.Msg) {
+		if delivered.Add(1) == int64(cfg.Events) {
+			close(all)
+		}
+	})
+	if err != nil {
+		return ServeSide{}, nil, fmt.Errorf("ledgerbench: subscribe: %w", err)
+	}
+	// Every message pending in the client is a message already received:
+	// the subscriber is not the part measured, so it may queue freely.
+	_ = sub.SetPendingLimits(-1, -1)
+	if err := nc.Flush(); err != nil {
+		return ServeSide{}, nil, fmt.Errorf("ledgerbench: subscribe: %w", err)
+	}
+
+	// Each writer walks its own stream, Batch events per call.
+	var wg sync.WaitGroup
+	lats := make([][]time.Duration, len(streams))
+	errs := make(chan error, len(streams))
+	start := time.Now()
+	for w, s := range streams {
+		wg.Go(func() {
+			for i := 0; i < len(s) && ctx.Err() == nil; i += cfg.Batch {
+				t := time.Now()
+				if _, err := l.Append(ctx, s[i:min(i+cfg.Batch, len(s))]...); err != nil {
+					errs <- err
+					return
+				}
+				lats[w] = append(lats[w], time.Since(t))
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	close(errs)
+	if err := <-errs; err != nil {
+		return ServeSide{}, nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return ServeSide{}, nil, err
+	}
+	if err := proj.Err(); err != nil {
+		return ServeSide{}, nil, fmt.Errorf("ledgerbench: projection: %w", err)
+	}
+	select {
+	case <-all:
+	case <-time.After(subscriberWait):
+	case <-ctx.Done():
+		return ServeSide{}, nil, ctx.Err()
+	}
+	side := ServeSide{Side: Side{Events: cfg.Events, Elapsed: elapsed, Commits: int(l.Stats().Commits)}, Delivered: int(delivered.Load())}
+	if seq, _, err := l.LoadSnapshot(live.DefaultSnapshotName); err == nil && seq > 0 && snapshotEvery > 0 {
+		side.Snapshots = 1
+	}
+	var lat []time.Duration
+	for _, x := range lats {
+		lat = append(lat, x...)
+	}
+	return side, lat, nil
+}
