@@ -20,8 +20,8 @@ package ledger
 //     ErrUnacknowledged means "in doubt".
 //   - Memory is bounded: beyond the QueueLen calls waiting in the queue
 //     there are only one call in the committer's hand, one open batch of at
-//     most MaxBatchEvents events, inflightBatches applied batches awaiting
-//     their fsync, one batch being acknowledged and ObserverQueueLen
+//     most MaxBatchEvents events, inflightBatches closed batches being
+//     applied or awaiting their fsync, one batch being acknowledged and ObserverQueueLen
 //     batches per Watch observer; a full queue blocks the appender until
 //     its context ends.
 //   - Close drains: everything enqueued before Close is committed.
@@ -31,17 +31,30 @@ package ledger
 //   - The Merkle node index is written in the batch of the events whose
 //     nodes it holds, with m/tree (tree.go).
 //
-// The commit pipeline is classic group commit with the sealing overlapped:
-// exactly one batch is in flight (applied to Pebble with a Sync commit,
-// its fsync awaited by the syncer) while the committer seals every request
-// that arrives meanwhile into the next open batch (seqs, ULIDs, times, chain
-// hashes, index entries). When the fsync completes, the syncer hands the
-// token back and the committer applies the whole open batch at once: one
-// Pebble commit, one fsync for everything queued during the previous one.
+// The commit pipeline is classic group commit in three overlapped stages,
+// each on its own goroutine:
+//
+//	committer: seals every request that arrives into the open batch (seqs,
+//	           ULIDs, times, chain hashes, index entries, Merkle nodes);
+//	applier:   applies a closed batch to Pebble with a Sync commit (WAL
+//	           write and memtable insertion: about as costly as sealing);
+//	syncer:    awaits its fsync, publishes the head, acknowledges.
+//
+// Exactly one batch is past the committer (being applied, or applied with
+// its fsync awaited): it holds the token. When the fsync completes, the
+// syncer hands the token back and the committer closes the whole open batch
+// and hands it to the applier: one Pebble commit, one fsync for everything
+// queued during the previous one. The committer never waits for Pebble's
+// memtable insertion: it goes on sealing the next batch meanwhile, so that
+// with large batches sealing and insertion proceed side by side instead of
+// one after the other. The applier changes nothing of a batch's content:
+// the stored bytes are those the sealing wrote, whichever goroutine applies
+// them (TestPipelinedApplyTwin compares both against each other).
 
 import (
 	"context"
 	crand "crypto/rand"
+	"encoding/binary"
 	"fmt"
 	"time"
 
@@ -80,6 +93,31 @@ type pending struct {
 	events    int
 	head      Head
 	appliedAt time.Time
+	applied   bool   // applied by the committer itself (hookInlineApply)
+	keyBuf    []byte // scratch for the keys setEvent builds
+}
+
+// setEvent writes the sealed event env (raw under e/<seq>) and its index
+// entries to b: the keys of keys.For, built in buf and returned for reuse
+// (Set copies them), so that sealing allocates no key
+// (TestSetEventKeysTwin holds it equal to keys.For).
+func setEvent(b *pebble.Batch, buf []byte, env *events.Envelope, raw []byte) []byte {
+	seq := uint64(env.Seq)
+	buf = binary.BigEndian.AppendUint64(append(buf[:0], keys.PrefixEvent...), seq)
+	_ = b.Set(buf, raw, nil)
+	index := func(prefix, id string) {
+		buf = append(append(append(buf[:0], prefix...), id...), '/')
+		buf = binary.BigEndian.AppendUint64(buf, seq)
+		_ = b.Set(buf, nil, nil)
+	}
+	if env.Activation != "" {
+		index(keys.PrefixActivation, env.Activation)
+	}
+	if env.Session != "" {
+		index(keys.PrefixSession, env.Session)
+	}
+	index(keys.PrefixKind, string(env.Kind))
+	return buf
 }
 
 // Append validates drafts, appends them as consecutive events and returns
@@ -177,6 +215,7 @@ func (l *Ledger) failed() error {
 func (l *Ledger) fail(err error) error { return l.setFailed(err) } // ledger/storage.go
 
 // committer owns the chain state (tail, lastT, entropy) and the open batch.
+// Closing l.inflight when it returns stops the applier, then the syncer.
 func (l *Ledger) committer(syncerDone <-chan struct{}) {
 	defer close(l.done)
 	defer func() { <-syncerDone }()
@@ -284,13 +323,7 @@ func (l *Ledger) add(open *pending, r *appendReq) *pending {
 		l.treeAppend(open.batch, raw) // its Merkle nodes, in its batch (tree.go)
 		r.acks[i] = Ack{Seq: Seq(env.Seq), ID: env.ID, Hash: env.Hash}
 		open.records = append(open.records, Record{Env: env, Raw: raw})
-		for j, k := range keys.For(&env) {
-			if j == 0 {
-				_ = open.batch.Set(k, raw, nil) // e/<seq>
-			} else {
-				_ = open.batch.Set(k, nil, nil) // index entries
-			}
-		}
+		open.keyBuf = setEvent(open.batch, open.keyBuf, &env, raw)
 	}
 	if r.key != "" {
 		l.recordIdem(open.batch, r, t.UnixNano())
@@ -299,14 +332,40 @@ func (l *Ledger) add(open *pending, r *appendReq) *pending {
 	return open
 }
 
-// flush applies the open batch with a Sync commit and hands it to the
-// syncer, which returns the token once its fsync is done. The caller holds
-// the token.
+// flush closes the open batch: it writes the head and tree size, and hands
+// the batch to the applier, which returns the token once its fsync is done
+// (through the syncer). The caller holds the token. With the hook
+// hookInlineApply set, the committer applies the batch itself instead (the
+// sequential reference of the twin test).
 func (l *Ledger) flush(p *pending) {
+	_ = p.batch.Set([]byte(keys.Head), keys.EncodeHead(p.head.Seq, p.head.Hash), nil)
+	_ = p.batch.Set([]byte(keys.TreeSize), keys.EncodeTreeSize(p.head.Seq), nil)
+	if h := l.opts.hooks; h != nil && h[hookInlineApply] != nil {
+		h.call(hookInlineApply)
+		if p.applied = l.applyBatch(p); !p.applied {
+			return
+		}
+	}
+	l.inflight <- p // never waits: the applier is idle while the token is here
+}
+
+// applier applies the batches the committer closes (l.inflight), in order,
+// and hands each to the syncer (applied). It closes applied once the
+// committer has closed l.inflight and everything in it is handed on.
+func (l *Ledger) applier(applied chan<- *pending) {
+	defer close(applied)
+	for p := range l.inflight {
+		if p.applied || l.applyBatch(p) {
+			applied <- p
+		}
+	}
+}
+
+// applyBatch applies p with a Sync commit and reports whether it did; on
+// failure it fails p's appenders and returns the token itself.
+func (l *Ledger) applyBatch(p *pending) bool {
 	err := l.failed() // an earlier batch failed: applying this one would leave a gap
 	if err == nil {
-		_ = p.batch.Set([]byte(keys.Head), keys.EncodeHead(p.head.Seq, p.head.Hash), nil)
-		_ = p.batch.Set([]byte(keys.TreeSize), keys.EncodeTreeSize(p.head.Seq), nil)
 		p.appliedAt = time.Now()
 		if aerr := l.db.ApplyNoSyncWait(p.batch, pebble.Sync); aerr != nil {
 			err = l.fail(fmt.Errorf("commit: %w", aerr))
@@ -319,9 +378,9 @@ func (l *Ledger) flush(p *pending) {
 			close(r.done)
 		}
 		l.token <- struct{}{} // nothing in flight
-		return
+		return false
 	}
-	l.inflight <- p
+	return true
 }
 
 // seal assigns the next seq, a ULID and time t (checked by add) to p and
@@ -340,11 +399,14 @@ func (l *Ledger) seal(p events.Prepared, t time.Time) (events.Envelope, []byte) 
 	return env, raw
 }
 
-// syncer waits for the in-flight batch's fsync, publishes the new durable
-// head, returns the token, and acknowledges the batch's appenders.
+// syncer starts the applier, waits for each applied batch's fsync,
+// publishes the new durable head, returns the token, and acknowledges the
+// batch's appenders.
 func (l *Ledger) syncer(done chan<- struct{}) {
 	defer close(done)
-	for p := range l.inflight {
+	applied := make(chan *pending, inflightBatches)
+	go l.applier(applied)
+	for p := range applied {
 		err := p.batch.SyncWait()
 		p.batch.Close()
 		if err == nil {
@@ -393,6 +455,10 @@ const (
 	// hookCloseWaitsReaders: Close has stopped the committer and is about
 	// to wait for reads in progress.
 	hookCloseWaitsReaders
+	// hookInlineApply: when set, the committer applies each batch itself,
+	// without the applier (the sequential pipeline, the reference of the
+	// twin test), calling it before each apply.
+	hookInlineApply
 	numHooks
 )
 
