@@ -4,8 +4,8 @@ package ledgerbench
 // not only the bare log. A side of this benchmark opens the ledger through
 // projector/live (the projection as the BeforeAck observer, periodic
 // snapshots), starts the embedded NATS bus (ledger/bus, publishing every
-// committed event) with one real subscriber connected over TCP counting
-// what it receives, and appends a gateway's traffic: each writer drives its
+// committed event) with one real subscriber connected over TCP following
+// every event (busclient's Tail, as clients do), and appends a gateway's traffic: each writer drives its
 // own activations through their lifecycle (lease, guardian, connection,
 // HTTP requests, call.admitted/call.finished pairs, barriers, close).
 //
@@ -55,9 +55,39 @@ const (
 const activationEvents = 64
 
 // subscriberWait bounds how long a serve side waits, after its last ack,
-// for the subscriber to receive every event; past it the side reports what
-// arrived (Delivered) rather than hang.
-const subscriberWait = 30 * time.Second
+// for the subscriber to receive every event, and subscriberStall how long
+// it waits without the subscriber receiving anything (events the bus
+// dropped never arrive); past either the side reports what arrived
+// (Delivered) rather than hang.
+const (
+	subscriberWait  = 30 * time.Second
+	subscriberStall = 2 * time.Second
+)
+
+// awaitDelivery waits until all is closed, or delivered stops growing for
+// subscriberStall, or subscriberWait passes.
+func awaitDelivery(ctx context.Context, all <-chan struct{}, delivered *atomic.Int64) error {
+	deadline := time.After(subscriberWait)
+	tick := time.NewTicker(subscriberStall / 10)
+	defer tick.Stop()
+	last, since := delivered.Load(), time.Now()
+	for {
+		select {
+		case <-all:
+			return nil
+		case <-deadline:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+			if n := delivered.Load(); n != last {
+				last, since = n, time.Now()
+			} else if time.Since(since) >= subscriberStall {
+				return nil
+			}
+		}
+	}
+}
 
 // Latency is a side's acknowledgement latency distribution.
 type Latency struct {
@@ -68,8 +98,9 @@ type Latency struct {
 type ServeSide struct {
 	Side
 	Latency Latency
-	// Delivered is how many events the bus subscriber received (equal to
-	// Events unless publication fell behind and dropped batches).
+	// Delivered is how many events the bus subscriber (busclient Tail:
+	// live publication, holes filled by replay) received within
+	// subscriberWait of the last ack.
 	Delivered int
 	// Snapshots is how many rounds found a periodic snapshot stored
 	// before the side closed (0 for the side without snapshots).
@@ -327,22 +358,25 @@ func runServe(ctx context.Context, dir string, cfg Config, streams [][]events.Dr
 		return ServeSide{}, nil, fmt.Errorf("ledgerbench: subscriber: %w", err)
 	}
 	defer nc.Close()
+	// The subscriber follows like a real client: busclient's Tail, which
+	// fills by replay whatever publication dropped (a slow consumer cut
+	// off, a lagging bus queue), so that Delivered reaches Events.
 	var delivered atomic.Int64
 	all := make(chan struct{})
-	sub, err := nc.Subscribe(busclient.EventSubjects(), func(*nats.Msg) {
-		if delivered.Add(1) == int64(cfg.Events) {
-			close(all)
-		}
-	})
-	if err != nil {
-		return ServeSide{}, nil, fmt.Errorf("ledgerbench: subscribe: %w", err)
-	}
-	// Every message pending in the client is a message already received:
-	// the subscriber is not the part measured, so it may queue freely.
-	_ = sub.SetPendingLimits(-1, -1)
-	if err := nc.Flush(); err != nil {
-		return ServeSide{}, nil, fmt.Errorf("ledgerbench: subscribe: %w", err)
-	}
+	tailCtx, stopTail := context.WithCancel(ctx)
+	tailDone := make(chan error, 1)
+	go func() {
+		tailDone <- busclient.NewClient(nc).Tail(tailCtx, 1, busclient.TailFilter{}, func(events.Seq, []byte) error {
+			if delivered.Add(1) == int64(cfg.Events) {
+				close(all)
+			}
+			return nil
+		})
+	}()
+	defer func() {
+		stopTail()
+		<-tailDone
+	}()
 
 	// Each writer walks its own stream, Batch events per call.
 	var wg sync.WaitGroup
@@ -373,11 +407,8 @@ func runServe(ctx context.Context, dir string, cfg Config, streams [][]events.Dr
 	if err := proj.Err(); err != nil {
 		return ServeSide{}, nil, fmt.Errorf("ledgerbench: projection: %w", err)
 	}
-	select {
-	case <-all:
-	case <-time.After(subscriberWait):
-	case <-ctx.Done():
-		return ServeSide{}, nil, ctx.Err()
+	if err := awaitDelivery(ctx, all, &delivered); err != nil {
+		return ServeSide{}, nil, err
 	}
 	side := ServeSide{Side: Side{Events: cfg.Events, Elapsed: elapsed, Commits: int(l.Stats().Commits)}, Delivered: int(delivered.Load())}
 	if seq, _, err := l.LoadSnapshot(live.DefaultSnapshotName); err == nil && seq > 0 && snapshotEvery > 0 {
