@@ -225,7 +225,7 @@ type Ledger struct {
 	readers sync.WaitGroup
 
 	queue    chan *appendReq
-	inflight chan *pending // the batch applied whose fsync the syncer awaits
+	inflight chan *pending // the closed batch, to the applier (commit.go)
 	token    chan struct{} // held by whoever may apply the next batch
 	stop     chan struct{}
 	done     chan struct{}
