@@ -8,6 +8,12 @@
 // child subreaper so orphaned descendants become visible, and ends every
 // session with a Receipt of observed facts.
 //
+// Guarantees of the stdin relay: the target reads the host's stdin bytes in
+// order, whether a frame was written straight from the host reader (the
+// fast path) or through the bounded queue; once a write into the target's
+// stdin fails, every later byte is dropped and counted, so the dropped
+// bytes are a suffix of the stream (relay_linux_test.go).
+//
 // Files: helper_linux.go starts the session and the target; relay_linux.go
 // relays stdio (host frames to the target's stdin, its stdout and stderr to
 // host frames); serve_linux.go waits for a cleanup trigger and ranks

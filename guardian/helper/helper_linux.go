@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -89,7 +90,22 @@ type helper struct {
 	stdinClosed              chan time.Time
 	// stdinDropped counts bytes the host relayed for the target's stdin
 	// that were never written into it (see Receipt.StdinDroppedBytes).
-	stdinDropped           atomic.Int64
+	stdinDropped atomic.Int64
+	// stdinMu is held by whoever writes into stdinW (writeStdin, or
+	// readHost's writeDirect, which only tries it) and by writeStdin while
+	// it closes stdinW; it guards stdinBroken.
+	stdinMu sync.Mutex
+	// stdinBroken: a write into stdinW failed; every later byte is dropped.
+	stdinBroken bool
+	// stdinQueued counts chunks readHost queued whose write writeStdin has
+	// not finished: writeDirect may bypass the queue only at zero.
+	stdinQueued atomic.Int64
+	// stdinDirect and stdinViaQueue count host stdin frames written by
+	// writeDirect in full and those (or their rest) queued for writeStdin.
+	stdinDirect, stdinViaQueue atomic.Int64
+	// stdinRC is stdinW's raw descriptor, for writeDirect's non-blocking
+	// write.
+	stdinRC                syscall.RawConn
 	stdoutDone, stderrDone chan pipeResult
 
 	exited  chan exitInfo
@@ -236,6 +252,11 @@ func (h *helper) start() error {
 	h.rc.StartedAt = time.Now().UTC()
 	h.rc.PIDFD = proc.WithHandle(func(uintptr) {}) == nil
 	h.stdinW, h.stdoutR, h.stderrR = inW, outR, errR
+	if h.stdinRC, err = inW.SyscallConn(); err != nil {
+		// Not reached for an os.Pipe end; without it no byte could be
+		// written, so the target's stdin is treated as broken.
+		h.stdinBroken = true
+	}
 
 	h.exited = make(chan exitInfo, 1)
 	h.hostEv = make(chan hostEvent, 4)

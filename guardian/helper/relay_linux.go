@@ -32,7 +32,19 @@ func (h *helper) readHost(fr *wire.Reader) {
 		}
 		switch f.Type {
 		case wire.FrameStdin:
-			q.enqueue(wire.GetChunk(f.Payload))
+			// Fast path: straight into the target's stdin when nothing is
+			// queued before it and the pipe takes it without blocking;
+			// only what is left goes through the queue (and its hand-off
+			// to writeStdin's goroutine).
+			if rest := h.writeDirect(f.Payload); len(rest) == 0 {
+				h.stdinDirect.Add(1)
+			} else {
+				h.stdinViaQueue.Add(1)
+				h.stdinQueued.Add(1)
+				if !q.enqueue(wire.GetChunk(rest)) {
+					h.stdinQueued.Add(-1)
+				}
+			}
 		case wire.FrameControl:
 			if len(f.Payload) != 1 || (f.Payload[0] != wire.ControlClose && f.Payload[0] != wire.ControlKillDescendants) {
 				h.hostEv <- hostEvent{err: wire.ErrFrameMalformed, fault: "host frame stream: unknown control code"}
@@ -67,23 +79,25 @@ type stdinEnqueuer struct {
 	blocked func()
 }
 
-func (q *stdinEnqueuer) enqueue(b *[]byte) {
+// enqueue queues b for writeStdin, or drops it (and counts it); it reports
+// whether b was queued.
+func (q *stdinEnqueuer) enqueue(b *[]byte) bool {
 	h := q.h
 	select {
 	case <-h.cleanup:
 		h.dropStdin(b) // stdin is being closed; late bytes have nowhere to go
-		return
+		return false
 	default:
 	}
 	select {
 	case h.stdinQ <- b:
-		return
+		return true
 	default:
 	}
 	if q.hungUp || q.hostHungUp() {
 		q.hungUp = true
 		h.dropStdin(b)
-		return
+		return false
 	}
 	if q.ticker == nil {
 		q.ticker = time.NewTicker(hangupPoll)
@@ -97,15 +111,15 @@ func (q *stdinEnqueuer) enqueue(b *[]byte) {
 	for {
 		select {
 		case h.stdinQ <- b:
-			return
+			return true
 		case <-h.cleanup:
 			h.dropStdin(b)
-			return
+			return false
 		case <-q.ticker.C:
 			if q.hostHungUp() {
 				q.hungUp = true
 				h.dropStdin(b)
-				return
+				return false
 			}
 		}
 	}
@@ -135,30 +149,82 @@ func (h *helper) dropStdin(b *[]byte) {
 	wire.PutChunk(b)
 }
 
-// writeStdin owns the target's stdin write end, and closes it.
-func (h *helper) writeStdin() {
-	broken := false
-	write := func(b *[]byte) {
-		defer wire.PutChunk(b)
-		if broken {
-			h.stdinDropped.Add(int64(len(*b)))
-			return
-		}
-		if n, err := h.stdinW.Write(*b); err != nil {
-			broken = true // EPIPE (target closed stdin), deadline, or closed
-			h.stdinDropped.Add(int64(len(*b) - n))
-		}
+// writeDirect writes p into the target's stdin from readHost's goroutine,
+// without blocking, when that keeps the stream's order: nothing queued or
+// being written by writeStdin (stdinMu free and stdinQueued zero) and
+// cleanup not started. It returns the suffix of p still to be queued: all
+// of p when the fast path does not apply, nil when p was taken (written,
+// or dropped and counted because the pipe broke earlier or now, as
+// writeStdin does: once a write fails every later byte is dropped, so the
+// dropped bytes are always a suffix of the stream).
+func (h *helper) writeDirect(p []byte) []byte {
+	if !h.stdinMu.TryLock() {
+		return p // writeStdin is writing (maybe blocked): queue behind it
 	}
+	defer h.stdinMu.Unlock()
+	if h.stdinQueued.Load() != 0 {
+		return p
+	}
+	select {
+	case <-h.cleanup:
+		return p // the queue's path drops it and counts it
+	default:
+	}
+	if h.stdinBroken {
+		h.stdinDropped.Add(int64(len(p)))
+		return nil
+	}
+	n, err := h.stdinWriteNow(p)
+	if err != nil {
+		h.stdinBroken = true // EPIPE (target closed stdin) or closed
+		h.stdinDropped.Add(int64(len(p) - n))
+		return nil
+	}
+	return p[n:]
+}
+
+// stdinWriteNow is one write(2) of p into the target's stdin that never
+// waits: a full pipe writes what fits (possibly nothing) and returns no
+// error; the caller queues the rest.
+func (h *helper) stdinWriteNow(p []byte) (int, error) {
+	var n int
+	var werr error
+	err := h.stdinRC.Write(func(fd uintptr) bool {
+		for {
+			n, werr = unix.Write(int(fd), p)
+			if werr != unix.EINTR {
+				return true // done either way: never park on the poller
+			}
+		}
+	})
+	if n < 0 {
+		n = 0
+	}
+	if err != nil {
+		return n, err
+	}
+	if werr == unix.EAGAIN {
+		return n, nil
+	}
+	return n, werr
+}
+
+// writeStdin owns closing the target's stdin write end; it writes the
+// chunks readHost queued (those writeDirect could not write), in order.
+func (h *helper) writeStdin() {
 	for {
 		select {
 		case b := <-h.stdinQ:
-			write(b)
+			h.stdinMu.Lock()
+			h.writeChunk(b)
+			h.stdinMu.Unlock()
 		case <-h.cleanup:
 			// Flush what the host relayed before its close, within a bound.
+			h.stdinMu.Lock()
 			for {
 				select {
 				case b := <-h.stdinQ:
-					write(b)
+					h.writeChunk(b)
 					continue
 				default:
 				}
@@ -168,9 +234,25 @@ func (h *helper) writeStdin() {
 			// reaped before a stamp taken after Close returned.
 			at := time.Now().UTC()
 			_ = h.stdinW.Close()
+			h.stdinMu.Unlock()
 			h.stdinClosed <- at
 			return
 		}
+	}
+}
+
+// writeChunk writes one queued chunk (blocking: the target's backpressure),
+// or drops and counts it once the pipe broke; stdinMu held.
+func (h *helper) writeChunk(b *[]byte) {
+	defer wire.PutChunk(b)
+	defer h.stdinQueued.Add(-1)
+	if h.stdinBroken {
+		h.stdinDropped.Add(int64(len(*b)))
+		return
+	}
+	if n, err := h.stdinW.Write(*b); err != nil {
+		h.stdinBroken = true // EPIPE (target closed stdin), deadline, or closed
+		h.stdinDropped.Add(int64(len(*b) - n))
 	}
 }
 
