@@ -10,8 +10,18 @@ import (
 	"github.com/leaseledger/leaseledger/ledger/internal/keys"
 )
 
-// MaxSnapshotBytes bounds one stored projection snapshot.
-const MaxSnapshotBytes = 256 << 20
+// Bounds of stored snapshots.
+const (
+	// MaxSnapshotBytes bounds one stored projection snapshot (the whole
+	// snapshot for SaveSnapshot, its header for SaveSnapshotParts).
+	MaxSnapshotBytes = 256 << 20
+	// MaxSnapshotPartBytes bounds one part stored beside a snapshot header
+	// (one retired activation of the projector).
+	MaxSnapshotPartBytes = 16 << 20
+	// MaxSnapshotBatchBytes bounds everything one SaveSnapshotParts writes
+	// (header and parts), below Pebble's 4 GiB batch limit.
+	MaxSnapshotBatchBytes = 1 << 30
+)
 
 // Snapshot errors.
 var (
@@ -83,4 +93,115 @@ func (l *Ledger) LoadSnapshot(name string) (Seq, []byte, error) {
 		return 0, nil, &Error{Op: "load snapshot", Seq: covers, Err: fmt.Errorf("%w: snapshot %s covers an event beyond the head %d", ErrCorrupt, name, l.Head().Seq)}
 	}
 	return covers, append([]byte(nil), v[8:]...), nil
+}
+
+// SnapshotPart is one value stored beside a snapshot header, under
+// p/<name>/<key> (key: an identifier, see events.ValidID). A nil Value
+// deletes the part.
+type SnapshotPart struct {
+	Key   string
+	Value []byte
+}
+
+// SaveSnapshotParts stores, in one synced Pebble batch, a snapshot header
+// (as SaveSnapshot does, read back by LoadSnapshot) and parts beside it
+// (read back by LoadSnapshotPart). Parts not named keep their stored value,
+// so a snapshot writes only what changed since the previous one; with reset
+// every stored part of name is deleted first (a snapshot that does not
+// continue the stored one). A crash leaves either the previous snapshot
+// with all its parts or this one: never a mix. Every value is bounded
+// (MaxSnapshotBytes for the header, MaxSnapshotPartBytes per part,
+// MaxSnapshotBatchBytes in all); exceeding one stores nothing and returns
+// an error wrapping ErrSnapshotTooLarge.
+func (l *Ledger) SaveSnapshotParts(name string, covers Seq, header []byte, parts []SnapshotPart, reset bool) error {
+	const op = "save snapshot"
+	if !events.ValidID(name) {
+		return &Error{Op: op, Err: &events.FieldError{Field: "name", Reason: "want " + events.IDRule}}
+	}
+	if len(header) > MaxSnapshotBytes {
+		return &Error{Op: op, Err: fmt.Errorf("%w: header of %d bytes, limit MaxSnapshotBytes=%d", ErrSnapshotTooLarge, len(header), MaxSnapshotBytes)}
+	}
+	total := len(header)
+	for _, p := range parts {
+		if !events.ValidID(p.Key) {
+			return &Error{Op: op, Err: &events.FieldError{Field: "part key", Reason: "want " + events.IDRule}}
+		}
+		if len(p.Value) > MaxSnapshotPartBytes {
+			return &Error{Op: op, Err: fmt.Errorf("%w: part %s of %d bytes, limit MaxSnapshotPartBytes=%d", ErrSnapshotTooLarge, p.Key, len(p.Value), MaxSnapshotPartBytes)}
+		}
+		if total += len(p.Value) + len(p.Key); total > MaxSnapshotBatchBytes {
+			return &Error{Op: op, Err: fmt.Errorf("%w: more than MaxSnapshotBatchBytes=%d in one snapshot", ErrSnapshotTooLarge, MaxSnapshotBatchBytes)}
+		}
+	}
+	end, err := l.beginRead(op)
+	if err != nil {
+		return err
+	}
+	defer end()
+	if err := l.failed(); err != nil {
+		return &Error{Op: op, Err: err}
+	}
+	if head := l.Head().Seq; covers > head {
+		return &Error{Op: op, Seq: covers, Err: fmt.Errorf("%w (head %d)", ErrBeyondHead, head)}
+	}
+	b := l.db.NewBatch()
+	defer b.Close()
+	prefix := partPrefix(name)
+	if reset {
+		// '/'+1 ends the prefix: identifiers contain no '/'.
+		if err := b.DeleteRange(prefix, append(prefix[:len(prefix)-1:len(prefix)-1], '/'+1), nil); err != nil {
+			return &Error{Op: op, Err: err}
+		}
+	}
+	for _, p := range parts {
+		k := append(prefix[:len(prefix):len(prefix)], p.Key...)
+		if p.Value == nil {
+			err = b.Delete(k, nil)
+		} else {
+			err = b.Set(k, p.Value, nil)
+		}
+		if err != nil {
+			return &Error{Op: op, Err: err}
+		}
+	}
+	v := binary.BigEndian.AppendUint64(make([]byte, 0, 8+len(header)), uint64(covers))
+	if err := b.Set([]byte(keys.PrefixSnapshot+name), append(v, header...), nil); err != nil {
+		return &Error{Op: op, Err: err}
+	}
+	if err := b.Commit(pebble.Sync); err != nil {
+		return &Error{Op: op, Err: err}
+	}
+	if err := l.failed(); err != nil {
+		return &Error{Op: op, Err: err}
+	}
+	return nil
+}
+
+// LoadSnapshotPart returns the part key stored beside snapshot name, false
+// when there is none. The parts belong to the snapshot LoadSnapshot
+// returns (they are written in its batch).
+func (l *Ledger) LoadSnapshotPart(name, key string) ([]byte, bool, error) {
+	const op = "load snapshot"
+	if !events.ValidID(name) || !events.ValidID(key) {
+		return nil, false, &Error{Op: op, Err: &events.FieldError{Field: "name", Reason: "want " + events.IDRule}}
+	}
+	end, err := l.beginRead(op)
+	if err != nil {
+		return nil, false, err
+	}
+	defer end()
+	v, closer, err := l.db.Get(append(partPrefix(name), key...))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, l.readErr(op, 0, 0, err)
+	}
+	defer closer.Close()
+	return append([]byte(nil), v...), true, nil
+}
+
+// partPrefix is p/<name>/, the prefix of the parts of snapshot name.
+func partPrefix(name string) []byte {
+	return []byte(keys.PrefixSnapshot + name + "/")
 }

@@ -59,8 +59,12 @@ func (s *State) Apply(env *events.Envelope) error {
 	if err != nil {
 		return fmt.Errorf("%w: seq %d: %w", ErrDecode, env.Seq, err)
 	}
-	s.apply(&event{seq: uint64(env.Seq), time: env.Time, kind: env.Kind, activation: env.Activation,
-		session: env.Session, server: env.Server, payload: p})
+	e := event{seq: uint64(env.Seq), time: env.Time, kind: env.Kind, activation: env.Activation,
+		session: env.Session, server: env.Server, payload: p}
+	if err := s.resolve(&e); err != nil {
+		return err
+	}
+	s.apply(&e)
 	return nil
 }
 
@@ -87,6 +91,9 @@ func (s *State) ApplyRaw(raw []byte) error {
 		session: h.Session, server: h.Server, payload: p}
 	if s.lastAct != nil && s.lastAct.ID == h.Activation {
 		e.act = s.lastAct
+	}
+	if err := s.resolve(&e); err != nil {
+		return err
 	}
 	s.apply(&e)
 	return nil
@@ -125,6 +132,7 @@ func (s *State) apply(e *event) {
 			a.Server = e.server
 		}
 		a.LastSeq = e.seq
+		a.changedSeq = e.seq
 		a.Events++
 		switch e.payload.(type) {
 		case *events.LeaseAcquiring, *events.LeaseAcquireFailed:
@@ -225,7 +233,7 @@ func (s *State) apply(e *event) {
 	case *events.SessionOpened:
 		s.sessionOpened(e, p)
 	case *events.SessionEnded:
-		s.sessionEnded(e.session)
+		s.sessionEnded(e.session, e.seq)
 
 	// request handles
 	case *events.RequestRegistered:
@@ -362,6 +370,7 @@ func (s *State) leaseAcquiring(e *event, p *events.LeaseAcquiring) {
 	key := LeaseKey{Session: p.KeySession, Server: e.server}
 	if old, ok := s.leases[key]; ok {
 		delete(s.leaseOf, old.Activation)
+		s.touch(old.Activation, e.seq) // may retire it
 	}
 	if oldKey, ok := s.leaseOf[e.activation]; ok { // one activation, one lease lifetime
 		delete(s.leases, oldKey)
@@ -400,7 +409,7 @@ func (s *State) endLease(l *Lease, e *event, reason string) {
 // the lease table keeps terminated leases only until their session's end,
 // so it is bounded by live sessions times servers. Live leases and shared
 // leases stay.
-func (s *State) sessionEnded(session string) {
+func (s *State) sessionEnded(session string, seq uint64) {
 	if session == "" {
 		return
 	}
@@ -409,6 +418,7 @@ func (s *State) sessionEnded(session string) {
 		if k.Session == session && !l.Live() {
 			delete(s.leases, k)
 			delete(s.leaseOf, l.Activation)
+			s.touch(l.Activation, seq) // may retire it
 		}
 	}
 }

@@ -30,11 +30,18 @@ type ActivationReport struct {
 	Lease          *Lease              `json:"lease,omitempty"`
 }
 
-// Report builds the report of activation id.
+// Report builds the report of activation id, from memory or the archive
+// (an archive read failure reads as absent: LoadReport tells it).
 func (s *State) Report(id string) (ActivationReport, bool) {
-	a, ok := s.activations[id]
-	if !ok {
-		return ActivationReport{}, false
+	rep, ok, _ := s.LoadReport(id)
+	return rep, ok
+}
+
+// LoadReport is Report with the archive's error (wrapping ErrArchive).
+func (s *State) LoadReport(id string) (ActivationReport, bool, error) {
+	a, ok, err := s.find(id)
+	if err != nil || !ok {
+		return ActivationReport{}, false, err
 	}
 	ev := &a.Evidence
 	rep := ActivationReport{Version: ReportVersion, Activation: a.ID, Session: a.Session, Server: a.Server,
@@ -46,7 +53,7 @@ func (s *State) Report(id string) (ActivationReport, bool) {
 		l := *s.leases[key]
 		rep.Lease = &l
 	}
-	return rep, true
+	return rep, true, nil
 }
 
 // Verdict returns the verdict of activation id and every reason (at most
@@ -57,7 +64,10 @@ func (s *State) Report(id string) (ActivationReport, bool) {
 // anything started (a cap refusal, a missing command): that is
 // ResultNeverStarted, a fact with no cleanup obligation.
 func (s *State) Verdict(id string) (verdict string, reasons []string, omitted int) {
-	a, ok := s.activations[id]
+	a, ok, err := s.find(id)
+	if err != nil {
+		return ResultUnconfirmed, []string{"archive_unreadable: " + err.Error()}, 0
+	}
 	if !ok {
 		return ResultUnconfirmed, []string{"unknown_activation: no event names it"}, 0
 	}

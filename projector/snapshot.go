@@ -15,7 +15,7 @@ import (
 // trusting an older layout half-way.
 const (
 	SnapshotFormat  = "leaseledger-projector"
-	SnapshotVersion = 4 // 3: open sessions (session.opened); 4: calls lost per activation
+	SnapshotVersion = 5 // 3: open sessions (session.opened); 4: calls lost per activation; 5: retired activations stored apart (MarshalLive, MarshalActivation)
 )
 
 // Errors of Unmarshal.
@@ -87,16 +87,17 @@ type evidenceWire struct {
 // sorted, recent receipts oldest first, times in events.TimeLayout. Equal
 // states give equal bytes however they were reached (incrementally, by
 // full replay, or from a snapshot plus the tail).
-func Marshal(s *State) ([]byte, error) {
+func Marshal(s *State) ([]byte, error) { return marshal(s, nil) }
+
+// marshal serialises s with the activations keep accepts (all when nil).
+func marshal(s *State, keep func(*Activation) bool) ([]byte, error) {
 	w := snapshotWire{Format: SnapshotFormat, Version: SnapshotVersion, Seq: s.seq, Applied: s.applied,
 		Anomalies: s.anomalies, Activations: make(map[string]*activationWire, len(s.activations)),
 		Leases: make(map[string]*Lease, len(s.leases)), Owners: s.owners, Sessions: s.sessions}
 	for id, a := range s.activations {
-		ev := &a.Evidence
-		w.Activations[id] = &activationWire{Session: a.Session, Server: a.Server, FirstSeq: a.FirstSeq,
-			LastSeq: a.LastSeq, Events: a.Events, Connection: a.Connection, Refused: a.Refused, Started: a.Started, Reopened: a.Reopened, CallsLost: a.CallsLost,
-			Evidence: evidenceWire{Resources: ev.open, Recent: ev.Recent(), Aggregates: ev.aggregates,
-				Confirmed: ev.confirmed, Frozen: ev.frozen, FrozenSeq: ev.frozenSeq, Late: ev.late, Anomalies: ev.anomalies}}
+		if keep == nil || keep(a) {
+			w.Activations[id] = wireActivation(a)
+		}
 	}
 	for k, l := range s.leases {
 		w.Leases[k.String()] = l
@@ -106,6 +107,54 @@ func Marshal(s *State) ([]byte, error) {
 		return nil, fmt.Errorf("projector: marshal: %w", err)
 	}
 	return b, nil
+}
+
+func wireActivation(a *Activation) *activationWire {
+	ev := &a.Evidence
+	return &activationWire{Session: a.Session, Server: a.Server, FirstSeq: a.FirstSeq,
+		LastSeq: a.LastSeq, Events: a.Events, Connection: a.Connection, Refused: a.Refused, Started: a.Started, Reopened: a.Reopened, CallsLost: a.CallsLost,
+		Evidence: evidenceWire{Resources: ev.open, Recent: ev.Recent(), Aggregates: ev.aggregates,
+			Confirmed: ev.confirmed, Frozen: ev.frozen, FrozenSeq: ev.frozenSeq, Late: ev.late, Anomalies: ev.anomalies}}
+}
+
+// restoreActivation rebuilds activation id from its wire form, checking
+// its consistency (ErrSnapshotCorrupt).
+func restoreActivation(id string, aw *activationWire) (*Activation, error) {
+	corrupt := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrSnapshotCorrupt, fmt.Sprintf(format, args...))
+	}
+	if aw == nil || !events.ValidID(id) {
+		return nil, corrupt("activation entry")
+	}
+	a := &Activation{ID: id, Session: aw.Session, Server: aw.Server, FirstSeq: aw.FirstSeq,
+		LastSeq: aw.LastSeq, Events: aw.Events, Connection: aw.Connection, Refused: aw.Refused, Started: aw.Started, Reopened: aw.Reopened, CallsLost: aw.CallsLost}
+	if a.CallsLost < 0 {
+		return nil, corrupt("activation %s: calls lost", id)
+	}
+	if a.Connection.Phase.rank() == 0 && a.Connection.Phase != PhaseActive {
+		return nil, corrupt("activation %s: phase", id)
+	}
+	ew := &aw.Evidence
+	ev := &a.Evidence
+	if len(ew.Recent) > RecentReceipts {
+		return nil, corrupt("activation %s: %d recent receipts", id, len(ew.Recent))
+	}
+	total := uint64(len(ew.Recent))
+	for _, n := range ew.Aggregates {
+		total += n
+	}
+	if total != ew.Confirmed {
+		return nil, corrupt("activation %s: confirmed count %d, entries %d", id, ew.Confirmed, total)
+	}
+	for ref, r := range ew.Resources {
+		if r == nil || r.ID.Reference != ref || r.ID.Activation != id {
+			return nil, corrupt("activation %s: resource entry", id)
+		}
+	}
+	ev.open, ev.aggregates = ew.Resources, ew.Aggregates
+	ev.ringLen = copy(ev.ring[:], ew.Recent)
+	ev.confirmed, ev.frozen, ev.frozenSeq, ev.late, ev.anomalies = ew.Confirmed, ew.Frozen, ew.FrozenSeq, ew.Late, ew.Anomalies
+	return a, nil
 }
 
 // Unmarshal restores a State from Marshal's output. A snapshot of another
@@ -132,37 +181,14 @@ func Unmarshal(b []byte) (*State, error) {
 	s := New()
 	s.seq, s.applied, s.anomalies = w.Seq, w.Applied, w.Anomalies
 	for id, aw := range w.Activations {
-		if aw == nil || !events.ValidID(id) {
-			return nil, corrupt("activation entry")
+		a, err := restoreActivation(id, aw)
+		if err != nil {
+			return nil, err
 		}
-		a := &Activation{ID: id, Session: aw.Session, Server: aw.Server, FirstSeq: aw.FirstSeq,
-			LastSeq: aw.LastSeq, Events: aw.Events, Connection: aw.Connection, Refused: aw.Refused, Started: aw.Started, Reopened: aw.Reopened, CallsLost: aw.CallsLost}
-		if a.CallsLost < 0 {
-			return nil, corrupt("activation %s: calls lost", id)
-		}
-		if a.Connection.Phase.rank() == 0 && a.Connection.Phase != PhaseActive {
-			return nil, corrupt("activation %s: phase", id)
-		}
-		ew := &aw.Evidence
-		ev := &a.Evidence
-		if len(ew.Recent) > RecentReceipts {
-			return nil, corrupt("activation %s: %d recent receipts", id, len(ew.Recent))
-		}
-		total := uint64(len(ew.Recent))
-		for _, n := range ew.Aggregates {
-			total += n
-		}
-		if total != ew.Confirmed {
-			return nil, corrupt("activation %s: confirmed count %d, entries %d", id, ew.Confirmed, total)
-		}
-		for ref, r := range ew.Resources {
-			if r == nil || r.ID.Reference != ref || r.ID.Activation != id {
-				return nil, corrupt("activation %s: resource entry", id)
-			}
-		}
-		ev.open, ev.aggregates = ew.Resources, ew.Aggregates
-		ev.ringLen = copy(ev.ring[:], ew.Recent)
-		ev.confirmed, ev.frozen, ev.frozenSeq, ev.late, ev.anomalies = ew.Confirmed, ew.Frozen, ew.FrozenSeq, ew.Late, ew.Anomalies
+		// Not evicted before a snapshot covering the state's seq is stored
+		// (one written by a State without an archive may hold retired
+		// activations; see State.Evict).
+		a.changedSeq = w.Seq
 		s.activations[id] = a
 	}
 	for k, l := range w.Leases {

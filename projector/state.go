@@ -318,6 +318,11 @@ type Activation struct {
 	// unknown for good. Kept here, not on the lease, because the lease
 	// leaves the table at its session's end.
 	CallsLost int
+
+	// changedSeq is the seq of the last event for the activation, or of
+	// its retirement if later (never serialised): Evict keeps it in memory
+	// until a snapshot covering it is stored.
+	changedSeq uint64
 }
 
 // Anomalies counts events the projection could not attribute. They are
@@ -353,6 +358,10 @@ type State struct {
 	// usually shares.
 	dec     events.Decoder
 	lastAct *Activation
+
+	// archive holds the retired activations dropped by Evict; nil: none
+	// is ever dropped.
+	archive Archive
 }
 
 // New returns an empty State that has applied nothing.
@@ -380,13 +389,22 @@ func (s *State) Seq() uint64 { return s.seq }
 // Unmarshal, the number the snapshot covered plus those applied since).
 func (s *State) Applied() uint64 { return s.applied }
 
-// Activation returns the projection of activation id.
+// Activation returns the projection of activation id, from memory or the
+// archive (an archive read failure reads as absent: LoadActivation tells
+// it). An activation read from the archive is a copy: modifying it changes
+// nothing.
 func (s *State) Activation(id string) (*Activation, bool) {
-	a, ok := s.activations[id]
+	a, ok, _ := s.find(id)
 	return a, ok
 }
 
-// ActivationIDs returns every known activation, sorted.
+// LoadActivation is Activation with the archive's error (wrapping
+// ErrArchive).
+func (s *State) LoadActivation(id string) (*Activation, bool, error) { return s.find(id) }
+
+// ActivationIDs returns every activation held in memory, sorted: every
+// known activation for a State without an Archive; for one with an
+// Archive, the live activations and the retired ones not yet evicted.
 func (s *State) ActivationIDs() []string { return sortedKeys(s.activations) }
 
 // Lease returns the lease at key.
@@ -447,13 +465,21 @@ func (s *State) Request(handle string) (*Request, bool) {
 func (s *State) Anomalies() Anomalies { return s.anomalies }
 
 // CloseReport returns the retained close report of activation.
+// An archive read failure reads as absent (LoadCloseReport tells it).
 func (s *State) CloseReport(activation string) (CloseReport, bool) {
-	a, ok := s.activations[activation]
-	if !ok || a.Connection.Report == nil {
-		return CloseReport{}, false
+	r, ok, _ := s.LoadCloseReport(activation)
+	return r, ok
+}
+
+// LoadCloseReport is CloseReport with the archive's error (wrapping
+// ErrArchive).
+func (s *State) LoadCloseReport(activation string) (CloseReport, bool, error) {
+	a, ok, err := s.find(activation)
+	if err != nil || !ok || a.Connection.Report == nil {
+		return CloseReport{}, false, err
 	}
 	r := *a.Connection.Report
 	r.Reasons = append([]string(nil), r.Reasons...)
 	r.Obligations = append([]ObligationReport(nil), r.Obligations...)
-	return r, true
+	return r, true, nil
 }

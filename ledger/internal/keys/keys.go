@@ -13,6 +13,7 @@
 //	m/head                        → <seq:8 BE><hash:32> of the last committed event
 //	m/format                      → keyspace format version
 //	p/<projection>                → snapshot (owned by the projector's user)
+//	p/<projection>/<part>         → a part stored beside it in the same batch (a retired activation)
 //	i/<idempotency key>           → IdemRecord of the keyed append (see EncodeIdem)
 //	t/<level:1><index:8 BE>       → 32-byte RFC 6962 hash of Merkle node (level, index), level ≥ TreeStoredLevel
 //	m/tree                        → <size:8 BE>: how many leaves the stored t/ nodes cover

@@ -1,0 +1,197 @@
+package projector
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+)
+
+// Retirement: closed activations leave memory.
+//
+// An activation is retired (closed) when nothing live refers to it:
+//
+//   - it has a retained close report (its evidence is frozen), or it never
+//     started (an acquisition refused before anything ran: nothing is owed),
+//   - and no lease in the lease table names it (a lease stays in the table
+//     until its session ends or another acquisition replaces it at its key,
+//     and while it does the activation's verdict reads it).
+//
+// Request handles name an activation but the reducer never reads it through
+// them, so they do not keep it live. An activation that never closes (its
+// host died) stays live: its verdict still depends on events to come.
+//
+// A State with an [Archive] (see [State.SetArchive]) may drop retired
+// activations from memory with [State.Evict] once their serialisation
+// ([MarshalActivation]) is stored. A later event for a dropped activation
+// (late evidence, a repeated close, a reopen, an orphan call) loads it back
+// from the archive first, so the result is exactly that of a State that
+// kept it (TestArchiveEquivalence). A State without an archive never drops
+// anything.
+
+// Archive holds the activations a State dropped from memory. Load returns
+// the activation id as [UnmarshalActivation] restored it, false when the
+// archive does not hold it. A Load error fails the Apply that needed it
+// (wrapped in ErrArchive) and leaves the state unchanged.
+type Archive interface {
+	Load(id string) (*Activation, bool, error)
+}
+
+// ErrArchive marks a failure to read an activation from the state's Archive.
+var ErrArchive = errors.New("projector: archive read failed")
+
+// SetArchive makes ar the store of the activations s drops with Evict, and
+// the place it looks up an activation it does not hold in memory. It is set
+// once, before the first Apply after New or Unmarshal.
+func (s *State) SetArchive(ar Archive) { s.archive = ar }
+
+// retired reports whether a is retired: closed (or never started) and
+// named by no lease in the table. See the retirement rule above.
+func (s *State) retired(a *Activation) bool {
+	if a.Connection.Report == nil && (a.Refused == "" || a.Started) {
+		return false
+	}
+	_, leased := s.leaseOf[a.ID]
+	return !leased
+}
+
+// touch records that activation id changed (or became retired) at seq, so
+// that Evict keeps it in memory until a snapshot covering seq is stored.
+func (s *State) touch(id string, seq uint64) {
+	if a := s.activations[id]; a != nil {
+		a.changedSeq = seq
+	}
+}
+
+// Retired returns the retired activations s holds in memory, sorted by id:
+// exactly those that changed (or retired) since the last Evict, which a
+// snapshot stores with MarshalActivation. Unchanged retired activations
+// are never among them: Evict dropped them. The activations are the
+// state's own: encode them, do not keep or modify them.
+func (s *State) Retired() []*Activation {
+	var out []*Activation
+	for _, a := range s.activations {
+		if s.retired(a) {
+			out = append(out, a)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// Evict drops from memory every retired activation whose last change is at
+// or before upTo: the caller has stored a snapshot covering upTo that holds
+// each of them (MarshalActivation, readable through the Archive). It
+// returns the number dropped; a State without an Archive drops nothing.
+func (s *State) Evict(upTo uint64) int {
+	if s.archive == nil {
+		return 0
+	}
+	n := 0
+	for id, a := range s.activations {
+		if a.changedSeq <= upTo && s.retired(a) {
+			delete(s.activations, id)
+			if s.lastAct == a {
+				s.lastAct = nil
+			}
+			n++
+		}
+	}
+	return n
+}
+
+// InMemory returns the number of activations s holds in memory: every
+// activation without an Archive; the live ones plus the retired ones not
+// yet evicted with one.
+func (s *State) InMemory() int { return len(s.activations) }
+
+// find returns activation id from memory or, failing that, from the
+// archive, without bringing it into memory (readers hold a read lock).
+func (s *State) find(id string) (*Activation, bool, error) {
+	if a, ok := s.activations[id]; ok {
+		return a, true, nil
+	}
+	if s.archive == nil {
+		return nil, false, nil
+	}
+	a, ok, err := s.archive.Load(id)
+	if err != nil {
+		return nil, false, fmt.Errorf("%w: activation %s: %w", ErrArchive, id, err)
+	}
+	return a, ok, nil
+}
+
+// resolve finds the event's activation before anything is applied: in
+// memory, or brought back from the archive, so that a failing archive read
+// leaves the state as it was.
+func (s *State) resolve(e *event) error {
+	if e.act != nil || e.activation == "" || s.archive == nil {
+		return nil
+	}
+	if a := s.activations[e.activation]; a != nil {
+		e.act = a
+		return nil
+	}
+	a, ok, err := s.archive.Load(e.activation)
+	if err != nil {
+		return fmt.Errorf("%w: seq %d: activation %s: %w", ErrArchive, e.seq, e.activation, err)
+	}
+	if ok {
+		if a.ID != e.activation {
+			return fmt.Errorf("%w: seq %d: archive returned activation %q for %q", ErrArchive, e.seq, a.ID, e.activation)
+		}
+		s.activations[a.ID] = a
+		e.act = a
+	}
+	return nil
+}
+
+// activationRecord is the stored form of one retired activation.
+type activationRecord struct {
+	Format     string          `json:"format"`
+	Version    int             `json:"version"`
+	ID         string          `json:"activation_id"`
+	Activation *activationWire `json:"activation"`
+}
+
+// MarshalActivation serialises one activation deterministically, for an
+// Archive (the same encoding as inside Marshal, with its id and the
+// snapshot format and version).
+func MarshalActivation(a *Activation) ([]byte, error) {
+	b, err := json.Marshal(&activationRecord{Format: SnapshotFormat, Version: SnapshotVersion, ID: a.ID, Activation: wireActivation(a)})
+	if err != nil {
+		return nil, fmt.Errorf("projector: marshal activation %s: %w", a.ID, err)
+	}
+	return b, nil
+}
+
+// UnmarshalActivation restores an activation from MarshalActivation's
+// output: a *FormatError for another format or version, ErrSnapshotCorrupt
+// for inconsistent content.
+func UnmarshalActivation(b []byte) (*Activation, error) {
+	var h snapshotHeader
+	if err := json.Unmarshal(b, &h); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrSnapshotCorrupt, err)
+	}
+	if h.Format != SnapshotFormat || h.Version != SnapshotVersion {
+		return nil, &FormatError{Format: h.Format, Version: h.Version}
+	}
+	var r activationRecord
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&r); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrSnapshotCorrupt, err)
+	}
+	return restoreActivation(r.ID, r.Activation)
+}
+
+// MarshalLive serialises the live part of s: everything Marshal writes but
+// the retired activations, which a snapshot stores apart (Retired,
+// MarshalActivation) or already holds. Its size is bounded by live state
+// (open activations, leases, owners, sessions), not by history. Unmarshal
+// reads it; with SetArchive over the stored activations the result is the
+// state that wrote it.
+func MarshalLive(s *State) ([]byte, error) {
+	return marshal(s, func(a *Activation) bool { return !s.retired(a) })
+}
