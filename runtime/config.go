@@ -10,8 +10,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/textproto"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -145,8 +147,65 @@ func (c ServerConfig) Fingerprint(key []byte) string {
 	return hex.EncodeToString(mac.Sum(nil))
 }
 
-// fingerprint is cfg's fingerprint under the manager's key.
-func (m *Manager) fingerprint(cfg ServerConfig) string { return cfg.Fingerprint(m.fpKey) }
+// fingerprint is cfg's fingerprint under the manager's key. Every call
+// looks its entry up and fingerprints it (a changed entry must retire the
+// lease pinned to the old one), so the last fingerprint of each config
+// name is memoised with a private copy of its entry: equal entries have
+// equal canonical JSON, so a hit returns exactly what Fingerprint would
+// (TestFingerprintMemoEqualsFingerprint), without the encoding and HMAC.
+func (m *Manager) fingerprint(cfg ServerConfig) string { return m.fpMemo.get(cfg, m.fpKey) }
+
+// maxFingerprintMemo bounds the memoised fingerprints (one per config
+// name); when it is full the memo is emptied and refills on use.
+const maxFingerprintMemo = 1024
+
+// fingerprintMemo is the last fingerprint of each config name, with the
+// entry it was computed from.
+type fingerprintMemo struct {
+	mu     sync.Mutex
+	byName map[string]memoFP
+}
+
+type memoFP struct {
+	cfg ServerConfig // a deep copy: the source may reuse its maps and slices
+	fp  string
+}
+
+func (f *fingerprintMemo) get(cfg ServerConfig, key []byte) string {
+	f.mu.Lock()
+	if e, ok := f.byName[cfg.name]; ok && e.cfg.equal(cfg) {
+		f.mu.Unlock()
+		return e.fp
+	}
+	f.mu.Unlock()
+	fp := cfg.Fingerprint(key)
+	f.mu.Lock()
+	if f.byName == nil || len(f.byName) >= maxFingerprintMemo {
+		f.byName = make(map[string]memoFP)
+	}
+	f.byName[cfg.name] = memoFP{cfg: cfg.clone(), fp: fp}
+	f.mu.Unlock()
+	return fp
+}
+
+// clone is c with its own copies of every map and slice.
+func (c ServerConfig) clone() ServerConfig {
+	c.Args = slices.Clone(c.Args)
+	c.Env = maps.Clone(c.Env)
+	c.Headers = maps.Clone(c.Headers)
+	c.AllowRedirectOrigins = slices.Clone(c.AllowRedirectOrigins)
+	return c
+}
+
+// equal reports whether c and o are the same entry, field by field (nil
+// and empty alike, as canonical encodes them). TestServerConfigEqualCoversFields
+// fails when a field is added that equal and clone do not handle.
+func (c ServerConfig) equal(o ServerConfig) bool {
+	return c.name == o.name && c.Command == o.Command && c.Cwd == o.Cwd && c.Shared == o.Shared &&
+		c.OneShot == o.OneShot && c.URL == o.URL && c.Type == o.Type &&
+		slices.Equal(c.Args, o.Args) && maps.Equal(c.Env, o.Env) && maps.Equal(c.Headers, o.Headers) &&
+		slices.Equal(c.AllowRedirectOrigins, o.AllowRedirectOrigins)
+}
 
 func (c ServerConfig) canonical() []byte {
 	env := make([]string, 0, len(c.Env))

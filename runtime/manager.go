@@ -129,6 +129,8 @@ type Manager struct {
 	// fpKey keys the fingerprints of this manager (ServerConfig.Fingerprint):
 	// random, drawn in NewManager, never recorded.
 	fpKey []byte
+	// fpMemo memoises fingerprints under fpKey (see fingerprint).
+	fpMemo fingerprintMemo
 
 	mu       sync.Mutex // guards the maps and closed; never held across I/O
 	leases   map[leaseKey]*lease

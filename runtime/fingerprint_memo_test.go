@@ -1,0 +1,116 @@
+//go:build linux
+
+package runtime
+
+import (
+	"math/rand/v2"
+	"reflect"
+	"strconv"
+	"testing"
+)
+
+// The memoised fingerprint equals ServerConfig.Fingerprint for every entry,
+// including entries whose maps and slices the source changed in place
+// after an earlier lookup (the memo keeps its own copy), and across a
+// memo emptied at its bound.
+func TestFingerprintMemoEqualsFingerprint(t *testing.T) {
+	key := []byte("0123456789abcdef0123456789abcdef")
+	var memo fingerprintMemo
+	rng := rand.New(rand.NewPCG(7, 8))
+	pick := func(xs ...string) string { return xs[rng.IntN(len(xs))] }
+	// A few live entries the source mutates in place, as a config source
+	// that reuses its maps and slices would.
+	live := make([]ServerConfig, 5)
+	for i := range live {
+		live[i] = ServerConfig{Command: "node", Args: []string{"a"}, Env: map[string]string{"K": "v"},
+			Headers: map[string]string{}, AllowRedirectOrigins: []string{}, name: "s" + strconv.Itoa(i)}
+	}
+	for i := 0; i < 20000; i++ {
+		c := &live[rng.IntN(len(live))]
+		switch rng.IntN(12) {
+		case 0:
+			c.Command = pick("node", "python", "")
+		case 1:
+			if len(c.Args) > 0 {
+				c.Args[0] = pick("a", "b") // in place: same backing array
+			}
+		case 2:
+			c.Args = append(c.Args, pick("x", "y"))
+		case 3:
+			c.Env["K"] = pick("v", "w") // in place: same map
+		case 4:
+			delete(c.Env, "K")
+		case 5:
+			c.Cwd = pick("", "/tmp")
+		case 6:
+			c.Shared = !c.Shared
+		case 7:
+			c.OneShot = !c.OneShot
+		case 8:
+			c.URL = pick("", "https://example.test/mcp")
+			c.Headers["Authorization"] = pick("a", "b")
+		case 9:
+			if len(c.AllowRedirectOrigins) > 0 {
+				c.AllowRedirectOrigins[0] = pick("https://a.test", "https://b.test")
+			} else {
+				c.AllowRedirectOrigins = append(c.AllowRedirectOrigins, "https://a.test")
+			}
+		case 10:
+			c.Type = pick("", "stdio", "http")
+		case 11:
+			// Many names: the memo passes its bound and is emptied.
+			n := *c
+			n.name = "many-" + strconv.Itoa(rng.IntN(3*maxFingerprintMemo))
+			if got, want := memo.get(n, key), n.Fingerprint(key); got != want {
+				t.Fatalf("step %d: memo %s, Fingerprint %s", i, got, want)
+			}
+			continue
+		}
+		if got, want := memo.get(*c, key), c.Fingerprint(key); got != want {
+			t.Fatalf("step %d: memo %s, Fingerprint %s for %+v", i, got, want, *c)
+		}
+	}
+	if len(memo.byName) > maxFingerprintMemo {
+		t.Fatalf("memo holds %d entries, bound %d", len(memo.byName), maxFingerprintMemo)
+	}
+}
+
+// equal and clone handle every field of ServerConfig: changing any one
+// field makes the entries unequal, and a clone shares no map or slice. A
+// field of a new kind (a pointer, say) fails here until they handle it.
+func TestServerConfigEqualCoversFields(t *testing.T) {
+	base := ServerConfig{Command: "c", Args: []string{"a"}, Env: map[string]string{"K": "v"}, Cwd: "d",
+		URL: "u", Headers: map[string]string{"H": "v"}, AllowRedirectOrigins: []string{"o"}, Type: "t", name: "n"}
+	typ := reflect.TypeOf(base)
+	for i := range typ.NumField() {
+		f := typ.Field(i)
+		c := base.clone()
+		v := reflect.ValueOf(&c).Elem().Field(i)
+		v = reflect.NewAt(v.Type(), v.Addr().UnsafePointer()).Elem() // unexported fields too
+		switch f.Type.Kind() {
+		case reflect.String:
+			v.SetString(v.String() + "x")
+		case reflect.Bool:
+			v.SetBool(!v.Bool())
+		case reflect.Slice:
+			if f.Type.Elem().Kind() != reflect.String {
+				t.Fatalf("field %s: slice of %s not handled", f.Name, f.Type.Elem())
+			}
+			v.Index(0).SetString("changed") // in place: the clone's own array
+		case reflect.Map:
+			if f.Type.Key().Kind() != reflect.String || f.Type.Elem().Kind() != reflect.String {
+				t.Fatalf("field %s: %s not handled", f.Name, f.Type)
+			}
+			v.SetMapIndex(reflect.ValueOf("K2"), reflect.ValueOf("v2")) // in place: the clone's own map
+		default:
+			t.Fatalf("field %s of kind %s: equal and clone do not handle it", f.Name, f.Type.Kind())
+		}
+		if c.equal(base) {
+			t.Errorf("field %s: changed, still equal", f.Name)
+		}
+		if !base.equal(ServerConfig{Command: "c", Args: []string{"a"}, Env: map[string]string{"K": "v"}, Cwd: "d",
+			URL: "u", Headers: map[string]string{"H": "v"}, AllowRedirectOrigins: []string{"o"}, Type: "t", name: "n"}) {
+			t.Fatalf("field %s: changing the clone changed the original", f.Name)
+		}
+	}
+}
