@@ -1,8 +1,10 @@
-// Package ledgerbench owns the append benchmark shared by `leaseledger bench
-// append` and the Go benchmarks: durable ledger appends against raw Pebble
-// Sync commits from the same number of goroutines, measured in one run,
-// interleaved round by round, reported as ratios. Absolute rates on a shared
-// machine are noise; the ratios are the figures.
+// Package ledgerbench owns the append benchmarks shared by `leaseledger
+// bench append` and the Go benchmarks: durable ledger appends against raw
+// Pebble Sync commits from the same number of goroutines, measured in one
+// run, interleaved round by round, reported as ratios. Absolute rates on a
+// shared machine are noise; the ratios are the figures. Run measures the
+// bare log; RunServe (serve.go, `bench append --path serve`) the full path
+// `serve` runs: projection, bus, a subscriber, snapshots, ack latency.
 //
 // There are two raw baselines, both with the ledger's Pebble options:
 //
