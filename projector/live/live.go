@@ -10,6 +10,14 @@
 // its reports through Projection's accessors, which take a read lock on
 // the state the ledger's committer updates.
 //
+// Memory is bounded by live state, not history: a snapshot stores the live
+// part of the state (projector.MarshalLive) as its header and, in the same
+// synced batch, one part per retired activation that changed since the
+// previous snapshot (p/<name>/<activation>); once it is durable those
+// activations leave memory and are read back from their parts
+// (projector.Archive) when an event or a reader needs them. A retired
+// activation that did not change is never encoded again.
+//
 // This is the only package that imports both ledger and projector;
 // projector itself stays pure.
 package live
@@ -20,6 +28,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 
 	"github.com/leaseledger/leaseledger/ledger"
 	"github.com/leaseledger/leaseledger/projector"
@@ -62,6 +71,10 @@ type OpenStats struct {
 	SnapshotIgnored string
 	// Replayed is the number of tail events replayed from the log.
 	Replayed uint64
+	// Snapshots is the number of snapshots Open stored while replaying a
+	// long tail (every SnapshotEvery events), so that retired activations
+	// leave memory during the replay too.
+	Snapshots uint64
 }
 
 // Projection is an open ledger with its live projection.
@@ -78,11 +91,18 @@ type Projection struct {
 	err       error
 	sinceSnap uint64
 
-	snapMu sync.Mutex       // serialises snapshots; guards shadow
+	snapMu sync.Mutex       // serialises snapshots; guards shadow and reset
 	shadow *projector.State // the snapshotter's own state, see Snapshot
-	kick   chan struct{}
-	stop   chan struct{}
-	done   chan struct{}
+	// reset: the stored parts do not belong to the state (no usable
+	// snapshot was loaded); the next snapshot deletes them all, and until
+	// it is durable the archive reads nothing.
+	reset   bool
+	archive *archive
+	kick    chan struct{}
+	stop    chan struct{}
+	done    chan struct{}
+
+	encoded atomic.Uint64 // retired activations encoded by snapshots
 
 	closeOnce sync.Once
 	closeErr  error
@@ -119,13 +139,17 @@ func Open(ctx context.Context, opts Options) (*Projection, error) {
 		return nil, err
 	}
 	p.l = l
+	p.archive = &archive{l: l, name: p.name}
+	p.state.SetArchive(p.archive)
 	p.mu.Lock()
 	err = p.restore(ctx)
 	if err == nil {
 		// The snapshotter's own copy (see Snapshot), taken once here.
 		var data []byte
 		if data, err = projector.Marshal(p.state); err == nil {
-			p.shadow, err = projector.Unmarshal(data)
+			if p.shadow, err = projector.Unmarshal(data); err == nil {
+				p.shadow.SetArchive(p.archive)
+			}
 		}
 	}
 	p.mu.Unlock()
@@ -152,13 +176,21 @@ func (p *Projection) restore(ctx context.Context) error {
 		case st.Seq() != uint64(covers):
 			p.stats.SnapshotIgnored = fmt.Sprintf("snapshot state is at seq %d but claims to cover %d", st.Seq(), covers)
 		default:
+			st.SetArchive(p.archive)
 			p.state, p.stats.SnapshotSeq = st, uint64(covers)
 		}
 	}
 	if p.stats.SnapshotIgnored != "" {
 		p.logger.Warn("projector snapshot ignored; replaying the whole log", "snapshot", p.name, "reason", p.stats.SnapshotIgnored)
 	}
-	return p.l.Scan(ctx, ledger.Query{From: ledger.Seq(p.state.Seq() + 1)}, func(seq ledger.Seq, raw []byte) error {
+	if p.stats.SnapshotSeq == 0 {
+		// Parts of an ignored (or absent) header may remain: never read
+		// them, and delete them with the next snapshot.
+		p.reset = true
+		p.archive.off.Store(true)
+	}
+	var since uint64
+	err = p.l.Scan(ctx, ledger.Query{From: ledger.Seq(p.state.Seq() + 1)}, func(seq ledger.Seq, raw []byte) error {
 		if uint64(seq) != p.state.Seq()+1 {
 			return fmt.Errorf("%w: replay expected seq %d, got %d", ErrGap, p.state.Seq()+1, seq)
 		}
@@ -166,8 +198,70 @@ func (p *Projection) restore(ctx context.Context) error {
 			return fmt.Errorf("live: replay seq %d: %w", seq, err)
 		}
 		p.stats.Replayed++
+		if since++; p.every > 0 && since >= p.every {
+			// Nothing else runs yet: store the replayed state itself, so
+			// that a long tail (a whole log) does not hold every retired
+			// activation in memory.
+			since = 0
+			if err := p.store(p.state); err != nil {
+				p.logger.Warn("projector snapshot during replay failed", "err", err)
+			} else {
+				p.state.Evict(p.state.Seq())
+				p.stats.Snapshots++
+			}
+		}
 		return nil
 	})
+	return err
+}
+
+// store durably saves a snapshot of s (which must not change meanwhile):
+// its live part and its retired activations in memory, in one batch.
+// p.snapMu is held, or Open runs alone.
+func (p *Projection) store(s *projector.State) error {
+	header, err := projector.MarshalLive(s)
+	if err != nil {
+		return err
+	}
+	retired := s.Retired()
+	parts := make([]ledger.SnapshotPart, 0, len(retired))
+	for _, a := range retired {
+		b, err := projector.MarshalActivation(a)
+		if err != nil {
+			return err
+		}
+		parts = append(parts, ledger.SnapshotPart{Key: a.ID, Value: b})
+	}
+	if err := p.l.SaveSnapshotParts(p.name, ledger.Seq(s.Seq()), header, parts, p.reset); err != nil {
+		return err
+	}
+	p.encoded.Add(uint64(len(parts)))
+	p.reset = false
+	p.archive.off.Store(false)
+	return nil
+}
+
+// archive reads retired activations from the parts of the stored snapshot.
+type archive struct {
+	l    *ledger.Ledger
+	name string
+	off  atomic.Bool // the stored parts are not the state's (see Projection.reset)
+}
+
+// Load implements projector.Archive.
+func (a *archive) Load(id string) (*projector.Activation, bool, error) {
+	if a.off.Load() {
+		return nil, false, nil
+	}
+	b, ok, err := a.l.LoadSnapshotPart(a.name, id)
+	if err != nil || !ok {
+		return nil, false, err
+	}
+	act, err := projector.UnmarshalActivation(b)
+	if err != nil {
+		return nil, false, err
+	}
+	return act, true, nil
 }
 
 func (p *Projection) committed(batch []ledger.Record) {
@@ -214,7 +308,10 @@ func (p *Projection) snapshotter() {
 	}
 }
 
-// Snapshot stores a serialisation of the state with the seq it covers.
+// Snapshot stores a snapshot of the state with the seq it covers: the
+// live part as header and every retired activation changed since the
+// previous snapshot as a part, in one synced batch (see the package
+// documentation); then the retired activations it covers leave memory.
 //
 // It does not serialise the live state: that would hold the state's lock,
 // and with it every acknowledgement of the ledger, for the whole encoding.
@@ -222,8 +319,10 @@ func (p *Projection) snapshotter() {
 // up to the live seq by replaying the log (ApplyRaw over the stored bytes —
 // the replay path, which the projector's property tests hold byte-identical
 // to live application) and then serialises at leisure. The cost is a second
-// copy of the state in memory and a second application of each event, off
-// the commit path.
+// copy of the live part in memory (bounded by live state, as the live one)
+// and a second application of each event, off the commit path; the live
+// state's lock is taken only to read its seq and, after the batch is
+// durable, to evict what the snapshot covers.
 func (p *Projection) Snapshot() error {
 	p.snapMu.Lock()
 	defer p.snapMu.Unlock()
@@ -246,11 +345,18 @@ func (p *Projection) Snapshot() error {
 	if err != nil {
 		return fmt.Errorf("live: snapshot replay: %w", err)
 	}
-	data, err := projector.Marshal(p.shadow)
-	if err != nil {
+	if err := p.store(p.shadow); err != nil {
 		return err
 	}
-	return p.l.SaveSnapshot(p.name, ledger.Seq(p.shadow.Seq()), data)
+	covered := p.shadow.Seq()
+	p.shadow.Evict(covered)
+	// A retired activation whose last change is covered is now stored with
+	// exactly the live state's content (it had no event since, and became
+	// retired no later): the live state reads it back from there.
+	p.mu.Lock()
+	p.state.Evict(covered)
+	p.mu.Unlock()
+	return nil
 }
 
 // Ledger returns the open ledger. Append through it: every acknowledged
@@ -259,6 +365,31 @@ func (p *Projection) Ledger() *ledger.Ledger { return p.l }
 
 // Stats says how Open rebuilt the state.
 func (p *Projection) Stats() OpenStats { return p.stats }
+
+// MemoryStats says what the projection holds in memory.
+type MemoryStats struct {
+	// Activations in the live state's memory: live ones and retired ones
+	// not yet covered by a stored snapshot.
+	Activations int
+	// Shadow is the same count for the snapshotter's shadow state.
+	Shadow int
+	// Encoded counts the retired activations snapshots have encoded since
+	// Open (each once per change).
+	Encoded uint64
+}
+
+// Memory says what the projection holds in memory.
+func (p *Projection) Memory() MemoryStats {
+	p.snapMu.Lock()
+	shadow := 0
+	if p.shadow != nil {
+		shadow = p.shadow.InMemory()
+	}
+	p.snapMu.Unlock()
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return MemoryStats{Activations: p.state.InMemory(), Shadow: shadow, Encoded: p.encoded.Load()}
+}
 
 // Err returns the projection's failure, if any; after one, reads fail.
 func (p *Projection) Err() error {
@@ -279,21 +410,29 @@ func (p *Projection) View(fn func(*projector.State)) error {
 	return nil
 }
 
-// CloseReport returns the retained close report of activation.
+// CloseReport returns the retained close report of activation, read from
+// its stored part (not the log) when it is retired.
 func (p *Projection) CloseReport(activation string) (rep projector.CloseReport, ok bool, err error) {
-	err = p.View(func(s *projector.State) { rep, ok = s.CloseReport(activation) })
+	if verr := p.View(func(s *projector.State) { rep, ok, err = s.LoadCloseReport(activation) }); verr != nil {
+		return rep, false, verr
+	}
 	return rep, ok, err
 }
 
-// Report returns the cleanup report of activation.
+// Report returns the cleanup report of activation, read from its stored
+// part (not the log) when it is retired.
 func (p *Projection) Report(activation string) (rep projector.ActivationReport, ok bool, err error) {
-	err = p.View(func(s *projector.State) { rep, ok = s.Report(activation) })
+	if verr := p.View(func(s *projector.State) { rep, ok, err = s.LoadReport(activation) }); verr != nil {
+		return rep, false, verr
+	}
 	return rep, ok, err
 }
 
-// Marshal returns the deterministic serialisation of the current state.
+// Marshal returns the deterministic serialisation of the live part of the
+// current state (projector.MarshalLive): what a full replay's MarshalLive
+// gives at the same seq.
 func (p *Projection) Marshal() (data []byte, err error) {
-	if verr := p.View(func(s *projector.State) { data, err = projector.Marshal(s) }); verr != nil {
+	if verr := p.View(func(s *projector.State) { data, err = projector.MarshalLive(s) }); verr != nil {
 		return nil, verr
 	}
 	return data, err

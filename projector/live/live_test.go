@@ -3,6 +3,7 @@ package live_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"testing"
 
 	"github.com/leaseledger/leaseledger/events"
@@ -26,18 +27,48 @@ func appendAll(t testing.TB, l *ledger.Ledger, ds []events.Draft) {
 	}
 }
 
-// fullReplay rebuilds the state from the whole log of an open ledger.
+// fullReplay rebuilds the state from the whole log of an open ledger and
+// returns its live part (what Projection.Marshal returns).
 func fullReplay(t testing.TB, l *ledger.Ledger) []byte {
+	t.Helper()
+	b, err := projector.MarshalLive(replayState(t, l))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// replayState is the plain in-memory state of a full replay.
+func replayState(t testing.TB, l *ledger.Ledger) *projector.State {
 	t.Helper()
 	s := projector.New()
 	if err := l.Scan(context.Background(), ledger.Query{}, func(_ ledger.Seq, raw []byte) error { return s.ApplyRaw(raw) }); err != nil {
 		t.Fatal(err)
 	}
-	b, err := projector.Marshal(s)
-	if err != nil {
-		t.Fatal(err)
+	return s
+}
+
+// sameReports checks that every activation's report and close report read
+// through p (from memory or from its stored part) equals the full replay's.
+func sameReports(t testing.TB, p *live.Projection, want *projector.State) {
+	t.Helper()
+	for _, id := range want.ActivationIDs() {
+		wr, _ := want.Report(id)
+		gr, ok, err := p.Report(id)
+		if err != nil || !ok {
+			t.Fatalf("report %s: %v %v", id, ok, err)
+		}
+		wc, wok := want.CloseReport(id)
+		gc, gok, err := p.CloseReport(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, _ := json.Marshal([]any{wr, wok, wc})
+		b, _ := json.Marshal([]any{gr, gok, gc})
+		if !bytes.Equal(a, b) {
+			t.Fatalf("report %s differs from full replay:\n%s\n%s", id, b, a)
+		}
 	}
-	return b
 }
 
 func mustOpen(t *testing.T, dir string, every int) *live.Projection {
@@ -176,4 +207,74 @@ func TestSnapshotEqualsLiveState(t *testing.T) {
 			t.Fatalf("snapshot %d (covers %d, head %d) differs from the live state", i, covers, p.Ledger().Head().Seq)
 		}
 	}
+}
+
+// TestRetiredLeaveMemory: with periodic snapshots, closed activations
+// leave memory once a snapshot covers them (the live state and the shadow
+// hold live leases plus one interval's worth), every retired activation is
+// encoded once, reports read from the stored parts equal a full replay's,
+// and a restart loads the header and replays only the tail — also after a
+// whole-log replay (no usable snapshot), which snapshots as it goes.
+func TestRetiredLeaveMemory(t *testing.T) {
+	dir := t.TempDir()
+	const every = 2000
+	work := eventgen.Workload(60_000, 1500) // 40 events per activation, 97 sessions
+	p := mustOpen(t, dir, every)
+	peak := 0
+	for i := 0; i < len(work); i += 500 {
+		appendAll(t, p.Ledger(), work[i:min(i+500, len(work))])
+		if err := p.Snapshot(); err != nil {
+			t.Fatal(err)
+		}
+		m := p.Memory()
+		peak = max(peak, m.Activations, m.Shadow)
+	}
+	// 97 sessions keep one lease (and its activation) each; the rest are
+	// retired within a snapshot interval (500 events: 13 activations).
+	if bound := 97 + 2*(500/40+1); peak > bound {
+		t.Fatalf("peak %d activations in memory, bound %d", peak, bound)
+	}
+	want := replayState(t, p.Ledger())
+	sameReports(t, p, want)
+	if got, _ := p.Marshal(); !bytes.Equal(got, fullReplay(t, p.Ledger())) {
+		t.Fatal("live part differs from full replay")
+	}
+	if enc := p.Memory().Encoded; enc > uint64(want.InMemory()) {
+		t.Fatalf("%d encodings for %d activations: an unchanged retired activation was encoded again", enc, want.InMemory())
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	p = mustOpen(t, dir, every)
+	if st := p.Stats(); st.Replayed != 0 || st.SnapshotIgnored != "" {
+		t.Fatalf("reopen: %+v", st)
+	}
+	if m := p.Memory(); m.Activations > 97+1 {
+		t.Fatalf("reopen holds %d activations", m.Activations)
+	}
+	sameReports(t, p, want)
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// No usable header: a whole-log replay snapshots every SnapshotEvery
+	// events, deleting the stale parts first.
+	l, err := ledger.Open(ledger.Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.SaveSnapshot(live.DefaultSnapshotName, 1, []byte(`{"format":"leaseledger-projector","version":0,"seq":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	p = mustOpen(t, dir, every)
+	defer p.Close()
+	if st := p.Stats(); st.SnapshotIgnored == "" || st.Snapshots < uint64(len(work)/every)-1 {
+		t.Fatalf("full replay: %+v", st)
+	}
+	if m := p.Memory(); m.Activations > 97+every/40+1 {
+		t.Fatalf("after a full replay %d activations in memory", m.Activations)
+	}
+	sameReports(t, p, want)
 }
