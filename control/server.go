@@ -476,7 +476,7 @@ func jsonSizes[T any](list []T) ([]int, error) {
 	return out, nil
 }
 
-func (h *projection) audit(_ context.Context, _ string, r *AuditRequest) (*audit.Summary, error) {
+func (h *projection) audit(ctx context.Context, _ string, r *AuditRequest) (*audit.Summary, error) {
 	if r.Limit < 0 || r.Limit > MaxUnconfirmed {
 		return nil, badRequest(fmt.Sprintf("limit: want 0 to MaxUnconfirmed=%d", MaxUnconfirmed))
 	}
@@ -495,11 +495,15 @@ func (h *projection) audit(_ context.Context, _ string, r *AuditRequest) (*audit
 		}
 		defer h.computing.Unlock()
 		if out, ok = h.cached(); !ok {
-			summarize := h.summarize
-			if summarize == nil {
-				summarize = audit.Summarize
+			var err error
+			if summarize := h.summarize; summarize != nil {
+				err = h.p.View(func(st *projector.State) { out = summarize(st, MaxUnconfirmed) })
+			} else {
+				// The live activations and the retired ones stored as
+				// snapshot parts (those without the read lock).
+				out, err = h.p.Summarize(ctx, MaxUnconfirmed)
 			}
-			if err := h.p.View(func(st *projector.State) { out = summarize(st, MaxUnconfirmed) }); err != nil {
+			if err != nil {
 				return nil, unavailable
 			}
 			h.mu.Lock()

@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -204,4 +205,42 @@ func (l *Ledger) LoadSnapshotPart(name, key string) ([]byte, bool, error) {
 // partPrefix is p/<name>/, the prefix of the parts of snapshot name.
 func partPrefix(name string) []byte {
 	return []byte(keys.PrefixSnapshot + name + "/")
+}
+
+// ScanSnapshotParts calls fn with every part stored beside snapshot name,
+// in key order, from one consistent view of the store (a snapshot saved
+// meanwhile is seen entirely or not at all). value is valid only during
+// the call. An error from fn stops the scan and is returned.
+func (l *Ledger) ScanSnapshotParts(ctx context.Context, name string, fn func(key string, value []byte) error) error {
+	const op = "scan snapshot parts"
+	if !events.ValidID(name) {
+		return &Error{Op: op, Err: &events.FieldError{Field: "name", Reason: "want " + events.IDRule}}
+	}
+	end, err := l.beginRead(op)
+	if err != nil {
+		return err
+	}
+	defer end()
+	prefix := partPrefix(name)
+	it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: keys.UpperBound(prefix)})
+	if err != nil {
+		return l.readErr(op, 0, 0, err)
+	}
+	defer it.Close()
+	for ok := it.First(); ok; ok = it.Next() {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return l.readErr(op, 0, 0, err)
+		}
+		if err := fn(string(it.Key()[len(prefix):]), v); err != nil {
+			return err
+		}
+	}
+	if err := it.Error(); err != nil {
+		return l.readErr(op, 0, 0, err)
+	}
+	return nil
 }

@@ -350,3 +350,37 @@ func TestRetiredMemoryBounded(t *testing.T) {
 		t.Fatalf("only %d of %d activations stored", len(ar.parts), n)
 	}
 }
+
+type forgetful struct{}
+
+func (forgetful) Load(string) (*projector.Activation, bool, error) { return nil, false, nil }
+
+// TestLeaseTableIgnoresRetired: the lease table, open sessions and the
+// anomaly counters do not depend on retired activations — a replay that
+// forgets them (an Archive that holds nothing, Evict at random points),
+// as `leaseledger leases` runs, builds the same ones as the plain State.
+func TestLeaseTableIgnoresRetired(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		log := genLog(t)
+		plain, st := projector.New(), projector.New()
+		st.SetArchive(forgetful{})
+		for _, e := range log {
+			if err := plain.ApplyRaw(e.raw); err != nil {
+				t.Fatal(err)
+			}
+			if err := st.ApplyRaw(e.raw); err != nil {
+				t.Fatal(err)
+			}
+			if rapid.IntRange(0, 4).Draw(t, "evict") == 0 {
+				st.Evict(st.Seq())
+			}
+		}
+		view := func(s *projector.State) string {
+			b, _ := json.Marshal([]any{s.Seq(), s.Leases(), s.Sessions(), s.Anomalies()})
+			return string(b)
+		}
+		if got, want := view(st), view(plain); got != want {
+			t.Fatalf("lease table differs:\n%s\n%s", got, want)
+		}
+	})
+}

@@ -74,6 +74,13 @@ func (s *State) Verdict(id string) (verdict string, reasons []string, omitted in
 	return s.verdict(a)
 }
 
+// RetiredVerdict returns the verdict of a retired activation (one read
+// from an Archive or listed by Retired): State.Verdict's, which for an
+// activation that no lease names depends on the activation alone.
+func RetiredVerdict(a *Activation) (verdict string, reasons []string, omitted int) {
+	return (&State{}).verdict(a)
+}
+
 func (s *State) verdict(a *Activation) (string, []string, int) {
 	if a.Reopened {
 		return ResultUnconfirmed, []string{"reopened_after_close: the activation started again after its close report was retained; the report does not cover the later lifetime"}, 0

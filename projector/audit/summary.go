@@ -35,33 +35,60 @@ type Unconfirmed struct {
 
 // Summarize summarises every activation of s, listing at most limit
 // unconfirmed ones (zero: DefaultUnconfirmed; All: every one). It only
-// reads s.
+// reads s: for a State with an Archive, only the activations in memory
+// (live.Projection.Summarize adds the stored ones).
 func Summarize(s *projector.State, limit int) Summary {
+	z := NewSummarizer(s.Applied(), s.Anomalies(), limit)
+	for _, id := range s.ActivationIDs() {
+		v, reasons, omitted := s.Verdict(id)
+		_, closed := s.CloseReport(id)
+		z.Add(id, v, reasons, omitted, closed)
+	}
+	return z.Summary()
+}
+
+// Summarizer builds a Summary from activations added one by one in
+// activation order (the order Summary lists them in), so that a caller
+// that reads activations from more than one place (memory and stored
+// parts) need not hold them all.
+type Summarizer struct {
+	out   Summary
+	limit int
+}
+
+// NewSummarizer starts a Summary of a state that applied events events
+// with anomalies, listing at most limit unconfirmed activations (zero:
+// DefaultUnconfirmed; All: every one).
+func NewSummarizer(events uint64, anomalies projector.Anomalies, limit int) *Summarizer {
 	if limit == 0 {
 		limit = DefaultUnconfirmed
 	}
-	out := Summary{Events: s.Applied(),
+	return &Summarizer{limit: limit, out: Summary{Events: events,
 		Verdicts:    map[string]int{projector.ResultConfirmed: 0, projector.ResultUnconfirmed: 0, projector.ResultNeverStarted: 0},
-		Unconfirmed: []Unconfirmed{}, Anomalies: s.Anomalies()}
-	for _, id := range s.ActivationIDs() {
-		out.Activations++
-		v, reasons, omitted := s.Verdict(id)
-		out.Verdicts[v]++
-		if v != projector.ResultUnconfirmed { // confirmed, or never started: no cleanup owed
-			continue
-		}
-		_, closed := s.CloseReport(id)
-		if !closed {
-			out.NotClosed++
-		}
-		if limit > 0 && len(out.Unconfirmed) >= limit {
-			out.Omitted++
-			continue
-		}
-		if reasons == nil {
-			reasons = []string{}
-		}
-		out.Unconfirmed = append(out.Unconfirmed, Unconfirmed{Activation: id, Closed: closed, Reasons: reasons, ReasonsOmitted: omitted})
-	}
-	return out
+		Unconfirmed: []Unconfirmed{}, Anomalies: anomalies}}
 }
+
+// Add counts activation id with its verdict (State.Verdict) and whether a
+// close report is retained. Activations must come in increasing id order.
+func (z *Summarizer) Add(id, verdict string, reasons []string, omitted int, closed bool) {
+	out := &z.out
+	out.Activations++
+	out.Verdicts[verdict]++
+	if verdict != projector.ResultUnconfirmed { // confirmed, or never started: no cleanup owed
+		return
+	}
+	if !closed {
+		out.NotClosed++
+	}
+	if z.limit > 0 && len(out.Unconfirmed) >= z.limit {
+		out.Omitted++
+		return
+	}
+	if reasons == nil {
+		reasons = []string{}
+	}
+	out.Unconfirmed = append(out.Unconfirmed, Unconfirmed{Activation: id, Closed: closed, Reasons: reasons, ReasonsOmitted: omitted})
+}
+
+// Summary returns the summary of the activations added so far.
+func (z *Summarizer) Summary() Summary { return z.out }

@@ -32,6 +32,7 @@ import (
 
 	"github.com/leaseledger/leaseledger/ledger"
 	"github.com/leaseledger/leaseledger/projector"
+	"github.com/leaseledger/leaseledger/projector/audit"
 )
 
 // Defaults.
@@ -426,6 +427,67 @@ func (p *Projection) Report(activation string) (rep projector.ActivationReport, 
 		return rep, false, verr
 	}
 	return rep, ok, err
+}
+
+// Summarize summarises every activation, as audit.Summarize does for a
+// full replay: those in memory (read under the read lock, which appends
+// wait on, bounded by live state) and then the retired ones stored as
+// snapshot parts, read without the lock from one consistent view of the
+// store. An activation evicted between the two reads is in that view (it
+// leaves memory only once its part is durable); one in memory is not read
+// again from its part.
+func (p *Projection) Summarize(ctx context.Context, limit int) (audit.Summary, error) {
+	type entry struct {
+		id, verdict string
+		reasons     []string
+		omitted     int
+		closed      bool
+	}
+	var mem []entry
+	inMem := map[string]bool{}
+	var applied uint64
+	var anomalies projector.Anomalies
+	err := p.View(func(s *projector.State) {
+		applied, anomalies = s.Applied(), s.Anomalies()
+		for _, id := range s.ActivationIDs() {
+			e := entry{id: id}
+			e.verdict, e.reasons, e.omitted = s.Verdict(id)
+			_, e.closed = s.CloseReport(id)
+			mem = append(mem, e)
+			inMem[id] = true
+		}
+	})
+	if err != nil {
+		return audit.Summary{}, err
+	}
+	z := audit.NewSummarizer(applied, anomalies, limit)
+	flush := func(below string) { // memory entries before below (all: "")
+		for len(mem) > 0 && (below == "" || mem[0].id < below) {
+			e := mem[0]
+			z.Add(e.id, e.verdict, e.reasons, e.omitted, e.closed)
+			mem = mem[1:]
+		}
+	}
+	if !p.archive.off.Load() {
+		err = p.l.ScanSnapshotParts(ctx, p.name, func(id string, v []byte) error {
+			if inMem[id] {
+				return nil
+			}
+			a, err := projector.UnmarshalActivation(v)
+			if err != nil {
+				return fmt.Errorf("live: stored activation %s: %w", id, err)
+			}
+			flush(id)
+			verdict, reasons, omitted := projector.RetiredVerdict(a)
+			z.Add(id, verdict, reasons, omitted, a.Connection.Report != nil)
+			return nil
+		})
+		if err != nil {
+			return audit.Summary{}, err
+		}
+	}
+	flush("")
+	return z.Summary(), nil
 }
 
 // Marshal returns the deterministic serialisation of the live part of the

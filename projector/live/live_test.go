@@ -9,6 +9,7 @@ import (
 	"github.com/leaseledger/leaseledger/events"
 	"github.com/leaseledger/leaseledger/ledger"
 	"github.com/leaseledger/leaseledger/projector"
+	"github.com/leaseledger/leaseledger/projector/audit"
 	"github.com/leaseledger/leaseledger/projector/internal/eventgen"
 	"github.com/leaseledger/leaseledger/projector/live"
 	"go.uber.org/goleak"
@@ -236,6 +237,7 @@ func TestRetiredLeaveMemory(t *testing.T) {
 	}
 	want := replayState(t, p.Ledger())
 	sameReports(t, p, want)
+	sameSummary(t, p, want)
 	if got, _ := p.Marshal(); !bytes.Equal(got, fullReplay(t, p.Ledger())) {
 		t.Fatal("live part differs from full replay")
 	}
@@ -277,4 +279,23 @@ func TestRetiredLeaveMemory(t *testing.T) {
 		t.Fatalf("after a full replay %d activations in memory", m.Activations)
 	}
 	sameReports(t, p, want)
+	sameSummary(t, p, want)
+}
+
+// sameSummary: Projection.Summarize (memory, then the stored parts) equals
+// audit.Summarize of a full replay, with every unconfirmed listed and with
+// a short list.
+func sameSummary(t testing.TB, p *live.Projection, want *projector.State) {
+	t.Helper()
+	for _, limit := range []int{audit.All, 3} {
+		got, err := p.Summarize(context.Background(), limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, _ := json.Marshal(got)
+		b, _ := json.Marshal(audit.Summarize(want, limit))
+		if !bytes.Equal(a, b) {
+			t.Fatalf("summary (limit %d) differs from full replay:\n%s\n%s", limit, a, b)
+		}
+	}
 }
