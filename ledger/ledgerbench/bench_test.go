@@ -3,6 +3,7 @@ package ledgerbench
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/leaseledger/leaseledger/events"
 )
@@ -112,3 +113,22 @@ func BenchmarkServe64(b *testing.B) { benchmarkServe(b, 64, 1) }
 // BenchmarkServeBatch256 is BenchmarkServe64 with 256 events per call
 // (goal ≥ 0.6).
 func BenchmarkServeBatch256(b *testing.B) { benchmarkServe(b, 64, 256) }
+
+// TestLatencyPercentiles: p50 and p99 are read at their ranks of the sorted
+// durations, whatever their order, and an empty set reads zero.
+func TestLatencyPercentiles(t *testing.T) {
+	ds := make([]time.Duration, 0, 200)
+	for i := 200; i >= 1; i-- {
+		ds = append(ds, time.Duration(i)*time.Millisecond)
+	}
+	got := latency(ds)
+	if got.P50 != 101*time.Millisecond || got.P99 != 199*time.Millisecond || got.Max != 200*time.Millisecond {
+		t.Fatalf("%+v", got)
+	}
+	if (latency(nil) != Latency{}) {
+		t.Fatal("empty set")
+	}
+	if (ServeResult{}).P99Ratio() != 0 {
+		t.Fatal("P99Ratio without a measurement")
+	}
+}
