@@ -1,0 +1,137 @@
+//go:build linux
+
+package runtime
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// statLine builds a stat line with the given command, state, flags and
+// pending signals (other fields zero).
+func statLine(comm string, state byte, flags, sig uint64) []byte {
+	f := make([]string, 52-2)
+	for i := range f {
+		f[i] = "0"
+	}
+	f[0] = string(state)
+	f[statFlagsAt] = strconv.FormatUint(flags, 10)
+	f[statSignalAt] = strconv.FormatUint(sig, 10)
+	return []byte("42 (" + comm + ") " + strings.Join(f, " ") + "\n")
+}
+
+// The stat tier decides only what it can read for certain and leaves the
+// rest to status.
+func TestStatVerdict(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		b    []byte
+		want verdict
+	}{
+		{"sleeping", statLine("node", 'S', 0x400000, 0), verdictAlive},
+		{"sleeping, odd name", statLine("a) (S 1 2", 'S', 0, 0), verdictAlive},
+		{"sigkill pending", statLine("node", 'S', 0, sigkillBit), verdictDying},
+		{"other signal pending", statLine("node", 'S', 0, 1<<(15-1)), verdictAlive},
+		{"exiting", statLine("node", 'R', pfExiting, 0), verdictDying},
+		{"zombie", statLine("node", 'Z', 0, 0), verdictDying},
+		{"dead", statLine("node", 'X', 0, 0), verdictDying},
+		{"running", statLine("node", 'R', 0, 0), verdictUnsure},
+		{"disk sleep", statLine("node", 'D', 0, 0), verdictUnsure},
+		{"stopped", statLine("node", 'T', 0, 0), verdictUnsure},
+		{"truncated", []byte("42 (node) S 1 2 3"), verdictUnsure},
+		{"garbage", []byte("nonsense"), verdictUnsure},
+		{"empty", nil, verdictUnsure},
+	} {
+		if got := statVerdict(c.b); got != c.want {
+			t.Errorf("%s: verdict %d, want %d", c.name, got, c.want)
+		}
+	}
+}
+
+// Wherever the stat tier decides, it says what the status probe (the
+// reference) says: checked on every process of the machine, each stat
+// read bracketed by two status reads that agree (dying never ends, so the
+// stat read between them must agree too).
+func TestProcProbeTiersAgree(t *testing.T) {
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	decided := 0
+	for _, d := range dirs {
+		st1, err1 := os.ReadFile(d + "/status")
+		sb, err2 := os.ReadFile(d + "/stat")
+		st2, err3 := os.ReadFile(d + "/status")
+		if err1 != nil || err2 != nil || err3 != nil {
+			continue // gone meanwhile, or not ours to read
+		}
+		ref := statusSaysDying(st1)
+		if ref != statusSaysDying(st2) {
+			continue
+		}
+		switch statVerdict(sb) {
+		case verdictDying:
+			decided++
+			if !ref {
+				t.Errorf("%s: stat says dying, status alive\nstat: %s\nstatus: %s", d, sb, st1)
+			}
+		case verdictAlive:
+			decided++
+			if ref {
+				t.Errorf("%s: stat says alive, status dying\nstat: %s\nstatus: %s", d, sb, st1)
+			}
+		}
+	}
+	if decided == 0 {
+		t.Fatal("the stat tier decided for no process")
+	}
+}
+
+// A killed child is seen dying by the very next probe, from the moment
+// kill(2) returns (SIGKILL pending, exiting, zombie: never "alive"), for a
+// multi-threaded target (the go-sdk test server); an idle one is alive
+// and read through stat alone.
+func TestProcProbeSeesKillAtOnce(t *testing.T) {
+	const rounds = 30
+	for i := range rounds {
+		cmd := exec.Command(testserverBin.Out)
+		in, err := cmd.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		var p procProbe
+		// Idle: its main thread sleeps once it has started.
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			before := p.statusReads
+			if p.dying(cmd.Process.Pid) {
+				t.Fatalf("round %d: a live idle child probed dying", i)
+			}
+			if p.statusReads == before {
+				break // decided by stat alone
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: the idle child's stat never decided (%d status reads)", i, p.statusReads)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		if !p.dying(cmd.Process.Pid) {
+			t.Fatalf("round %d: probed alive right after SIGKILL", i)
+		}
+		_ = cmd.Wait()
+		if !p.dying(cmd.Process.Pid) {
+			t.Fatalf("round %d: probed alive after the reap", i)
+		}
+		p.close()
+		_ = in.Close()
+	}
+}
