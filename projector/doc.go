@@ -30,4 +30,11 @@
 // [Unmarshal] of a snapshot followed by the tail all give byte-identical
 // [Marshal] output. The package imports only events and the standard
 // library; package projector/live is the glue that connects it to a ledger.
+//
+// Memory is bounded by live state when the State has an [Archive]: retired
+// activations (closed or never started, named by no lease; see
+// [State.Evict]) leave memory once a snapshot holds them ([MarshalLive] for
+// the live part, [MarshalActivation] per retired activation) and are loaded
+// back for any later event, giving exactly the results of a State that kept
+// them.
 package projector
