@@ -101,6 +101,24 @@ func (s *State) Evict(upTo uint64) int {
 	return n
 }
 
+// Drop drops retired activation id from memory and reports whether it
+// did (false: not in memory, or not retired). The caller guarantees that
+// no later event names it, or that the Archive holds it; a State without
+// an Archive drops nothing. A reader that folds a whole log (`leaseledger
+// audit --all`) drops each retired activation once the log has no later
+// event for it: its verdict is final.
+func (s *State) Drop(id string) bool {
+	a := s.activations[id]
+	if s.archive == nil || a == nil || !s.retired(a) {
+		return false
+	}
+	delete(s.activations, id)
+	if s.lastAct == a {
+		s.lastAct = nil
+	}
+	return true
+}
+
 // InMemory returns the number of activations s holds in memory: every
 // activation without an Archive; the live ones plus the retired ones not
 // yet evicted with one.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -323,8 +324,22 @@ func orNone(s string) string {
 	return s
 }
 
+// auditSettleEvery is how many events audit --all replays between two
+// settlements of retired activations (see settleRetired).
+const auditSettleEvery = 4096
+
+// auditAll replays the whole log and summarises every activation. Memory
+// follows live state and the activations listed, not history: every
+// auditSettleEvery events, each retired activation (closed, no lease names
+// it) that the activation index shows no later event for has its final
+// verdict and is counted, then dropped (TestAuditAllStreamingTwin).
 func auditAll(cmd *cobra.Command, a *app, l *ledger.Ledger, asJSON bool, limit int) error {
+	if limit <= 0 {
+		limit = audit.All
+	}
 	s := projector.New()
+	s.SetArchive(forgetful{}) // only what has no later event is dropped
+	col := audit.NewCollector(limit)
 	head := uint64(l.Head().Seq)
 	pb := newProgress(a.stderr, "audit")
 	var done uint64
@@ -332,8 +347,9 @@ func auditAll(cmd *cobra.Command, a *app, l *ledger.Ledger, asJSON bool, limit i
 		if err := s.ApplyRaw(raw); err != nil {
 			return fmt.Errorf("seq %d: %w", seq, err)
 		}
-		if done++; done%4096 == 0 {
+		if done++; done%auditSettleEvery == 0 {
 			pb.update(done, head)
+			return settleRetired(cmd.Context(), l, s, col)
 		}
 		return nil
 	})
@@ -342,8 +358,38 @@ func auditAll(cmd *cobra.Command, a *app, l *ledger.Ledger, asJSON bool, limit i
 	}
 	pb.update(done, head)
 	pb.finish()
-	return printSummary(a, s, asJSON, limit)
+	for _, id := range s.ActivationIDs() {
+		v, reasons, omitted := s.Verdict(id)
+		_, closed := s.CloseReport(id)
+		col.Add(id, v, reasons, omitted, closed)
+	}
+	return printSummaryOut(a, col.Summary(s.Applied(), s.Anomalies()), asJSON)
 }
+
+// settleRetired counts and drops every retired activation of s that the
+// log names in no event after s.Seq(): no lease can name it again, so its
+// verdict is final.
+func settleRetired(ctx context.Context, l *ledger.Ledger, s *projector.State, col *audit.Collector) error {
+	for _, act := range s.Retired() {
+		later := false
+		err := l.Scan(ctx, ledger.Query{Activation: act.ID, From: ledger.Seq(s.Seq() + 1)}, func(ledger.Seq, []byte) error {
+			later = true
+			return errStopScan
+		})
+		if err != nil && !errors.Is(err, errStopScan) {
+			return err
+		}
+		if later {
+			continue
+		}
+		v, reasons, omitted := projector.RetiredVerdict(act)
+		col.Add(act.ID, v, reasons, omitted, act.Connection.Report != nil)
+		s.Drop(act.ID)
+	}
+	return nil
+}
+
+var errStopScan = errors.New("stop scan")
 
 // printSummary prints the summary of every activation of s (text or
 // JSON) and gives the exit status of its verdicts.
@@ -351,7 +397,12 @@ func printSummary(a *app, s *projector.State, asJSON bool, limit int) error {
 	if limit <= 0 {
 		limit = audit.All
 	}
-	out := audit.Summarize(s, limit)
+	return printSummaryOut(a, audit.Summarize(s, limit), asJSON)
+}
+
+// printSummaryOut prints a summary (text or JSON) and gives the exit
+// status of its verdicts.
+func printSummaryOut(a *app, out audit.Summary, asJSON bool) error {
 	if asJSON {
 		enc := json.NewEncoder(a.stdout)
 		enc.SetIndent("", "  ")

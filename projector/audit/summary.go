@@ -1,6 +1,12 @@
 package audit
 
-import "github.com/leaseledger/leaseledger/projector"
+import (
+	"container/heap"
+	"slices"
+	"strings"
+
+	"github.com/leaseledger/leaseledger/projector"
+)
 
 // DefaultUnconfirmed is the number of unconfirmed activations a Summary
 // lists when Summarize's limit is zero.
@@ -92,3 +98,69 @@ func (z *Summarizer) Add(id, verdict string, reasons []string, omitted int, clos
 
 // Summary returns the summary of the activations added so far.
 func (z *Summarizer) Summary() Summary { return z.out }
+
+// Collector builds a Summary from activations added in any order: it
+// counts every one and keeps only the limit unconfirmed ones with the
+// smallest ids (what Summarize lists), so that a reader that settles
+// activations as a replay goes needs memory for the listed ones only.
+// Its Summary equals Summarize's over the same activations.
+type Collector struct {
+	z    *Summarizer
+	kept unconfirmedHeap // max-heap by id when limited
+}
+
+// NewCollector starts a Collector listing at most limit unconfirmed
+// activations (zero: DefaultUnconfirmed; All: every one).
+func NewCollector(limit int) *Collector {
+	return &Collector{z: NewSummarizer(0, projector.Anomalies{}, limit)}
+}
+
+// Add counts activation id with its final verdict and whether a close
+// report is retained. Each activation is added once.
+func (c *Collector) Add(id, verdict string, reasons []string, omitted int, closed bool) {
+	out := &c.z.out
+	out.Activations++
+	out.Verdicts[verdict]++
+	if verdict != projector.ResultUnconfirmed {
+		return
+	}
+	if !closed {
+		out.NotClosed++
+	}
+	if reasons == nil {
+		reasons = []string{}
+	}
+	u := Unconfirmed{Activation: id, Closed: closed, Reasons: reasons, ReasonsOmitted: omitted}
+	if c.z.limit < 0 || len(c.kept) < c.z.limit {
+		heap.Push(&c.kept, u)
+		return
+	}
+	out.Omitted++
+	if c.z.limit > 0 && id < c.kept[0].Activation {
+		c.kept[0] = u
+		heap.Fix(&c.kept, 0)
+	}
+}
+
+// Summary returns the summary of a state that applied events events with
+// anomalies, over the activations added.
+func (c *Collector) Summary(events uint64, anomalies projector.Anomalies) Summary {
+	out := c.z.out
+	out.Events, out.Anomalies = events, anomalies
+	out.Unconfirmed = append([]Unconfirmed{}, c.kept...)
+	slices.SortFunc(out.Unconfirmed, func(a, b Unconfirmed) int { return strings.Compare(a.Activation, b.Activation) })
+	return out
+}
+
+type unconfirmedHeap []Unconfirmed
+
+func (h unconfirmedHeap) Len() int           { return len(h) }
+func (h unconfirmedHeap) Less(i, j int) bool { return h[i].Activation > h[j].Activation }
+func (h unconfirmedHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *unconfirmedHeap) Push(x any)        { *h = append(*h, x.(Unconfirmed)) }
+func (h *unconfirmedHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
