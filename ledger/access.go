@@ -34,8 +34,9 @@ func accessLedger(x any) (store.Access, error) {
 // accessDir opens dir's database the way a read-only Open does (ErrNoLedger,
 // ErrLocked while a writer holds it, a shared lock or none, nothing written
 // to the directory), with none of Open's checks of the head: a damaged log
-// must open so that its damage can be named.
-func accessDir(dir string) (store.Access, error) {
+// must open so that its damage can be named. po, when set, is the base
+// Pebble configuration, as Options.PebbleOptions.
+func accessDir(dir string, po *pebble.Options) (store.Access, error) {
 	if err := requireLedger(dir); err != nil {
 		return store.Access{}, err
 	}
@@ -49,7 +50,7 @@ func accessDir(dir string) (store.Access, error) {
 		}
 	}
 	f := newFaults(slog.Default())
-	db, err := pebble.Open(dir, pebbleOptions(Options{Dir: dir, ReadOnly: true}, f))
+	db, err := pebble.Open(dir, pebbleOptions(Options{Dir: dir, ReadOnly: true, PebbleOptions: po}, f))
 	if err != nil {
 		unlock()
 		if pebble.IsCorruptionError(err) {

@@ -17,7 +17,7 @@ import (
 func TestVerifyCancelDuringLocalise(t *testing.T) {
 	dir := t.TempDir()
 	const n = 3 * progressEvery
-	writeRawLedger(t, dir, n)
+	writeRawLedger(t, dir, n, layoutBulk)
 	db, err := pebble.Open(dir, &pebble.Options{FormatMajorVersion: pebble.FormatNewest, Logger: silent{}})
 	if err != nil {
 		t.Fatal(err)
@@ -65,7 +65,7 @@ func TestVerifyCancelDuringLocalise(t *testing.T) {
 func TestIndexLocaliseScansOnce(t *testing.T) {
 	dir := t.TempDir()
 	const n = 2000
-	writeRawLedger(t, dir, n)
+	writeRawLedger(t, dir, n, layoutBulk)
 	db, err := pebble.Open(dir, &pebble.Options{FormatMajorVersion: pebble.FormatNewest, Logger: silent{}})
 	if err != nil {
 		t.Fatal(err)

@@ -35,37 +35,88 @@ const (
 	LocaliseEvents = 1 << 20
 )
 
-// MemoryBound is the documented bound of a verification's memory,
-// independent of the log's length and of the number of cores: the
-// pipeline's batches (copied bytes and per-event results), the sums of the
-// three indexes and of the Merkle node index (expected and stored), the
-// exact table of the Merkle node check's second pass, doubled for the garbage collector's
-// headroom (GOGC=100), plus BaseMemory. Measured as the peak RSS of
-// `leaseledger verify` (TestVerifyMemoryBound). It holds for stored values
-// up to events.MaxEventBytes: a larger one is a fault, never copied by the
-// pass when Pebble stores it apart from its key, but a value stored in a
-// table block is read once with that block.
+// MemoryBound is the documented bound of Dir's memory, independent of the
+// log's length, of the number of cores and of the directory's table layout
+// (how fast it was written, how many tables sit in L0, how much
+// write-ahead log is left to replay): the pipeline's batches (copied bytes
+// and per-event results), the sums of the three indexes and of the Merkle
+// node index (expected and stored), the exact table of the Merkle node
+// check's second pass, and Pebble's share bounded by the options Dir opens
+// it with (PebbleMemory), all doubled for the garbage collector's headroom
+// (GOGC=100: in a build without cgo Pebble's buffers are Go heap too),
+// plus RuntimeMemory. Measured as the peak RSS of a process verifying
+// directories of every layout (TestVerifyMemoryBound). It holds for stored
+// values up to events.MaxEventBytes: a larger one is a fault, never copied
+// by the pass when Pebble stores it apart from its key, but a value stored
+// in a table block is read once with that block. Ledger (an open ledger)
+// reads through the ledger's own database, whose memory is the ledger's.
 const MemoryBound = 2*(InFlightBatches*(BatchBytes+BatchEvents*itemBytes)+
 	2*(len(keys.IndexPrefixes)+1)*IndexBuckets*16+
-	localiseBytes) + BaseMemory
+	localiseBytes+PebbleMemory) + RuntimeMemory
 
 // localiseBytes bounds the Merkle node check's second-pass table: for
 // LocaliseEvents leaves, fewer than one node per 8 leaves, each a map
 // entry of at most 128 bytes.
 const localiseBytes = LocaliseEvents * 16
 
-// BaseMemory is the part of MemoryBound that does not depend on the
-// bounds above: the Go runtime, the compiled JSON Schemas, Pebble's block
-// cache (its default, 8 MiB) and open tables, the Merkle compact range
-// (at most 64 hashes) and the program's code and data. It is the measured
-// peak RSS of TestVerifyMemoryBound minus the computed terms, rounded up
-// with margin: a measured allowance, not a derivation. It was measured on
-// directories written at full speed (TestVerifyMemoryBound: 182 MiB in all
-// at 10^6 events); a 10^6-event directory written slowly (under the race
-// detector, a different Pebble table layout) was measured at 341 MiB,
-// beyond MemoryBound: Pebble's share depends on the directory's table
-// layout, which this bound does not yet account for.
-const BaseMemory = 160 << 20
+// The options Dir opens Pebble with, each bounding one part of Pebble's
+// memory by construction (see pebbleOptions).
+const (
+	// PebbleCacheBytes is the block cache: data, index and filter blocks
+	// of every table are read through it, however many tables there are.
+	PebbleCacheBytes = 8 << 20
+	// PebbleMaxOpenFiles bounds the open table readers (the file cache);
+	// each holds its footer, properties and the handles of its index and
+	// filter blocks (those blocks are in the cache), under
+	// pebbleReaderBytes. More tables are opened and closed in turn.
+	PebbleMaxOpenFiles = 256
+	// pebbleReaderBytes bounds one open table reader's own memory.
+	pebbleReaderBytes = 64 << 10
+	// PebbleMemTableBytes is the memtable size of the reader: a read-only
+	// open replays the unflushed write-ahead log into memtables that it
+	// never flushes, allocated in arenas of at most this size, so the
+	// arenas exceed the replayed entries by less than one of them.
+	PebbleMemTableBytes = 4 << 20
+	// WriterUnflushedBytes bounds the write-ahead log a ledger leaves
+	// unflushed, which a read-only open holds in memory: with the ledger's
+	// default options (ledger.DefaultPebbleOptions, DefaultMaxBatchEvents)
+	// Pebble stops admitting writes while MemTableStopWritesThreshold (2)
+	// memtables of MemTableSize (64 MiB) wait to be flushed, and the one
+	// write admitted last is at most one committer batch (replayed apart
+	// from the memtables, as a copy of the batch), so no more than that is
+	// in the WAL beyond the last flush, however the ledger stopped (Close
+	// or a crash). A directory written with a larger memtable or larger
+	// batches (Options.PebbleOptions, Options.MaxBatchEvents) is outside
+	// MemoryBound by the difference.
+	WriterUnflushedBytes = writerMemTables*writerMemTableBytes + ledgerBatchBytes
+	writerMemTables      = 2
+	writerMemTableBytes  = 64 << 20
+	// ledgerBatchBytes bounds one committer batch: each event's stored
+	// value and its keys (e/, three index keys, Merkle nodes: under 1 KiB).
+	ledgerBatchBytes = ledger.DefaultMaxBatchEvents * (events.MaxEventBytes + 1<<10)
+	// PebbleMemory is Pebble's share of MemoryBound.
+	PebbleMemory = PebbleCacheBytes + PebbleMaxOpenFiles*pebbleReaderBytes +
+		WriterUnflushedBytes + PebbleMemTableBytes
+)
+
+// RuntimeMemory is the part of MemoryBound outside the terms above: the Go
+// runtime and its stacks, the compiled JSON Schemas, the Merkle compact
+// range (at most 64 hashes), Pebble's iterators (a few blocks pinned each,
+// a handful of iterators at once) and the program's code and data. It is
+// an allowance, not derived: verifying an empty ledger peaks at 36 MiB
+// (the test binary; TestVerifyMemoryBound fails above RuntimeMemory).
+const RuntimeMemory = 64 << 20
+
+// pebbleOptions is the Pebble configuration Dir opens a directory with:
+// the ledger's own, with the block cache, open tables and replay
+// memtables bounded as PebbleMemory says.
+func pebbleOptions() *pebble.Options {
+	po := ledger.DefaultPebbleOptions()
+	po.CacheSize = PebbleCacheBytes
+	po.MaxOpenFiles = PebbleMaxOpenFiles
+	po.MemTableSize = PebbleMemTableBytes
+	return po
+}
 
 // sum128 is a keyed 128-bit hash, or a sum of them (each lane mod 2^64).
 type sum128 [2]uint64

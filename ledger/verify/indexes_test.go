@@ -364,7 +364,7 @@ func TestTreeCheckFindsStaleNodes(t *testing.T) {
 func TestTreeAcrossBatches(t *testing.T) {
 	const n = 5*BatchEvents + 100
 	dir := t.TempDir()
-	writeRawLedger(t, dir, n)
+	writeRawLedger(t, dir, n, layoutBulk)
 	l, err := ledger.Open(ledger.Options{Dir: dir, ReadOnly: true})
 	if err != nil {
 		t.Fatal(err)
@@ -388,7 +388,7 @@ func TestTreeAcrossBatches(t *testing.T) {
 // the call (goleak checks the package).
 func TestVerifyStopsOnCancel(t *testing.T) {
 	dir := t.TempDir()
-	writeRawLedger(t, dir, 3*progressEvery)
+	writeRawLedger(t, dir, 3*progressEvery, layoutBulk)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if _, err := Dir(ctx, dir, Options{}); !errors.Is(err, context.Canceled) {

@@ -184,7 +184,7 @@ func Ledger(ctx context.Context, l *ledger.Ledger, o Options) (_ Report, err err
 // and naming that is its job. Damaged storage is a FaultUnreadable naming
 // the seqs, never a panic.
 func Dir(ctx context.Context, dir string, o Options) (_ Report, err error) {
-	a, err := store.OfDir(dir)
+	a, err := store.OfDir(dir, pebbleOptions())
 	if err != nil {
 		return Report{}, err
 	}

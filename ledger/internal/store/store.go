@@ -36,11 +36,11 @@ type Access struct {
 
 var (
 	ofLedger func(l any) (Access, error)
-	ofDir    func(dir string) (Access, error)
+	ofDir    func(dir string, po *pebble.Options) (Access, error)
 )
 
 // Install sets the hooks; package ledger calls it once, from its init.
-func Install(ledgerHook func(l any) (Access, error), dirHook func(dir string) (Access, error)) {
+func Install(ledgerHook func(l any) (Access, error), dirHook func(dir string, po *pebble.Options) (Access, error)) {
 	ofLedger, ofDir = ledgerHook, dirHook
 }
 
@@ -58,9 +58,14 @@ func OfLedger(l any) (Access, error) {
 // nothing to the directory, under a shared lock when one can be had (see
 // Access.Unlocked), without the checks ledger.Open makes on the head (a
 // verifier must be able to open a damaged log to name the damage).
-func OfDir(dir string) (Access, error) {
+//
+// po, when not nil, is the base Pebble configuration (as
+// ledger.Options.PebbleOptions): a reader bounds Pebble's memory with it
+// (block cache, open tables, the memtables the write-ahead log is
+// replayed into). The ledger still sets what read-only opening needs.
+func OfDir(dir string, po *pebble.Options) (Access, error) {
 	if ofDir == nil {
 		return Access{}, errNotInstalled
 	}
-	return ofDir(dir)
+	return ofDir(dir, po)
 }
