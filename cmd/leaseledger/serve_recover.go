@@ -81,6 +81,8 @@ func recoverPrevious(ctx context.Context, proj *live.Projection) (recoveryReport
 			}
 		}
 		seenUnknown := map[string]bool{}
+		// The activations in memory suffice: one with a live lease or an
+		// unfrozen guardian is live, never retired to the snapshot's parts.
 		for _, id := range s.ActivationIDs() {
 			a, ok := s.Activation(id)
 			if !ok {

@@ -49,7 +49,8 @@ func heapInuse() uint64 {
 // default 10^6; 40 events per activation). Each iteration opens and
 // closes both; it reports the Open time and the Go heap held by the open
 // projection (after a GC, less the heap before Open) of each, and their
-// ratios large/small (goal: within 1.5).
+// ratios large/small (goal: within 1.5); and, for comparison, the bare
+// ledger.Open of each directory.
 //
 //	go test -run '^$' -bench OpenGrowth -benchtime 3x ./projector/live/
 func BenchmarkOpenGrowth(b *testing.B) {
@@ -60,13 +61,23 @@ func BenchmarkOpenGrowth(b *testing.B) {
 		dirs[i] = b.TempDir()
 		growLedger(b, dirs[i], sz)
 	}
-	var dur [2]time.Duration
+	var dur, ledgerDur [2]time.Duration
 	var heap [2]uint64
 	b.ResetTimer()
 	for range b.N {
 		for i := range sizes {
-			base := heapInuse()
+			// The bare ledger's own Open, for comparison.
 			start := time.Now()
+			l, err := ledger.Open(ledger.Options{Dir: dirs[i]})
+			if err != nil {
+				b.Fatal(err)
+			}
+			ledgerDur[i] += time.Since(start)
+			if err := l.Close(); err != nil {
+				b.Fatal(err)
+			}
+			base := heapInuse()
+			start = time.Now()
 			p, err := live.Open(context.Background(), live.Options{Ledger: ledger.Options{Dir: dirs[i]}})
 			if err != nil {
 				b.Fatal(err)
@@ -84,6 +95,8 @@ func BenchmarkOpenGrowth(b *testing.B) {
 	it := float64(b.N)
 	b.ReportMetric(dur[0].Seconds()*1e3/it, "open_small_ms")
 	b.ReportMetric(dur[1].Seconds()*1e3/it, "open_large_ms")
+	b.ReportMetric(ledgerDur[0].Seconds()*1e3/it, "ledger_open_small_ms")
+	b.ReportMetric(ledgerDur[1].Seconds()*1e3/it, "ledger_open_large_ms")
 	b.ReportMetric(float64(heap[0])/it/(1<<20), "heap_small_MiB")
 	b.ReportMetric(float64(heap[1])/it/(1<<20), "heap_large_MiB")
 	b.ReportMetric(dur[1].Seconds()/dur[0].Seconds(), "open_ratio")
