@@ -17,16 +17,26 @@ import (
 // an inclusion proof of a random seq against the head, checking it, making
 // a consistency proof from a random size to the head, and a checkpoint of
 // the head from the index. proof-bytes is the proof's hashes.
+// LEASELEDGER_PROOF_BENCH_DIR names an existing ledger to use instead,
+// opened read-only (a 10^7-event one takes minutes to write: write it once,
+// e.g. with TestVerifyMemoryBound's writer, and reuse it).
 func BenchmarkProofs(b *testing.B) {
 	n := 1_000_000
 	if v, err := strconv.Atoi(os.Getenv("LEASELEDGER_PROOF_BENCH_EVENTS")); err == nil && v > 0 {
 		n = v
 	}
-	l, err := ledger.Open(ledger.Options{Dir: b.TempDir()})
+	dir, given := os.LookupEnv("LEASELEDGER_PROOF_BENCH_DIR")
+	if !given {
+		dir = b.TempDir()
+	}
+	l, err := ledger.Open(ledger.Options{Dir: dir, ReadOnly: given})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer l.Close()
+	if given {
+		n = 0
+	}
 	start := time.Now()
 	const batch = ledger.MaxAppendEvents
 	ds := make([]events.Draft, batch)
