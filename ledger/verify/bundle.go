@@ -276,22 +276,6 @@ func encodeProof(hashes [][]byte) []string {
 	return out
 }
 
-// openNote opens a signed note with v and requires canonical base64
-// signatures, as ParseCheckpoint does for checkpoints.
-func openNote(signed []byte, v note.Verifier) (*note.Note, error) {
-	n, err := note.Open(signed, note.VerifierList(v))
-	if err != nil {
-		return nil, err
-	}
-	for _, s := range append(n.Sigs, n.UnverifiedSigs...) {
-		b, err := base64.StdEncoding.Strict().DecodeString(s.Base64)
-		if err != nil || base64.StdEncoding.EncodeToString(b) != s.Base64 {
-			return nil, errors.New("signature: not canonical base64")
-		}
-	}
-	return n, nil
-}
-
 // bundleLine is an event line of a bundle.
 type bundleLine struct {
 	Seq   ledger.Seq      `json:"seq"`

@@ -5,6 +5,7 @@ import (
 	"crypto"
 	_ "crypto/sha256" // registers SHA-256 for the RFC 6962 hasher
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -95,17 +96,28 @@ func (c Checkpoint) Sign(signer note.Signer) ([]byte, error) {
 // verifier, and parses its text. Signatures must be in canonical base64, so
 // that no changed byte of a checkpoint file still verifies.
 func ParseCheckpoint(signed []byte, verifier note.Verifier) (Checkpoint, error) {
-	n, err := note.Open(signed, note.VerifierList(verifier))
+	n, err := openNote(signed, verifier)
 	if err != nil {
-		return Checkpoint{}, fmt.Errorf("%w: signature: %w", ErrCheckpoint, err)
+		return Checkpoint{}, fmt.Errorf("%w: %w", ErrCheckpoint, err)
+	}
+	return parseText(n.Text)
+}
+
+// openNote opens a signed note (a checkpoint, a bundle's manifest) with v
+// and requires every signature in canonical base64, so that one signed
+// note has one encoding. Errors start with "signature: ".
+func openNote(signed []byte, v note.Verifier) (*note.Note, error) {
+	n, err := note.Open(signed, note.VerifierList(v))
+	if err != nil {
+		return nil, fmt.Errorf("signature: %w", err)
 	}
 	for _, s := range append(n.Sigs, n.UnverifiedSigs...) {
 		b, err := base64.StdEncoding.Strict().DecodeString(s.Base64)
 		if err != nil || base64.StdEncoding.EncodeToString(b) != s.Base64 {
-			return Checkpoint{}, fmt.Errorf("%w: signature: not canonical base64", ErrCheckpoint)
+			return nil, errors.New("signature: not canonical base64")
 		}
 	}
-	return parseText(n.Text)
+	return n, nil
 }
 
 // parseUnverified parses the text of a signed checkpoint without checking

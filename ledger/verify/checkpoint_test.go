@@ -1,9 +1,12 @@
 package verify
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/base64"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -157,3 +160,32 @@ func TestCheckpointSignatureRequired(t *testing.T) {
 		t.Fatal("a tampered checkpoint was accepted")
 	}
 }
+
+// One helper opens every signed note (checkpoints, bundle manifests): a
+// signature that verifies but is not in canonical base64 (padding bits
+// set) is refused, so a signed note has one encoding.
+func TestOpenNoteCanonical(t *testing.T) {
+	signer, verifier := testKeys(t)
+	signed, err := note.Sign(&note.Note{Text: "leaseledger.test/log\n1\n" + base64.StdEncoding.EncodeToString(make([]byte, 32)) + "\nchain " + strings.Repeat("00", 32) + "\n"}, signer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := openNote(signed, verifier); err != nil {
+		t.Fatalf("canonical note: %v", err)
+	}
+	// The signature (4+64 bytes) ends in "X=": X carries 2 padding bits.
+	i := bytes.LastIndexByte(signed, '=') - 1
+	bad := bytes.Clone(signed)
+	bad[i] = base64Alphabet[strings.IndexByte(base64Alphabet, bad[i])^1]
+	if _, err := note.Open(bad, note.VerifierList(verifier)); err != nil {
+		t.Fatalf("the lax decoder should still verify it: %v", err)
+	}
+	if _, err := openNote(bad, verifier); err == nil || !strings.Contains(err.Error(), "not canonical base64") {
+		t.Fatalf("non-canonical signature: %v", err)
+	}
+	if _, err := ParseCheckpoint(bad, verifier); !errors.Is(err, ErrCheckpoint) {
+		t.Fatalf("ParseCheckpoint: %v, want ErrCheckpoint", err)
+	}
+}
+
+const base64Alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
