@@ -30,10 +30,7 @@ import (
 // the p50 of a one-event durable append on the same ledger (one fsync):
 // the goal is lease ≤ 1.10 × plain + one fsync, reported as
 // "excess-over-fsync" = (lease − append p50) / plain, and against the mean
-// one-event append as "excess-over-mean-fsync". Those appends run back to
-// back; "append-after-call-p50-µs" is the p50 of one append made right
-// after a plain call, the pattern of a lease call's admission, and
-// "excess-over-fsync-after-call" the excess against it.
+// one-event append as "excess-over-mean-fsync".
 //
 //	go test -run '^$' -bench CallOverhead -benchtime 2000x ./runtime/
 func BenchmarkCallOverhead(b *testing.B) {
@@ -51,15 +48,13 @@ func BenchmarkCallOverhead(b *testing.B) {
 	// Both appends awaited: the call path before call.finished was queued.
 	capa3, _ := benchLease(b, ctx, cfg, syncOnly{l})
 	fsyncs := make([]time.Duration, 0, b.N)
-	idleFsyncs := make([]time.Duration, 0, b.N)
-	appendOne := func(into *[]time.Duration) {
+	fsync := func() {
 		t0 := time.Now()
 		if _, err := l.Append(ctx, events.Draft{Activation: "act-fsync", Payload: &events.LeaseRevoked{Reason: "bench"}}); err != nil {
 			b.Fatal(err)
 		}
-		*into = append(*into, time.Since(t0))
+		fsyncs = append(fsyncs, time.Since(t0))
 	}
-	fsync := func() { appendOne(&fsyncs) }
 	syncCall := func() {
 		if res, err := capa3.Call(ctx, req); err != nil || res.IsError {
 			b.Fatal("lease call (sync) failed", err)
@@ -112,13 +107,6 @@ func BenchmarkCallOverhead(b *testing.B) {
 		for i := 0; i < n; i++ {
 			fsync()
 		}
-		for i := 0; i < n; i++ {
-			// As a lease call's admission does: one append after a call's
-			// worth of other work (back-to-back fsyncs are cheaper on
-			// some disks than one after a pause).
-			plainCall()
-			appendOne(&idleFsyncs)
-		}
 		tPlain += t1.Sub(t0)
 		tLease += t2.Sub(t1)
 		tNoLedger += t3.Sub(t2)
@@ -148,10 +136,6 @@ func BenchmarkCallOverhead(b *testing.B) {
 	b.ReportMetric((perLease-p50)/perPlain, "excess-over-fsync")
 	b.ReportMetric(mean/1e3, "append-mean-µs")
 	b.ReportMetric((perLease-mean)/perPlain, "excess-over-mean-fsync")
-	slices.Sort(idleFsyncs)
-	idle := float64(idleFsyncs[len(idleFsyncs)/2].Nanoseconds())
-	b.ReportMetric(idle/1e3, "append-after-call-p50-µs")
-	b.ReportMetric((perLease-idle)/perPlain, "excess-over-fsync-after-call")
 	b.ReportMetric(0, "ns/op") // the per-call figures above are the result
 }
 
