@@ -135,3 +135,55 @@ func TestProcProbeSeesKillAtOnce(t *testing.T) {
 		_ = in.Close()
 	}
 }
+
+// BenchmarkProcProbe compares, in one run, the admission's liveness probe
+// before (status alone, the reference) and now (stat, status only when
+// stat cannot decide) on an idle multi-threaded target (the go-sdk test
+// server), each through its kept descriptor.
+//
+//	go test -run '^$' -bench ProcProbe ./runtime/
+func BenchmarkProcProbe(b *testing.B) {
+	cmd := exec.Command(testserverBin.Out)
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = in.Close(); _ = cmd.Wait() }()
+	pid := cmd.Process.Pid
+	var tiered, ref procProbe
+	defer tiered.close()
+	defer ref.close()
+	refDying := func() bool {
+		ref.mu.Lock()
+		defer ref.mu.Unlock()
+		return ref.statusDying(pid)
+	}
+	time.Sleep(100 * time.Millisecond) // let it settle into its idle sleep
+	const chunk = 500
+	var tRef, tTier time.Duration
+	for done := 0; done < b.N; done += chunk {
+		n := min(chunk, b.N-done)
+		t0 := time.Now()
+		for range n {
+			if refDying() {
+				b.Fatal("reference probe: dying")
+			}
+		}
+		t1 := time.Now()
+		for range n {
+			if tiered.dying(pid) {
+				b.Fatal("tiered probe: dying")
+			}
+		}
+		tRef += t1.Sub(t0)
+		tTier += time.Since(t1)
+	}
+	b.ReportMetric(float64(tRef.Nanoseconds())/float64(b.N), "status-ns")
+	b.ReportMetric(float64(tTier.Nanoseconds())/float64(b.N), "tiered-ns")
+	b.ReportMetric(float64(tTier)/float64(tRef), "ratio")
+	b.ReportMetric(float64(tiered.statusReads)/float64(b.N), "status-fallbacks/op")
+	b.ReportMetric(0, "ns/op")
+}
