@@ -72,11 +72,17 @@ const (
 	PebbleMaxOpenFiles = 256
 	// pebbleReaderBytes bounds one open table reader's own memory.
 	pebbleReaderBytes = 64 << 10
-	// PebbleMemTableBytes is the memtable size of the reader: a read-only
-	// open replays the unflushed write-ahead log into memtables that it
-	// never flushes, allocated in arenas of at most this size, so the
-	// arenas exceed the replayed entries by less than one of them.
-	PebbleMemTableBytes = 4 << 20
+	// PebbleMemTableBytes is the memtable size of the reader (the
+	// ledger's own): a read-only open replays the unflushed write-ahead
+	// log into memtables that it never flushes, in arenas growing from
+	// 256 KiB to this size. Arenas exceed the replayed entries by under
+	// replayArenas of them: the smaller arenas sum under one, the last is
+	// partly filled, and each full one ends in a tail no larger than the
+	// batch that did not fit (under half an arena; larger batches are
+	// replayed apart), at most writerMemTables+1 of them. (4 MiB arenas
+	// were measured worse: 250 against 150 MiB on a 10^5-event WAL.)
+	PebbleMemTableBytes = writerMemTableBytes
+	replayArenas        = 4
 	// WriterUnflushedBytes bounds the write-ahead log a ledger leaves
 	// unflushed, which a read-only open holds in memory: with the ledger's
 	// default options (ledger.DefaultPebbleOptions, DefaultMaxBatchEvents)
@@ -96,7 +102,7 @@ const (
 	ledgerBatchBytes = ledger.DefaultMaxBatchEvents * (events.MaxEventBytes + 1<<10)
 	// PebbleMemory is Pebble's share of MemoryBound.
 	PebbleMemory = PebbleCacheBytes + PebbleMaxOpenFiles*pebbleReaderBytes +
-		WriterUnflushedBytes + PebbleMemTableBytes
+		WriterUnflushedBytes + replayArenas*PebbleMemTableBytes
 )
 
 // RuntimeMemory is the part of MemoryBound outside the terms above: the Go
