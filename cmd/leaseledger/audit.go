@@ -229,6 +229,7 @@ func printReport(w io.Writer, out *audit.Activation) {
 		}
 	}
 	printHTTP(w, out)
+	printUnknownCalls(w, out)
 	fmt.Fprintf(w, "timeline (%d event(s)", len(out.Timeline))
 	if out.TimelineOmitted > 0 {
 		fmt.Fprintf(w, ", %d earlier omitted", out.TimelineOmitted)
@@ -236,6 +237,23 @@ func printReport(w io.Writer, out *audit.Activation) {
 	fmt.Fprintln(w, "):")
 	for _, e := range out.Timeline {
 		fmt.Fprintf(w, "  %d\t%s\t%s\t%s\n", e.Seq, e.Time.UTC().Format(events.TimeLayout), e.Kind, e.Data)
+	}
+}
+
+// printUnknownCalls prints the admitted calls whose outcome the log does
+// not hold (running: the lease may still finish them; lost: it ended
+// without their call.finished).
+func printUnknownCalls(w io.Writer, out *audit.Activation) {
+	if len(out.CallsOutcomeUnknown) == 0 && out.CallsOutcomeUnknownOmitted == 0 {
+		return
+	}
+	fmt.Fprintf(w, "calls with unknown outcome (%d", len(out.CallsOutcomeUnknown))
+	if out.CallsOutcomeUnknownOmitted > 0 {
+		fmt.Fprintf(w, ", %d more omitted", out.CallsOutcomeUnknownOmitted)
+	}
+	fmt.Fprintln(w, "):")
+	for _, c := range out.CallsOutcomeUnknown {
+		fmt.Fprintf(w, "  %s\t%s\ttool %s\tsession %s\tadmitted at seq %d\n", c.CallID, c.State, c.Tool, orNone(c.Session), c.AdmittedSeq)
 	}
 }
 

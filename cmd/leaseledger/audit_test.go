@@ -234,3 +234,43 @@ func TestAuditHTTP(t *testing.T) {
 		t.Fatalf("h-2: %+v", h2)
 	}
 }
+
+// The text audit lists the calls whose outcome the log does not hold, with
+// their state: a lease ended by a host's loss makes its unfinished call
+// lost, and a finished call is never listed.
+func TestAuditTextUnknownOutcome(t *testing.T) {
+	dir := t.TempDir()
+	l, err := ledger.Open(ledger.Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	digest := strings.Repeat("cd", 32)
+	a := "act-calls"
+	ds := []events.Draft{}
+	d := func(p events.Payload) {
+		ds = append(ds, events.Draft{Activation: a, Session: "s-1", Server: "github", Payload: p})
+	}
+	d(&events.LeaseAcquiring{KeySession: "s-1", Fingerprint: digest})
+	d(&events.LeaseChildStarted{PID: 10, GuardianPID: 11, Cleanup: events.CleanupVerified})
+	d(&events.LeaseListingPinned{ToolCount: 1, Pages: 1, ListingBytes: 10, ListingDigest: digest})
+	d(&events.LeaseAcquired{Fingerprint: digest, DurationNS: 1000})
+	d(&events.CallAdmitted{CallID: "c-done", Tool: "echo", Digest: digest})
+	d(&events.CallFinished{CallID: "c-done", Tool: "echo", Outcome: events.CallOK, DurationNS: 1,
+		ArgsBytes: 2, ArgsSHA256: digest, ResultBytes: 2, ResultSHA256: digest})
+	d(&events.CallAdmitted{CallID: "c-gone", Tool: "echo", Digest: digest})
+	d(&events.LeaseTerminated{Reason: "host_lost"})
+	if _, err := l.Append(context.Background(), ds...); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r := runCLI(t, context.Background(), "", "--data-dir", dir, "audit", a)
+	want := "calls with unknown outcome (1):\n  c-gone\tlost\ttool echo\tsession s-1\tadmitted at seq 7\n"
+	if !strings.Contains(r.stdout, want) {
+		t.Fatalf("audit %s output lacks %q:\n%s", a, want, r.stdout)
+	}
+	if strings.Contains(r.stdout, "c-done\t") {
+		t.Fatalf("a finished call is listed:\n%s", r.stdout)
+	}
+}
