@@ -44,8 +44,9 @@ const (
 // check's second pass, and Pebble's share bounded by the options Dir opens
 // it with (PebbleMemory), all doubled for the garbage collector's headroom
 // (GOGC=100: in a build without cgo Pebble's buffers are Go heap too),
-// plus RuntimeMemory. Measured as the peak RSS of a process verifying
-// directories of every layout (TestVerifyMemoryBound). It holds for stored
+// plus RuntimeMemory. Checked as the peak RSS of a process verifying
+// directories of three layouts (TestVerifyMemoryBound: flushed, one event
+// per batch unflushed, last memtable full and unflushed). It holds for stored
 // values up to events.MaxEventBytes: a larger one is a fault, never copied
 // by the pass when Pebble stores it apart from its key, but a value stored
 // in a table block is read once with that block. Ledger (an open ledger)
@@ -70,7 +71,8 @@ const (
 	// filter blocks (those blocks are in the cache), under
 	// pebbleReaderBytes. More tables are opened and closed in turn.
 	PebbleMaxOpenFiles = 256
-	// pebbleReaderBytes bounds one open table reader's own memory.
+	// pebbleReaderBytes is the allowance for one open table reader's own
+	// memory (not measured per reader; the layouts' peaks include them).
 	pebbleReaderBytes = 64 << 10
 	// PebbleMemTableBytes is the memtable size of the reader (the
 	// ledger's own): a read-only open replays the unflushed write-ahead
