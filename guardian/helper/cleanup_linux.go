@@ -68,8 +68,9 @@ func (h *helper) finish(trigger string) int {
 	h.desc.scan()
 	h.desc.reap()
 	h.desc.fill(&h.rc)
-	// Chunks readHost queued after writeStdin's last drain never reached the
-	// target either.
+	// writeStdin closed the queue before its last drain, so this finds
+	// nothing; it stays so that a chunk left there by a future change is
+	// still counted rather than lost from the receipt.
 	for drained := false; !drained; {
 		select {
 		case b := <-h.stdinQ:

@@ -8,11 +8,18 @@
 // child subreaper so orphaned descendants become visible, and ends every
 // session with a Receipt of observed facts.
 //
-// Guarantees of the stdin relay: the target reads the host's stdin bytes in
-// order, whether a frame was written straight from the host reader (the
-// fast path) or through the bounded queue; once a write into the target's
-// stdin fails, every later byte is dropped and counted, so the dropped
-// bytes are a suffix of the stream (relay_linux_test.go).
+// Guarantees of the stdin relay (relay_linux_test.go):
+//   - the target reads the host's stdin bytes in order, whether a frame was
+//     written straight from the host reader (the fast path) or through the
+//     bounded queue (TestRelayDirectAndQueuedKeepOrder);
+//   - once a write into the target's stdin fails, even transiently, every
+//     later byte is dropped and counted (TestRelayDropsASuffixOnceStdinBreaks);
+//   - once a chunk is dropped because the host hung up on a full queue,
+//     every later byte is dropped and counted (TestRelayHangupDropIsSticky);
+//   - no chunk is queued after the writer's last drain: it is dropped and
+//     counted instead (TestRelayNoChunkQueuedAfterLastDrain);
+//
+// so the dropped bytes are always a suffix of the stream.
 //
 // Files: helper_linux.go starts the session and the target; relay_linux.go
 // relays stdio (host frames to the target's stdin, its stdout and stderr to

@@ -88,6 +88,20 @@ type helper struct {
 	stdinW, stdoutR, stderrR *os.File
 	stdinQ                   chan *[]byte
 	stdinClosed              chan time.Time
+	// stdinQMu makes readHost's check of stdinQClosed and its send on
+	// stdinQ one step, so a chunk is either in the queue before writeStdin
+	// starts its last drain (and gets written or dropped there) or dropped
+	// by readHost; none can land in the queue after the drain.
+	stdinQMu sync.Mutex
+	// stdinQClosed: writeStdin has started its last drain (guarded by
+	// stdinQMu).
+	stdinQClosed bool
+	// stdinSpace wakes a readHost blocked on a full queue when writeStdin
+	// takes a chunk (capacity 1; a missed wake-up is never needed twice).
+	stdinSpace chan struct{}
+	// hangupDropHook, when set (tests), runs after readHost dropped a stdin
+	// chunk because the host hung up on a full queue.
+	hangupDropHook func()
 	// stdinDropped counts bytes the host relayed for the target's stdin
 	// that were never written into it (see Receipt.StdinDroppedBytes).
 	stdinDropped atomic.Int64
@@ -262,6 +276,7 @@ func (h *helper) start() error {
 	h.hostEv = make(chan hostEvent, 4)
 	h.cleanup = make(chan struct{})
 	h.stdinQ = make(chan *[]byte, stdinQueue)
+	h.stdinSpace = make(chan struct{}, 1)
 	h.stdinClosed = make(chan time.Time, 1)
 	h.stdoutDone = make(chan pipeResult, 1)
 	h.stderrDone = make(chan pipeResult, 1)

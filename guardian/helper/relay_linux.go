@@ -32,6 +32,14 @@ func (h *helper) readHost(fr *wire.Reader) {
 		}
 		switch f.Type {
 		case wire.FrameStdin:
+			if q.hungUp {
+				// A chunk was dropped at the hang-up: drop every later
+				// byte too, whichever path it would take, so the dropped
+				// bytes stay a suffix of the stream (the queue may have
+				// drained since, and a later frame would leave a hole).
+				h.stdinDropped.Add(int64(len(f.Payload)))
+				continue
+			}
 			// Fast path: straight into the target's stdin when nothing is
 			// queued before it and the pipe takes it without blocking;
 			// only what is left goes through the queue (and its hand-off
@@ -67,9 +75,11 @@ func (h *helper) readHost(fr *wire.Reader) {
 // right after the close frame (and it closes when it goes away), so a
 // blocked enqueue also watches for that hang-up — visible as POLLHUP on our
 // stdin while unread frames are still in the pipe. Once the host has hung
-// up it can send nothing more, so readHost stops blocking: stdin chunks that
-// do not fit are dropped (and counted) and it reads on to the close frame or
-// EOF. Once cleanup has started, stdin chunks are dropped (and counted) too.
+// up it can send nothing more, so readHost stops blocking: the chunk that
+// does not fit is dropped (and counted), and so is every later stdin byte
+// (hungUp is sticky, readHost checks it first), and it reads on to the
+// close frame or EOF. Once cleanup has started, stdin chunks are dropped
+// (and counted) too.
 type stdinEnqueuer struct {
 	h      *helper
 	hungUp bool
@@ -77,6 +87,31 @@ type stdinEnqueuer struct {
 	// blocked, when set (by tests), is called each time enqueue starts
 	// waiting on a full queue.
 	blocked func()
+}
+
+// sendResult is what one attempt to queue a chunk did.
+type sendResult int
+
+const (
+	sendFull   sendResult = iota // the queue is full; nothing happened
+	sendQueued                   // the chunk is queued for writeStdin
+	sendClosed                   // writeStdin has drained for the last time
+)
+
+// trySend queues b without blocking unless writeStdin has started its last
+// drain (see helper.stdinQMu).
+func (h *helper) trySend(b *[]byte) sendResult {
+	h.stdinQMu.Lock()
+	defer h.stdinQMu.Unlock()
+	if h.stdinQClosed {
+		return sendClosed
+	}
+	select {
+	case h.stdinQ <- b:
+		return sendQueued
+	default:
+		return sendFull
+	}
 }
 
 // enqueue queues b for writeStdin, or drops it (and counts it); it reports
@@ -89,14 +124,15 @@ func (q *stdinEnqueuer) enqueue(b *[]byte) bool {
 		return false
 	default:
 	}
-	select {
-	case h.stdinQ <- b:
+	switch h.trySend(b) {
+	case sendQueued:
 		return true
-	default:
+	case sendClosed:
+		h.dropStdin(b)
+		return false
 	}
 	if q.hungUp || q.hostHungUp() {
-		q.hungUp = true
-		h.dropStdin(b)
+		q.drop(b)
 		return false
 	}
 	if q.ticker == nil {
@@ -110,18 +146,33 @@ func (q *stdinEnqueuer) enqueue(b *[]byte) bool {
 	}
 	for {
 		select {
-		case h.stdinQ <- b:
-			return true
+		case <-h.stdinSpace:
+			switch h.trySend(b) {
+			case sendQueued:
+				return true
+			case sendClosed:
+				h.dropStdin(b)
+				return false
+			}
 		case <-h.cleanup:
 			h.dropStdin(b)
 			return false
 		case <-q.ticker.C:
 			if q.hostHungUp() {
-				q.hungUp = true
-				h.dropStdin(b)
+				q.drop(b)
 				return false
 			}
 		}
+	}
+}
+
+// drop drops b because the host hung up on a full queue; from now on
+// readHost drops every stdin byte.
+func (q *stdinEnqueuer) drop(b *[]byte) {
+	q.hungUp = true
+	q.h.dropStdin(b)
+	if q.h.hangupDropHook != nil {
+		q.h.hangupDropHook()
 	}
 }
 
@@ -215,11 +266,20 @@ func (h *helper) writeStdin() {
 	for {
 		select {
 		case b := <-h.stdinQ:
+			select {
+			case h.stdinSpace <- struct{}{}: // wake a blocked enqueue
+			default:
+			}
 			h.stdinMu.Lock()
 			h.writeChunk(b)
 			h.stdinMu.Unlock()
 		case <-h.cleanup:
-			// Flush what the host relayed before its close, within a bound.
+			// Flush what the host relayed before its close, within a
+			// bound. Closing the queue first makes this drain the last:
+			// a chunk readHost sends later is dropped and counted by it.
+			h.stdinQMu.Lock()
+			h.stdinQClosed = true
+			h.stdinQMu.Unlock()
 			h.stdinMu.Lock()
 			for {
 				select {

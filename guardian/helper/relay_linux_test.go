@@ -7,6 +7,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -37,6 +38,7 @@ func newRelayRig(t *testing.T) *relayRig {
 	h.hostIn = hostR
 	h.cleanup = make(chan struct{})
 	h.stdinQ = make(chan *[]byte, stdinQueue)
+	h.stdinSpace = make(chan struct{}, 1)
 	h.stdinClosed = make(chan time.Time, 1)
 	h.stdinW = targetW
 	if h.stdinRC, err = targetW.SyscallConn(); err != nil {
@@ -64,6 +66,21 @@ func (r *relayRig) stop(t *testing.T) {
 	<-r.h.stdinClosed
 }
 
+// waitRead waits until the target has read want bytes. A host that hangs
+// up while its last chunk waits on a full queue has that chunk dropped
+// (see stdinEnqueuer), so a test that expects every byte delivered waits
+// for them before it hangs up.
+func waitRead(t *testing.T, read *atomic.Int64, want int) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for read.Load() < int64(want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the target read %d of the %d bytes sent", read.Load(), want)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // The relay's fast path (writeDirect, straight from readHost) and its
 // queue (writeStdin) together are the reference relay: the target reads
 // exactly the host's stdin bytes, in order, whatever mix of paths they
@@ -74,7 +91,8 @@ func TestRelayDirectAndQueuedKeepOrder(t *testing.T) {
 	r := newRelayRig(t)
 	rng := rand.New(rand.NewPCG(1, 2))
 	var want []byte
-	got := make(chan []byte)
+	got := make(chan []byte, 1) // the reader never blocks, even if the test failed
+	var read atomic.Int64
 	go func() {
 		var b bytes.Buffer
 		buf := make([]byte, 7000)
@@ -85,6 +103,7 @@ func TestRelayDirectAndQueuedKeepOrder(t *testing.T) {
 			}
 			n, err := r.targetR.Read(buf[:1+rr.IntN(len(buf)-1)])
 			b.Write(buf[:n])
+			read.Add(int64(n))
 			if err != nil {
 				got <- b.Bytes()
 				return
@@ -105,6 +124,7 @@ func TestRelayDirectAndQueuedKeepOrder(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	waitRead(t, &read, len(want))
 	r.stop(t)
 	if b := <-got; !bytes.Equal(b, want) {
 		t.Fatalf("target read %d bytes, want the %d sent in order (first difference at %d)", len(b), len(want), firstDiff(b, want))
@@ -122,53 +142,133 @@ func TestRelayDirectAndQueuedKeepOrder(t *testing.T) {
 	t.Logf("frames written directly %d, queued %d", r.h.stdinDirect.Load(), r.h.stdinViaQueue.Load())
 }
 
-// Once the target's stdin breaks, every later byte is dropped and counted,
-// on either path: what the target read is a prefix of the stream and
-// StdinDroppedBytes covers the rest (what lease.neverReached relies on).
+// Once a write into the target's stdin fails, every later byte is dropped
+// and counted, on either path, even when the failure was transient: what
+// the target read is a prefix of the stream and StdinDroppedBytes is
+// exactly the rest (what lease.neverReached relies on). The failure here is
+// an expired write deadline, cleared again before more frames follow: only
+// the sticky stdinBroken keeps those out of the target.
 func TestRelayDropsASuffixOnceStdinBreaks(t *testing.T) {
 	r := newRelayRig(t)
-	rng := rand.New(rand.NewPCG(5, 6))
-	var want []byte
-	read := make(chan []byte)
+	var read atomic.Int64
+	got := make(chan []byte, 1)
 	go func() {
 		var b bytes.Buffer
 		buf := make([]byte, 4096)
-		for b.Len() < 100_000 {
+		for {
 			n, err := r.targetR.Read(buf)
 			b.Write(buf[:n])
+			read.Add(int64(n))
 			if err != nil {
-				break
+				got <- b.Bytes()
+				return
 			}
 		}
-		_ = r.targetR.Close() // the target goes away mid-stream
-		read <- b.Bytes()
 	}()
-	var got []byte
-	for i := 0; i < 400; i++ {
-		n := 1 + rng.IntN(4000)
-		p := bytes.Repeat([]byte{byte(i)}, n)
-		want = append(want, p...)
-		if err := r.writer.WriteFrame(wire.FrameStdin, p); err != nil {
-			t.Fatal(err)
-		}
-		if i == 100 {
-			got = <-read
+	rng := rand.New(rand.NewPCG(5, 6))
+	var want []byte
+	send := func(frames int) {
+		for i := 0; i < frames; i++ {
+			p := bytes.Repeat([]byte{byte(len(want))}, 1+rng.IntN(4000))
+			want = append(want, p...)
+			if err := r.writer.WriteFrame(wire.FrameStdin, p); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
+	send(50)
+	delivered := len(want)
+	waitRead(t, &read, delivered)
+	if err := r.h.stdinW.SetWriteDeadline(time.Now().Add(-time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	send(50)
+	// The whole second batch is dropped before the deadline is cleared.
+	waitDropped(t, r.h, len(want)-delivered)
+	if err := r.h.stdinW.SetWriteDeadline(time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	send(50)
 	r.stop(t)
-	if !bytes.HasPrefix(want, got) {
-		t.Fatalf("the target read %d bytes that are not a prefix of the stream (first difference at %d)", len(got), firstDiff(got, want))
+	b := <-got
+	if !bytes.Equal(b, want[:delivered]) {
+		t.Fatalf("the target read %d bytes, want the %d sent before the failure (first difference at %d)", len(b), delivered, firstDiff(b, want))
 	}
-	// Bytes written into the pipe but not read before the close are
-	// neither read nor dropped (the pipe held them), so the dropped count
-	// is at most the unread rest, and it includes every byte after the
-	// pipe broke: the stream's last byte sits in no pipe.
-	dropped := r.h.stdinDropped.Load()
-	if dropped <= 0 || dropped > int64(len(want)-len(got)) {
-		t.Fatalf("dropped %d of the %d unread bytes", dropped, len(want)-len(got))
+	if d := r.h.stdinDropped.Load(); d != int64(len(want)-delivered) {
+		t.Fatalf("dropped %d bytes, want the %d sent after the failure", d, len(want)-delivered)
 	}
 	if !r.h.stdinBroken {
 		t.Fatal("stdin not marked broken")
+	}
+}
+
+// waitDropped waits until h has dropped want bytes.
+func waitDropped(t *testing.T, h *helper, want int) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for h.stdinDropped.Load() < int64(want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("dropped %d of the %d bytes", h.stdinDropped.Load(), want)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// A chunk dropped because the host hung up on a full queue makes every
+// later stdin byte dropped too, even once the queue has drained and the
+// fast path would take it: otherwise the dropped bytes would leave a hole.
+func TestRelayHangupDropIsSticky(t *testing.T) {
+	hostR, hostW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hostR.Close()
+	targetR, targetW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer targetR.Close()
+	defer targetW.Close()
+	h := newTestHelper()
+	h.hostIn = hostR
+	h.cleanup = make(chan struct{})
+	h.stdinW = targetW
+	if h.stdinRC, err = targetW.SyscallConn(); err != nil {
+		t.Fatal(err)
+	}
+	// One chunk queued and not yet written: the queue is full and the fast
+	// path is closed.
+	h.stdinQ = make(chan *[]byte, 1)
+	h.stdinQ <- wire.GetChunk([]byte("queued"))
+	h.stdinQueued.Store(1)
+	// Right after the hang-up drop, the queued chunk is written, as
+	// writeStdin would: the queue is empty and the pipe has room.
+	h.hangupDropHook = func() {
+		b := <-h.stdinQ
+		_, _ = targetW.Write(*b)
+		h.stdinQueued.Add(-1)
+	}
+	w := wire.NewWriter(hostW)
+	for _, p := range []string{"A-dropped-at-hang-up", "B-after-it"} {
+		if err := w.WriteFrame(wire.FrameStdin, []byte(p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = hostW.Close()
+	h.readHost(wire.NewReader(hostR, wire.MaxFrameLen))
+	if ev := <-h.hostEv; ev.err != io.EOF {
+		t.Fatalf("host reader ended with %v", ev.err)
+	}
+	_ = targetW.Close()
+	b, err := io.ReadAll(targetR)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(b) != "queued" {
+		t.Fatalf("the target read %q, want only the chunk queued before the hang-up", b)
+	}
+	if d, want := h.stdinDropped.Load(), int64(len("A-dropped-at-hang-up")+len("B-after-it")); d != want {
+		t.Fatalf("dropped %d bytes, want %d", d, want)
 	}
 }
 
@@ -179,4 +279,26 @@ func firstDiff(a, b []byte) int {
 		}
 	}
 	return min(len(a), len(b))
+}
+
+// A chunk readHost sends after writeStdin's last drain is dropped and
+// counted, not left in the queue unwritten: readHost may have seen cleanup
+// not yet started just before writeStdin drained and closed the target's
+// stdin (simulated by giving enqueue a cleanup channel still open).
+func TestRelayNoChunkQueuedAfterLastDrain(t *testing.T) {
+	r := newRelayRig(t)
+	_ = r.hostW.Close()
+	if ev := <-r.h.hostEv; ev.err != io.EOF {
+		t.Fatalf("host reader ended with %v", ev.err)
+	}
+	close(r.h.cleanup)
+	<-r.h.stdinClosed
+	r.h.cleanup = make(chan struct{}) // enqueue's earlier view
+	q := stdinEnqueuer{h: r.h}
+	if q.enqueue(wire.GetChunk([]byte("late"))) {
+		t.Fatal("a chunk was queued after writeStdin's last drain")
+	}
+	if n, d := len(r.h.stdinQ), r.h.stdinDropped.Load(); n != 0 || d != int64(len("late")) {
+		t.Fatalf("%d chunks left in the queue, %d bytes dropped", n, d)
+	}
 }
