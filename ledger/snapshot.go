@@ -1,10 +1,12 @@
 package ledger
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/leaseledger/leaseledger/events"
@@ -16,12 +18,18 @@ const (
 	// MaxSnapshotBytes bounds one stored projection snapshot (the whole
 	// snapshot for SaveSnapshot, its header for SaveSnapshotParts).
 	MaxSnapshotBytes = 256 << 20
-	// MaxSnapshotPartBytes bounds one part stored beside a snapshot header
-	// (one retired activation of the projector).
-	MaxSnapshotPartBytes = 16 << 20
+	// SnapshotChunkBytes is the most one stored value of a part holds: a
+	// longer part is split into chunks of this size under consecutive
+	// keys and read back whole, so that no single Pebble value grows with
+	// one part (a retired activation with many never-confirmed resources)
+	// and a large part never stops a snapshot by itself.
+	SnapshotChunkBytes = 4 << 20
 	// MaxSnapshotBatchBytes bounds everything one SaveSnapshotParts writes
-	// (header and parts), below Pebble's 4 GiB batch limit.
+	// (header and parts), below Pebble's 4 GiB batch limit: the only
+	// bound of one part.
 	MaxSnapshotBatchBytes = 1 << 30
+	// MaxPartKeyLen bounds a part key (see ValidPartKey).
+	MaxPartKeyLen = 2*events.MaxIDLen + 1
 )
 
 // Snapshot errors.
@@ -97,11 +105,30 @@ func (l *Ledger) LoadSnapshot(name string) (Seq, []byte, error) {
 }
 
 // SnapshotPart is one value stored beside a snapshot header, under
-// p/<name>/<key> (key: an identifier, see events.ValidID). A nil Value
-// deletes the part.
+// p/<name>/<key> (key: see ValidPartKey). A nil Value deletes the part.
+// A value longer than SnapshotChunkBytes is stored in chunks: the first
+// under the key, the rest under <key> 0x00 <4-byte big-endian index>,
+// which sort right after the key (identifier bytes are all above 0x00).
 type SnapshotPart struct {
 	Key   string
 	Value []byte
+}
+
+// ValidPartKey reports whether k is a snapshot part key: one identifier
+// (events.ValidID) or two joined by '.', which lets a caller keep several
+// kinds of parts apart (a '.' is in no identifier, so "a.x" never equals
+// an identifier or another kind's key).
+func ValidPartKey(k string) bool {
+	if len(k) > MaxPartKeyLen {
+		return false
+	}
+	head, tail, dot := strings.Cut(k, ".")
+	return events.ValidID(head) && (!dot || events.ValidID(tail))
+}
+
+// chunkKey is the key of chunk i (≥ 1) of the part stored under k.
+func chunkKey(k []byte, i int) []byte {
+	return binary.BigEndian.AppendUint32(append(k[:len(k):len(k)], 0), uint32(i))
 }
 
 // SaveSnapshotParts stores, in one synced Pebble batch, a snapshot header
@@ -110,10 +137,11 @@ type SnapshotPart struct {
 // so a snapshot writes only what changed since the previous one; with reset
 // every stored part of name is deleted first (a snapshot that does not
 // continue the stored one). A crash leaves either the previous snapshot
-// with all its parts or this one: never a mix. Every value is bounded
-// (MaxSnapshotBytes for the header, MaxSnapshotPartBytes per part,
-// MaxSnapshotBatchBytes in all); exceeding one stores nothing and returns
-// an error wrapping ErrSnapshotTooLarge.
+// with all its parts or this one: never a mix. A part of any size is
+// stored (in chunks of SnapshotChunkBytes); the bounds are
+// MaxSnapshotBytes for the header and MaxSnapshotBatchBytes in all, and
+// exceeding one stores nothing and returns an error wrapping
+// ErrSnapshotTooLarge.
 func (l *Ledger) SaveSnapshotParts(name string, covers Seq, header []byte, parts []SnapshotPart, reset bool) error {
 	const op = "save snapshot"
 	if !events.ValidID(name) {
@@ -124,11 +152,8 @@ func (l *Ledger) SaveSnapshotParts(name string, covers Seq, header []byte, parts
 	}
 	total := len(header)
 	for _, p := range parts {
-		if !events.ValidID(p.Key) {
-			return &Error{Op: op, Err: &events.FieldError{Field: "part key", Reason: "want " + events.IDRule}}
-		}
-		if len(p.Value) > MaxSnapshotPartBytes {
-			return &Error{Op: op, Err: fmt.Errorf("%w: part %s of %d bytes, limit MaxSnapshotPartBytes=%d", ErrSnapshotTooLarge, p.Key, len(p.Value), MaxSnapshotPartBytes)}
+		if !ValidPartKey(p.Key) {
+			return &Error{Op: op, Err: &events.FieldError{Field: "part key", Reason: "want " + partKeyRule}}
 		}
 		if total += len(p.Value) + len(p.Key); total > MaxSnapshotBatchBytes {
 			return &Error{Op: op, Err: fmt.Errorf("%w: more than MaxSnapshotBatchBytes=%d in one snapshot", ErrSnapshotTooLarge, MaxSnapshotBatchBytes)}
@@ -155,13 +180,7 @@ func (l *Ledger) SaveSnapshotParts(name string, covers Seq, header []byte, parts
 		}
 	}
 	for _, p := range parts {
-		k := append(prefix[:len(prefix):len(prefix)], p.Key...)
-		if p.Value == nil {
-			err = b.Delete(k, nil)
-		} else {
-			err = b.Set(k, p.Value, nil)
-		}
-		if err != nil {
+		if err := setPart(b, append(prefix[:len(prefix):len(prefix)], p.Key...), p.Value); err != nil {
 			return &Error{Op: op, Err: err}
 		}
 	}
@@ -178,28 +197,125 @@ func (l *Ledger) SaveSnapshotParts(name string, covers Seq, header []byte, parts
 	return nil
 }
 
+// partKeyRule is ValidPartKey's rule as error messages state it.
+const partKeyRule = events.IDRule + " or two of them joined by '.'"
+
+// setPart writes (value nil: deletes) the part stored under k into b. A
+// value of SnapshotChunkBytes or more deletes the chunks of the previous
+// value first: a reader looks for chunks only after a full first chunk,
+// so those a shorter value leaves behind are never read (and a reset, or
+// the next long value, deletes them).
+func setPart(b *pebble.Batch, k, value []byte) error {
+	if value == nil || len(value) >= SnapshotChunkBytes {
+		if err := b.DeleteRange(chunkKey(k, 0)[:len(k)+1], append(k[:len(k):len(k)], 1), nil); err != nil {
+			return err
+		}
+	}
+	if value == nil {
+		return b.Delete(k, nil)
+	}
+	first := min(len(value), SnapshotChunkBytes)
+	if err := b.Set(k, value[:first], nil); err != nil {
+		return err
+	}
+	for i, off := 1, first; off < len(value); i++ {
+		end := min(off+SnapshotChunkBytes, len(value))
+		if err := b.Set(chunkKey(k, i), value[off:end], nil); err != nil {
+			return err
+		}
+		off = end
+	}
+	return nil
+}
+
 // LoadSnapshotPart returns the part key stored beside snapshot name, false
 // when there is none. The parts belong to the snapshot LoadSnapshot
 // returns (they are written in its batch).
 func (l *Ledger) LoadSnapshotPart(name, key string) ([]byte, bool, error) {
 	const op = "load snapshot"
-	if !events.ValidID(name) || !events.ValidID(key) {
+	if !events.ValidID(name) {
 		return nil, false, &Error{Op: op, Err: &events.FieldError{Field: "name", Reason: "want " + events.IDRule}}
+	}
+	if !ValidPartKey(key) {
+		return nil, false, &Error{Op: op, Err: &events.FieldError{Field: "part key", Reason: "want " + partKeyRule}}
 	}
 	end, err := l.beginRead(op)
 	if err != nil {
 		return nil, false, err
 	}
 	defer end()
-	v, closer, err := l.db.Get(append(partPrefix(name), key...))
+	k := append(partPrefix(name), key...)
+	// The common case: one Get, no iterator. A part with chunks (a full
+	// first chunk) is read again whole through one iterator, a consistent
+	// view of all its chunks.
+	v, closer, err := l.db.Get(k)
 	if errors.Is(err, pebble.ErrNotFound) {
 		return nil, false, nil
 	}
 	if err != nil {
 		return nil, false, l.readErr(op, 0, 0, err)
 	}
-	defer closer.Close()
-	return append([]byte(nil), v...), true, nil
+	out := append([]byte(nil), v...)
+	closer.Close()
+	if len(out) < SnapshotChunkBytes {
+		return out, true, nil
+	}
+	found := false
+	err = l.scanParts(k, append(k[:len(k):len(k)], 1), func(_ []byte, v []byte) error {
+		out, found = append([]byte(nil), v...), true
+		return nil
+	})
+	if err != nil {
+		return nil, false, l.readErr(op, 0, 0, err)
+	}
+	return out, found, nil
+}
+
+// scanParts calls fn with every whole part (its chunks joined) whose key
+// is in [lower, upper), in key order, from one iterator: a consistent view.
+// fn's value is valid only during the call.
+func (l *Ledger) scanParts(lower, upper []byte, fn func(key, value []byte) error) error {
+	it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	var key, buf []byte
+	open, full := false, false
+	emit := func() error {
+		if !open {
+			return nil
+		}
+		open = false
+		return fn(key, buf)
+	}
+	for ok := it.First(); ok; ok = it.Next() {
+		k := it.Key()
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return err
+		}
+		if i := bytes.IndexByte(k, 0); i >= 0 {
+			// A chunk: part of the open part when its first chunk was full
+			// and the chunks so far were too; else left by a shorter value.
+			if open && full && bytes.Equal(k[:i], key) && len(k) == i+5 && int(binary.BigEndian.Uint32(k[i+1:])) == len(buf)/SnapshotChunkBytes {
+				buf = append(buf, v...)
+				full = len(v) == SnapshotChunkBytes
+			} else {
+				full = false
+			}
+			continue
+		}
+		if err := emit(); err != nil {
+			return err
+		}
+		key, buf = append(key[:0], k...), append(buf[:0], v...)
+		open, full = true, len(v) == SnapshotChunkBytes
+	}
+	if err := it.Error(); err != nil {
+		return err
+	}
+	return emit()
 }
 
 // partPrefix is p/<name>/, the prefix of the parts of snapshot name.
@@ -207,11 +323,12 @@ func partPrefix(name string) []byte {
 	return []byte(keys.PrefixSnapshot + name + "/")
 }
 
-// ScanSnapshotParts calls fn with every part stored beside snapshot name,
-// in key order, from one consistent view of the store (a snapshot saved
-// meanwhile is seen entirely or not at all). value is valid only during
-// the call. An error from fn stops the scan and is returned.
-func (l *Ledger) ScanSnapshotParts(ctx context.Context, name string, fn func(key string, value []byte) error) error {
+// ScanSnapshotParts calls fn with every part stored beside snapshot name
+// whose key begins with prefix ("": all), in key order, from one
+// consistent view of the store (a snapshot saved meanwhile is seen
+// entirely or not at all). value is valid only during the call. An error
+// from fn stops the scan and is returned.
+func (l *Ledger) ScanSnapshotParts(ctx context.Context, name, prefix string, fn func(key string, value []byte) error) error {
 	const op = "scan snapshot parts"
 	if !events.ValidID(name) {
 		return &Error{Op: op, Err: &events.FieldError{Field: "name", Reason: "want " + events.IDRule}}
@@ -221,25 +338,19 @@ func (l *Ledger) ScanSnapshotParts(ctx context.Context, name string, fn func(key
 		return err
 	}
 	defer end()
-	prefix := partPrefix(name)
-	it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: keys.UpperBound(prefix)})
+	lower := append(partPrefix(name), prefix...)
+	n := len(partPrefix(name))
+	var ferr error
+	err = l.scanParts(lower, keys.UpperBound(lower), func(k, v []byte) error {
+		if ferr = ctx.Err(); ferr == nil {
+			ferr = fn(string(k[n:]), v)
+		}
+		return ferr
+	})
+	if ferr != nil {
+		return ferr
+	}
 	if err != nil {
-		return l.readErr(op, 0, 0, err)
-	}
-	defer it.Close()
-	for ok := it.First(); ok; ok = it.Next() {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		v, err := it.ValueAndErr()
-		if err != nil {
-			return l.readErr(op, 0, 0, err)
-		}
-		if err := fn(string(it.Key()[len(prefix):]), v); err != nil {
-			return err
-		}
-	}
-	if err := it.Error(); err != nil {
 		return l.readErr(op, 0, 0, err)
 	}
 	return nil

@@ -434,9 +434,11 @@ func (s *State) requestRegistered(e *event, p *events.RequestRegistered) {
 	if o.Ended {
 		o.Anomalies++ // registered after the owner's end
 	}
+	o.changedSeq = e.seq
 	if prev, ok := s.ownerOf[p.Handle]; ok {
 		s.owners[prev].Anomalies++ // duplicate handle: the newer registration wins
 		delete(s.owners[prev].Handles, p.Handle)
+		s.owners[prev].changedSeq = e.seq // may retire it
 	}
 	if o.Handles == nil {
 		o.Handles = map[string]*Request{}
@@ -468,6 +470,7 @@ func (s *State) ownerEnded(e *event, p *events.RequestOwnerEnded) {
 		o = &Owner{ID: p.Owner}
 		s.owners[p.Owner] = o
 	}
+	o.changedSeq = e.seq
 	if o.Ended {
 		o.Anomalies++
 		return

@@ -35,6 +35,23 @@ func (m *memArchive) Load(id string) (*projector.Activation, bool, error) {
 	return a, err == nil, err
 }
 
+// ownerKey keeps owners apart from activations in the parts map, as the
+// live wiring's part keys do.
+func ownerKey(id string) string { return "o." + id }
+
+func (m *memArchive) LoadOwner(id string) (*projector.Owner, bool, error) {
+	if m.fail != nil {
+		return nil, false, m.fail
+	}
+	b, ok := m.parts[ownerKey(id)]
+	if !ok {
+		return nil, false, nil
+	}
+	m.loads++
+	o, err := projector.UnmarshalOwner(b)
+	return o, err == nil, err
+}
+
 // snapshot is what one atomic snapshot batch stores: the live part and
 // every retired activation (the ones it wrote and the older unchanged
 // ones).
@@ -62,6 +79,16 @@ func save(t interface{ Fatalf(string, ...any) }, s *projector.State, prev snapsh
 			t.Fatalf("snapshot at seq %d re-encodes the unchanged retired activation %s", s.Seq(), a.ID)
 		}
 		next.parts[a.ID] = b
+	}
+	for _, o := range s.RetiredOwners() {
+		b, err := projector.MarshalOwner(o)
+		if err != nil {
+			t.Fatalf("MarshalOwner: %v", err)
+		}
+		if old, ok := prev.parts[ownerKey(o.ID)]; ok && bytes.Equal(old, b) {
+			t.Fatalf("snapshot at seq %d re-encodes the unchanged retired owner %s", s.Seq(), o.ID)
+		}
+		next.parts[ownerKey(o.ID)] = b
 	}
 	return next, len(retired)
 }
@@ -158,7 +185,80 @@ func TestArchiveEquivalence(t *testing.T) {
 				t.Fatalf("archived state holds %s, unknown to the plain state", id)
 			}
 		}
+		for _, id := range []string{"o0", "o1"} { // genDraft's owners
+			if got, want := ownerJSON(st, id), ownerJSON(plain, id); got != want {
+				t.Fatalf("owner %s differs:\n%s\n%s", id, got, want)
+			}
+		}
 	})
+}
+
+func ownerJSON(s *projector.State, id string) string {
+	o, ok := s.Owner(id)
+	b, _ := json.Marshal(struct {
+		OK    bool
+		Owner *projector.Owner
+	}{ok, o})
+	return string(b)
+}
+
+// TestEndedOwnersLeaveLivePart: 10^4 request owners (one per gateway
+// session) register a handle and end, with a snapshot (and Evict) every
+// 500 events: the live part stays the size of a handful of owners however
+// many ended, the owners in memory stay bounded by a snapshot interval's
+// worth, and a later registration or repeated end of an evicted owner
+// loads it back with the same result as the plain State.
+func TestEndedOwnersLeaveLivePart(t *testing.T) {
+	const n, every = 10_000, 500
+	c := eventgen.NewChain(t0)
+	plain, st := projector.New(), projector.New()
+	ar := &memArchive{parts: map[string][]byte{}}
+	st.SetArchive(ar)
+	snap := snapshot{parts: ar.parts}
+	applied, peak, firstHeader := 0, 0, 0
+	both := func(ds ...events.Draft) {
+		t.Helper()
+		for _, d := range ds {
+			env, _ := c.Seal(d)
+			for _, s := range []*projector.State{plain, st} {
+				if err := s.Apply(&env); err != nil {
+					t.Fatalf("Apply %s: %v", env.Kind, err)
+				}
+			}
+			if applied++; applied%every == 0 {
+				snap, _ = save(t, st, snap)
+				ar.parts = snap.parts
+				st.Evict(st.Seq())
+				if firstHeader == 0 {
+					firstHeader = len(snap.header)
+				}
+				if len(snap.header) > firstHeader+256 {
+					t.Fatalf("after %d events the live part is %d bytes (first snapshot: %d)", applied, len(snap.header), firstHeader)
+				}
+			}
+			peak = max(peak, st.OwnersInMemory())
+		}
+	}
+	for i := range n {
+		o := fmt.Sprintf("o-%05d", i)
+		both(events.Draft{Activation: "act-1", Session: "s-1", Server: "srv", Payload: &events.RequestRegistered{Handle: "h-" + o, Owner: o, Method: "resources/read", TimeoutNS: 5}},
+			events.Draft{Activation: "act-1", Session: "s-1", Server: "srv", Payload: &events.RequestCompleted{Handle: "h-" + o, Outcome: events.RequestOK}},
+			events.Draft{Session: "s-1", Payload: &events.RequestOwnerEnded{Owner: o, HandlesSettled: 1}})
+	}
+	if peak > every/3+2 {
+		t.Fatalf("peak %d owners in memory, bound %d", peak, every/3+2)
+	}
+	// Late events for evicted owners: both anomalies, read back exactly.
+	both(events.Draft{Session: "s-1", Payload: &events.RequestOwnerEnded{Owner: "o-00007"}},
+		events.Draft{Activation: "act-1", Session: "s-1", Server: "srv", Payload: &events.RequestRegistered{Handle: "h-late", Owner: "o-00008", Method: "resources/read", TimeoutNS: 5}})
+	for _, id := range []string{"o-00007", "o-00008", "o-00009", "o-09999"} {
+		if got, want := ownerJSON(st, id), ownerJSON(plain, id); got != want {
+			t.Fatalf("owner %s differs:\n%s\n%s", id, got, want)
+		}
+	}
+	if got, want := mustMarshalLive(t, st), mustMarshalLive(t, plain); !bytes.Equal(got, want) {
+		t.Fatalf("live part differs:\n%s\n%s", got, want)
+	}
 }
 
 func mustMarshalLive(t interface{ Fatalf(string, ...any) }, s *projector.State) []byte {

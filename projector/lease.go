@@ -118,4 +118,9 @@ type Owner struct {
 	HandlesSettled int                 `json:"handles_settled,omitempty"` // as the owner_ended fact states
 	Summary        *OwnerSummary       `json:"summary,omitempty"`
 	Anomalies      uint64              `json:"anomalies,omitempty"`
+
+	// changedSeq is the seq of the owner's last change (never
+	// serialised): Evict keeps a retired owner in memory until a snapshot
+	// covering it is stored.
+	changedSeq uint64
 }

@@ -15,7 +15,7 @@ import (
 // trusting an older layout half-way.
 const (
 	SnapshotFormat  = "leaseledger-projector"
-	SnapshotVersion = 5 // 3: open sessions (session.opened); 4: calls lost per activation; 5: retired activations stored apart (MarshalLive, MarshalActivation)
+	SnapshotVersion = 6 // 3: open sessions (session.opened); 4: calls lost per activation; 5: retired activations stored apart (MarshalLive, MarshalActivation); 6: retired owners stored apart (MarshalOwner)
 )
 
 // Errors of Unmarshal.
@@ -87,16 +87,24 @@ type evidenceWire struct {
 // sorted, recent receipts oldest first, times in events.TimeLayout. Equal
 // states give equal bytes however they were reached (incrementally, by
 // full replay, or from a snapshot plus the tail).
-func Marshal(s *State) ([]byte, error) { return marshal(s, nil) }
+func Marshal(s *State) ([]byte, error) { return marshal(s, false) }
 
-// marshal serialises s with the activations keep accepts (all when nil).
-func marshal(s *State, keep func(*Activation) bool) ([]byte, error) {
+// marshal serialises s; live: without its retired activations and owners.
+func marshal(s *State, live bool) ([]byte, error) {
 	w := snapshotWire{Format: SnapshotFormat, Version: SnapshotVersion, Seq: s.seq, Applied: s.applied,
 		Anomalies: s.anomalies, Activations: make(map[string]*activationWire, len(s.activations)),
 		Leases: make(map[string]*Lease, len(s.leases)), Owners: s.owners, Sessions: s.sessions}
 	for id, a := range s.activations {
-		if keep == nil || keep(a) {
+		if !live || !s.retired(a) {
 			w.Activations[id] = wireActivation(a)
+		}
+	}
+	if live {
+		w.Owners = make(map[string]*Owner, len(s.owners))
+		for id, o := range s.owners {
+			if !retiredOwner(o) {
+				w.Owners[id] = o
+			}
 		}
 	}
 	for k, l := range s.leases {
@@ -210,6 +218,7 @@ func Unmarshal(b []byte) (*State, error) {
 			}
 			s.ownerOf[h] = id
 		}
+		o.changedSeq = w.Seq // as for activations above
 		s.owners[id] = o
 	}
 	for id, x := range w.Sessions {

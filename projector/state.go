@@ -360,8 +360,10 @@ type State struct {
 	lastAct *Activation
 
 	// archive holds the retired activations dropped by Evict; nil: none
-	// is ever dropped.
+	// is ever dropped. owned is the same archive when it also holds
+	// retired owners (OwnerArchive); nil: no owner is ever dropped.
 	archive Archive
+	owned   OwnerArchive
 }
 
 // New returns an empty State that has applied nothing.
@@ -444,10 +446,18 @@ func (s *State) AllLeases() iter.Seq[*Lease] {
 	}
 }
 
-// Owner returns the request owner id.
+// Owner returns the request owner id, from memory or the archive (an
+// archive read failure reads as absent). An owner read from the archive
+// is a copy: modifying it changes nothing.
 func (s *State) Owner(id string) (*Owner, bool) {
-	o, ok := s.owners[id]
-	return o, ok
+	if o, ok := s.owners[id]; ok {
+		return o, true
+	}
+	if s.owned == nil {
+		return nil, false
+	}
+	o, ok, err := s.owned.LoadOwner(id)
+	return o, ok && err == nil
 }
 
 // Request returns the live handle's request (handles of ended owners are

@@ -224,14 +224,21 @@ func (p *Projection) store(s *projector.State) error {
 	if err != nil {
 		return err
 	}
-	retired := s.Retired()
-	parts := make([]ledger.SnapshotPart, 0, len(retired))
+	retired, owners := s.Retired(), s.RetiredOwners()
+	parts := make([]ledger.SnapshotPart, 0, len(retired)+len(owners))
 	for _, a := range retired {
 		b, err := projector.MarshalActivation(a)
 		if err != nil {
 			return err
 		}
-		parts = append(parts, ledger.SnapshotPart{Key: a.ID, Value: b})
+		parts = append(parts, ledger.SnapshotPart{Key: activationKey(a.ID), Value: b})
+	}
+	for _, o := range owners {
+		b, err := projector.MarshalOwner(o)
+		if err != nil {
+			return err
+		}
+		parts = append(parts, ledger.SnapshotPart{Key: ownerKey(o.ID), Value: b})
 	}
 	if err := p.l.SaveSnapshotParts(p.name, ledger.Seq(s.Seq()), header, parts, p.reset); err != nil {
 		return err
@@ -242,7 +249,19 @@ func (p *Projection) store(s *projector.State) error {
 	return nil
 }
 
-// archive reads retired activations from the parts of the stored snapshot.
+// Part keys: a retired activation is stored under a.<id>, a retired
+// request owner under o.<id> (ledger.ValidPartKey), so that the two never
+// collide and a scan reads one kind only.
+const (
+	activationPrefix = "a."
+	ownerPrefix      = "o."
+)
+
+func activationKey(id string) string { return activationPrefix + id }
+func ownerKey(id string) string      { return ownerPrefix + id }
+
+// archive reads retired activations and owners from the parts of the
+// stored snapshot (a projector.OwnerArchive).
 type archive struct {
 	l    *ledger.Ledger
 	name string
@@ -254,7 +273,7 @@ func (a *archive) Load(id string) (*projector.Activation, bool, error) {
 	if a.off.Load() {
 		return nil, false, nil
 	}
-	b, ok, err := a.l.LoadSnapshotPart(a.name, id)
+	b, ok, err := a.l.LoadSnapshotPart(a.name, activationKey(id))
 	if err != nil || !ok {
 		return nil, false, err
 	}
@@ -262,7 +281,29 @@ func (a *archive) Load(id string) (*projector.Activation, bool, error) {
 	if err != nil {
 		return nil, false, err
 	}
+	if act.ID != id {
+		return nil, false, fmt.Errorf("%w: part %s holds activation %q", projector.ErrSnapshotCorrupt, activationKey(id), act.ID)
+	}
 	return act, true, nil
+}
+
+// LoadOwner implements projector.OwnerArchive.
+func (a *archive) LoadOwner(id string) (*projector.Owner, bool, error) {
+	if a.off.Load() {
+		return nil, false, nil
+	}
+	b, ok, err := a.l.LoadSnapshotPart(a.name, ownerKey(id))
+	if err != nil || !ok {
+		return nil, false, err
+	}
+	o, err := projector.UnmarshalOwner(b)
+	if err != nil {
+		return nil, false, err
+	}
+	if o.ID != id {
+		return nil, false, fmt.Errorf("%w: part %s holds owner %q", projector.ErrSnapshotCorrupt, ownerKey(id), o.ID)
+	}
+	return o, true, nil
 }
 
 func (p *Projection) committed(batch []ledger.Record) {
@@ -469,13 +510,17 @@ func (p *Projection) Summarize(ctx context.Context, limit int) (audit.Summary, e
 		}
 	}
 	if !p.archive.off.Load() {
-		err = p.l.ScanSnapshotParts(ctx, p.name, func(id string, v []byte) error {
+		err = p.l.ScanSnapshotParts(ctx, p.name, activationPrefix, func(key string, v []byte) error {
+			id := key[len(activationPrefix):]
 			if inMem[id] {
 				return nil
 			}
 			a, err := projector.UnmarshalActivation(v)
 			if err != nil {
 				return fmt.Errorf("live: stored activation %s: %w", id, err)
+			}
+			if a.ID != id {
+				return fmt.Errorf("live: stored activation %s: %w: holds activation %q", id, projector.ErrSnapshotCorrupt, a.ID)
 			}
 			flush(id)
 			verdict, reasons, omitted := projector.RetiredVerdict(a)
