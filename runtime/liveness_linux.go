@@ -36,10 +36,11 @@ const maxStatusBytes = 4096
 // stat is the fast tier (the kernel renders about a fifth of status's text,
 // measured 4.5 µs against 10–12 µs per read on a Node.js target): it
 // decides when the target is a zombie or dead, has SIGKILL pending on its
-// main thread, is exiting (PF_EXITING), or sleeps ('S') with none of those.
-// Anything else (running, in disk sleep, stopped, unparsable) falls back to
-// status, the reference probe, which also sees a SIGKILL pending on the
-// whole process (ShdPnd). An idle stdio server's main thread sleeps, so an
+// main thread, or sleeps ('S') with none of those and is not exiting.
+// Anything else (running, in disk sleep, stopped, exiting (PF_EXITING),
+// unparsable) falls back to status, the reference probe, which also sees a
+// SIGKILL pending on the whole process (ShdPnd). Wherever stat decides, it
+// says what status says. An idle stdio server's main thread sleeps, so an
 // admission normally reads stat alone (TestProcProbeTiersAgree).
 type procProbe struct {
 	mu     sync.Mutex
@@ -160,8 +161,13 @@ func statVerdict(b []byte) verdict {
 		return verdictDying
 	case err1 != nil || err2 != nil:
 		return verdictUnsure
-	case sig&sigkillBit != 0 || flags&pfExiting != 0:
+	case sig&sigkillBit != 0:
 		return verdictDying
+	case flags&pfExiting != 0:
+		// Exiting, but not necessarily dying as status says it: a process
+		// that exits on its own is running with no SIGKILL pending until
+		// it becomes a zombie. Status decides, so the tiers agree.
+		return verdictUnsure
 	case state == 'S':
 		return verdictAlive
 	}
