@@ -27,11 +27,20 @@ const pfExiting = 0x4
 const maxStatusBytes = 4096
 
 // procProbe reads the target's /proc/<pid>/stat, and /proc/<pid>/status
-// when stat cannot decide, each through one descriptor opened at first use
-// and kept until the child is closed. It runs before every admission, so
-// it avoids the path walk, open and close of a fresh read, and the
-// descriptor pins the process: once the target is reaped, reads fail with
-// ESRCH even if its pid is reused.
+// when stat cannot decide, each through one descriptor kept until the child
+// is closed. It runs before every admission, so it avoids the path walk,
+// open and close of a fresh read, and the descriptors pin the process:
+// once the target is reaped, reads fail with ESRCH even if its pid is
+// reused.
+//
+// Both are opened together on the first probe, then stat is read through
+// its descriptor and must name the helper as the parent: the helper is
+// the target's one and only reaper, so while the target is unreaped its
+// pid is the helper's child, and a pid reaped and reused before the open
+// (by anything but another child of the helper) is seen as gone instead of
+// pinned (TestProcProbeRejectsAnotherParent). The stat read after both
+// opens succeeding proves the process was unreaped when status was opened,
+// so both descriptors name the same process.
 //
 // stat is the fast tier (the kernel renders about a fifth of status's text,
 // measured 4.5 µs against 10–12 µs per read on a Node.js target): it
@@ -46,7 +55,7 @@ type procProbe struct {
 	mu     sync.Mutex
 	stat   *os.File
 	status *os.File
-	gone   bool // a file could not be opened: the process was gone
+	gone   bool // the process was gone, or not the helper's child, at the open
 	buf    [maxStatusBytes]byte
 	// statusReads counts fallbacks to status (tests).
 	statusReads int
@@ -59,12 +68,13 @@ type procProbe struct {
 // a request written then would be lost with it, and the guardian reports
 // the exit only after the reap. Checking before admission lets a call on a
 // child killed while idle go to a fresh lease instead.
-func (g *guardianChild) dying() bool { return g.probe.dying(g.s.TargetPID()) }
+func (g *guardianChild) dying() bool { return g.probe.dying(g.s.TargetPID(), g.s.HelperPID()) }
 
-func (p *procProbe) dying(pid int) bool {
+// dying probes pid, which must be a child of parent.
+func (p *procProbe) dying(pid, parent int) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	b, ok, dead := p.read(&p.stat, pid, "stat")
+	b, ok, dead := p.readStat(pid, parent)
 	if !ok {
 		return dead
 	}
@@ -75,27 +85,45 @@ func (p *procProbe) dying(pid int) bool {
 		return false
 	}
 	p.statusReads++
-	return p.statusDying(pid)
+	return p.statusDying()
 }
 
-// read reads the whole of /proc/pid/name through *f (opened on first
-// use). ok false means no content: dead then says whether that proves the
-// process gone (it was not there, or was reaped behind the descriptor);
-// any other failure proves nothing, and the checks after a failed call
-// decide.
-func (p *procProbe) read(f **os.File, pid int, name string) (b []byte, ok, dead bool) {
+// readStat reads stat, opening both files on first use. ok false means no
+// content: dead then says whether that proves the process gone (it was not
+// there or not parent's child at the open, or was reaped behind the
+// descriptor); any other failure proves nothing, and the checks after a
+// failed call decide.
+func (p *procProbe) readStat(pid, parent int) (b []byte, ok, dead bool) {
 	if p.gone {
 		return nil, false, true
 	}
-	if *f == nil {
-		o, err := os.Open("/proc/" + strconv.Itoa(pid) + "/" + name)
+	if p.stat == nil {
+		dir := "/proc/" + strconv.Itoa(pid) + "/"
+		st, err := os.Open(dir + "stat")
 		if err != nil {
 			p.gone = errors.Is(err, fs.ErrNotExist)
 			return nil, false, p.gone
 		}
-		*f = o
+		sts, err := os.Open(dir + "status")
+		if err != nil {
+			_ = st.Close()
+			p.gone = errors.Is(err, fs.ErrNotExist)
+			return nil, false, p.gone
+		}
+		p.stat, p.status = st, sts
+		b, ok, dead = p.read(p.stat)
+		if ok && statPPID(b) != parent {
+			p.gone = true // a reused pid: the target was reaped before the open
+			return nil, false, true
+		}
+		return b, ok, dead
 	}
-	n, err := (*f).ReadAt(p.buf[:], 0)
+	return p.read(p.stat)
+}
+
+// read reads the whole of an open /proc file (see readStat for ok, dead).
+func (p *procProbe) read(f *os.File) (b []byte, ok, dead bool) {
+	n, err := f.ReadAt(p.buf[:], 0)
 	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, false, errors.Is(err, syscall.ESRCH)
 	}
@@ -104,8 +132,11 @@ func (p *procProbe) read(f **os.File, pid int, name string) (b []byte, ok, dead 
 
 // statusDying is the reference probe: the status file's state, and SIGKILL
 // in the main thread's (SigPnd) or the process's (ShdPnd) pending set.
-func (p *procProbe) statusDying(pid int) bool {
-	b, ok, dead := p.read(&p.status, pid, "status")
+func (p *procProbe) statusDying() bool {
+	if p.status == nil {
+		return p.gone
+	}
+	b, ok, dead := p.read(p.status)
 	if !ok {
 		return dead
 	}
@@ -172,6 +203,23 @@ func statVerdict(b []byte) verdict {
 		return verdictAlive
 	}
 	return verdictUnsure
+}
+
+// statPPID is the parent pid in a stat file's content, -1 when unparsable.
+func statPPID(b []byte) int {
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return -1
+	}
+	fields := bytes.Fields(b[i+1:])
+	if len(fields) < 2 {
+		return -1
+	}
+	ppid, err := strconv.Atoi(string(fields[1]))
+	if err != nil {
+		return -1
+	}
+	return ppid
 }
 
 func (p *procProbe) close() {

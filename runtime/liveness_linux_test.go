@@ -112,7 +112,7 @@ func TestProcProbeSeesKillAtOnce(t *testing.T) {
 		deadline := time.Now().Add(10 * time.Second)
 		for {
 			before := p.statusReads
-			if p.dying(cmd.Process.Pid) {
+			if p.dying(cmd.Process.Pid, os.Getpid()) {
 				t.Fatalf("round %d: a live idle child probed dying", i)
 			}
 			if p.statusReads == before {
@@ -126,15 +126,44 @@ func TestProcProbeSeesKillAtOnce(t *testing.T) {
 		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
-		if !p.dying(cmd.Process.Pid) {
+		if !p.dying(cmd.Process.Pid, os.Getpid()) {
 			t.Fatalf("round %d: probed alive right after SIGKILL", i)
 		}
 		_ = cmd.Wait()
-		if !p.dying(cmd.Process.Pid) {
+		if !p.dying(cmd.Process.Pid, os.Getpid()) {
 			t.Fatalf("round %d: probed alive after the reap", i)
 		}
 		p.close()
 		_ = in.Close()
+	}
+}
+
+// A pid that is not the helper's child when the probe opens it (the target
+// was reaped and its pid reused) is gone, not pinned: probing pid 1 as if
+// this test process were its parent sees it dying, with both files opened
+// together on that first probe.
+func TestProcProbeRejectsAnotherParent(t *testing.T) {
+	var p procProbe
+	defer p.close()
+	if !p.dying(1, os.Getpid()) {
+		t.Fatal("a process with another parent probed alive")
+	}
+	cmd := exec.Command(testserverBin.Out)
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = in.Close(); _ = cmd.Wait() }()
+	var q procProbe
+	defer q.close()
+	if q.dying(cmd.Process.Pid, os.Getpid()) {
+		t.Fatal("our own live child probed dying")
+	}
+	if q.stat == nil || q.status == nil {
+		t.Fatal("the first probe did not open both stat and status")
 	}
 }
 
@@ -158,10 +187,13 @@ func BenchmarkProcProbe(b *testing.B) {
 	var tiered, ref procProbe
 	defer tiered.close()
 	defer ref.close()
+	if _, ok, _ := ref.readStat(pid, os.Getpid()); !ok {
+		b.Fatal("cannot open the target's /proc files")
+	}
 	refDying := func() bool {
 		ref.mu.Lock()
 		defer ref.mu.Unlock()
-		return ref.statusDying(pid)
+		return ref.statusDying()
 	}
 	time.Sleep(100 * time.Millisecond) // let it settle into its idle sleep
 	const chunk = 500
@@ -176,7 +208,7 @@ func BenchmarkProcProbe(b *testing.B) {
 		}
 		t1 := time.Now()
 		for range n {
-			if tiered.dying(pid) {
+			if tiered.dying(pid, os.Getpid()) {
 				b.Fatal("tiered probe: dying")
 			}
 		}
