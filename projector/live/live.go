@@ -105,6 +105,11 @@ type Projection struct {
 
 	encoded atomic.Uint64 // retired activations encoded by snapshots
 
+	// afterStore, when set (by tests only), runs in Snapshot between the
+	// durable batch and the live state's eviction: events appended there
+	// are after the covered seq.
+	afterStore func()
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -392,6 +397,9 @@ func (p *Projection) Snapshot() error {
 	}
 	covered := p.shadow.Seq()
 	p.shadow.Evict(covered)
+	if p.afterStore != nil {
+		p.afterStore()
+	}
 	// A retired activation whose last change is covered is now stored with
 	// exactly the live state's content (it had no event since, and became
 	// retired no later): the live state reads it back from there.
