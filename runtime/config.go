@@ -152,18 +152,28 @@ func (c ServerConfig) Fingerprint(key []byte) string {
 // lease pinned to the old one), so the last fingerprint of each config
 // name is memoised with a private copy of its entry: equal entries have
 // equal canonical JSON, so a hit returns exactly what Fingerprint would
-// (TestFingerprintMemoEqualsFingerprint), without the encoding and HMAC.
+// (TestFingerprintMemoEqualsFingerprint, and under concurrent calls
+// TestFingerprintMemoConcurrent), without the encoding and HMAC.
 func (m *Manager) fingerprint(cfg ServerConfig) string { return m.fpMemo.get(cfg, m.fpKey) }
 
+// FingerprintMemoResets returns how many times the manager's memo of
+// config fingerprints was emptied because it held maxFingerprintMemo
+// (1024) config names; each reset costs one full fingerprint per name on
+// its next call, so a growing count means more names than the bound.
+func (m *Manager) FingerprintMemoResets() int { return m.fpMemo.resetCount() }
+
 // maxFingerprintMemo bounds the memoised fingerprints (one per config
-// name); when it is full the memo is emptied and refills on use.
+// name); when it is full the memo is emptied (and the reset counted, see
+// Manager.FingerprintMemoResets) and refills on use.
 const maxFingerprintMemo = 1024
 
 // fingerprintMemo is the last fingerprint of each config name, with the
-// entry it was computed from.
+// entry it was computed from, under one key.
 type fingerprintMemo struct {
 	mu     sync.Mutex
+	key    []byte // the key byName's fingerprints were computed under
 	byName map[string]memoFP
+	resets int // times byName was emptied at maxFingerprintMemo
 }
 
 type memoFP struct {
@@ -171,21 +181,39 @@ type memoFP struct {
 	fp  string
 }
 
+// get returns cfg.Fingerprint(key). A memo holds fingerprints under one
+// key: a different key empties it first (a manager's key never changes, so
+// this only keeps a hit exact whatever the caller passes).
 func (f *fingerprintMemo) get(cfg ServerConfig, key []byte) string {
 	f.mu.Lock()
-	if e, ok := f.byName[cfg.name]; ok && e.cfg.equal(cfg) {
+	if e, ok := f.byName[cfg.name]; ok && bytes.Equal(f.key, key) && e.cfg.equal(cfg) {
 		f.mu.Unlock()
 		return e.fp
 	}
 	f.mu.Unlock()
 	fp := cfg.Fingerprint(key)
 	f.mu.Lock()
-	if f.byName == nil || len(f.byName) >= maxFingerprintMemo {
+	switch {
+	case !bytes.Equal(f.key, key):
+		f.key = bytes.Clone(key)
 		f.byName = make(map[string]memoFP)
+	case f.byName == nil:
+		f.byName = make(map[string]memoFP)
+	case len(f.byName) >= maxFingerprintMemo:
+		if _, ok := f.byName[cfg.name]; !ok { // a changed entry replaces its own
+			f.byName = make(map[string]memoFP)
+			f.resets++
+		}
 	}
 	f.byName[cfg.name] = memoFP{cfg: cfg.clone(), fp: fp}
 	f.mu.Unlock()
 	return fp
+}
+
+func (f *fingerprintMemo) resetCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.resets
 }
 
 // clone is c with its own copies of every map and slice.

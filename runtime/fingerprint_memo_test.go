@@ -1,11 +1,10 @@
-//go:build linux
-
 package runtime
 
 import (
 	"math/rand/v2"
 	"reflect"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 )
@@ -73,6 +72,70 @@ func TestFingerprintMemoEqualsFingerprint(t *testing.T) {
 	}
 	if len(memo.byName) > maxFingerprintMemo {
 		t.Fatalf("memo holds %d entries, bound %d", len(memo.byName), maxFingerprintMemo)
+	}
+}
+
+// Concurrent lookups (calls of many sessions) each get exactly
+// Fingerprint's answer, for names hit, changed and beyond the bound; run
+// with -race. Every reset at the bound is counted.
+func TestFingerprintMemoConcurrent(t *testing.T) {
+	key := []byte("0123456789abcdef0123456789abcdef")
+	var memo fingerprintMemo
+	var wg sync.WaitGroup
+	errs := make(chan string, 8)
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(g), 9))
+			for i := 0; i < 3000; i++ {
+				// Each goroutine owns its entries, as each call owns the
+				// entry its config source returned.
+				c := ServerConfig{Command: "node", Args: []string{strconv.Itoa(rng.IntN(3))},
+					name: "s" + strconv.Itoa(rng.IntN(2*maxFingerprintMemo))}
+				if got, want := memo.get(c, key), c.Fingerprint(key); got != want {
+					errs <- "memo " + got + ", Fingerprint " + want + " for " + c.name
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
+	if memo.resetCount() == 0 {
+		t.Fatal("2048 names through a memo of 1024: no reset counted")
+	}
+}
+
+// The memo is emptied only when a new name meets a full memo, and each
+// such reset is counted; a changed entry of a known name replaces its own.
+func TestFingerprintMemoCountsResets(t *testing.T) {
+	key := []byte("k")
+	var memo fingerprintMemo
+	for i := range maxFingerprintMemo {
+		memo.get(ServerConfig{Command: "a", name: strconv.Itoa(i)}, key)
+	}
+	memo.get(ServerConfig{Command: "changed", name: "0"}, key)
+	if n := memo.resetCount(); n != 0 {
+		t.Fatalf("%d resets at the bound before a new name", n)
+	}
+	memo.get(ServerConfig{Command: "a", name: "new"}, key)
+	if n, l := memo.resetCount(), len(memo.byName); n != 1 || l != 1 {
+		t.Fatalf("%d resets, %d entries after a new name at the bound", n, l)
+	}
+}
+
+// A hit is exact for the key asked: a memo filled under one key answers
+// another key with that key's fingerprint.
+func TestFingerprintMemoUsesItsKey(t *testing.T) {
+	var memo fingerprintMemo
+	c := ServerConfig{Command: "node", name: "s"}
+	memo.get(c, []byte("key one"))
+	if got, want := memo.get(c, []byte("key two")), c.Fingerprint([]byte("key two")); got != want {
+		t.Fatalf("memo %s under key two, Fingerprint %s", got, want)
 	}
 }
 
