@@ -7,9 +7,12 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/leaseledger/leaseledger/guardian/internal/wire"
 )
@@ -22,9 +25,12 @@ type relayRig struct {
 	hostW   *os.File
 	targetR *os.File
 	writer  *wire.Writer
+	// cleanupOnce closes h.cleanup: stop or the test's cleanup, whichever
+	// comes first.
+	cleanupOnce sync.Once
 }
 
-func newRelayRig(t *testing.T) *relayRig {
+func newRelayRig(t testing.TB) *relayRig {
 	t.Helper()
 	hostR, hostW, err := os.Pipe()
 	if err != nil {
@@ -46,24 +52,35 @@ func newRelayRig(t *testing.T) *relayRig {
 	}
 	go h.writeStdin()
 	go h.readHost(wire.NewReader(hostR, wire.MaxFrameLen))
+	r := &relayRig{h: h, hostW: hostW, targetR: targetR, writer: wire.NewWriter(hostW)}
 	t.Cleanup(func() {
+		// Whether or not the test stopped the relay, its goroutines end:
+		// readHost at the host's EOF, writeStdin at cleanup, the test's
+		// reader at the target's EOF or closed pipe.
 		hostW.Close()
+		r.startCleanup()
+		<-h.stdinClosed
 		hostR.Close()
 		targetR.Close()
 	})
-	return &relayRig{h: h, hostW: hostW, targetR: targetR, writer: wire.NewWriter(hostW)}
+	return r
+}
+
+// startCleanup starts the relay's cleanup once.
+func (r *relayRig) startCleanup() {
+	r.cleanupOnce.Do(func() { close(r.h.cleanup) })
 }
 
 // stop ends the relay as cleanup does: the host hangs up (readHost ends),
 // writeStdin flushes what is queued and closes the target's stdin.
-func (r *relayRig) stop(t *testing.T) {
+func (r *relayRig) stop(t testing.TB) {
 	t.Helper()
 	_ = r.hostW.Close()
 	if ev := <-r.h.hostEv; ev.err != io.EOF {
 		t.Fatalf("host reader ended with %v", ev.err)
 	}
-	close(r.h.cleanup)
-	<-r.h.stdinClosed
+	r.startCleanup()
+	r.h.stdinClosed <- <-r.h.stdinClosed // leave the stamp for the test's cleanup
 }
 
 // waitRead waits until the target has read want bytes. A host that hangs
@@ -291,8 +308,8 @@ func TestRelayNoChunkQueuedAfterLastDrain(t *testing.T) {
 	if ev := <-r.h.hostEv; ev.err != io.EOF {
 		t.Fatalf("host reader ended with %v", ev.err)
 	}
-	close(r.h.cleanup)
-	<-r.h.stdinClosed
+	r.startCleanup()
+	r.h.stdinClosed <- <-r.h.stdinClosed
 	r.h.cleanup = make(chan struct{}) // enqueue's earlier view
 	q := stdinEnqueuer{h: r.h}
 	if q.enqueue(wire.GetChunk([]byte("late"))) {
@@ -301,4 +318,82 @@ func TestRelayNoChunkQueuedAfterLastDrain(t *testing.T) {
 	if n, d := len(r.h.stdinQ), r.h.stdinDropped.Load(); n != 0 || d != int64(len("late")) {
 		t.Fatalf("%d chunks left in the queue, %d bytes dropped", n, d)
 	}
+}
+
+// BenchmarkStdinRelay compares, in one run, the stdin relay's fast path
+// (the host reader writes a frame straight into the target's stdin) with
+// the queue-only relay it replaced (every frame handed to writeStdin's
+// goroutine, forced here by one phantom queued chunk, which closes the
+// fast path): one request-sized frame at a time, as an MCP client sends a
+// call, each waited for until the target has read it. It reports the wall
+// time and the process CPU per frame of each, and their ratios (fast path
+// over queue-only); CPU is the whole test process, so the harness's own
+// share is in both and dilutes the ratio towards 1.
+//
+//	go test -run '^$' -bench StdinRelay ./guardian/helper/
+func BenchmarkStdinRelay(b *testing.B) {
+	const frame = 200 // a tools/call request's size
+	type side struct {
+		r         *relayRig
+		ack       chan struct{}
+		wall, cpu time.Duration
+	}
+	mk := func(queueOnly bool) *side {
+		s := &side{r: newRelayRig(b), ack: make(chan struct{}, 1)}
+		if queueOnly {
+			s.r.h.stdinQueued.Store(1) // writeDirect sees a chunk ahead of it
+		}
+		go func() {
+			buf := make([]byte, frame)
+			for {
+				if _, err := io.ReadFull(s.r.targetR, buf); err != nil {
+					return
+				}
+				s.ack <- struct{}{}
+			}
+		}()
+		return s
+	}
+	direct, queued := mk(false), mk(true)
+	p := bytes.Repeat([]byte{'x'}, frame)
+	run := func(s *side, n int) {
+		c0, t0 := processCPU(b), time.Now()
+		for range n {
+			if err := s.r.writer.WriteFrame(wire.FrameStdin, p); err != nil {
+				b.Fatal(err)
+			}
+			<-s.ack
+		}
+		s.wall += time.Since(t0)
+		s.cpu += processCPU(b) - c0
+	}
+	b.ResetTimer()
+	const chunk = 200
+	for done := 0; done < b.N; done += chunk {
+		n := min(chunk, b.N-done)
+		run(queued, n)
+		run(direct, n)
+	}
+	b.StopTimer()
+	if direct.r.h.stdinViaQueue.Load() != 0 || queued.r.h.stdinDirect.Load() != 0 {
+		b.Fatalf("paths mixed: fast path queued %d frames, queue-only wrote %d directly",
+			direct.r.h.stdinViaQueue.Load(), queued.r.h.stdinDirect.Load())
+	}
+	per := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / float64(b.N) }
+	b.ReportMetric(per(queued.wall), "queue-ns/frame")
+	b.ReportMetric(per(direct.wall), "direct-ns/frame")
+	b.ReportMetric(float64(direct.wall)/float64(queued.wall), "wall-ratio")
+	b.ReportMetric(per(queued.cpu), "queue-cpu-ns/frame")
+	b.ReportMetric(per(direct.cpu), "direct-cpu-ns/frame")
+	b.ReportMetric(float64(direct.cpu)/float64(queued.cpu), "cpu-ratio")
+	b.ReportMetric(0, "ns/op")
+}
+
+// processCPU is the CPU time (user and system) this process has used.
+func processCPU(b *testing.B) time.Duration {
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
