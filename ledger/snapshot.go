@@ -244,38 +244,44 @@ func (l *Ledger) LoadSnapshotPart(name, key string) ([]byte, bool, error) {
 		return nil, false, err
 	}
 	defer end()
-	k := append(partPrefix(name), key...)
+	v, ok, err := loadPart(l.db, append(partPrefix(name), key...))
+	if err != nil {
+		return nil, false, l.readErr(op, 0, 0, err)
+	}
+	return v, ok, nil
+}
+
+// loadPart reads the whole part stored under k from r.
+func loadPart(r pebble.Reader, k []byte) ([]byte, bool, error) {
 	// The common case: one Get, no iterator. A part with chunks (a full
 	// first chunk) is read again whole through one iterator, a consistent
 	// view of all its chunks.
-	v, closer, err := l.db.Get(k)
+	v, closer, err := r.Get(k)
 	if errors.Is(err, pebble.ErrNotFound) {
 		return nil, false, nil
 	}
 	if err != nil {
-		return nil, false, l.readErr(op, 0, 0, err)
+		return nil, false, err
 	}
 	out := append([]byte(nil), v...)
 	closer.Close()
 	if len(out) < SnapshotChunkBytes {
 		return out, true, nil
 	}
+	out = nil
 	found := false
-	err = l.scanParts(k, append(k[:len(k):len(k)], 1), func(_ []byte, v []byte) error {
+	err = scanParts(r, k, append(k[:len(k):len(k)], 1), func(_ []byte, v []byte) error {
 		out, found = append([]byte(nil), v...), true
 		return nil
 	})
-	if err != nil {
-		return nil, false, l.readErr(op, 0, 0, err)
-	}
-	return out, found, nil
+	return out, found, err
 }
 
 // scanParts calls fn with every whole part (its chunks joined) whose key
 // is in [lower, upper), in key order, from one iterator: a consistent view.
 // fn's value is valid only during the call.
-func (l *Ledger) scanParts(lower, upper []byte, fn func(key, value []byte) error) error {
-	it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+func scanParts(r pebble.Reader, lower, upper []byte, fn func(key, value []byte) error) error {
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {
 		return err
 	}
@@ -341,7 +347,7 @@ func (l *Ledger) ScanSnapshotParts(ctx context.Context, name, prefix string, fn 
 	lower := append(partPrefix(name), prefix...)
 	n := len(partPrefix(name))
 	var ferr error
-	err = l.scanParts(lower, keys.UpperBound(lower), func(k, v []byte) error {
+	err = scanParts(l.db, lower, keys.UpperBound(lower), func(k, v []byte) error {
 		if ferr = ctx.Err(); ferr == nil {
 			ferr = fn(string(k[n:]), v)
 		}
@@ -354,4 +360,71 @@ func (l *Ledger) ScanSnapshotParts(ctx context.Context, name, prefix string, fn 
 		return l.readErr(op, 0, 0, err)
 	}
 	return nil
+}
+
+// PartsView reads the parts of one snapshot name from one consistent view
+// of the store: every read sees the same snapshot batches (a batch saved
+// after ViewSnapshotParts is not seen). Close it: the ledger's Close waits
+// for it.
+type PartsView struct {
+	l      *Ledger
+	snap   *pebble.Snapshot
+	prefix []byte
+	end    func()
+}
+
+// ViewSnapshotParts opens a consistent view of the parts of snapshot name.
+func (l *Ledger) ViewSnapshotParts(name string) (*PartsView, error) {
+	const op = "view snapshot parts"
+	if !events.ValidID(name) {
+		return nil, &Error{Op: op, Err: &events.FieldError{Field: "name", Reason: "want " + events.IDRule}}
+	}
+	end, err := l.beginRead(op)
+	if err != nil {
+		return nil, err
+	}
+	return &PartsView{l: l, snap: l.db.NewSnapshot(), prefix: partPrefix(name), end: end}, nil
+}
+
+// Load returns the part key in the view, false when there is none.
+func (v *PartsView) Load(key string) ([]byte, bool, error) {
+	if !ValidPartKey(key) {
+		return nil, false, &Error{Op: "load snapshot", Err: &events.FieldError{Field: "part key", Reason: "want " + partKeyRule}}
+	}
+	b, ok, err := loadPart(v.snap, append(v.prefix[:len(v.prefix):len(v.prefix)], key...))
+	if err != nil {
+		return nil, false, v.l.readErr("load snapshot", 0, 0, err)
+	}
+	return b, ok, nil
+}
+
+// Scan is ScanSnapshotParts over the view.
+func (v *PartsView) Scan(ctx context.Context, prefix string, fn func(key string, value []byte) error) error {
+	lower := append(v.prefix[:len(v.prefix):len(v.prefix)], prefix...)
+	n := len(v.prefix)
+	var ferr error
+	err := scanParts(v.snap, lower, keys.UpperBound(lower), func(k, b []byte) error {
+		if ferr = ctx.Err(); ferr == nil {
+			ferr = fn(string(k[n:]), b)
+		}
+		return ferr
+	})
+	if ferr != nil {
+		return ferr
+	}
+	if err != nil {
+		return v.l.readErr("scan snapshot parts", 0, 0, err)
+	}
+	return nil
+}
+
+// Close releases the view. It is idempotent.
+func (v *PartsView) Close() error {
+	if v.snap == nil {
+		return nil
+	}
+	err := v.snap.Close()
+	v.snap = nil
+	v.end()
+	return err
 }

@@ -127,3 +127,35 @@ func TestSnapshotPartChunks(t *testing.T) {
 		t.Fatalf("prefix scan: %d parts, %v", n, err)
 	}
 }
+
+// TestPartsView: a view reads the parts as they were when it opened,
+// whatever is saved meanwhile, until closed.
+func TestPartsView(t *testing.T) {
+	l := open(t, t.TempDir())
+	defer l.Close()
+	appendN(t, l, 10)
+	if err := l.SaveSnapshotParts("proj", 1, []byte("h"), []ledger.SnapshotPart{{Key: "a.x", Value: []byte("1")}, {Key: "a.y", Value: []byte("2")}}, false); err != nil {
+		t.Fatal(err)
+	}
+	v, err := l.ViewSnapshotParts("proj")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close()
+	if err := l.SaveSnapshotParts("proj", 2, []byte("h"), []ledger.SnapshotPart{{Key: "a.x", Value: []byte("3")}, {Key: "a.z", Value: []byte("4")}}, false); err != nil {
+		t.Fatal(err)
+	}
+	if b, ok, err := v.Load("a.x"); err != nil || !ok || string(b) != "1" {
+		t.Fatalf("view load: %q %v %v", b, ok, err)
+	}
+	var got []string
+	if err := v.Scan(context.Background(), "a.", func(k string, b []byte) error { got = append(got, k+"="+string(b)); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0] != "a.x=1" || got[1] != "a.y=2" {
+		t.Fatalf("view scan: %v", got)
+	}
+	if err := v.Close(); err != nil {
+		t.Fatal(err)
+	}
+}

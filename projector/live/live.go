@@ -24,6 +24,7 @@ package live
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -230,14 +231,46 @@ func (p *Projection) store(s *projector.State) error {
 		return err
 	}
 	retired, owners := s.Retired(), s.RetiredOwners()
-	parts := make([]ledger.SnapshotPart, 0, len(retired)+len(owners))
+	parts := make([]ledger.SnapshotPart, 0, 2*len(retired)+len(owners)+1)
+	stats := storedStats{}
+	if !p.reset { // reset: the batch deletes every stored part first
+		if err := p.loadStats(p.l.LoadSnapshotPart, &stats); err != nil {
+			return err
+		}
+	}
 	for _, a := range retired {
 		b, err := projector.MarshalActivation(a)
 		if err != nil {
 			return err
 		}
 		parts = append(parts, ledger.SnapshotPart{Key: activationKey(a.ID), Value: b})
+		// The verdict index: the old record's counts leave the stats, the
+		// new one's enter, and a record that changes prefix is moved.
+		rec := newVerdictRecord(a)
+		if !p.reset {
+			old, oldKey, ok, err := p.loadVerdict(p.l.LoadSnapshotPart, a.ID)
+			if err != nil {
+				return err
+			}
+			if ok {
+				stats.add(old, -1)
+				if oldKey != rec.key(a.ID) {
+					parts = append(parts, ledger.SnapshotPart{Key: oldKey})
+				}
+			}
+		}
+		stats.add(rec, 1)
+		rb, err := json.Marshal(rec)
+		if err != nil {
+			return fmt.Errorf("live: verdict index of %s: %w", a.ID, err)
+		}
+		parts = append(parts, ledger.SnapshotPart{Key: rec.key(a.ID), Value: rb})
 	}
+	sb, err := json.Marshal(&stats)
+	if err != nil {
+		return fmt.Errorf("live: stored stats: %w", err)
+	}
+	parts = append(parts, ledger.SnapshotPart{Key: statsKey, Value: sb})
 	for _, o := range owners {
 		b, err := projector.MarshalOwner(o)
 		if err != nil {
@@ -248,7 +281,7 @@ func (p *Projection) store(s *projector.State) error {
 	if err := p.l.SaveSnapshotParts(p.name, ledger.Seq(s.Seq()), header, parts, p.reset); err != nil {
 		return err
 	}
-	p.encoded.Add(uint64(len(parts)))
+	p.encoded.Add(uint64(len(retired)))
 	p.reset = false
 	p.archive.off.Store(false)
 	return nil
@@ -263,7 +296,94 @@ const (
 )
 
 func activationKey(id string) string { return activationPrefix + id }
-func ownerKey(id string) string      { return ownerPrefix + id }
+
+// The verdict index of the stored activations, written in the same batch
+// as their parts, so that Summarize costs the live state plus what it
+// lists, not one decoding per stored activation: every stored activation
+// has a verdictRecord under u.<id> when unconfirmed, v.<id> otherwise,
+// and the storedStats part counts them all.
+const (
+	unconfirmedPrefix = "u."
+	verdictPrefix     = "v."
+	statsKey          = "s.stored"
+)
+
+// verdictRecord is a stored activation's verdict, as Summarize needs it.
+type verdictRecord struct {
+	Verdict string   `json:"verdict"`
+	Closed  bool     `json:"closed,omitempty"`
+	Reasons []string `json:"reasons,omitempty"`
+	Omitted int      `json:"reasons_omitted,omitempty"`
+}
+
+func newVerdictRecord(a *projector.Activation) verdictRecord {
+	r := verdictRecord{Closed: a.Connection.Report != nil}
+	r.Verdict, r.Reasons, r.Omitted = projector.RetiredVerdict(a)
+	if r.Verdict != projector.ResultUnconfirmed {
+		r.Reasons, r.Omitted = nil, 0 // only unconfirmed ones are listed
+	}
+	return r
+}
+
+func (r verdictRecord) key(id string) string {
+	if r.Verdict == projector.ResultUnconfirmed {
+		return unconfirmedPrefix + id
+	}
+	return verdictPrefix + id
+}
+
+// storedStats counts the stored activations by verdict.
+type storedStats struct {
+	Activations int            `json:"activations"`
+	Verdicts    map[string]int `json:"verdicts"`
+	NotClosed   int            `json:"not_closed"`
+}
+
+func (st *storedStats) add(r verdictRecord, sign int) {
+	if st.Verdicts == nil {
+		st.Verdicts = map[string]int{}
+	}
+	st.Activations += sign
+	st.Verdicts[r.Verdict] += sign
+	if r.Verdict == projector.ResultUnconfirmed && !r.Closed {
+		st.NotClosed += sign
+	}
+}
+
+// partLoader is LoadSnapshotPart of the ledger or of a PartsView.
+type partLoader func(name, key string) ([]byte, bool, error)
+
+// loadStats reads the stored stats (none: zero) into st.
+func (p *Projection) loadStats(load partLoader, st *storedStats) error {
+	b, ok, err := load(p.name, statsKey)
+	if err != nil || !ok {
+		return err
+	}
+	if err := json.Unmarshal(b, st); err != nil {
+		return fmt.Errorf("live: stored stats: %w: %v", projector.ErrSnapshotCorrupt, err)
+	}
+	return nil
+}
+
+// loadVerdict reads the verdict record of stored activation id and the
+// key it is under; false when id is not stored.
+func (p *Projection) loadVerdict(load partLoader, id string) (verdictRecord, string, bool, error) {
+	for _, k := range []string{unconfirmedPrefix + id, verdictPrefix + id} {
+		b, ok, err := load(p.name, k)
+		if err != nil {
+			return verdictRecord{}, "", false, err
+		}
+		if ok {
+			var r verdictRecord
+			if err := json.Unmarshal(b, &r); err != nil {
+				return verdictRecord{}, "", false, fmt.Errorf("live: verdict index %s: %w: %v", k, projector.ErrSnapshotCorrupt, err)
+			}
+			return r, k, true, nil
+		}
+	}
+	return verdictRecord{}, "", false, nil
+}
+func ownerKey(id string) string { return ownerPrefix + id }
 
 // archive reads retired activations and owners from the parts of the
 // stored snapshot (a projector.OwnerArchive).
@@ -479,69 +599,115 @@ func (p *Projection) Report(activation string) (rep projector.ActivationReport, 
 }
 
 // Summarize summarises every activation, as audit.Summarize does for a
-// full replay: those in memory (read under the read lock, which appends
-// wait on, bounded by live state) and then the retired ones stored as
-// snapshot parts, read without the lock from one consistent view of the
-// store. An activation evicted between the two reads is in that view (it
-// leaves memory only once its part is durable); one in memory is not read
-// again from its part.
+// full replay, at a cost bounded by the live state plus the activations it
+// lists: the activations in memory are read under the read lock (which
+// appends wait on); the retired ones stored as parts are counted from the
+// verdict index written with them (storedStats, minus the stored records
+// of the activations in memory, which count as they are in memory) and
+// only the listed unconfirmed ones are read (u.<id>), from one view of the
+// store opened after the memory read. Each activation counts once: as it
+// was in memory at that read, or as stored then or later (an activation
+// leaves memory only once its part is durable; an event after the memory
+// read may change a stored one before the view opens, so the summary is
+// not one instant's when appends run meanwhile).
 func (p *Projection) Summarize(ctx context.Context, limit int) (audit.Summary, error) {
-	type entry struct {
-		id, verdict string
-		reasons     []string
-		omitted     int
-		closed      bool
+	if limit == 0 {
+		limit = audit.DefaultUnconfirmed
 	}
-	var mem []entry
-	inMem := map[string]bool{}
-	var applied uint64
-	var anomalies projector.Anomalies
+	var mem []audit.Unconfirmed // unconfirmed activations in memory, by id
+	var ids []string
+	sum := audit.Summary{Verdicts: map[string]int{projector.ResultConfirmed: 0, projector.ResultUnconfirmed: 0, projector.ResultNeverStarted: 0},
+		Unconfirmed: []audit.Unconfirmed{}}
 	err := p.View(func(s *projector.State) {
-		applied, anomalies = s.Applied(), s.Anomalies()
-		for _, id := range s.ActivationIDs() {
-			e := entry{id: id}
-			e.verdict, e.reasons, e.omitted = s.Verdict(id)
-			_, e.closed = s.CloseReport(id)
-			mem = append(mem, e)
-			inMem[id] = true
+		sum.Events, sum.Anomalies = s.Applied(), s.Anomalies()
+		ids = s.ActivationIDs()
+		for _, id := range ids {
+			verdict, reasons, omitted := s.Verdict(id)
+			sum.Activations++
+			sum.Verdicts[verdict]++
+			if verdict != projector.ResultUnconfirmed {
+				continue
+			}
+			_, closed := s.CloseReport(id)
+			if !closed {
+				sum.NotClosed++
+			}
+			if reasons == nil {
+				reasons = []string{}
+			}
+			mem = append(mem, audit.Unconfirmed{Activation: id, Closed: closed, Reasons: reasons, ReasonsOmitted: omitted})
 		}
 	})
 	if err != nil {
 		return audit.Summary{}, err
 	}
-	z := audit.NewSummarizer(applied, anomalies, limit)
-	flush := func(below string) { // memory entries before below (all: "")
-		for len(mem) > 0 && (below == "" || mem[0].id < below) {
-			e := mem[0]
-			z.Add(e.id, e.verdict, e.reasons, e.omitted, e.closed)
-			mem = mem[1:]
-		}
-	}
+	unconfirmed := len(mem)
+	var stored []audit.Unconfirmed // the first listed stored unconfirmed ones
 	if !p.archive.off.Load() {
-		err = p.l.ScanSnapshotParts(ctx, p.name, activationPrefix, func(key string, v []byte) error {
-			id := key[len(activationPrefix):]
-			if inMem[id] {
-				return nil
-			}
-			a, err := projector.UnmarshalActivation(v)
-			if err != nil {
-				return fmt.Errorf("live: stored activation %s: %w", id, err)
-			}
-			if a.ID != id {
-				return fmt.Errorf("live: stored activation %s: %w: holds activation %q", id, projector.ErrSnapshotCorrupt, a.ID)
-			}
-			flush(id)
-			verdict, reasons, omitted := projector.RetiredVerdict(a)
-			z.Add(id, verdict, reasons, omitted, a.Connection.Report != nil)
-			return nil
-		})
+		v, err := p.l.ViewSnapshotParts(p.name)
 		if err != nil {
 			return audit.Summary{}, err
 		}
+		defer v.Close()
+		load := func(_, key string) ([]byte, bool, error) { return v.Load(key) }
+		var st storedStats
+		if err := p.loadStats(load, &st); err != nil {
+			return audit.Summary{}, err
+		}
+		inMem := make(map[string]bool, len(ids))
+		for _, id := range ids {
+			inMem[id] = true
+			rec, _, ok, err := p.loadVerdict(load, id)
+			if err != nil {
+				return audit.Summary{}, err
+			}
+			if ok {
+				st.add(rec, -1)
+			}
+		}
+		sum.Activations += st.Activations
+		for k, n := range st.Verdicts {
+			sum.Verdicts[k] += n
+		}
+		sum.NotClosed += st.NotClosed
+		unconfirmed += st.Verdicts[projector.ResultUnconfirmed]
+		// The merged list needs at most limit stored entries.
+		err = v.Scan(ctx, unconfirmedPrefix, func(key string, b []byte) error {
+			id := key[len(unconfirmedPrefix):]
+			if inMem[id] {
+				return nil
+			}
+			if limit > 0 && len(stored) >= limit {
+				return errListed
+			}
+			var r verdictRecord
+			if err := json.Unmarshal(b, &r); err != nil {
+				return fmt.Errorf("live: verdict index %s: %w: %v", key, projector.ErrSnapshotCorrupt, err)
+			}
+			if r.Reasons == nil {
+				r.Reasons = []string{}
+			}
+			stored = append(stored, audit.Unconfirmed{Activation: id, Closed: r.Closed, Reasons: r.Reasons, ReasonsOmitted: r.Omitted})
+			return nil
+		})
+		if err != nil && !errors.Is(err, errListed) {
+			return audit.Summary{}, err
+		}
 	}
-	flush("")
-	return z.Summary(), nil
+	for len(mem)+len(stored) > 0 && (limit < 0 || len(sum.Unconfirmed) < limit) {
+		if len(stored) == 0 || (len(mem) > 0 && mem[0].Activation < stored[0].Activation) {
+			sum.Unconfirmed, mem = append(sum.Unconfirmed, mem[0]), mem[1:]
+		} else {
+			sum.Unconfirmed, stored = append(sum.Unconfirmed, stored[0]), stored[1:]
+		}
+	}
+	sum.Omitted = unconfirmed - len(sum.Unconfirmed)
+	return sum, nil
 }
+
+// errListed stops the scan of the stored unconfirmed activations once
+// Summarize has listed enough.
+var errListed = errors.New("live: listed enough")
 
 // Marshal returns the deterministic serialisation of the live part of the
 // current state (projector.MarshalLive): what a full replay's MarshalLive
