@@ -14,20 +14,24 @@ package ledger
 //     append fails with ErrFailed; only reopening recovers.
 //   - Observers see batches in seq order after fsync: BeforeAck before the
 //     batch's appenders are woken, Watch observers after, batch after batch.
+//     A keyed retry is a batch's appender too: it is answered only once
+//     BeforeAck has seen the original's events (the acknowledged head).
 //   - No Watch observer delays an ack: the syncer only queues a batch for
 //     each, bounded, dropping the oldest and telling it (observe.go).
 //   - A context error before enqueueing means "not written"; after it,
 //     ErrUnacknowledged means "in doubt".
 //   - Memory is bounded: beyond the QueueLen calls waiting in the queue
 //     there are only one call in the committer's hand, one open batch of at
-//     most MaxBatchEvents events, inflightBatches closed batches being
-//     applied or awaiting their fsync, one batch being acknowledged and ObserverQueueLen
-//     batches per Watch observer; a full queue blocks the appender until
-//     its context ends.
+//     most max(MaxBatchEvents, MaxAppendEvents) events (a call larger than
+//     MaxBatchEvents is sealed alone, never split) preallocated to at most
+//     maxBatchPrealloc bytes, inflightBatches closed batches being applied
+//     or awaiting their fsync, one batch being acknowledged and
+//     ObserverQueueLen batches per Watch observer; a full queue blocks the
+//     appender until its context ends.
 //   - Close drains: everything enqueued before Close is committed.
 //   - A keyed append is recorded (i/<key>) in the batch of its events, and
 //     a retry with a remembered key is woken only once the original is
-//     durable, never sealed again (idempotency.go).
+//     durable and through BeforeAck, never sealed again (idempotency.go).
 //   - The Merkle node index is written in the batch of the events whose
 //     nodes it holds, with m/tree (tree.go).
 //
@@ -69,6 +73,12 @@ import (
 // queues during an fsync goes into the next batch.
 const inflightBatches = 1
 
+// maxBatchPrealloc bounds the bytes an open batch is allocated up front
+// (batchPrealloc). Without it one call of MaxAppendEvents large events
+// would make every following batch, however small, preallocate as much;
+// a batch that outgrows it is grown by Pebble as usual.
+const maxBatchPrealloc = 8 << 20
+
 type appendReq struct {
 	prepared []events.Prepared
 	acks     []Ack
@@ -84,9 +94,12 @@ type appendReq struct {
 	firstSent int64
 }
 
-// pending is a batch: open (being sealed into) or in flight (applied,
-// fsync not yet observed).
+// pending is a batch: open (being sealed into by the committer), closed and
+// awaiting the applier or being applied, or in flight (applied, its fsync
+// not yet observed by the syncer).
 type pending struct {
+	// batch is nil while the batch holds only retries of keyed appends
+	// (nothing to write): it is allocated when the first event is sealed.
 	batch     *pebble.Batch
 	reqs      []*appendReq
 	records   []Record
@@ -248,18 +261,27 @@ func (l *Ledger) committer(syncerDone <-chan struct{}) {
 
 // committerLocal is the committer's own bookkeeping across batches.
 type committerLocal struct {
-	// batchBytes is the size of the last batch closed: the next one is
-	// allocated that large up front, since batches under a steady load are
-	// alike, rather than grown by doubling and copying (a tenth of the
-	// committer's time with thousands of events per batch). It is at most
-	// what one batch of MaxBatchEvents events holds, the bound an open
-	// batch has anyway.
+	// batchBytes is the size of the last batch closed that wrote events:
+	// the next one is allocated after it up front (batchPrealloc), since
+	// batches under a steady load are alike, rather than grown by doubling
+	// and copying (a tenth of the committer's time with thousands of events
+	// per batch).
 	batchBytes int
 }
 
-// newPending starts an open batch, sized after the last one.
-func (l *Ledger) newPending(c *committerLocal) *pending {
-	return &pending{batch: l.db.NewBatchWithSize(c.batchBytes)}
+// batchPrealloc is the size an open batch is allocated with, given the
+// size of the last one: a quarter more, so that a batch slightly larger
+// than the last (half of them, under a steady load) is not grown by
+// doubling and copying, and at most maxBatchPrealloc, so that one huge
+// call does not inflate every later batch.
+func batchPrealloc(last int) int {
+	return min(last+last/4, maxBatchPrealloc)
+}
+
+// newPending starts an open batch. Its Pebble batch is allocated when the
+// first event is sealed into it (add): a batch of retries writes nothing.
+func (l *Ledger) newPending(*committerLocal) *pending {
+	return &pending{}
 }
 
 // drainOnStop runs after Close set closed under the write lock, so nothing
@@ -304,11 +326,14 @@ func (l *Ledger) add(c *committerLocal, open *pending, r *appendReq) *pending {
 	if r.key != "" && l.matchIdem(r) {
 		switch {
 		case r.err != nil:
-		case r.dupFirst+Seq(r.dupCount)-1 <= l.Head().Seq:
-			// The original is durable: answer now.
+		case r.dupFirst+Seq(r.dupCount)-1 <= Seq(l.acked.Load()):
+			// The original is durable and BeforeAck has seen it: answer
+			// now. l.Head() would not do: the syncer publishes it before
+			// BeforeAck runs.
 		default:
-			// The original is sealed but not yet durable: wake r with the
-			// open batch, acknowledged after the one holding it.
+			// The original is sealed but not yet acknowledged: wake r with
+			// the open batch, acknowledged after the one holding it. A
+			// batch of retries only writes nothing (batch stays nil).
 			if open == nil {
 				open = l.newPending(c)
 			}
@@ -332,6 +357,9 @@ func (l *Ledger) add(c *committerLocal, open *pending, r *appendReq) *pending {
 	if open == nil {
 		open = l.newPending(c)
 	}
+	if open.batch == nil {
+		open.batch = l.db.NewBatchWithSize(batchPrealloc(c.batchBytes))
+	}
 	open.reqs = append(open.reqs, r)
 	open.events += len(r.prepared)
 	r.acks = make([]Ack, len(r.prepared))
@@ -346,6 +374,7 @@ func (l *Ledger) add(c *committerLocal, open *pending, r *appendReq) *pending {
 		l.recordIdem(open.batch, r, t.UnixNano())
 	}
 	open.head = l.tail
+	l.opts.hooks.call(hookSealed)
 	return open
 }
 
@@ -354,12 +383,20 @@ func (l *Ledger) add(c *committerLocal, open *pending, r *appendReq) *pending {
 // (through the syncer). The caller holds the token. With the hook
 // hookInlineApply set, the committer applies the batch itself instead (the
 // sequential reference of the twin test).
+//
+// A batch of retries only (p.batch nil) writes nothing, not even m/head and
+// m/tree, which it would leave unchanged: it still passes the applier and
+// the syncer, which is what orders its wake-up after the batches before it.
 func (l *Ledger) flush(c *committerLocal, p *pending) {
-	_ = p.batch.Set([]byte(keys.Head), keys.EncodeHead(p.head.Seq, p.head.Hash), nil)
-	_ = p.batch.Set([]byte(keys.TreeSize), keys.EncodeTreeSize(p.head.Seq), nil)
-	c.batchBytes = p.batch.Len()
+	if p.batch != nil {
+		_ = p.batch.Set([]byte(keys.Head), keys.EncodeHead(p.head.Seq, p.head.Hash), nil)
+		_ = p.batch.Set([]byte(keys.TreeSize), keys.EncodeTreeSize(p.head.Seq), nil)
+		c.batchBytes = p.batch.Len()
+	}
 	if h := l.opts.hooks; h != nil && h[hookInlineApply] != nil {
-		h.call(hookInlineApply)
+		if p.batch != nil {
+			h.call(hookInlineApply) // counts Pebble commits (the twin test)
+		}
 		if p.applied = l.applyBatch(p); !p.applied {
 			return
 		}
@@ -382,15 +419,18 @@ func (l *Ledger) applier(applied chan<- *pending) {
 // applyBatch applies p with a Sync commit and reports whether it did; on
 // failure it fails p's appenders and returns the token itself.
 func (l *Ledger) applyBatch(p *pending) bool {
+	l.opts.hooks.call(hookApply)
 	err := l.failed() // an earlier batch failed: applying this one would leave a gap
-	if err == nil {
+	if err == nil && p.batch != nil {
 		p.appliedAt = time.Now()
 		if aerr := l.db.ApplyNoSyncWait(p.batch, pebble.Sync); aerr != nil {
 			err = l.fail(fmt.Errorf("commit: %w", aerr))
 		}
 	}
 	if err != nil {
-		p.batch.Close()
+		if p.batch != nil {
+			p.batch.Close()
+		}
 		for _, r := range p.reqs {
 			r.acks, r.err = nil, err
 			close(r.done)
@@ -418,15 +458,18 @@ func (l *Ledger) seal(p events.Prepared, t time.Time) (events.Envelope, []byte) 
 }
 
 // syncer starts the applier, waits for each applied batch's fsync,
-// publishes the new durable head, returns the token, and acknowledges the
-// batch's appenders.
+// publishes the new durable head, returns the token, runs BeforeAck,
+// publishes the acknowledged head and wakes the batch's appenders.
 func (l *Ledger) syncer(done chan<- struct{}) {
 	defer close(done)
 	applied := make(chan *pending, inflightBatches)
 	go l.applier(applied)
 	for p := range applied {
-		err := p.batch.SyncWait()
-		p.batch.Close()
+		var err error
+		if p.batch != nil { // nil: retries only, nothing written
+			err = p.batch.SyncWait()
+			p.batch.Close()
+		}
 		if err == nil {
 			// A Pebble fatal error (see pebbleLogger) since the batch was
 			// applied: Pebble returned, but vouches for nothing.
@@ -443,15 +486,20 @@ func (l *Ledger) syncer(done chan<- struct{}) {
 		}
 		head := p.head
 		l.head.Store(&head)
-		l.commits.Add(1)
-		l.eventsDone.Add(uint64(len(p.records)))
-		l.commitNanos.Add(uint64(time.Since(p.appliedAt)))
+		if p.batch != nil {
+			l.commits.Add(1)
+			l.eventsDone.Add(uint64(len(p.records)))
+			l.commitNanos.Add(uint64(time.Since(p.appliedAt)))
+		}
 		// The next batch may be applied now: it is ordered after this one in
 		// Pebble's WAL, and this goroutine acknowledges batches in order.
 		l.token <- struct{}{}
 		if l.opts.BeforeAck != nil && len(p.records) > 0 {
 			l.opts.BeforeAck.Committed(p.records)
 		}
+		// After BeforeAck: the committer answers a retry of these events at
+		// once only from now on (add).
+		l.acked.Store(uint64(head.Seq))
 		for _, r := range p.reqs {
 			close(r.done)
 		}
@@ -477,6 +525,13 @@ const (
 	// without the applier (the sequential pipeline, the reference of the
 	// twin test), calling it before each apply.
 	hookInlineApply
+	// hookApply: a closed batch is about to be applied (applyBatch, on the
+	// applier, or on the committer with hookInlineApply); blocking in it
+	// holds the batch in the applier.
+	hookApply
+	// hookSealed: the committer has sealed a call's events into the open
+	// batch.
+	hookSealed
 	numHooks
 )
 

@@ -26,7 +26,10 @@ package ledger
 // The committer alone reads and writes the window, so a retry that arrives
 // while the first request is still queued, being sealed or awaiting its
 // fsync is matched too: it is acknowledged with the batch after the one
-// holding the original (or at once when that is already durable).
+// holding the original (or at once when that is already acknowledged:
+// durable and seen by Options.BeforeAck, so that a caller that retries and
+// then reads a projection fed by BeforeAck finds its events there). A batch
+// of such retries only writes nothing to Pebble.
 
 import (
 	"cmp"
@@ -103,8 +106,8 @@ func ValidIdempotencyKey(k string) bool {
 // same batch. A later call with the same key and the same drafts (compared
 // by a SHA-256 digest of their kinds, identifiers and canonical payloads)
 // writes nothing and returns the original acknowledgements with replayed
-// true, once they are durable — even if the original call has not returned
-// yet. The same key with different drafts fails with
+// true, once they are durable and Options.BeforeAck has seen them — even if
+// the original call has not returned yet. The same key with different drafts fails with
 // ErrIdempotencyConflict. Keys are remembered within the window described
 // at the top of this file; errors mean what they mean for Append.
 func (l *Ledger) AppendIdempotent(ctx context.Context, id Idempotency, drafts ...events.Draft) (acks []Ack, replayed bool, err error) {

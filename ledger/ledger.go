@@ -162,7 +162,8 @@ type Options struct {
 	// QueueLen bounds waiting Append calls; DefaultQueueLen when zero.
 	QueueLen int
 	// MaxBatchEvents bounds events per Pebble batch; DefaultMaxBatchEvents
-	// when zero.
+	// when zero. One Append call is never split: a call of more events
+	// (up to MaxAppendEvents) is committed alone in a batch of its own.
 	MaxBatchEvents int
 	// BeforeAck, when set, sees every committed batch after its fsync and
 	// before any of its appenders is acknowledged (the projector uses it, so
@@ -226,19 +227,27 @@ type Ledger struct {
 
 	queue    chan *appendReq
 	inflight chan *pending // the closed batch, to the applier (commit.go)
-	token    chan struct{} // held by whoever may apply the next batch
-	stop     chan struct{}
-	done     chan struct{}
+	// token is with the committer while no batch is past it; a closed batch
+	// takes it to the applier and the syncer, which returns it once that
+	// batch's fsync is observed (or the batch failed), so that at most
+	// inflightBatches batches are applied and not yet known durable.
+	token chan struct{}
+	stop  chan struct{}
+	done  chan struct{}
 
 	commits     atomic.Uint64        // batches durably committed
 	eventsDone  atomic.Uint64        // events durably committed
 	commitNanos atomic.Uint64        // apply-to-fsync time, summed
 	head        atomic.Pointer[Head] // last durable event
-	failure     atomic.Pointer[error]
-	observers   atomic.Pointer[[]*watcher] // Watch observers (observe.go)
-	obsMu       sync.Mutex                 // serialises Watch, unwatch and closeObservers
-	obsClosed   bool                       // Close has stopped the observers
-	obsDropped  atomic.Uint64              // batches dropped from full observer queues
+	// acked is the seq of the last event durable and through BeforeAck
+	// (stored by the syncer after Head): a keyed retry is answered at once
+	// only when its original is within it (commit.go).
+	acked      atomic.Uint64
+	failure    atomic.Pointer[error]
+	observers  atomic.Pointer[[]*watcher] // Watch observers (observe.go)
+	obsMu      sync.Mutex                 // serialises Watch, unwatch and closeObservers
+	obsClosed  bool                       // Close has stopped the observers
+	obsDropped atomic.Uint64              // batches dropped from full observer queues
 
 	// committer-only state
 	tail     Head // last sealed (maybe not yet durable) event
@@ -325,6 +334,7 @@ func Open(opts Options) (*Ledger, error) {
 		return fail(err)
 	}
 	l.head.Store(&head)
+	l.acked.Store(uint64(head.Seq))
 	l.tail = head
 	if head.Seq > 0 {
 		// The next event chains onto head.Hash: make sure it is the hash of
