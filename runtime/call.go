@@ -369,8 +369,10 @@ func (l *lease) awaitChildEnd(ctx context.Context) bool {
 //   - the target, which had no descendants, was reaped before sent (a dead
 //     process reads nothing, and no descendant shared its stdin);
 //   - the helper dropped at least every byte relayed from relayed on: it
-//     drops a suffix (once a write into the target's stdin fails, every
-//     later byte is dropped, and cleanup drops what is still queued), so
+//     drops a suffix (once a write into the target's stdin fails, or a
+//     chunk is dropped at the host's hang-up, every later byte is dropped,
+//     and cleanup drops what is still queued: guardian/helper's relay
+//     guarantees), so
 //     none of the request entered the target's stdin. This holds when the
 //     kill came just before the request and the helper reaped the target
 //     only after it was sent.
