@@ -126,6 +126,10 @@ func TestSnapshotPartChunks(t *testing.T) {
 	if err := l.ScanSnapshotParts(context.Background(), "proj", "a.", func(k string, v []byte) error { n++; return nil }); err != nil || n != 2 {
 		t.Fatalf("prefix scan: %d parts, %v", n, err)
 	}
+	save(5, ledger.SnapshotPart{Key: "o.y", Value: big})
+	if _, err := verify.Ledger(context.Background(), l, verify.Options{}); err != nil {
+		t.Fatalf("chunked parts disturb verification: %v", err)
+	}
 }
 
 // TestPartsView: a view reads the parts as they were when it opened,

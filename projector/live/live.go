@@ -727,6 +727,11 @@ func (p *Projection) Close() error {
 	p.closeOnce.Do(func() {
 		close(p.stop)
 		<-p.done
+		if err := p.Err(); err != nil {
+			// The final snapshot is refused below; say why here too, as
+			// a caller may only log Close's error at a lower level.
+			p.logger.Error("projection failed; no final snapshot", "snapshot", p.name, "err", err)
+		}
 		var errs []error
 		if err := p.Snapshot(); err != nil {
 			errs = append(errs, fmt.Errorf("live: final snapshot: %w", err))
