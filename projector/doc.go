@@ -36,5 +36,6 @@
 // [State.Evict]) leave memory once a snapshot holds them ([MarshalLive] for
 // the live part, [MarshalActivation] per retired activation) and are loaded
 // back for any later event, giving exactly the results of a State that kept
-// them.
+// them. With an [OwnerArchive], ended request owners without handles leave
+// memory and the live part the same way ([MarshalOwner]).
 package projector

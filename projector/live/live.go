@@ -12,11 +12,15 @@
 //
 // Memory is bounded by live state, not history: a snapshot stores the live
 // part of the state (projector.MarshalLive) as its header and, in the same
-// synced batch, one part per retired activation that changed since the
-// previous snapshot (p/<name>/<activation>); once it is durable those
-// activations leave memory and are read back from their parts
-// (projector.Archive) when an event or a reader needs them. A retired
-// activation that did not change is never encoded again.
+// synced batch, one part per retired activation (p/<name>/a.<activation>,
+// with its verdict record under u. or v.) and per retired request owner
+// (p/<name>/o.<owner>) that changed since the previous snapshot, and the
+// stored verdict counts (s.stored); once it is durable those leave memory
+// and are read back from their parts (projector.OwnerArchive) when an event
+// or a reader needs them. A retired activation that did not change is
+// never encoded again. A part of any size is stored (the ledger splits it
+// into chunks): one large activation never stops snapshots.
+// Summarize costs the live state plus what it lists.
 //
 // This is the only package that imports both ledger and projector;
 // projector itself stays pure.
