@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"os"
 	"testing"
 
+	"github.com/leaseledger/leaseledger/events"
 	"github.com/leaseledger/leaseledger/ledger"
 	"github.com/leaseledger/leaseledger/ledger/verify"
 )
@@ -162,4 +165,39 @@ func TestPartsView(t *testing.T) {
 	if err := v.Close(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// A snapshot header with parts beside it, saved in one synced batch, read
+// back from a consistent view.
+func ExampleLedger_ViewSnapshotParts() {
+	dir, _ := os.MkdirTemp("", "ledger-parts-example-")
+	defer os.RemoveAll(dir)
+	l, err := ledger.Open(ledger.Options{Dir: dir})
+	if err != nil {
+		panic(err)
+	}
+	defer l.Close()
+	if _, err := l.Append(context.Background(), events.Draft{Session: "s1", Payload: &events.SessionEnded{}}); err != nil {
+		panic(err)
+	}
+	err = l.SaveSnapshotParts("proj", 1, []byte("header"), []ledger.SnapshotPart{
+		{Key: "a.act-1", Value: []byte("one")}, {Key: "a.act-2", Value: []byte("two")}, {Key: "o.owner-1", Value: []byte("owner")}}, false)
+	if err != nil {
+		panic(err)
+	}
+	v, err := l.ViewSnapshotParts("proj")
+	if err != nil {
+		panic(err)
+	}
+	defer v.Close()
+	_ = v.Scan(context.Background(), "a.", func(key string, value []byte) error {
+		fmt.Println(key, string(value))
+		return nil
+	})
+	b, ok, _ := v.Load("o.owner-1")
+	fmt.Println(string(b), ok)
+	// Output:
+	// a.act-1 one
+	// a.act-2 two
+	// owner true
 }

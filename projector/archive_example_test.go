@@ -40,3 +40,36 @@ func ExampleState_SetArchive() {
 	// evicted: 1 in memory: 0
 	// true true 1
 }
+
+// ExampleMarshalOwner retires an ended request owner into an OwnerArchive
+// (a map here; the live wiring keeps them beside its snapshot): it leaves
+// memory and the live part, and a later end of it is read back as the
+// anomaly it is.
+func ExampleMarshalOwner() {
+	ar := &memArchive{parts: map[string][]byte{}}
+	s := projector.New()
+	s.SetArchive(ar)
+	c := eventgen.NewChain(t0)
+	apply := func(d events.Draft) {
+		env, _ := c.Seal(d)
+		if err := s.Apply(&env); err != nil {
+			panic(err)
+		}
+	}
+	apply(events.Draft{Session: "s-1", Payload: &events.RequestOwnerEnded{Owner: "mcp-session-1"}})
+	for _, o := range s.RetiredOwners() {
+		b, err := projector.MarshalOwner(o)
+		if err != nil {
+			panic(err)
+		}
+		ar.parts[ownerKey(o.ID)] = b
+	}
+	s.Evict(s.Seq())
+	fmt.Println("owners in memory:", s.OwnersInMemory())
+	apply(events.Draft{Session: "s-1", Payload: &events.RequestOwnerEnded{Owner: "mcp-session-1"}})
+	o, _ := s.Owner("mcp-session-1")
+	fmt.Println(o.Ended, o.Anomalies)
+	// Output:
+	// owners in memory: 0
+	// true 1
+}
