@@ -11,11 +11,14 @@ package ledger
 //   - Calls are atomic: one Append call is sealed into one batch and is all
 //     written or not at all.
 //   - Failure is sticky: after Pebble refuses a commit or a sync, every later
-//     append fails with ErrFailed; only reopening recovers.
+//     append fails with ErrFailed; only reopening recovers (also with a
+//     batch sealed while the failing one was in the applier:
+//     TestApplyFailureWithSealedOpenBatch).
 //   - Observers see batches in seq order after fsync: BeforeAck before the
 //     batch's appenders are woken, Watch observers after, batch after batch.
 //     A keyed retry is a batch's appender too: it is answered only once
-//     BeforeAck has seen the original's events (the acknowledged head).
+//     BeforeAck has seen the original's events (the acknowledged head;
+//     TestRetryWaitsForBeforeAck).
 //   - No Watch observer delays an ack: the syncer only queues a batch for
 //     each, bounded, dropping the oldest and telling it (observe.go).
 //   - A context error before enqueueing means "not written"; after it,
@@ -28,7 +31,8 @@ package ledger
 //     or awaiting their fsync, one batch being acknowledged and
 //     ObserverQueueLen batches per Watch observer; a full queue blocks the
 //     appender until its context ends.
-//   - Close drains: everything enqueued before Close is committed.
+//   - Close drains: everything enqueued before Close is committed (also
+//     while a batch is held in the applier: TestCloseWhileApplyHeld).
 //   - A keyed append is recorded (i/<key>) in the batch of its events, and
 //     a retry with a remembered key is woken only once the original is
 //     durable and through BeforeAck, never sealed again (idempotency.go).
@@ -42,14 +46,16 @@ package ledger
 //	           ULIDs, times, chain hashes, index entries, Merkle nodes);
 //	applier:   applies a closed batch to Pebble with a Sync commit (WAL
 //	           write and memtable insertion: about as costly as sealing);
-//	syncer:    awaits its fsync, publishes the head, acknowledges.
+//	syncer:    awaits its fsync, publishes the head, runs BeforeAck,
+//	           publishes the acknowledged head, wakes the appenders.
 //
 // Exactly one batch is past the committer (being applied, or applied with
 // its fsync awaited): it holds the token. When the fsync completes, the
 // syncer hands the token back and the committer closes the whole open batch
 // and hands it to the applier: one Pebble commit, one fsync for everything
 // queued during the previous one. The committer never waits for Pebble's
-// memtable insertion: it goes on sealing the next batch meanwhile, so that
+// memtable insertion (TestCommitterSealsWhileApplyHeld holds a batch in the
+// applier): it goes on sealing the next batch meanwhile, so that
 // with large batches sealing and insertion proceed side by side instead of
 // one after the other. The applier changes nothing of a batch's content:
 // the stored bytes are those the sealing wrote, whichever goroutine applies

@@ -268,8 +268,8 @@ func (l *Ledger) loadIdempotency() error {
 // matchIdem is called by the committer for a keyed request before sealing
 // it. It returns true when the request is answered without being sealed:
 // a conflict (r.err set) or a retry of a remembered append (r.dupFirst,
-// r.dupCount set; the caller makes sure the original is durable before r
-// is woken).
+// r.dupCount set; the caller makes sure the original is durable and through
+// BeforeAck before r is woken).
 func (l *Ledger) matchIdem(r *appendReq) bool {
 	rec, ok := l.idem.byKey[r.key]
 	if !ok {
