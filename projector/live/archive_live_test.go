@@ -138,6 +138,9 @@ func TestEndedOwnersKeepHeaderConstant(t *testing.T) {
 			t.Fatal(err)
 		}
 		sizes = append(sizes, len(h))
+		if m := p.Memory(); m.Owners != 0 {
+			t.Fatalf("%d owners in memory after the snapshot", m.Owners)
+		}
 	}
 	// The seq and applied counters grow by a digit at most; the live part
 	// is one open activation, no owner.

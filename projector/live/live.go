@@ -550,6 +550,9 @@ type MemoryStats struct {
 	// Encoded counts the retired activations snapshots have encoded since
 	// Open (each once per change).
 	Encoded uint64
+	// Owners counts the request owners in the live state's memory: live
+	// ones and ended ones not yet covered by a stored snapshot.
+	Owners int
 }
 
 // Memory says what the projection holds in memory.
@@ -562,7 +565,7 @@ func (p *Projection) Memory() MemoryStats {
 	p.snapMu.Unlock()
 	p.mu.RLock()
 	defer p.mu.RUnlock()
-	return MemoryStats{Activations: p.state.InMemory(), Shadow: shadow, Encoded: p.encoded.Load()}
+	return MemoryStats{Activations: p.state.InMemory(), Shadow: shadow, Encoded: p.encoded.Load(), Owners: p.state.OwnersInMemory()}
 }
 
 // Err returns the projection's failure, if any; after one, reads fail.
