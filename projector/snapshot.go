@@ -15,7 +15,7 @@ import (
 // trusting an older layout half-way.
 const (
 	SnapshotFormat  = "leaseledger-projector"
-	SnapshotVersion = 6 // 3: open sessions (session.opened); 4: calls lost per activation; 5: retired activations stored apart (MarshalLive, MarshalActivation); 6: retired owners stored apart (MarshalOwner)
+	SnapshotVersion = 7 // 3: open sessions (session.opened); 4: calls lost per activation; 5: retired activations stored apart (MarshalLive, MarshalActivation); 6: retired owners stored apart (MarshalOwner); 7: verdict records and their counts beside the parts (a version-6 store lacks them)
 )
 
 // Errors of Unmarshal.
