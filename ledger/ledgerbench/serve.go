@@ -100,8 +100,12 @@ type ServeSide struct {
 	Latency Latency
 	// Delivered is how many events the bus subscriber (busclient Tail:
 	// live publication, holes filled by replay) received within
-	// subscriberWait of the last ack.
+	// subscriberWait of the last ack, each seq counted once.
 	Delivered int
+	// Redelivered counts deliveries of a seq already delivered, or of one
+	// the side never wrote: Tail promises none, so any is a finding the
+	// table prints, not a number folded into Delivered.
+	Redelivered int
 	// Snapshots is how many rounds found a periodic snapshot stored
 	// before the side closed (0 for the side without snapshots).
 	Snapshots int
@@ -137,18 +141,26 @@ func (r ServeResult) P99Ratio() float64 {
 func (r ServeResult) String() string {
 	ms := func(d time.Duration) float64 { return float64(d) / 1e6 }
 	return fmt.Sprintf("path=serve concurrency=%d batch=%d events/round=%d rounds=%d snapshot_every=%d event_bytes=%d\n"+
-		"serve (projection + bus + subscriber):      %10.0f events/s  ack p50 %7.2f ms  p99 %7.2f ms  max %7.2f ms  delivered %d/%d\n"+
-		"serve with periodic snapshots:              %10.0f events/s  ack p50 %7.2f ms  p99 %7.2f ms  max %7.2f ms  delivered %d/%d  snapshots seen %d/%d rounds\n"+
+		"serve (projection + bus + subscriber):      %10.0f events/s  ack p50 %7.2f ms  p99 %7.2f ms  max %7.2f ms  delivered %d/%d%s\n"+
+		"serve with periodic snapshots:              %10.0f events/s  ack p50 %7.2f ms  p99 %7.2f ms  max %7.2f ms  delivered %d/%d  snapshots seen %d/%d rounds%s\n"+
 		"raw pebble Sync, same keys and values:      %10.0f events/s  ack p50 %7.2f ms  p99 %7.2f ms\n"+
 		"ratio serve / raw same keys:                %10.3f\n"+
 		"ratio serve with snapshots / raw:           %10.3f\n"+
 		"ack p99 with snapshots / without:           %10.3f\n"+
 		"serve events per Pebble commit:             %10.1f",
 		r.Config.Concurrency, r.Config.Batch, r.Config.Events, r.Config.Rounds, r.Config.SnapshotEvery, r.EventBytes,
-		r.Serve.Rate(), ms(r.Serve.Latency.P50), ms(r.Serve.Latency.P99), ms(r.Serve.Latency.Max), r.Serve.Delivered, r.Serve.Events,
-		r.Snapshots.Rate(), ms(r.Snapshots.Latency.P50), ms(r.Snapshots.Latency.P99), ms(r.Snapshots.Latency.Max), r.Snapshots.Delivered, r.Snapshots.Events, r.Snapshots.Snapshots, r.Config.Rounds,
+		r.Serve.Rate(), ms(r.Serve.Latency.P50), ms(r.Serve.Latency.P99), ms(r.Serve.Latency.Max), r.Serve.Delivered, r.Serve.Events, redelivered(r.Serve),
+		r.Snapshots.Rate(), ms(r.Snapshots.Latency.P50), ms(r.Snapshots.Latency.P99), ms(r.Snapshots.Latency.Max), r.Snapshots.Delivered, r.Snapshots.Events, r.Snapshots.Snapshots, r.Config.Rounds, redelivered(r.Snapshots),
 		r.Raw.Rate(), ms(r.RawLat.P50), ms(r.RawLat.P99),
 		r.Ratio(), r.SnapshotRatio(), r.P99Ratio(), float64(r.Serve.Events)/float64(max(1, r.Serve.Commits)))
+}
+
+// redelivered says how many deliveries repeated a seq, when any did.
+func redelivered(s ServeSide) string {
+	if s.Redelivered == 0 {
+		return ""
+	}
+	return fmt.Sprintf("  REDELIVERED %d", s.Redelivered)
 }
 
 // gatewayLifecycle is one activation's events as the gateway and runtime
@@ -298,6 +310,7 @@ func RunServe(ctx context.Context, cfg Config) (ServeResult, error) {
 func (s *ServeSide) add(o ServeSide) {
 	s.Side.add(o.Side)
 	s.Delivered += o.Delivered
+	s.Redelivered += o.Redelivered
 	s.Snapshots += o.Snapshots
 }
 
@@ -361,12 +374,18 @@ func runServe(ctx context.Context, dir string, cfg Config, streams [][]events.Dr
 	// The subscriber follows like a real client: busclient's Tail, which
 	// fills by replay whatever publication dropped (a slow consumer cut
 	// off, a lagging bus queue), so that Delivered reaches Events.
-	var delivered atomic.Int64
+	var delivered, redelivered atomic.Int64
+	seen := make([]bool, cfg.Events+1) // by seq; only Tail's goroutine touches it
 	all := make(chan struct{})
 	tailCtx, stopTail := context.WithCancel(ctx)
 	tailDone := make(chan error, 1)
 	go func() {
-		tailDone <- busclient.NewClient(nc).Tail(tailCtx, 1, busclient.TailFilter{}, func(events.Seq, []byte) error {
+		tailDone <- busclient.NewClient(nc).Tail(tailCtx, 1, busclient.TailFilter{}, func(seq events.Seq, _ []byte) error {
+			if int(seq) >= len(seen) || seen[seq] {
+				redelivered.Add(1)
+				return nil
+			}
+			seen[seq] = true
 			if delivered.Add(1) == int64(cfg.Events) {
 				close(all)
 			}
@@ -410,7 +429,7 @@ func runServe(ctx context.Context, dir string, cfg Config, streams [][]events.Dr
 	if err := awaitDelivery(ctx, all, &delivered); err != nil {
 		return ServeSide{}, nil, err
 	}
-	side := ServeSide{Side: Side{Events: cfg.Events, Elapsed: elapsed, Commits: int(l.Stats().Commits)}, Delivered: int(delivered.Load())}
+	side := ServeSide{Side: Side{Events: cfg.Events, Elapsed: elapsed, Commits: int(l.Stats().Commits)}, Delivered: int(delivered.Load()), Redelivered: int(redelivered.Load())}
 	if seq, _, err := l.LoadSnapshot(live.DefaultSnapshotName); err == nil && seq > 0 && snapshotEvery > 0 {
 		side.Snapshots = 1
 	}
