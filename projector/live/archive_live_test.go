@@ -259,7 +259,10 @@ func TestLiveLateReopenRestart(t *testing.T) {
 }
 
 // TestReadersDuringSnapshots (run with -race): reports and summaries read
-// while snapshots store and evict never miss an activation.
+// while snapshots store and evict never miss an activation, and Summarize
+// counts each once: never fewer than were acknowledged before the call,
+// never more than after it, verdict counts summing to the total and every
+// unconfirmed one listed.
 func TestReadersDuringSnapshots(t *testing.T) {
 	p := mustOpen(t, t.TempDir(), -1)
 	defer p.Close()
@@ -275,6 +278,9 @@ func TestReadersDuringSnapshots(t *testing.T) {
 			ds := closedWithCall(fmt.Sprintf("a-%04d", i), sess)
 			if i%3 == 0 && i > 10 {
 				ds = append(ds, draft(fmt.Sprintf("a-%04d", i-10), sess, &events.HTTPBarrier{Ref: "r", Outcome: events.HTTPBarrierOK}))
+			}
+			if i%7 == 0 {
+				ds = append(ds, events.Draft{Session: sess, Payload: &events.SessionEnded{LeasesTerminated: 1}})
 			}
 			if _, err := p.Ledger().Append(context.Background(), ds...); err != nil {
 				t.Error(err)
@@ -316,8 +322,23 @@ func TestReadersDuringSnapshots(t *testing.T) {
 			}
 			if j%50 == 0 {
 				s, err := p.Summarize(context.Background(), audit.All)
-				if err != nil || int64(s.Activations) < n {
-					t.Errorf("summary: %v activations %d < %d", err, s.Activations, n)
+				after := known.Load()
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				total := 0
+				for _, v := range s.Verdicts {
+					total += v
+				}
+				// after+1: the append in flight during the call may be
+				// reflected before known says so.
+				if int64(s.Activations) < n || int64(s.Activations) > after+1 || total != s.Activations || s.Omitted != 0 {
+					t.Errorf("summary: activations %d (before %d, after %d), verdicts sum %d, omitted %d", s.Activations, n, after, total, s.Omitted)
+					return
+				}
+				if len(s.Unconfirmed) != s.Verdicts["unconfirmed"] {
+					t.Errorf("listed %d unconfirmed, counted %d", len(s.Unconfirmed), s.Verdicts["unconfirmed"])
 					return
 				}
 			}
