@@ -218,11 +218,7 @@ func printReport(w io.Writer, out *audit.Activation) {
 			ls.KeySession, ls.Server, ls.State, ls.Fingerprint, orNone(ls.ListingDigest), ls.CallsInFlight, ls.CallsAdmitted, ls.CallsRefused, ls.GateViolations)
 	}
 	if len(out.Requests) > 0 {
-		fmt.Fprintf(w, "requests (%d", len(out.Requests))
-		if out.RequestsOmitted > 0 {
-			fmt.Fprintf(w, ", %d more omitted", out.RequestsOmitted)
-		}
-		fmt.Fprintln(w, "):")
+		printListHeader(w, "requests", len(out.Requests), out.RequestsOmitted)
 		for _, r := range out.Requests {
 			fmt.Fprintf(w, "  %s owner %s %s, wire ids [%s]\n", r.Handle, orNone(r.Owner), orNone(string(r.Method)), strings.Join(r.WireIDs, " "))
 			printSteps(w, r.Steps, r.StepsOmitted)
@@ -240,6 +236,16 @@ func printReport(w io.Writer, out *audit.Activation) {
 	}
 }
 
+// printListHeader prints a bounded list's title line: "title (n):", or
+// "title (n, m more omitted):" when the list was cut.
+func printListHeader(w io.Writer, title string, n, omitted int) {
+	fmt.Fprintf(w, "%s (%d", title, n)
+	if omitted > 0 {
+		fmt.Fprintf(w, ", %d more omitted", omitted)
+	}
+	fmt.Fprintln(w, "):")
+}
+
 // printUnknownCalls prints the admitted calls whose outcome the log does
 // not hold (running: the lease may still finish them; lost: it ended
 // without their call.finished).
@@ -247,11 +253,7 @@ func printUnknownCalls(w io.Writer, out *audit.Activation) {
 	if len(out.CallsOutcomeUnknown) == 0 && out.CallsOutcomeUnknownOmitted == 0 {
 		return
 	}
-	fmt.Fprintf(w, "calls with unknown outcome (%d", len(out.CallsOutcomeUnknown))
-	if out.CallsOutcomeUnknownOmitted > 0 {
-		fmt.Fprintf(w, ", %d more omitted", out.CallsOutcomeUnknownOmitted)
-	}
-	fmt.Fprintln(w, "):")
+	printListHeader(w, "calls with unknown outcome", len(out.CallsOutcomeUnknown), out.CallsOutcomeUnknownOmitted)
 	for _, c := range out.CallsOutcomeUnknown {
 		fmt.Fprintf(w, "  %s\t%s\ttool %s\tsession %s\tadmitted at seq %d\n", c.CallID, c.State, c.Tool, orNone(c.Session), c.AdmittedSeq)
 	}
@@ -263,11 +265,7 @@ func printHTTP(w io.Writer, out *audit.Activation) {
 	if len(out.HTTPRequests) == 0 && out.HTTPRequestsOmitted == 0 {
 		return
 	}
-	fmt.Fprintf(w, "http requests (%d", len(out.HTTPRequests))
-	if out.HTTPRequestsOmitted > 0 {
-		fmt.Fprintf(w, ", %d more omitted", out.HTTPRequestsOmitted)
-	}
-	fmt.Fprintln(w, "):")
+	printListHeader(w, "http requests", len(out.HTTPRequests), out.HTTPRequestsOmitted)
 	for _, r := range out.HTTPRequests {
 		fmt.Fprintf(w, "  %s %s %s (scope %s): %s, barriers [%s]", r.Ref, orNone(string(r.Method)), orNone(r.Origin), orNone(r.Scope),
 			statusText(r.Status, r.Reason), barriersText(r.Barriers, r.BarriersOmitted))
