@@ -176,7 +176,7 @@ func (c *Client) appendOnce(ctx context.Context, key string, firstSent time.Time
 	if c.nc.IsClosed() {
 		return fail(nats.ErrConnectionClosed)
 	}
-	msg := nats.NewMsg(UserSubject(AppendSubject, c.user))
+	msg := nats.NewMsg(UserSubject(c.subject(AppendSubject), c.user))
 	msg.Data = body
 	msg.Header.Set(HeaderIdempotencyKey, key)
 	if !firstSent.IsZero() {

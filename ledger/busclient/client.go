@@ -19,6 +19,7 @@ import (
 type Client struct {
 	nc    *nats.Conn
 	user  string      // the bus user whose request subjects are used (UserSubject)
+	host  string      // the host whose space is used (HostSubject); "" bare
 	retry RetryPolicy // of appends (see WithRetry)
 }
 
@@ -39,7 +40,7 @@ func (c *Client) WithUser(user string) *Client {
 func (c *Client) request(ctx context.Context, subject string, data []byte) (*nats.Msg, error) {
 	ctx, cancel := context.WithTimeout(ctx, DefaultRequestTimeout)
 	defer cancel()
-	return c.nc.RequestWithContext(ctx, UserSubject(subject, c.user), data)
+	return c.nc.RequestWithContext(ctx, UserSubject(c.subject(subject), c.user), data)
 }
 
 // Head asks the bus for the durable head.
@@ -144,7 +145,7 @@ func (c *Client) Tail(ctx context.Context, from events.Seq, f TailFilter, fn fun
 	if err := f.validate(); err != nil {
 		return &Error{Op: "tail", Err: err}
 	}
-	subject := f.Subject()
+	subject := c.subject(f.Subject())
 	sub, err := c.nc.SubscribeSync(subject)
 	if err != nil {
 		return &Error{Op: "tail", Subject: subject, Err: err}

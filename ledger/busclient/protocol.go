@@ -8,6 +8,11 @@
 // host that embeds the runtime and appends to a running `serve` needs only
 // this package, package events and the NATS client. The server side is
 // package ledger/bus, which speaks this protocol.
+//
+// Every subject of the protocol exists in the bare space of a single host
+// and in the host-qualified space of each host of a fleet (host.go:
+// HostSubject, Client.WithHost); the bare space is the one without a host
+// id, byte for byte.
 package busclient
 
 import (

@@ -1,0 +1,68 @@
+package busclient_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/leaseledger/leaseledger/events"
+	"github.com/leaseledger/leaseledger/ledger/busclient"
+)
+
+// The protocol's own subjects, which every host qualifies.
+var protocolSubjects = []string{
+	busclient.ReplaySubject, busclient.HeadSubject, busclient.AppendSubject, busclient.APISubjects,
+	busclient.CheckpointSubject, busclient.EventSubjects(), events.Subject("lease.acquired", "A1"),
+	busclient.UserSubject(busclient.ReplaySubject, "reader"),
+}
+
+func TestHostSubjectTable(t *testing.T) {
+	for _, c := range []struct{ host, in, want string }{
+		{"h1", "leaseledger.events.lease.acquired.A1", "leaseledger.hosts.h1.events.lease.acquired.A1"},
+		{"h1", "leaseledger.api.replay", "leaseledger.hosts.h1.api.replay"},
+		{"h1", "leaseledger.api.replay.reader", "leaseledger.hosts.h1.api.replay.reader"},
+		{"h1", "leaseledger.checkpoints", "leaseledger.hosts.h1.checkpoints"},
+		{"host-2_B", "leaseledger.api.>", "leaseledger.hosts.host-2_B.api.>"},
+		{"h1", "_INBOX.abc", "_INBOX.abc"}, // not a ledger subject
+		{"h1", "leaseledgerx.api", "leaseledgerx.api"},
+		{"", "leaseledger.api.replay", "leaseledger.api.replay"},
+	} {
+		if got := busclient.HostSubject(c.host, c.in); got != c.want {
+			t.Errorf("HostSubject(%q, %q) = %q, want %q", c.host, c.in, got, c.want)
+		}
+	}
+	if got, want := busclient.FleetEventSubjects(), "leaseledger.hosts.*.events.*.*.*"; got != want {
+		t.Errorf("FleetEventSubjects() = %q, want %q", got, want)
+	}
+}
+
+// The bare space (host "") is byte-identical to the subjects of a bus
+// without a host id.
+func TestHostSubjectBareIsIdentity(t *testing.T) {
+	for _, s := range protocolSubjects {
+		if got := busclient.HostSubject("", s); got != s {
+			t.Errorf("HostSubject(\"\", %q) = %q", s, got)
+		}
+		if h, ok := busclient.HostOfSubject(s); ok {
+			t.Errorf("HostOfSubject(%q) = %q, true on a bare subject", s, h)
+		}
+	}
+}
+
+// HostOfSubject inverts HostSubject for every valid host id, and refuses
+// anything that is not a qualified subject.
+func TestHostOfSubjectRoundTrip(t *testing.T) {
+	for _, host := range []string{"h1", "H", "a-b_c9", strings.Repeat("x", 128)} {
+		for _, s := range protocolSubjects {
+			q := busclient.HostSubject(host, s)
+			got, ok := busclient.HostOfSubject(q)
+			if !ok || got != host {
+				t.Errorf("HostOfSubject(%q) = %q, %v; want %q", q, got, ok, host)
+			}
+		}
+	}
+	for _, s := range []string{"leaseledger.hosts.", "leaseledger.hosts.h1", "leaseledger.hosts.h1.", "leaseledger.hosts.h%1.api.head", "leaseledger.hosts..api.head", "x.leaseledger.hosts.h1.api"} {
+		if h, ok := busclient.HostOfSubject(s); ok {
+			t.Errorf("HostOfSubject(%q) = %q, true", s, h)
+		}
+	}
+}
