@@ -71,6 +71,36 @@ subscriber received, and the p99 with snapshots over the p99 without.`,
 	f.StringVar(&cfg.Path, "path", ledgerbench.PathLedger, "what is measured: ledger (the bare log) or serve (projection, bus and a subscriber; see above)")
 	f.IntVar(&cfg.SnapshotEvery, "snapshot-every", 0, "--path serve: events between snapshots on the side with snapshots (default: --events/8)")
 	f.StringVar(&cfg.Dir, "dir", "", "scratch directory (default: the system temp dir)")
-	bench.AddCommand(appendCmd)
+	bench.AddCommand(appendCmd, newBenchGrowCmd(a))
 	return bench
+}
+
+func newBenchGrowCmd(a *app) *cobra.Command {
+	var cfg ledgerbench.GrowConfig
+	cmd := &cobra.Command{
+		Use:   "grow",
+		Short: "Write --events events of gateway traffic into --data-dir as serve writes them",
+		Long: `bench grow writes a gateway's traffic (activations through their whole
+lifecycle, as 'bench append --path serve' generates it) into --data-dir
+through the live projection, with serve's periodic snapshots and a final one:
+a history of a chosen size to run serve, leases, audit --all and verify on,
+as separate processes, and compare their start-up time and peak memory
+between a small and a large ledger. The data directory must not hold
+events yet. It keeps the directory.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg.Dir, cfg.Logger = a.dataDir, a.logger
+			h, err := ledgerbench.Grow(cmd.Context(), cfg)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(a.stdout, "leaseledger: %s grown to seq %d\n", a.dataDir, h.Seq)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&cfg.Events, "events", 100000, "events to write")
+	f.IntVar(&cfg.Concurrency, "concurrency", 64, "appending goroutines")
+	f.IntVar(&cfg.Batch, "batch", 1, "events per Append call")
+	return cmd
 }

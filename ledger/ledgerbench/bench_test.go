@@ -2,10 +2,13 @@ package ledgerbench
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/leaseledger/leaseledger/events"
+	"github.com/leaseledger/leaseledger/ledger"
+	"github.com/leaseledger/leaseledger/projector/live"
 )
 
 func TestRunSmall(t *testing.T) {
@@ -130,5 +133,49 @@ func TestLatencyPercentiles(t *testing.T) {
 	}
 	if (ServeResult{}).P99Ratio() != 0 {
 		t.Fatal("P99Ratio without a measurement")
+	}
+}
+
+// TestGrow: Grow writes exactly the events asked for, each activation's
+// lifecycle in order from its first event, leaves a snapshot covering its
+// head, and refuses a ledger that already holds events.
+func TestGrow(t *testing.T) {
+	dir := t.TempDir()
+	const n = 1000
+	h, err := Grow(context.Background(), GrowConfig{Dir: dir, Events: n, Concurrency: 4, Batch: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Seq != n {
+		t.Fatalf("head %d, want %d", h.Seq, n)
+	}
+	l, err := ledger.Open(ledger.Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := map[string]int{} // activation → index of its next lifecycle event
+	for env, err := range l.Events(context.Background(), ledger.Query{}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		i := next[env.Activation]
+		want := gatewayLifecycle(env.Activation, "", 0)[i].Payload.Kind()
+		if env.Kind != want {
+			t.Fatalf("seq %d: %s event %d is %s, want %s", env.Seq, env.Activation, i, env.Kind, want)
+		}
+		next[env.Activation] = i + 1
+	}
+	if want := (n + activationEvents - 1) / activationEvents; len(next) < want {
+		t.Fatalf("%d activations, want at least %d", len(next), want)
+	}
+	seq, _, err := l.LoadSnapshot(live.DefaultSnapshotName)
+	if err != nil || seq != n {
+		t.Fatalf("snapshot at %d (%v), want %d", seq, err, n)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Grow(context.Background(), GrowConfig{Dir: dir, Events: 10, Concurrency: 1, Batch: 1}); !errors.Is(err, ErrNotEmpty) {
+		t.Fatalf("second Grow: %v, want ErrNotEmpty", err)
 	}
 }
