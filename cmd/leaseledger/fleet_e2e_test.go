@@ -135,6 +135,37 @@ func TestFleetEndToEnd(t *testing.T) {
 		perHost[h.id] = json.RawMessage(r.stdout)
 	}
 	checkFleetAudit(t, f.collector.dir, perHost)
+	checkFleetExport(t, f)
+}
+
+// checkFleetExport checks that `--fleet export` is every host's own export,
+// line for line, each line tagged with its host.
+func checkFleetExport(t *testing.T, f *fleet) {
+	t.Helper()
+	r := runCLI(t, context.Background(), "", "--fleet", "--data-dir", f.collector.dir, "export")
+	if r.code != 0 {
+		t.Fatalf("fleet export: %+v", r)
+	}
+	got := map[string]*strings.Builder{}
+	for _, line := range strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n") {
+		var l struct {
+			Host  string          `json:"host"`
+			Event json.RawMessage `json:"event"`
+		}
+		if err := json.Unmarshal([]byte(line), &l); err != nil {
+			t.Fatalf("fleet export line %q: %v", line, err)
+		}
+		if got[l.Host] == nil {
+			got[l.Host] = &strings.Builder{}
+		}
+		got[l.Host].Write(l.Event)
+		got[l.Host].WriteByte('\n')
+	}
+	for _, h := range f.hosts {
+		if got[h.id] == nil || got[h.id].String() != exportOf(t, h.dir) {
+			t.Fatalf("fleet export of %s differs from the host's own export", h.id)
+		}
+	}
 }
 
 // checkFleetAudit runs the fleet audit on the collector's directory and
@@ -236,8 +267,8 @@ func TestFleetRefusesResealedHost(t *testing.T) {
 	var finding struct {
 		Host    string `json:"host"`
 		Seq     uint64 `json:"seq"`
-		Stored  string `json:"stored"`
-		Offered string `json:"offered"`
+		Stored  string `json:"stored_hash"`
+		Offered string `json:"offered_hash"`
 		Reason  string `json:"reason"`
 		Time    string `json:"time"`
 	}

@@ -32,6 +32,10 @@ import (
 // past it the client's connection is closed, as a dead target's would be.
 const DialTimeout = 2 * time.Second
 
+// acceptRetryPause is the pause after a failed Accept (EMFILE and the
+// like) before the proxy accepts again.
+const acceptRetryPause = 10 * time.Millisecond
+
 // ErrClosed is returned by operations on a closed proxy.
 var ErrClosed = errors.New("netproxy: proxy closed")
 
@@ -167,7 +171,7 @@ func (p *Proxy) accept() {
 			if closed || errors.Is(err, net.ErrClosed) {
 				return
 			}
-			time.Sleep(10 * time.Millisecond)
+			time.Sleep(acceptRetryPause)
 			continue
 		}
 		p.mu.Lock()
