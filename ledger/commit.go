@@ -98,6 +98,10 @@ type appendReq struct {
 	// firstSent is when a retry's first attempt was sent (Unix ns; 0: a
 	// first attempt, or not said), for ErrIdempotencyExpired.
 	firstSent int64
+
+	// imported, for an Import, are the events to store verbatim (checked
+	// by checkImport); prepared and the fields above are then unused.
+	imported []Record
 }
 
 // pending is a batch: open (being sealed into by the committer), closed and
@@ -204,6 +208,9 @@ func (l *Ledger) enqueue(ctx context.Context, req *appendReq) error {
 	if err := l.failed(); err != nil {
 		return err
 	}
+	if l.mirror && req.imported == nil {
+		return ErrMirror // a mirror holds another ledger's chain: sealing here would fork it
+	}
 	// select picks at random among ready cases: without this check a call
 	// whose context is already done could still be queued and committed,
 	// and a context error would not mean "not written".
@@ -273,6 +280,10 @@ type committerLocal struct {
 	// and copying (a tenth of the committer's time with thousands of events
 	// per batch).
 	batchBytes int
+	// flushed are the records of the last batch flushed that wrote events:
+	// an Import compares re-delivered events with them while that batch
+	// may not be durable yet (sealedRaw).
+	flushed []Record
 }
 
 // batchPrealloc is the size an open batch is allocated with, given the
@@ -317,6 +328,9 @@ func (l *Ledger) add(c *committerLocal, open *pending, r *appendReq) *pending {
 		r.err = err
 		close(r.done)
 		return open
+	}
+	if r.imported != nil {
+		return l.addImport(c, open, r) // import.go
 	}
 	// One clock reading per request: its events share a time. A clock the
 	// canonical layout cannot represent fails the request, not the ledger.
@@ -398,6 +412,9 @@ func (l *Ledger) flush(c *committerLocal, p *pending) {
 		_ = p.batch.Set([]byte(keys.Head), keys.EncodeHead(p.head.Seq, p.head.Hash), nil)
 		_ = p.batch.Set([]byte(keys.TreeSize), keys.EncodeTreeSize(p.head.Seq), nil)
 		c.batchBytes = p.batch.Len()
+	}
+	if len(p.records) > 0 {
+		c.flushed = p.records
 	}
 	if h := l.opts.hooks; h != nil && h[hookInlineApply] != nil {
 		if p.batch != nil {

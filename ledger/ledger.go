@@ -192,6 +192,12 @@ type Options struct {
 	// are remembered (the most recent); DefaultIdempotencyWindow when zero.
 	IdempotencyWindow int
 
+	// Mirror opens (creating if needed) a mirror ledger, written only by
+	// Import with the events of another ledger, verbatim (import.go). The
+	// flag is stored in the directory at creation; read-only opens need
+	// not set it.
+	Mirror bool
+
 	// hooks are called at points of the commit pipeline that tests must
 	// synchronise with (see export_test.go); nil outside tests.
 	hooks *testHooks
@@ -209,6 +215,7 @@ type Ledger struct {
 	corruptReads atomic.Uint64 // reads that met damaged data
 	lockState    LockState
 	lockNote     string // why a read-only open is not locked
+	mirror       bool   // the directory is a mirror ledger (import.go)
 
 	// mu guards closed against concurrent enqueues: appenders hold it for
 	// reading while they enqueue, Close takes it for writing, so after Close
@@ -351,6 +358,9 @@ func Open(opts Options) (*Ledger, error) {
 	}
 	if err := l.failed(); err != nil {
 		return fail(&Error{Op: "open", Err: err})
+	}
+	if err := l.openMirror(head); err != nil {
+		return fail(err)
 	}
 	if err := l.openTree(head.Seq); err != nil {
 		return fail(err)

@@ -58,6 +58,11 @@ const (
 	// TreeSize holds how many leaves (events 1..size) the stored t/ nodes
 	// cover (EncodeTreeSize).
 	TreeSize = "m/tree"
+	// Mirror marks a mirror ledger (ledger.Options.Mirror), written once
+	// when the mirror is created: its events are imported verbatim from
+	// another ledger and never appended. Like m/tree it changes no event
+	// key, so FormatVersion is unchanged.
+	Mirror = "m/mirror"
 	// FormatVersion is the value of m/format this build writes and reads.
 	FormatVersion = "1"
 )
