@@ -182,7 +182,7 @@ func TestKindsAreWellFormed(t *testing.T) {
 			t.Errorf("New(%q) = %v, %v", k, p, err)
 		}
 	}
-	for _, f := range []string{"lease", "call", "session", "request", "connection", "guardian", "http"} {
+	for _, f := range []string{"lease", "call", "session", "request", "connection", "guardian", "http", "host"} {
 		if !families[f] {
 			t.Errorf("family %q has no kind", f)
 		}

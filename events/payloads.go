@@ -48,6 +48,7 @@ var kindList = []func() Payload{
 	func() Payload { return new(HTTPBarrier) },
 	func() Payload { return new(HTTPWorkerDown) },
 	func() Payload { return new(HTTPLost) },
+	func() Payload { return new(HostBound) },
 }
 
 // ---- lease: session-scoped runtime leases ----

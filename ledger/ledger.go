@@ -226,6 +226,8 @@ type Ledger struct {
 	closeOnce sync.Once
 	closeErr  error
 
+	bindMu sync.Mutex // serialises BindHost (host.go)
+
 	// readers counts reads in progress (Scan, Get, snapshots, Verify). They
 	// register under mu (read-locked) and then run without it, so a read
 	// callback may call the ledger again; Close waits for them after

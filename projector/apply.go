@@ -355,6 +355,9 @@ func (s *State) apply(e *event) {
 			break
 		}
 		a.Evidence.apply(a.ID, e)
+	// the chain's host
+	case *events.HostBound:
+		s.host = p.Host
 	default:
 		s.anomalies.Unknown++
 	}

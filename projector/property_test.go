@@ -41,7 +41,7 @@ func genDraft(t *rapid.T) events.Draft {
 	outcome := func(name string, vs ...string) string { return rapid.SampledFrom(vs).Draw(t, name) }
 	var p events.Payload
 	// Weighted: evidence events (which drive the ring) are most frequent.
-	switch k := rapid.IntRange(0, 41).Draw(t, "kind"); k {
+	switch k := rapid.IntRange(0, 42).Draw(t, "kind"); k {
 	case 0:
 		p = &events.LeaseAcquiring{KeySession: sess, Fingerprint: eventgen.Digest, Shared: rapid.Bool().Draw(t, "shared")}
 	case 1:
@@ -117,6 +117,8 @@ func genDraft(t *rapid.T) events.Draft {
 	case 41:
 		return events.Draft{Session: sess, Payload: &events.SessionOpened{Principal: pick(t, "principal", "", "team-a"),
 			Transport: pick(t, "st", events.SessionEmbedded, events.SessionMCPHTTP)}}
+	case 42:
+		return events.Draft{Payload: &events.HostBound{Host: pick(t, "host", "h1", "h2")}}
 	}
 	return events.Draft{Activation: act, Session: sess, Server: srv, Payload: p}
 }

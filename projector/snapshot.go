@@ -56,6 +56,7 @@ type snapshotWire struct {
 	Leases      map[string]*Lease          `json:"leases"`
 	Owners      map[string]*Owner          `json:"owners"`
 	Sessions    map[string]*Session        `json:"sessions"`
+	Host        string                     `json:"host,omitempty"` // State.Host
 }
 
 type activationWire struct {
@@ -93,7 +94,7 @@ func Marshal(s *State) ([]byte, error) { return marshal(s, false) }
 func marshal(s *State, live bool) ([]byte, error) {
 	w := snapshotWire{Format: SnapshotFormat, Version: SnapshotVersion, Seq: s.seq, Applied: s.applied,
 		Anomalies: s.anomalies, Activations: make(map[string]*activationWire, len(s.activations)),
-		Leases: make(map[string]*Lease, len(s.leases)), Owners: s.owners, Sessions: s.sessions}
+		Leases: make(map[string]*Lease, len(s.leases)), Owners: s.owners, Sessions: s.sessions, Host: s.host}
 	for id, a := range s.activations {
 		if !live || !s.retired(a) {
 			w.Activations[id] = wireActivation(a)
@@ -187,7 +188,7 @@ func Unmarshal(b []byte) (*State, error) {
 		return fmt.Errorf("%w: %s", ErrSnapshotCorrupt, fmt.Sprintf(format, args...))
 	}
 	s := New()
-	s.seq, s.applied, s.anomalies = w.Seq, w.Applied, w.Anomalies
+	s.seq, s.applied, s.anomalies, s.host = w.Seq, w.Applied, w.Anomalies, w.Host
 	for id, aw := range w.Activations {
 		a, err := restoreActivation(id, aw)
 		if err != nil {

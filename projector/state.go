@@ -348,6 +348,7 @@ type State struct {
 	owners      map[string]*Owner
 	sessions    map[string]*Session // open sessions only
 	anomalies   Anomalies
+	host        string // the host the latest host.bound names; "" when none
 
 	// Derived indexes, rebuilt by Unmarshal and never serialised.
 	leaseOf map[string]LeaseKey // activation → its lease's key
@@ -365,6 +366,12 @@ type State struct {
 	archive Archive
 	owned   OwnerArchive
 }
+
+// Host returns the host the chain is bound to: the one its latest
+// host.bound names, "" when it has none. A host.bound is a fact of the
+// chain, never an anomaly; ledger.BindHost refuses a second one naming
+// another host, so the latest is also the first.
+func (s *State) Host() string { return s.host }
 
 // New returns an empty State that has applied nothing.
 func New() *State {

@@ -28,6 +28,9 @@ type Summary struct {
 	Unconfirmed []Unconfirmed       `json:"unconfirmed"`
 	Omitted     int                 `json:"unconfirmed_omitted"`
 	Anomalies   projector.Anomalies `json:"anomalies"`
+	// Host is the host the chain is bound to (projector.State.Host),
+	// omitted when none.
+	Host string `json:"host,omitempty"`
 }
 
 // Unconfirmed is one unconfirmed activation with its reasons (at most
@@ -45,6 +48,7 @@ type Unconfirmed struct {
 // (live.Projection.Summarize adds the stored ones).
 func Summarize(s *projector.State, limit int) Summary {
 	z := NewSummarizer(s.Applied(), s.Anomalies(), limit)
+	z.out.Host = s.Host()
 	for _, id := range s.ActivationIDs() {
 		v, reasons, omitted := s.Verdict(id)
 		_, closed := s.CloseReport(id)
