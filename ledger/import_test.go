@@ -1,13 +1,19 @@
 package ledger_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"os/exec"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -489,4 +495,132 @@ func BenchmarkImportVsAppend(b *testing.B) {
 	b.ReportMetric(float64(b.N)/(float64(appendNs)/1e9), "append-events/s")
 	b.ReportMetric(float64(b.N)/(float64(importNs)/1e9), "import-events/s")
 	b.ReportMetric(float64(appendNs)/float64(importNs), "import/append")
+}
+
+const importCrashEnv = "LEASELEDGER_IMPORT_CRASH_CHILD"
+
+// importCrashChild runs in a re-executed test binary: it imports the
+// source ledger <src> into the mirror <dst> (env "<src> <dst>") in random
+// chunks that re-deliver some stored events, printing the head each Import
+// returns as soon as it returns, and then waits to be killed.
+func importCrashChild() {
+	src, dst, _ := strings.Cut(os.Getenv(importCrashEnv), " ")
+	s, err := ledger.Open(ledger.Options{Dir: src, ReadOnly: true})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "open source:", err)
+		os.Exit(2)
+	}
+	m, err := ledger.Open(ledger.Options{Dir: dst, Mirror: true})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "open mirror:", err)
+		os.Exit(2)
+	}
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 9))
+	last := s.Head().Seq
+	for m.Head().Seq < last {
+		head := m.Head().Seq
+		from := head + 1 - ledger.Seq(rng.IntN(int(min(head, 20))+1))
+		to := min(from+ledger.Seq(1+rng.IntN(300)), last+1)
+		var raws [][]byte
+		for q := from; q < to; q++ {
+			raw, err := s.GetRaw(q)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "read source:", err)
+				os.Exit(3)
+			}
+			raws = append(raws, raw)
+		}
+		h, err := m.Import(context.Background(), raws)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "import:", err)
+			os.Exit(3)
+		}
+		os.Stdout.WriteString(strconv.FormatUint(uint64(h.Seq), 10) + "\n")
+	}
+	time.Sleep(time.Hour) // until killed
+}
+
+// TestImportCrashDurability kills an importing mirror with SIGKILL at
+// random moments, many times over the same directory: every head an Import
+// acknowledged must be durable, the mirror must hold the source's bytes up
+// to its head and verify, and each restart resumes from the mirror's head.
+func TestImportCrashDurability(t *testing.T) {
+	rounds := 8
+	if testing.Short() {
+		rounds = 2
+	}
+	srcDir, mDir := t.TempDir(), t.TempDir()
+	src := sourceLedger(t, srcDir, 20000)
+	raws := rawsOf(t, src)
+	src.Close()
+	openMirror(t, mDir).Close()
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 11))
+	maxAcked := ledger.Seq(0)
+	for round := range rounds {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), importCrashEnv+"="+srcDir+" "+mDir)
+		cmd.Stderr = os.Stderr
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		lines := make(chan string, 1024)
+		go func() {
+			defer close(lines)
+			sc := bufio.NewScanner(out)
+			for sc.Scan() {
+				lines <- sc.Text()
+			}
+		}()
+		// The kill comes a random while after the first acknowledgement,
+		// however long the child took to start.
+		killAfter := time.Duration(rng.IntN(250)) * time.Millisecond
+		var deadline <-chan time.Time
+		armed := false
+	read:
+		for {
+			select {
+			case line, ok := <-lines:
+				if !ok {
+					break read
+				}
+				if !armed {
+					armed, deadline = true, time.After(killAfter)
+				}
+				if n, err := strconv.ParseUint(line, 10, 64); err == nil && ledger.Seq(n) > maxAcked {
+					maxAcked = ledger.Seq(n)
+				}
+			case <-deadline:
+				_ = cmd.Process.Signal(syscall.SIGKILL)
+				deadline = nil
+			}
+		}
+		_ = cmd.Wait()
+		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+			t.Fatalf("round %d: child did not die by SIGKILL", round)
+		}
+		m, err := ledger.Open(ledger.Options{Dir: mDir, ReadOnly: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		head := m.Head().Seq
+		if head < maxAcked {
+			t.Fatalf("round %d: acknowledged head %d lost, mirror head %d", round, maxAcked, head)
+		}
+		got := rawsOf(t, m)
+		if !slices.EqualFunc(got, raws[:head], bytes.Equal) {
+			t.Fatalf("round %d: mirror differs from the source below its head %d", round, head)
+		}
+		if _, err := verify.Ledger(context.Background(), m, verify.Options{}); err != nil {
+			t.Fatalf("round %d: verify: %v", round, err)
+		}
+		m.Close()
+		t.Logf("round %d: head %d, acknowledged %d", round, head, maxAcked)
+	}
+	if maxAcked == 0 {
+		t.Fatal("no import was ever acknowledged: the test proved nothing")
+	}
 }

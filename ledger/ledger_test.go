@@ -26,6 +26,10 @@ func TestMain(m *testing.M) {
 		crashChild()
 		return
 	}
+	if os.Getenv(importCrashEnv) != "" {
+		importCrashChild()
+		return
+	}
 	goleak.VerifyTestMain(m)
 }
 
