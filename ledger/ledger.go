@@ -226,7 +226,8 @@ type Ledger struct {
 	closeOnce sync.Once
 	closeErr  error
 
-	bindMu sync.Mutex // serialises BindHost (host.go)
+	bindMu   sync.Mutex // serialises BindHost (host.go)
+	decoders sync.Pool  // *events.Decoder for Import (import.go)
 
 	// readers counts reads in progress (Scan, Get, snapshots, Verify). They
 	// register under mu (read-locked) and then run without it, so a read
