@@ -8,6 +8,9 @@ package ledger
 //     readable through this package before that fsync either.
 //   - Seqs are gapless: the committer alone assigns seqs, one after the
 //     other, and a batch that fails leaves the ledger failed, never a hole.
+//     On a mirror the committer assigns none: it admits an Import's events
+//     only when they continue the sealed tail (seq tail+1, prev its hash;
+//     addImport in import.go), and a mirror takes no Append.
 //   - Calls are atomic: one Append call is sealed into one batch and is all
 //     written or not at all.
 //   - Failure is sticky: after Pebble refuses a commit or a sync, every later

@@ -5,8 +5,10 @@
 // (see commit.go). It also owns the read side (Get, Scan and Events over
 // ranges and the secondary indexes by activation, session and kind), Watch
 // for committed batches, projection snapshots and the ledger's counters,
-// and the RFC 6962 Merkle node index behind TreeRoot, InclusionProof and
-// ConsistencyProof (tree.go).
+// the RFC 6962 Merkle node index behind TreeRoot, InclusionProof and
+// ConsistencyProof (tree.go), the chain's host binding (BindHost, host.go)
+// and mirror ledgers, which Import fills with another ledger's events
+// verbatim through the same commit pipeline (import.go).
 //
 // Around it, and not linked by it: ledger/bus publishes committed events on
 // an embedded NATS server and serves replay, head and append over it, whose
