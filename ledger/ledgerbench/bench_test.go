@@ -137,11 +137,13 @@ func TestLatencyPercentiles(t *testing.T) {
 }
 
 // TestGrow: Grow writes exactly the events asked for, each activation's
-// lifecycle in order from its first event, leaves a snapshot covering its
-// head, and refuses a ledger that already holds events.
+// lifecycle in order from its first event, a session's activations one
+// after the other (single-flight: a lease key never has two live
+// activations), leaves a snapshot covering its head, and refuses a ledger
+// that already holds events.
 func TestGrow(t *testing.T) {
 	dir := t.TempDir()
-	const n = 1000
+	const n = 8000 // 125 activations: more than the 97 sessions of writerStreams
 	h, err := Grow(context.Background(), GrowConfig{Dir: dir, Events: n, Concurrency: 4, Batch: 3})
 	if err != nil {
 		t.Fatal(err)
@@ -153,7 +155,8 @@ func TestGrow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	next := map[string]int{} // activation → index of its next lifecycle event
+	next := map[string]int{}       // activation → index of its next lifecycle event
+	current := map[string]string{} // session → its activation under way
 	for env, err := range l.Events(context.Background(), ledger.Query{}) {
 		if err != nil {
 			t.Fatal(err)
@@ -164,6 +167,12 @@ func TestGrow(t *testing.T) {
 			t.Fatalf("seq %d: %s event %d is %s, want %s", env.Seq, env.Activation, i, env.Kind, want)
 		}
 		next[env.Activation] = i + 1
+		if prev := current[env.Session]; prev != env.Activation {
+			if prev != "" && next[prev] != activationEvents {
+				t.Fatalf("seq %d: session %s starts %s while %s is at event %d", env.Seq, env.Session, env.Activation, prev, next[prev])
+			}
+			current[env.Session] = env.Activation
+		}
 	}
 	if want := (n + activationEvents - 1) / activationEvents; len(next) < want {
 		t.Fatalf("%d activations, want at least %d", len(next), want)

@@ -92,7 +92,11 @@ func Grow(ctx context.Context, cfg GrowConfig) (ledger.Head, error) {
 
 // growWriter appends share events of writer w's activations (w, w+writers,
 // …, as writerStreams assigns them), batch events per call, generating one
-// lifecycle at a time.
+// lifecycle at a time. Each writer has a session of its own, so that a lease
+// key (session, server) never has two live activations at once, as the
+// runtime's single-flight acquisition guarantees: a key taken over while
+// its activation still runs is the rarer stale-replacement path, whose late
+// events a reader that forgets closed activations (leases) sees again.
 func growWriter(ctx context.Context, l *ledger.Ledger, w, writers, share, batch int) error {
 	pending := make([]events.Draft, 0, batch)
 	flush := func() error {
@@ -105,7 +109,7 @@ func growWriter(ctx context.Context, l *ledger.Ledger, w, writers, share, batch 
 	}
 	for k, written := 0, 0; written < share; k++ {
 		ai := k*writers + w
-		lc := gatewayLifecycle(fmt.Sprintf("act-%07d", ai), fmt.Sprintf("s-%d", ai%97), 1000+2*ai)
+		lc := gatewayLifecycle(fmt.Sprintf("act-%07d", ai), fmt.Sprintf("s-%d", w), 1000+2*ai)
 		for _, d := range lc[:min(len(lc), share-written)] {
 			pending = append(pending, d)
 			written++
