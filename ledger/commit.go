@@ -31,8 +31,9 @@ package ledger
 //     most max(MaxBatchEvents, MaxAppendEvents) events (a call larger than
 //     MaxBatchEvents is sealed alone, never split) preallocated to at most
 //     maxBatchPrealloc bytes, inflightBatches closed batches being applied
-//     or awaiting their fsync, one batch being acknowledged and
-//     ObserverQueueLen batches per Watch observer; a full queue blocks the
+//     or awaiting their fsync, one batch being acknowledged (whose records
+//     the committer keeps until the next flush, for Import's re-delivery
+//     check) and ObserverQueueLen batches per Watch observer; a full queue blocks the
 //     appender until its context ends.
 //   - Close drains: everything enqueued before Close is committed (also
 //     while a batch is held in the applier: TestCloseWhileApplyHeld).

@@ -85,6 +85,9 @@ func (l *Ledger) IsMirror() bool { return l.mirror }
 // strictly and its hash recomputed, and the batch must chain onto the
 // stored head; events already stored are skipped when byte-equal. See the
 // file's guarantees for the errors, all in an *Error with Op "import".
+// As for Append, a context error before the batch is queued means nothing
+// was written, and after it ErrUnacknowledged means in doubt: importing the
+// same raws again is then safe (what was stored is skipped).
 func (l *Ledger) Import(ctx context.Context, raws [][]byte) (Head, error) {
 	if !l.mirror {
 		return Head{}, &Error{Op: "import", Err: ErrMirror}
