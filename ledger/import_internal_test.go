@@ -18,28 +18,7 @@ import (
 // kind sealed into a chain, and over random damage to those bytes (a byte
 // changed, dropped or doubled, a space inserted).
 func TestImportRecordTwin(t *testing.T) {
-	f, err := os.Open("../examples/events.jsonl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var raws [][]byte
-	var prev events.Hash
-	tm := time.Date(2026, 12, 1, 6, 0, 0, 123456789, time.UTC)
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		d, err := events.ParseInput(sc.Bytes())
-		if err != nil {
-			t.Fatal(err)
-		}
-		p, err := events.Prepare(d)
-		if err != nil {
-			t.Fatal(err)
-		}
-		env, raw := events.Seal(p, events.Seq(len(raws)+1), ulid.Make(), tm, prev)
-		prev = env.Hash
-		raws = append(raws, raw)
-	}
+	raws := sealedExamples(t)
 	if len(raws) < len(events.Kinds()) {
 		t.Fatalf("%d example events for %d kinds", len(raws), len(events.Kinds()))
 	}
@@ -48,18 +27,10 @@ func TestImportRecordTwin(t *testing.T) {
 	accepted, refused := 0, 0
 	check := func(raw []byte) {
 		t.Helper()
-		fast, ferr := importRecord(&d, raw)
-		slow, serr := strictRecord(raw)
-		switch {
-		case (ferr == nil) != (serr == nil):
-			t.Fatalf("%s\nfast: %v, strict: %v", raw, ferr, serr)
-		case ferr != nil:
-			refused++
-		case !bytes.Equal(fast.AppendCanonical(nil, true), slow.AppendCanonical(nil, true)) || !bytes.Equal(fast.Data, slow.Data) ||
-			!fast.Time.Equal(slow.Time) || fast.Hash != slow.Hash:
-			t.Fatalf("%s\nfast %+v\nstrict %+v", raw, fast, slow)
-		default:
+		if twinAgree(t, &d, raw) {
 			accepted++
+		} else {
+			refused++
 		}
 	}
 	for _, raw := range raws {
@@ -83,4 +54,61 @@ func TestImportRecordTwin(t *testing.T) {
 	if accepted < len(raws) || refused == 0 {
 		t.Fatalf("accepted %d, refused %d: the twin compared too little", accepted, refused)
 	}
+}
+
+// FuzzImportRecordTwin is TestImportRecordTwin over fuzzed bytes.
+func FuzzImportRecordTwin(f *testing.F) {
+	for _, raw := range sealedExamples(f) {
+		f.Add(raw)
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		var d events.Decoder
+		twinAgree(t, &d, raw)
+	})
+}
+
+// twinAgree fails t unless importRecord and strictRecord both refuse raw
+// or both accept it with the same envelope; it reports acceptance.
+func twinAgree(t testing.TB, d *events.Decoder, raw []byte) bool {
+	t.Helper()
+	fast, ferr := importRecord(d, raw)
+	slow, serr := strictRecord(raw)
+	switch {
+	case (ferr == nil) != (serr == nil):
+		t.Fatalf("%s\nfast: %v, strict: %v", raw, ferr, serr)
+	case ferr != nil:
+		return false
+	case !bytes.Equal(fast.AppendCanonical(nil, true), slow.AppendCanonical(nil, true)) || !bytes.Equal(fast.Data, slow.Data) ||
+		!fast.Time.Equal(slow.Time) || fast.Hash != slow.Hash:
+		t.Fatalf("%s\nfast %+v\nstrict %+v", raw, fast, slow)
+	}
+	return true
+}
+
+// sealedExamples seals every line of examples/events.jsonl into a chain.
+func sealedExamples(t testing.TB) [][]byte {
+	t.Helper()
+	f, err := os.Open("../examples/events.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var raws [][]byte
+	var prev events.Hash
+	tm := time.Date(2026, 12, 1, 6, 0, 0, 123456789, time.UTC)
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		d, err := events.ParseInput(sc.Bytes())
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := events.Prepare(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		env, raw := events.Seal(p, events.Seq(len(raws)+1), ulid.Make(), tm, prev)
+		prev = env.Hash
+		raws = append(raws, raw)
+	}
+	return raws
 }
