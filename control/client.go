@@ -20,6 +20,7 @@ import (
 type Client struct {
 	nc   *nats.Conn
 	user string
+	host string // whose space requests go to (busclient.HostSubject); "" bare
 	// base is the reply inbox prefix of this client, "<user's inbox
 	// prefix>.<unique token>": each request's inbox is base.<n>, so the
 	// bus rates all of this client's requests as one connection's.
@@ -32,6 +33,13 @@ type Client struct {
 // Requests go to user's own subjects (busclient.UserSubject).
 func NewClient(nc *nats.Conn, user string) *Client {
 	return &Client{nc: nc, user: user, base: nc.NewInbox()}
+}
+
+// WithHost returns a client on the same connection whose requests go to
+// host's space of a fleet (busclient.HostSubject); "" is the bare space
+// of a single host.
+func (c *Client) WithHost(host string) *Client {
+	return &Client{nc: c.nc, user: c.user, host: host, base: c.nc.NewInbox()}
 }
 
 // requestSlack is added to a server-side timeout for the client's own,
@@ -139,7 +147,7 @@ func (c *Client) call(ctx context.Context, op, subject string, timeout time.Dura
 	// server answers after handling the publication) tells whether the
 	// server refused it as a permission violation — at once, instead of
 	// after the timeout.
-	to := busclient.UserSubject(subject, c.user)
+	to := busclient.UserSubject(busclient.HostSubject(c.host, subject), c.user)
 	inbox := c.base + "." + strconv.FormatUint(c.n.Add(1), 10)
 	sub, err := c.nc.SubscribeSync(inbox)
 	if err != nil {

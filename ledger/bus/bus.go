@@ -86,6 +86,17 @@ type Options struct {
 	Limits Limits
 	// Logger receives publication failures; slog.Default when nil.
 	Logger *slog.Logger
+	// HostID, when set, names the host of this ledger in a fleet: every
+	// subject of the bus (event and checkpoint publications, API and
+	// service requests, permissions) is in the host's space
+	// (busclient.HostSubject). It must be a valid id (events.ValidID);
+	// "" is the bare space of a single host.
+	HostID string
+	// Cluster joins the bus to a NATS cluster (routes) or to hubs (leaf
+	// node remotes); zero: standalone (cluster.go). Needs HostID.
+	Cluster ClusterOptions
+	// TLS, when set, requires TLS on the client port (cluster.go).
+	TLS *TLSFiles
 }
 
 // Bus is the embedded NATS server of a ledger: it publishes every committed
@@ -139,6 +150,13 @@ func Start(l *ledger.Ledger, opts Options) (*Bus, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	if opts.HostID != "" && !events.ValidID(opts.HostID) {
+		return nil, &Error{Op: "start", Err: fmt.Errorf("%w: the host id must match %s", ErrOptions, events.IDRule)}
+	}
+	if opts.HostID == "" && opts.Cluster.enabled() {
+		return nil, &Error{Op: "start", Err: fmt.Errorf("%w: a clustered bus (routes or leaf remotes) needs a host id: hosts in the bare space would collide", ErrOptions)}
+	}
+	q := func(subject string) string { return busclient.HostSubject(opts.HostID, subject) }
 	for _, u := range []struct{ name, pass, flag string }{
 		{opts.ReadOnlyUser, opts.ReadOnlyPassword, "read-only"}, {opts.WriterUser, opts.WriterPassword, "writer"}, {opts.ControlUser, opts.ControlPassword, "control"}} {
 		if u.name == "" {
@@ -171,8 +189,8 @@ func Start(l *ledger.Ledger, opts Options) (*Bus, error) {
 	// clients share the default _INBOX prefix among themselves.
 	client := func(c class, user string, publish ...string) *server.Permissions {
 		return &server.Permissions{
-			Publish:   &server.SubjectPermission{Allow: append(publish, servicePublish(opts.Services, c, user)...)},
-			Subscribe: &server.SubjectPermission{Allow: []string{busclient.EventSubjects(), busclient.CheckpointSubject, busclient.InboxPrefix(user) + ".>"}},
+			Publish:   &server.SubjectPermission{Allow: append(publish, servicePublish(opts.Services, opts.HostID, c, user)...)},
+			Subscribe: &server.SubjectPermission{Allow: []string{q(busclient.EventSubjects()), q(busclient.CheckpointSubject), busclient.InboxPrefix(user) + ".>"}},
 		}
 	}
 	// The API responder is a connection of its own that may publish only to
@@ -181,28 +199,28 @@ func Start(l *ledger.Ledger, opts Options) (*Bus, error) {
 	apiPublish := []string{busclient.InboxPrefix("") + ".>"}
 	users := []*server.User{
 		{Username: internalUser, Password: internalPass, Permissions: &server.Permissions{
-			Publish:   &server.SubjectPermission{Allow: []string{busclient.EventSubjects(), busclient.CheckpointSubject}},
+			Publish:   &server.SubjectPermission{Allow: []string{q(busclient.EventSubjects()), q(busclient.CheckpointSubject)}},
 			Subscribe: &server.SubjectPermission{Deny: []string{">"}},
 		}},
 	}
 	if opts.ReadOnlyUser != "" {
 		users = append(users, &server.User{Username: opts.ReadOnlyUser, Password: opts.ReadOnlyPassword,
-			Permissions: client(classReadOnly, opts.ReadOnlyUser, busclient.UserSubject(busclient.ReplaySubject, opts.ReadOnlyUser), busclient.UserSubject(busclient.HeadSubject, opts.ReadOnlyUser))})
+			Permissions: client(classReadOnly, opts.ReadOnlyUser, busclient.UserSubject(q(busclient.ReplaySubject), opts.ReadOnlyUser), busclient.UserSubject(q(busclient.HeadSubject), opts.ReadOnlyUser))})
 		apiPublish = append(apiPublish, busclient.InboxPrefix(opts.ReadOnlyUser)+".>")
 	}
 	if opts.WriterUser != "" {
 		users = append(users, &server.User{Username: opts.WriterUser, Password: opts.WriterPassword,
-			Permissions: client(classWriter, opts.WriterUser, busclient.UserSubject(busclient.ReplaySubject, opts.WriterUser), busclient.UserSubject(busclient.HeadSubject, opts.WriterUser), busclient.UserSubject(busclient.AppendSubject, opts.WriterUser))})
+			Permissions: client(classWriter, opts.WriterUser, busclient.UserSubject(q(busclient.ReplaySubject), opts.WriterUser), busclient.UserSubject(q(busclient.HeadSubject), opts.WriterUser), busclient.UserSubject(q(busclient.AppendSubject), opts.WriterUser))})
 		apiPublish = append(apiPublish, busclient.InboxPrefix(opts.WriterUser)+".>")
 	}
 	if opts.ControlUser != "" {
 		users = append(users, &server.User{Username: opts.ControlUser, Password: opts.ControlPassword,
-			Permissions: client(classControl, opts.ControlUser, busclient.UserSubject(busclient.ReplaySubject, opts.ControlUser), busclient.UserSubject(busclient.HeadSubject, opts.ControlUser))})
+			Permissions: client(classControl, opts.ControlUser, busclient.UserSubject(q(busclient.ReplaySubject), opts.ControlUser), busclient.UserSubject(q(busclient.HeadSubject), opts.ControlUser))})
 		apiPublish = append(apiPublish, busclient.InboxPrefix(opts.ControlUser)+".>")
 	}
 	users = append(users, &server.User{Username: apiUser, Password: apiPass, Permissions: &server.Permissions{
 		Publish:   &server.SubjectPermission{Allow: apiPublish},
-		Subscribe: &server.SubjectPermission{Allow: []string{busclient.APISubjects}},
+		Subscribe: &server.SubjectPermission{Allow: []string{q(busclient.APISubjects)}},
 	}})
 	opts.Limits = opts.Limits.withDefaults(opts.ReplayChunkBytes)
 	if err := validateServices(&opts); err != nil {
@@ -217,7 +235,7 @@ func Start(l *ledger.Ledger, opts Options) (*Bus, error) {
 		auth.users[u.Username] = u
 	}
 	if !opts.DenyAnonymous {
-		auth.anonymous = &server.User{Username: anonymousUser, Permissions: client(classAnonymous, "", busclient.ReplaySubject, busclient.HeadSubject)}
+		auth.anonymous = &server.User{Username: anonymousUser, Permissions: client(classAnonymous, "", q(busclient.ReplaySubject), q(busclient.HeadSubject))}
 	}
 	sopts := &server.Options{
 		Host: opts.Host, Port: opts.Port, NoSigs: true, NoLog: true,
@@ -225,6 +243,12 @@ func Start(l *ledger.Ledger, opts Options) (*Bus, error) {
 		WriteDeadline: opts.Limits.WriteDeadline, MaxPayload: opts.Limits.MaxPayload,
 		NoFastProducerStall:        true, // drop a slow reader's replies, never stall the responder
 		CustomClientAuthentication: auth,
+	}
+	if opts.HostID != "" {
+		sopts.ServerName = "leaseledger-host-" + opts.HostID
+	}
+	if err := clusterConfig(sopts, opts.HostID, opts.Cluster, opts.TLS); err != nil {
+		return nil, &Error{Op: "start", Err: err}
 	}
 	if opts.WebSocketPort != 0 {
 		sopts.Websocket = server.WebsocketOpts{Host: opts.Host, Port: opts.WebSocketPort, NoTLS: true}
@@ -259,10 +283,10 @@ func Start(l *ledger.Ledger, opts Options) (*Bus, error) {
 	// NATS does not check), decides a request's class.
 	handlers := map[string]nats.MsgHandler{}
 	for _, r := range b.routes() {
-		handlers[busclient.UserSubject(busclient.ReplaySubject, r.user)] = func(m *nats.Msg) { b.serveReplay(m, r) }
-		handlers[busclient.UserSubject(busclient.HeadSubject, r.user)] = func(m *nats.Msg) { b.serveHead(m, r) }
+		handlers[busclient.UserSubject(q(busclient.ReplaySubject), r.user)] = func(m *nats.Msg) { b.serveReplay(m, r) }
+		handlers[busclient.UserSubject(q(busclient.HeadSubject), r.user)] = func(m *nats.Msg) { b.serveHead(m, r) }
 		if r.class == classWriter {
-			handlers[busclient.UserSubject(busclient.AppendSubject, r.user)] = func(m *nats.Msg) { b.serveAppend(m, r) }
+			handlers[busclient.UserSubject(q(busclient.AppendSubject), r.user)] = func(m *nats.Msg) { b.serveAppend(m, r) }
 		}
 	}
 	b.serviceHandlers(handlers)
@@ -302,6 +326,12 @@ func randomSecret() (string, error) {
 	return hex.EncodeToString(b[:]), nil
 }
 
+// subject is subject in the bus's host space (busclient.HostSubject).
+func (b *Bus) subject(subject string) string { return busclient.HostSubject(b.opts.HostID, subject) }
+
+// HostID is the host whose space the bus serves ("" for the bare space).
+func (b *Bus) HostID() string { return b.opts.HostID }
+
 // ClientURL is the nats:// URL clients connect to.
 func (b *Bus) ClientURL() string { return b.srv.ClientURL() }
 
@@ -323,7 +353,7 @@ func (b *Bus) Server() *server.Server { return b.srv }
 func (b *Bus) Committed(batch []ledger.Record) {
 	for i := range batch {
 		r := &batch[i]
-		msg := &nats.Msg{Subject: r.Env.Subject(), Data: r.Raw, Header: nats.Header{
+		msg := &nats.Msg{Subject: b.subject(r.Env.Subject()), Data: r.Raw, Header: nats.Header{
 			busclient.HeaderMsgID: []string{r.Env.ID.String()},
 			busclient.HeaderSeq:   []string{strconv.FormatUint(uint64(r.Env.Seq), 10)},
 		}}
@@ -337,8 +367,8 @@ func (b *Bus) Committed(batch []ledger.Record) {
 // busclient.CheckpointSubject (the bus's own connection is the only one
 // allowed to). Its error is an *Error (the bus closed, NATS failed).
 func (b *Bus) PublishCheckpoint(signed []byte) error {
-	if err := b.nc.Publish(busclient.CheckpointSubject, signed); err != nil {
-		return &Error{Op: "publish checkpoint", Subject: busclient.CheckpointSubject, Err: err}
+	if err := b.nc.Publish(b.subject(busclient.CheckpointSubject), signed); err != nil {
+		return &Error{Op: "publish checkpoint", Subject: b.subject(busclient.CheckpointSubject), Err: err}
 	}
 	return nil
 }

@@ -181,11 +181,11 @@ func validTokens(s string) bool {
 
 // servicePublish returns the request subjects of services a user of class
 // c may publish to (user "" for anonymous clients).
-func servicePublish(services []Service, c class, user string) []string {
+func servicePublish(services []Service, host string, c class, user string) []string {
 	var out []string
 	for _, s := range services {
 		if s.Access == AccessRead || c == classControl {
-			out = append(out, busclient.UserSubject(s.Subject, user))
+			out = append(out, busclient.UserSubject(busclient.HostSubject(host, s.Subject), user))
 		}
 	}
 	return out
@@ -200,7 +200,7 @@ func (b *Bus) serviceHandlers(handlers map[string]nats.MsgHandler) {
 			if s.Access == AccessControl && r.class != classControl {
 				continue
 			}
-			handlers[busclient.UserSubject(s.Subject, r.user)] = func(m *nats.Msg) { b.serveService(m, r, s) }
+			handlers[busclient.UserSubject(b.subject(s.Subject), r.user)] = func(m *nats.Msg) { b.serveService(m, r, s) }
 		}
 	}
 }

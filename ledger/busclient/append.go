@@ -38,7 +38,7 @@ func (c *Client) Append(ctx context.Context, lines []byte) ([]Ack, error) {
 // and get the original acknowledgements (within the bus's window).
 func (c *Client) AppendWithKey(ctx context.Context, key string, lines []byte) ([]Ack, error) {
 	if !validKey(key) {
-		return nil, &Error{Op: "append", Subject: AppendSubject, Err: ErrIdempotencyKey}
+		return nil, &Error{Op: "append", Subject: c.subject(AppendSubject), Err: ErrIdempotencyKey}
 	}
 	return c.appendBody(ctx, key, lines)
 }
@@ -109,7 +109,7 @@ func (c *Client) WithRetry(p RetryPolicy) *Client {
 func (c *Client) appendBody(ctx context.Context, key string, body []byte) ([]Ack, error) {
 	p := c.retry.withDefaults()
 	if limit := c.nc.MaxPayload(); limit > 0 && int64(len(body)) > limit {
-		return nil, &Error{Op: "append", Subject: AppendSubject, Err: fmt.Errorf("%w: %d bytes, the server takes %d", ErrTooLarge, len(body), limit)}
+		return nil, &Error{Op: "append", Subject: c.subject(AppendSubject), Err: fmt.Errorf("%w: %d bytes, the server takes %d", ErrTooLarge, len(body), limit)}
 	}
 	ctx, cancel := context.WithTimeout(ctx, p.Deadline)
 	defer cancel()
@@ -140,9 +140,9 @@ func (c *Client) appendBody(ctx context.Context, key string, body []byte) ([]Ack
 			// does not settle it.
 			var be *Error
 			if errors.As(err, &be) && be.Reply != "" {
-				return nil, &Error{Op: "append", Subject: AppendSubject, Reply: be.Reply, Err: fmt.Errorf("%w after %d attempts (the last: %w)", ErrInDoubt, attempt, errors.Unwrap(err))}
+				return nil, &Error{Op: "append", Subject: c.subject(AppendSubject), Reply: be.Reply, Err: fmt.Errorf("%w after %d attempts (the last: %w)", ErrInDoubt, attempt, errors.Unwrap(err))}
 			}
-			return nil, &Error{Op: "append", Subject: AppendSubject, Err: fmt.Errorf("%w after %d attempts (the last: %w)", ErrInDoubt, attempt, err)}
+			return nil, &Error{Op: "append", Subject: c.subject(AppendSubject), Err: fmt.Errorf("%w after %d attempts (the last: %w)", ErrInDoubt, attempt, err)}
 		}
 		backoff = min(2*backoff, p.MaxBackoff)
 	}
@@ -166,7 +166,7 @@ func jitter(d time.Duration) time.Duration { return d + time.Duration(rand.Int64
 
 func (c *Client) appendOnce(ctx context.Context, key string, firstSent time.Time, body []byte, timeout time.Duration) (acks []Ack, err error, sent time.Time) {
 	fail := func(err error) ([]Ack, error, time.Time) {
-		return nil, &Error{Op: "append", Subject: AppendSubject, Err: err}, sent
+		return nil, &Error{Op: "append", Subject: c.subject(AppendSubject), Err: err}, sent
 	}
 	// An error of the request call cannot tell "not sent" from "sent, no
 	// answer", so what is known not to have left is checked here first.
@@ -189,7 +189,7 @@ func (c *Client) appendOnce(ctx context.Context, key string, firstSent time.Time
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
 		// The server reported that no responder took the request in.
-		return nil, &Error{Op: "append", Subject: AppendSubject, Err: err}, time.Time{}
+		return nil, &Error{Op: "append", Subject: c.subject(AppendSubject), Err: err}, time.Time{}
 	case err != nil:
 		// Anything else may come after the request was published: a
 		// timeout, the context ending, the connection closing or dropping
@@ -209,7 +209,7 @@ func (c *Client) appendOnce(ctx context.Context, key string, firstSent time.Time
 		case m.Header.Get(HeaderErrorCode) == CodeRateLimited:
 			cause = fmt.Errorf("%w: %w", ErrRemote, ErrRateLimited)
 		}
-		return nil, &Error{Op: "append", Subject: AppendSubject, Reply: e, Err: cause}, sent
+		return nil, &Error{Op: "append", Subject: c.subject(AppendSubject), Reply: e, Err: cause}, sent
 	}
 	acks, err = parseAcks(m.Data)
 	if err != nil {
@@ -321,7 +321,7 @@ func (a *Appender) Append(ctx context.Context, drafts ...events.Draft) ([]events
 		return nil, err
 	}
 	if len(acks) != len(drafts) {
-		return nil, &Error{Op: "append", Subject: AppendSubject, Err: fmt.Errorf("%w: %w: %d acknowledgements for %d events", ErrInDoubt, ErrMalformedReply, len(acks), len(drafts))}
+		return nil, &Error{Op: "append", Subject: a.c.subject(AppendSubject), Err: fmt.Errorf("%w: %w: %d acknowledgements for %d events", ErrInDoubt, ErrMalformedReply, len(acks), len(drafts))}
 	}
 	seqs := make([]events.Seq, len(acks))
 	for i, ack := range acks {

@@ -47,11 +47,11 @@ func (c *Client) request(ctx context.Context, subject string, data []byte) (*nat
 func (c *Client) Head(ctx context.Context) (HeadReply, error) {
 	m, err := c.request(ctx, HeadSubject, nil)
 	if err != nil {
-		return HeadReply{}, &Error{Op: "head", Subject: HeadSubject, Err: err}
+		return HeadReply{}, &Error{Op: "head", Subject: c.subject(HeadSubject), Err: err}
 	}
 	var h HeadReply
 	if err := json.Unmarshal(m.Data, &h); err != nil {
-		return HeadReply{}, &Error{Op: "head", Subject: HeadSubject, Err: ErrMalformedReply}
+		return HeadReply{}, &Error{Op: "head", Subject: c.subject(HeadSubject), Err: ErrMalformedReply}
 	}
 	return h, nil
 }
@@ -94,24 +94,24 @@ const replayRateLimitPause = 100 * time.Millisecond
 // returned as it is; every other error is an *Error.
 func (c *Client) Replay(ctx context.Context, from, to events.Seq, f TailFilter, fn func(seq events.Seq, raw []byte) error) (events.Seq, error) {
 	if err := f.validate(); err != nil {
-		return from, &Error{Op: "replay", Subject: ReplaySubject, Err: err}
+		return from, &Error{Op: "replay", Subject: c.subject(ReplaySubject), Err: err}
 	}
 	from = max(from, 1)
 	for {
 		req, _ := json.Marshal(ReplayRequest{From: from, To: to, Kind: f.Kind, Activation: f.Activation})
 		m, err := c.request(ctx, ReplaySubject, req)
 		if err != nil {
-			return from, &Error{Op: "replay", Subject: ReplaySubject, Err: err}
+			return from, &Error{Op: "replay", Subject: c.subject(ReplaySubject), Err: err}
 		}
 		if e := m.Header.Get(HeaderError); e != "" {
 			if m.Header.Get(HeaderErrorCode) == CodeRateLimited && sleep(ctx, replayRateLimitPause) {
 				continue // the bus bounds request rates: ask again a little later
 			}
-			return from, &Error{Op: "replay", Subject: ReplaySubject, Reply: e, Err: ErrRemote}
+			return from, &Error{Op: "replay", Subject: c.subject(ReplaySubject), Reply: e, Err: ErrRemote}
 		}
 		next, err := strconv.ParseUint(m.Header.Get(HeaderNext), 10, 64)
 		if err != nil {
-			return from, &Error{Op: "replay", Subject: ReplaySubject, Err: ErrMalformedReply}
+			return from, &Error{Op: "replay", Subject: c.subject(ReplaySubject), Err: ErrMalformedReply}
 		}
 		for line := range bytes.SplitSeq(m.Data, []byte{'\n'}) {
 			if len(line) == 0 {
@@ -119,7 +119,7 @@ func (c *Client) Replay(ctx context.Context, from, to events.Seq, f TailFilter, 
 			}
 			seq, err := events.PeekSeq(line)
 			if err != nil {
-				return from, &Error{Op: "replay", Subject: ReplaySubject, Err: fmt.Errorf("%w: %w", ErrMalformedReply, err)}
+				return from, &Error{Op: "replay", Subject: c.subject(ReplaySubject), Err: fmt.Errorf("%w: %w", ErrMalformedReply, err)}
 			}
 			if err := fn(seq, line); err != nil {
 				return from, err

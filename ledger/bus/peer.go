@@ -1,0 +1,153 @@
+package bus
+
+import (
+	"crypto/subtle"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/leaseledger/leaseledger/events"
+	"github.com/leaseledger/leaseledger/ledger/busclient"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+)
+
+// A Peer is a server of the fleet's cluster without a ledger: the
+// collector joins the cluster through one to read every host's space.
+//
+// Guarantees (tested in cluster_test.go):
+//   - A Peer must join something (routes, a route listener or leaf
+//     remotes): otherwise ErrOptions.
+//   - Connect gives an in-process connection with every permission; the
+//     client port (when PeerOptions.Port is set) admits anonymous clients
+//     that may only read: subscribe to every host's events and checkpoints
+//     and call every host's bare replay and head API.
+
+// peerStartTimeout bounds how long StartPeer waits for the server to listen.
+const peerStartTimeout = 10 * time.Second
+
+// PeerOptions configures StartPeer.
+type PeerOptions struct {
+	// Host the client port listens on; 127.0.0.1 when empty.
+	Host string
+	// Port is the client port; 0 or RandomPort for any free port. Its
+	// clients are read-only (see the guarantees above).
+	Port int
+	// Cluster is how the peer joins the fleet (routes and/or leaf remotes).
+	Cluster ClusterOptions
+	// Logger receives the peer's start and stop; slog.Default when nil.
+	Logger *slog.Logger
+}
+
+// Peer is an embedded NATS server in the fleet's cluster with no ledger.
+type Peer struct {
+	srv    *server.Server
+	token  string // authenticates Connect's connections
+	logger *slog.Logger
+}
+
+// Reserved user names of a Peer.
+const (
+	peerUser          = "leaseledger-peer"           // Connect: every permission
+	peerAnonymousUser = "leaseledger-peer-anonymous" // network clients: read-only
+)
+
+// StartPeer starts a Peer that joins the cluster of opts.Cluster. Close it
+// when done.
+func StartPeer(opts PeerOptions) (*Peer, error) {
+	if !opts.Cluster.enabled() {
+		return nil, &Error{Op: "start peer", Err: fmt.Errorf("%w: a peer needs a cluster listen address, routes or leaf remotes", ErrOptions)}
+	}
+	if opts.Host == "" {
+		opts.Host = "127.0.0.1"
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Port == 0 {
+		opts.Port = RandomPort
+	}
+	token, err := randomSecret()
+	if err != nil {
+		return nil, err
+	}
+	anyHost := func(s string) string { return busclient.HostSubject(events.Wildcard, s) }
+	auth := &peerAuth{token: token, full: &server.User{Username: peerUser},
+		anonymous: &server.User{Username: peerAnonymousUser, Permissions: &server.Permissions{
+			Publish:   &server.SubjectPermission{Allow: []string{anyHost(busclient.ReplaySubject), anyHost(busclient.HeadSubject)}},
+			Subscribe: &server.SubjectPermission{Allow: []string{busclient.FleetEventSubjects(), anyHost(busclient.CheckpointSubject), busclient.InboxPrefix("") + ".>"}},
+		}}}
+	sopts := &server.Options{
+		Host: opts.Host, Port: opts.Port, NoSigs: true, NoLog: true,
+		NoFastProducerStall: true, CustomClientAuthentication: auth,
+	}
+	if err := clusterConfig(sopts, "", opts.Cluster, nil); err != nil {
+		return nil, &Error{Op: "start peer", Err: err}
+	}
+	srv, err := server.NewServer(sopts)
+	if err != nil {
+		return nil, &Error{Op: "start peer", Err: err}
+	}
+	go srv.Start()
+	if !srv.ReadyForConnections(peerStartTimeout) {
+		srv.Shutdown()
+		srv.WaitForShutdown()
+		return nil, &Error{Op: "start peer", Err: fmt.Errorf("not ready within %v", peerStartTimeout)}
+	}
+	p := &Peer{srv: srv, token: token, logger: opts.Logger}
+	p.logger.Info("bus: peer started", "cluster", p.ClusterURL())
+	return p, nil
+}
+
+// Connect opens an in-process connection to the peer with every
+// permission (subscribe to any host's events, call any host's API).
+func (p *Peer) Connect(opts ...nats.Option) (*nats.Conn, error) {
+	// A token, not a user name: busclient.NewClient takes a connection's
+	// user name for its request subjects, and the hosts' bare (anonymous
+	// class) subjects are the ones a peer calls.
+	all := append([]nats.Option{nats.InProcessServer(p.srv), nats.Token(p.token)}, opts...)
+	nc, err := nats.Connect("", all...)
+	if err != nil {
+		return nil, &Error{Op: "peer connect", Err: err}
+	}
+	return nc, nil
+}
+
+// ClusterURL is the nats-route:// URL the peer accepts routes on, or ""
+// when it only solicits (routes without a listen address are refused, so
+// "" means leaf remotes only).
+func (p *Peer) ClusterURL() string { return clusterURL(p.srv) }
+
+// ClientURL is the nats:// URL of the peer's (read-only) client port.
+func (p *Peer) ClientURL() string { return p.srv.ClientURL() }
+
+// Server exposes the embedded server (tests, monitoring).
+func (p *Peer) Server() *server.Server { return p.srv }
+
+// Close shuts the peer's server down. It is idempotent.
+func (p *Peer) Close() error {
+	p.srv.Shutdown()
+	p.srv.WaitForShutdown()
+	return nil
+}
+
+// peerAuth admits Connect's connections (by token) with every permission
+// and every other client as the read-only anonymous user.
+type peerAuth struct {
+	token           string
+	full, anonymous *server.User
+}
+
+// Check implements server.Authentication.
+func (a *peerAuth) Check(c server.ClientAuthentication) bool {
+	o := c.GetOpts()
+	switch {
+	case o.Token != "" && subtle.ConstantTimeCompare([]byte(o.Token), []byte(a.token)) == 1:
+		c.RegisterUser(a.full)
+	case o.Token == "" && o.Username == "" && o.Password == "" && o.Nkey == "" && o.JWT == "":
+		c.RegisterUser(a.anonymous)
+	default:
+		return false
+	}
+	return true
+}
