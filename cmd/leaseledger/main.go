@@ -90,6 +90,7 @@ func newRootCmd(a *app) *cobra.Command {
 	for _, extra := range extraCommands {
 		root.AddCommand(extra(a))
 	}
+	wireFleet(a, root) // fleet.go: --fleet runs the read commands per mirrored host
 	return root
 }
 

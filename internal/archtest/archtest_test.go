@@ -143,6 +143,7 @@ func TestLayers(t *testing.T) {
 		"runtime":   {"events", "guardian"},
 		"gateway":   {"events", "runtime"},             // the MCP endpoint over the runtime
 		"control":   {"events", "ledger", "projector"}, // the bus APIs over the projection; the runtime through an interface
+		"collector": {"events", "ledger"},              // the fleet's mirror: mirror ledgers fed over the bus protocol
 		"dashboard": {},                                // the browser page: it speaks to the bus from the browser, links nothing of ours
 		"internal":  {},
 	}

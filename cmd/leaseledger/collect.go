@@ -1,0 +1,134 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+
+	"github.com/leaseledger/leaseledger/collector"
+	"github.com/leaseledger/leaseledger/ledger/bus"
+)
+
+func init() { extraCommands = append(extraCommands, newCollectCmd) }
+
+// collectFlags are the flags of `collect`.
+type collectFlags struct {
+	hosts                        []string
+	clusterName, clusterListen   string
+	routes                       []string
+	clusterUser, clusterPassword string
+	metricsAddr                  string
+	pollInterval                 time.Duration
+	bufferLen                    int
+}
+
+func newCollectCmd(a *app) *cobra.Command {
+	var cf collectFlags
+	cmd := &cobra.Command{
+		Use:   "collect",
+		Short: "Mirror every fleet host's chain from the NATS cluster into --data-dir/hosts/<host>/, verified",
+		Long: `collect joins the fleet's NATS cluster as a peer without a ledger and mirrors
+each host named by --hosts into --data-dir/hosts/<host>/, a mirror ledger every
+read command works on (use --fleet with audit, leases, export and verify).
+Every event is verified against its host's chain before it is stored; a host
+whose chain forks, breaks or names another host is refused: its finding is
+written to hosts/<host>/REFUSED.json and it stays refused until that file is
+removed. --metrics-addr serves /metrics (per-host lag) and /status (JSON).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return a.runCollect(cmd.Context(), cf)
+		},
+	}
+	f := cmd.Flags()
+	f.StringSliceVar(&cf.hosts, "hosts", nil, "host ids to mirror (comma-separated or repeated)")
+	f.StringVar(&cf.clusterName, "cluster-name", "", "NATS cluster name (default "+bus.DefaultClusterName+")")
+	f.StringVar(&cf.clusterListen, "cluster-listen", "127.0.0.1:-1", "host:port the collector's route listens on (port -1: any free port)")
+	f.StringSliceVar(&cf.routes, "routes", nil, "nats-route://host:port of cluster peers (comma-separated or repeated)")
+	f.StringVar(&cf.clusterUser, "cluster-user", "", "route authorization user (the cluster's)")
+	f.StringVar(&cf.clusterPassword, "cluster-password", "", "route authorization password (env LEASELEDGER_CLUSTER_PASSWORD)")
+	f.StringVar(&cf.metricsAddr, "metrics-addr", "", "serve /metrics and /status on this address, e.g. 127.0.0.1:9249 (empty: off)")
+	f.DurationVar(&cf.pollInterval, "poll-interval", collector.DefaultPollInterval, "idle time after which a host's head is asked again")
+	f.IntVar(&cf.bufferLen, "buffer", collector.DefaultBufferLen, "live events buffered per host (overflow is dropped and filled by replay)")
+	return cmd
+}
+
+func (a *app) runCollect(ctx context.Context, cf collectFlags) error {
+	if len(cf.hosts) == 0 {
+		return errors.New("collect: --hosts is required")
+	}
+	if cf.clusterPassword == "" {
+		cf.clusterPassword = os.Getenv("LEASELEDGER_CLUSTER_PASSWORD")
+	}
+	peer, err := bus.StartPeer(bus.PeerOptions{Host: "127.0.0.1", Port: bus.RandomPort, Logger: a.logger,
+		Cluster: bus.ClusterOptions{Name: cf.clusterName, Listen: cf.clusterListen, Routes: cf.routes,
+			User: cf.clusterUser, Password: cf.clusterPassword}})
+	if err != nil {
+		return fmt.Errorf("collect: %w", err)
+	}
+	defer peer.Close()
+	nc, err := peer.Connect()
+	if err != nil {
+		return fmt.Errorf("collect: %w", err)
+	}
+	defer nc.Close()
+	c, err := collector.Start(collector.Options{Dir: a.dataDir, Hosts: cf.hosts, Conn: nc, Logger: a.logger,
+		PollInterval: cf.pollInterval, BufferLen: cf.bufferLen})
+	if err != nil {
+		return fmt.Errorf("collect: %w", err)
+	}
+	defer c.Close()
+	fmt.Fprintf(a.stdout, "leaseledger: collector mirroring %s into %s\n", strings.Join(cf.hosts, ","), a.dataDir)
+	fmt.Fprintf(a.stdout, "leaseledger: cluster route on %s\n", peer.ClusterURL())
+	for _, h := range c.Hosts() {
+		if s := c.Status().Hosts[h]; s.State == collector.StateRefused {
+			fmt.Fprintf(a.stdout, "leaseledger: host %s REFUSED (%s at seq %d; remove %s to retry)\n",
+				h, s.Finding.Reason, s.Finding.Seq, collector.HostDir(a.dataDir, h)+"/"+collector.RefusedFile)
+		}
+	}
+	if cf.metricsAddr != "" {
+		stop, addr, err := serveCollectorHTTP(c, cf.metricsAddr)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		fmt.Fprintf(a.stdout, "leaseledger: metrics on http://%s/metrics, status on http://%s/status\n", addr, addr)
+	}
+	<-ctx.Done()
+	return nil
+}
+
+// serveCollectorHTTP serves the collector's /metrics (with the Go
+// runtime's) and /status on addr until stop is called.
+func serveCollectorHTTP(c *collector.Collector, addr string) (stop func(), bound string, err error) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(c.Metrics(), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, "", fmt.Errorf("metrics: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.Handle("GET /status", c.Handler())
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = srv.Serve(ln)
+	}()
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		<-done
+	}, ln.Addr().String(), nil
+}

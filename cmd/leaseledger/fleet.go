@@ -1,0 +1,213 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"github.com/spf13/cobra"
+
+	"github.com/leaseledger/leaseledger/collector"
+	"github.com/leaseledger/leaseledger/events"
+)
+
+// Fleet reads: with the global --fleet flag, --data-dir is a collector's
+// directory (see 'collect') and audit, leases, export and verify run once
+// per mirrored host, in host order, then combine:
+//   - text output: one section per host ("== host h1 ==") and a closing
+//     "fleet:" line; a refused host's section names its finding;
+//   - JSON output (--json): one object {"hosts":{"h1":<the host's JSON>},
+//     "refused":{"h2":<finding>}};
+//   - export: every line becomes {"host":"h1","event":<the stored bytes>},
+//     streamed.
+// The exit status is 1 when any host fails (verify's faults, a mirror that
+// does not open); the other hosts are still read.
+
+// fleetCommands are the commands --fleet applies to, and whether their
+// output is streamed line by line (export) rather than one section per host.
+var fleetCommands = map[string]bool{"audit": false, "leases": false, "verify": false, "export": true}
+
+// wireFleet adds the global --fleet flag to root and routes the fleet
+// commands through runFleet when it is set.
+func wireFleet(a *app, root *cobra.Command) {
+	fleet := new(bool)
+	root.PersistentFlags().BoolVar(fleet, "fleet", false, "--data-dir is a collector directory: audit, leases, export and verify run per mirrored host and combined")
+	for _, c := range root.Commands() {
+		lines, ok := fleetCommands[c.Name()]
+		if !ok || c.RunE == nil {
+			continue
+		}
+		run := c.RunE
+		c.RunE = func(cmd *cobra.Command, args []string) error {
+			if !*fleet {
+				return run(cmd, args)
+			}
+			return a.runFleet(cmd, args, run, lines)
+		}
+	}
+}
+
+// fleetHosts lists the hosts mirrored in a collector directory.
+func fleetHosts(dir string) ([]string, error) {
+	ents, err := os.ReadDir(filepath.Join(dir, collector.HostsDir))
+	if err != nil {
+		return nil, fmt.Errorf("--fleet: %s is not a collector directory: %w", dir, err)
+	}
+	var hosts []string
+	for _, e := range ents {
+		if e.IsDir() && events.ValidID(e.Name()) {
+			hosts = append(hosts, e.Name())
+		}
+	}
+	if len(hosts) == 0 {
+		return nil, fmt.Errorf("--fleet: %s mirrors no host", dir)
+	}
+	slices.Sort(hosts)
+	return hosts, nil
+}
+
+// refusedFinding reads a host's REFUSED.json, nil when there is none.
+func refusedFinding(hostDir string) *collector.Finding {
+	b, err := os.ReadFile(filepath.Join(hostDir, collector.RefusedFile))
+	if err != nil {
+		return nil
+	}
+	var f collector.Finding
+	if json.Unmarshal(b, &f) != nil {
+		return &collector.Finding{Reason: "unreadable-finding"}
+	}
+	return &f
+}
+
+func (a *app) runFleet(cmd *cobra.Command, args []string, run func(*cobra.Command, []string) error, lines bool) error {
+	for _, name := range []string{"nats", "bundle"} {
+		if f := cmd.Flags().Lookup(name); f != nil && f.Changed {
+			return fmt.Errorf("--fleet reads the collector directory --data-dir: it takes no --%s", name)
+		}
+	}
+	hosts, err := fleetHosts(a.dataDir)
+	if err != nil {
+		return err
+	}
+	asJSON := false
+	if f := cmd.Flags().Lookup("json"); f != nil && f.Value.String() == "true" {
+		asJSON = true
+	}
+	root, stdout := a.dataDir, a.stdout
+	defer func() { a.dataDir, a.stdout = root, stdout }()
+	var (
+		failed  []string
+		results = map[string]json.RawMessage{}
+		refused = map[string]*collector.Finding{}
+	)
+	for _, h := range hosts {
+		a.dataDir = collector.HostDir(root, h)
+		if f := refusedFinding(a.dataDir); f != nil {
+			refused[h] = f
+		}
+		var buf bytes.Buffer
+		var lw *hostLineWriter
+		if lines {
+			lw = &hostLineWriter{w: stdout, prefix: fmt.Appendf(nil, `{"host":%q,"event":`, h)}
+			a.stdout = lw
+		} else {
+			a.stdout = &buf
+		}
+		err := run(cmd, args)
+		if lw != nil {
+			if ferr := lw.flush(); err == nil {
+				err = ferr
+			}
+		}
+		if err != nil {
+			failed = append(failed, h)
+			fmt.Fprintf(a.stderr, "leaseledger: host %s: %v\n", h, err)
+		}
+		switch {
+		case lines:
+		case asJSON:
+			if v := bytes.TrimSpace(buf.Bytes()); json.Valid(v) {
+				results[h] = v
+			} else if err == nil {
+				return fmt.Errorf("--fleet: host %s: the command's JSON output is not one JSON value", h)
+			}
+		default:
+			fmt.Fprintf(stdout, "== host %s ==\n", h)
+			if f := refused[h]; f != nil {
+				fmt.Fprintf(stdout, "REFUSED by the collector: %s at seq %d (stored %s, offered %s, %s); the mirror holds what was verified before\n",
+					f.Reason, f.Seq, f.Stored, f.Offered, f.Time.Format("2006-01-02T15:04:05Z07:00"))
+			}
+			stdout.Write(buf.Bytes())
+			if err != nil {
+				fmt.Fprintf(stdout, "error: %v\n", err)
+			}
+		}
+	}
+	switch {
+	case lines:
+	case asJSON:
+		out := struct {
+			Hosts   map[string]json.RawMessage    `json:"hosts"`
+			Refused map[string]*collector.Finding `json:"refused,omitempty"`
+			Failed  []string                      `json:"failed,omitempty"`
+		}{results, refused, failed}
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(out); err != nil {
+			return err
+		}
+	default:
+		fmt.Fprintf(stdout, "fleet: %d hosts, %d failed, %d refused by the collector\n", len(hosts), len(failed), len(refused))
+	}
+	if len(failed) > 0 {
+		return &exitError{code: 1, err: fmt.Errorf("--fleet: %d of %d hosts failed: %v", len(failed), len(hosts), failed)}
+	}
+	return nil
+}
+
+// hostLineWriter writes each complete line it is given as
+// prefix + line + "}\n": the host-keyed form of an exported event.
+type hostLineWriter struct {
+	w       io.Writer
+	bw      *bufio.Writer
+	prefix  []byte
+	partial []byte // a line not yet ended
+}
+
+func (h *hostLineWriter) Write(p []byte) (int, error) {
+	if h.bw == nil {
+		h.bw = bufio.NewWriterSize(h.w, 256<<10)
+	}
+	n := len(p)
+	for len(p) > 0 {
+		i := bytes.IndexByte(p, '\n')
+		if i < 0 {
+			h.partial = append(h.partial, p...)
+			break
+		}
+		h.bw.Write(h.prefix)
+		h.bw.Write(h.partial)
+		h.bw.Write(p[:i])
+		if _, err := h.bw.WriteString("}\n"); err != nil {
+			return 0, err
+		}
+		h.partial, p = h.partial[:0], p[i+1:]
+	}
+	return n, nil
+}
+
+func (h *hostLineWriter) flush() error {
+	if len(h.partial) > 0 {
+		return errors.New("--fleet: export ended inside a line")
+	}
+	if h.bw == nil {
+		return nil
+	}
+	return h.bw.Flush()
+}

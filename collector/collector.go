@@ -1,0 +1,214 @@
+package collector
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/leaseledger/leaseledger/events"
+	"github.com/leaseledger/leaseledger/ledger"
+	"github.com/nats-io/nats.go"
+)
+
+// Bounds and defaults.
+const (
+	// DefaultBufferLen bounds the live messages held per host between the
+	// NATS subscription and the importer. A full buffer never blocks: NATS
+	// drops the message (HostStatus.Dropped counts it) and the hole is
+	// filled by replay.
+	DefaultBufferLen = 8192
+	// DefaultImportBatchEvents bounds the events handed to one
+	// ledger.Import call (one synced batch).
+	DefaultImportBatchEvents = 1024
+	// DefaultPollInterval is how long a host may stay silent before its
+	// head is asked again: it finds a hole at the tail (a dropped last
+	// message) and tells a host that went away (unreachable).
+	DefaultPollInterval = time.Second
+	// MaxHosts bounds the hosts one collector mirrors (one goroutine, one
+	// mirror ledger and one subscription each).
+	MaxHosts = 1024
+	// HostsDir is the subdirectory of Options.Dir holding one mirror
+	// ledger directory per host.
+	HostsDir = "hosts"
+)
+
+// Errors callers branch on.
+var (
+	// ErrOptions: the Options are unusable (no Dir, no Conn, no or too many
+	// hosts, an invalid or repeated host id).
+	ErrOptions = errors.New("collector: invalid options")
+	// ErrClosed: the collector was closed.
+	ErrClosed = errors.New("collector: closed")
+)
+
+// Options configures Start.
+type Options struct {
+	// Dir is the collector's directory; host h is mirrored in
+	// Dir/hosts/<h>/ (HostDir). Required.
+	Dir string
+	// Hosts are the host ids to mirror (events.ValidID each). Required.
+	Hosts []string
+	// Conn is a connection to the cluster that may read every host's
+	// event subjects and call its read-only API as an anonymous client
+	// (bus.Peer.Connect gives one). The collector does not close it.
+	// Required.
+	Conn *nats.Conn
+	// BufferLen bounds each host's live buffer; DefaultBufferLen when zero.
+	BufferLen int
+	// ImportBatchEvents bounds one Import call; DefaultImportBatchEvents
+	// when zero (at most ledger.MaxAppendEvents).
+	ImportBatchEvents int
+	// PollInterval is the idle time after which a host's head is asked;
+	// DefaultPollInterval when zero.
+	PollInterval time.Duration
+	// Now is the clock of findings; time.Now when nil.
+	Now func() time.Time
+	// Logger receives findings and host state changes; slog.Default when
+	// nil.
+	Logger *slog.Logger
+}
+
+func (o Options) withDefaults() (Options, error) {
+	if o.Dir == "" || o.Conn == nil {
+		return o, fmt.Errorf("%w: Dir and Conn are required", ErrOptions)
+	}
+	if len(o.Hosts) == 0 || len(o.Hosts) > MaxHosts {
+		return o, fmt.Errorf("%w: %d hosts, want 1 to MaxHosts=%d", ErrOptions, len(o.Hosts), MaxHosts)
+	}
+	seen := map[string]bool{}
+	for _, h := range o.Hosts {
+		if !events.ValidID(h) {
+			return o, fmt.Errorf("%w: host id %q: want %s", ErrOptions, h, events.IDRule)
+		}
+		if seen[h] {
+			return o, fmt.Errorf("%w: host %q listed twice", ErrOptions, h)
+		}
+		seen[h] = true
+	}
+	if o.BufferLen <= 0 {
+		o.BufferLen = DefaultBufferLen
+	}
+	if o.ImportBatchEvents <= 0 {
+		o.ImportBatchEvents = DefaultImportBatchEvents
+	}
+	o.ImportBatchEvents = min(o.ImportBatchEvents, ledger.MaxAppendEvents)
+	if o.PollInterval <= 0 {
+		o.PollInterval = DefaultPollInterval
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return o, nil
+}
+
+// HostDir is the mirror ledger directory of host under a collector
+// directory.
+func HostDir(dir, host string) string { return filepath.Join(dir, HostsDir, host) }
+
+// Collector mirrors a fleet of hosts. It is safe for concurrent use.
+type Collector struct {
+	opts   Options
+	hosts  []*hostMirror // in Options.Hosts order
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Start opens (creating when missing) every host's mirror ledger, loads
+// the findings of hosts refused earlier (they stay refused) and starts one
+// mirroring goroutine per other host. Close stops them.
+func Start(opts Options) (*Collector, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	c := &Collector{opts: opts}
+	for _, h := range opts.Hosts {
+		hm, err := openHost(opts, h)
+		if err != nil {
+			c.closeLedgers()
+			return nil, err
+		}
+		c.hosts = append(c.hosts, hm)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c.cancel = cancel
+	for _, hm := range c.hosts {
+		if hm.status().State == StateRefused {
+			opts.Logger.Error("collector: host stays refused until its finding is removed", "host", hm.host, "file", hm.refusedPath())
+			continue
+		}
+		c.wg.Add(1)
+		go func() {
+			defer c.wg.Done()
+			hm.run(ctx)
+		}()
+	}
+	return c, nil
+}
+
+func openHost(opts Options, h string) (*hostMirror, error) {
+	dir := HostDir(opts.Dir, h)
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		return nil, fmt.Errorf("collector: host %s: %w", h, err)
+	}
+	f, err := readFinding(dir)
+	if err != nil {
+		return nil, fmt.Errorf("collector: host %s: %w", h, err)
+	}
+	l, err := ledger.Open(ledger.Options{Dir: dir, Mirror: true, Logger: opts.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("collector: host %s: open mirror: %w", h, err)
+	}
+	hm := newHostMirror(opts, h, dir, l)
+	if f != nil {
+		hm.st.State, hm.st.Finding = StateRefused, f
+	}
+	return hm, nil
+}
+
+// Hosts returns the mirrored host ids, in the order of Options.Hosts.
+func (c *Collector) Hosts() []string { return slices.Clone(c.opts.Hosts) }
+
+// Mirror returns host's mirror ledger (for reads: Import is the
+// collector's; nil for an unknown host). It stays open until Close.
+func (c *Collector) Mirror(host string) *ledger.Ledger {
+	for _, hm := range c.hosts {
+		if hm.host == host {
+			return hm.l
+		}
+	}
+	return nil
+}
+
+// Close stops mirroring, waits for every host's goroutine and closes the
+// mirror ledgers. It is idempotent.
+func (c *Collector) Close() error {
+	c.closeOnce.Do(func() {
+		c.cancel()
+		c.wg.Wait()
+		c.closeErr = c.closeLedgers()
+	})
+	return c.closeErr
+}
+
+func (c *Collector) closeLedgers() error {
+	var errs []error
+	for _, hm := range c.hosts {
+		if err := hm.l.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("collector: host %s: %w", hm.host, err))
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,46 @@
+// Package collector owns the fleet's mirror: it follows every configured
+// host's chain over the NATS cluster (each host publishes under its own
+// host-qualified subject space, busclient.HostSubject) and stores each host
+// h verbatim in a mirror ledger of its own, Dir/hosts/<h>/
+// (ledger.Options.Mirror), so that every read command, proof and verify
+// works on a host's mirror as on the host's own directory.
+//
+// Design. One goroutine per host, nothing shared between hosts but the
+// NATS connection: it subscribes to the host's event subjects into a
+// bounded channel (Options.BufferLen), asks the host's head over the
+// host's anonymous read-only API, fills whatever the mirror lacks by
+// replay, then imports live events in seq order. A message that finds the
+// channel full is dropped by NATS (a slow consumer, counted in
+// HostStatus.Dropped); the hole it leaves is found by seq (the
+// subscription is unfiltered, so seqs are gapless) or by the next idle
+// head poll (Options.PollInterval) and filled by replay. The mirror's own
+// head is the only resume point: Import is atomic and idempotent, so a
+// restart resumes exactly where the last durable import ended.
+//
+// Refusal. A host whose chain forks (an event at a mirrored seq differs,
+// or the host's head hash differs from the mirror's at that seq: the host
+// re-sealed its tail), whose chain breaks (a hash does not recompute, a
+// malformed event) or whose host.bound event names another host is
+// REFUSED: its mirroring stops, the finding is written to
+// Dir/hosts/<h>/REFUSED.json (RefusedFile) and logged, and a collector
+// started later keeps refusing that host until an operator removes the
+// file. What was mirrored before the finding stays, and still verifies.
+//
+// Guarantees (each checked by the test named after it):
+//   - Every mirrored event was verified against its host's chain before it
+//     was stored: ledger.Import checks envelope, hash and prev, and the
+//     collector checks host.bound (TestMirrorEqualsSource,
+//     TestWrongHostBoundRefused).
+//   - Exactly once per (host, seq), gapless, across restarts of the
+//     collector (TestMirrorEqualsSource, TestCollectorRestartMidStream).
+//   - A host that is down, partitioned or slow never delays another
+//     host's mirroring: one goroutine per host, a bounded per-host buffer
+//     whose overflow is a recorded drop filled by replay, never a block
+//     (TestSlowHostDoesNotBlockOthers, TestBufferOverflowFilledByReplay,
+//     TestHostRestartHolesFilled).
+//   - A host whose chain forks, breaks or names another host in host.bound
+//     is refused with a persisted finding and stays refused across
+//     restarts (TestForkedHostRefused, TestWrongHostBoundRefused).
+//   - Per-host lag is exposed: Prometheus metrics and the /status JSON of
+//     Handler (TestStatusAndMetrics).
+package collector

@@ -1,0 +1,427 @@
+package collector
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/leaseledger/leaseledger/events"
+	"github.com/leaseledger/leaseledger/ledger"
+	"github.com/leaseledger/leaseledger/ledger/busclient"
+	"github.com/nats-io/nats.go"
+)
+
+// hostMirror mirrors one host. Only its own goroutine (run) writes its
+// mirror; status may be read from anywhere.
+type hostMirror struct {
+	opts      Options
+	host, dir string
+	l         *ledger.Ledger
+	client    *busclient.Client // the host's anonymous read-only API
+
+	mu          sync.Mutex
+	st          HostStatus         // Head and Lag are filled in by status
+	sub         *nats.Subscription // the live subscription, nil between sessions
+	droppedBase uint64             // drops of earlier subscriptions
+}
+
+func newHostMirror(opts Options, host, dir string, l *ledger.Ledger) *hostMirror {
+	return &hostMirror{opts: opts, host: host, dir: dir, l: l,
+		client: busclient.NewClient(opts.Conn).WithUser("").WithHost(host),
+		st:     HostStatus{State: StateCatchingUp}}
+}
+
+func (hm *hostMirror) refusedPath() string { return hm.dir + "/" + RefusedFile }
+
+func (hm *hostMirror) status() HostStatus {
+	hm.mu.Lock()
+	s := hm.st
+	if hm.sub != nil {
+		if d, err := hm.sub.Dropped(); err == nil {
+			s.Dropped = hm.droppedBase + uint64(d)
+		}
+	} else {
+		s.Dropped = hm.droppedBase
+	}
+	hm.mu.Unlock()
+	s.Head = hm.l.Head().Seq
+	if s.HostHead > s.Head {
+		s.Lag = uint64(s.HostHead - s.Head)
+	}
+	return s
+}
+
+func (hm *hostMirror) setState(state string, err error) {
+	hm.mu.Lock()
+	defer hm.mu.Unlock()
+	if hm.st.State == StateRefused {
+		return
+	}
+	if state != hm.st.State {
+		hm.opts.Logger.Info("collector: host state", "host", hm.host, "from", hm.st.State, "to", state, "err", err)
+	}
+	hm.st.State = state
+	if err != nil {
+		hm.st.LastError = err.Error()
+	} else if state == StateLive {
+		hm.st.LastError = ""
+	}
+}
+
+func (hm *hostMirror) sawHostHead(seq events.Seq) {
+	hm.mu.Lock()
+	hm.st.HostHead = max(hm.st.HostHead, seq)
+	hm.mu.Unlock()
+}
+
+// run mirrors the host until ctx ends or the host is refused. A session
+// that fails (the mirror's ledger refused a write, the subscription could
+// not be made) is retried after PollInterval; an unreachable host does
+// not end a session.
+func (hm *hostMirror) run(ctx context.Context) {
+	for {
+		err := hm.session(ctx)
+		if ctx.Err() != nil || errors.Is(err, ErrRefused) {
+			return
+		}
+		hm.setState(StateUnreachable, err)
+		hm.opts.Logger.Warn("collector: host session failed; retrying", "host", hm.host, "err", err)
+		if !sleep(ctx, hm.opts.PollInterval) {
+			return
+		}
+	}
+}
+
+// errHole: an Import found the mirror not where the batch starts (a seq
+// was skipped); the caller fills by replay. Not a refusal.
+var errHole = errors.New("collector: hole before the batch")
+
+func (hm *hostMirror) session(ctx context.Context) error {
+	ch := make(chan *nats.Msg, hm.opts.BufferLen)
+	subject := busclient.HostSubject(hm.host, busclient.EventSubjects())
+	sub, err := hm.opts.Conn.ChanSubscribe(subject, ch)
+	if err != nil {
+		return fmt.Errorf("subscribe %s: %w", subject, err)
+	}
+	hm.mu.Lock()
+	hm.sub = sub
+	hm.mu.Unlock()
+	defer func() {
+		hm.mu.Lock()
+		if d, err := sub.Dropped(); err == nil {
+			hm.droppedBase += uint64(d)
+		}
+		hm.sub = nil
+		hm.mu.Unlock()
+		_ = sub.Unsubscribe()
+	}()
+	// The subscription is in place before the head is asked, so every
+	// event committed after the answer arrives live or leaves a hole.
+	if err := hm.opts.Conn.FlushTimeout(busclient.DefaultRequestTimeout); err != nil {
+		return fmt.Errorf("flush: %w", err)
+	}
+	idle := time.NewTimer(0) // the first poll: catch up at once
+	defer idle.Stop()
+	batch := make([]*nats.Msg, 0, hm.opts.ImportBatchEvents)
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-idle.C:
+			if err := hm.catchUp(ctx); err != nil {
+				return err
+			}
+		case m := <-ch:
+			batch = append(batch[:0], m)
+		drain:
+			for len(batch) < cap(batch) {
+				select {
+				case m := <-ch:
+					batch = append(batch, m)
+				default:
+					break drain
+				}
+			}
+			if err := hm.live(ctx, batch); err != nil {
+				return err
+			}
+			clear(batch)
+		}
+		if !idle.Stop() {
+			select {
+			case <-idle.C:
+			default:
+			}
+		}
+		idle.Reset(hm.opts.PollInterval)
+	}
+}
+
+// catchUp asks the host's head and fills the mirror up to it by replay.
+// An unreachable host sets StateUnreachable and is not an error: the
+// session waits for the next poll or live event.
+func (hm *hostMirror) catchUp(ctx context.Context) error {
+	h, err := hm.client.Head(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		hm.setState(StateUnreachable, err)
+		return nil
+	}
+	hm.sawHostHead(h.Seq)
+	mh := hm.l.Head()
+	if h.Seq <= mh.Seq {
+		return hm.checkHead(h)
+	}
+	hm.setState(StateCatchingUp, nil)
+	if err := hm.fill(ctx, h.Seq); err != nil {
+		return err
+	}
+	if hm.l.Head().Seq >= h.Seq {
+		hm.setState(StateLive, nil)
+	}
+	return nil
+}
+
+// checkHead compares a host head at or below the mirror's head with the
+// mirrored event at that seq: a different hash means the host re-sealed
+// history the mirror already holds.
+func (hm *hostMirror) checkHead(h busclient.HeadReply) error {
+	if h.Seq == 0 {
+		hm.setState(StateLive, nil)
+		return nil
+	}
+	env, err := hm.l.Get(h.Seq)
+	if err != nil {
+		return fmt.Errorf("read mirrored seq %d: %w", h.Seq, err)
+	}
+	if env.Hash.String() != h.Hash {
+		return hm.refuse(&Finding{Seq: h.Seq, Stored: env.Hash.String(), Offered: h.Hash, Reason: ReasonForked,
+			Detail: fmt.Sprintf("the host's head at seq %d has another hash than the mirrored event", h.Seq)})
+	}
+	hm.setState(StateLive, nil)
+	return nil
+}
+
+// fill imports the host's events after the mirror's head through to by
+// replay, in batches of ImportBatchEvents.
+func (hm *hostMirror) fill(ctx context.Context, to events.Seq) error {
+	from := hm.l.Head().Seq + 1
+	if to < from {
+		return nil
+	}
+	var run [][]byte
+	_, err := hm.client.Replay(ctx, from, to, busclient.TailFilter{}, func(seq events.Seq, raw []byte) error {
+		run = append(run, raw)
+		if len(run) < hm.opts.ImportBatchEvents {
+			return nil
+		}
+		err := hm.importRun(ctx, run)
+		run = run[:0]
+		return err
+	})
+	if err == nil && len(run) > 0 {
+		err = hm.importRun(ctx, run)
+	}
+	switch {
+	case err == nil, errors.Is(err, errHole):
+		return nil // a hole is found again by the next poll
+	case errors.Is(err, ErrRefused), ctx.Err() != nil:
+		return err
+	}
+	var be *busclient.Error
+	if errors.As(err, &be) {
+		hm.setState(StateUnreachable, err) // the host stopped answering mid-replay
+		return nil
+	}
+	return err
+}
+
+// live imports a batch of live messages in seq order: those at or below
+// the mirror's head are compared with the mirror (a difference is a fork),
+// a hole before one is filled by replay first.
+func (hm *hostMirror) live(ctx context.Context, batch []*nats.Msg) error {
+	var run [][]byte
+	next := hm.l.Head().Seq + 1
+	flush := func() error {
+		if len(run) == 0 {
+			return nil
+		}
+		err := hm.importRun(ctx, run)
+		run = run[:0]
+		return err
+	}
+	for _, m := range batch {
+		seq, ok := msgSeq(m)
+		if !ok {
+			continue // only the host's bus publishes here; be strict anyway
+		}
+		hm.sawHostHead(seq)
+		switch {
+		case seq < next-events.Seq(len(run)):
+			if err := hm.compareMirrored(seq, m.Data); err != nil {
+				return err
+			}
+			continue
+		case seq < next:
+			if i := int(seq - (next - events.Seq(len(run)))); !bytes.Equal(run[i], m.Data) {
+				return hm.refuseOffered(seq, run[i], m.Data)
+			}
+			continue
+		case seq > next:
+			if err := flush(); err != nil && !errors.Is(err, errHole) {
+				return err
+			}
+			if next = hm.l.Head().Seq + 1; seq > next {
+				hm.setState(StateCatchingUp, nil)
+				if err := hm.fill(ctx, seq-1); err != nil {
+					return err
+				}
+				next = hm.l.Head().Seq + 1
+			}
+			if seq < next {
+				if err := hm.compareMirrored(seq, m.Data); err != nil {
+					return err
+				}
+				continue
+			}
+			if seq > next {
+				continue // not filled (the host went away): the next poll finds the hole
+			}
+		}
+		run = append(run, m.Data)
+		next++
+	}
+	if err := flush(); err != nil && !errors.Is(err, errHole) {
+		return err
+	}
+	hm.setState(StateLive, nil)
+	return nil
+}
+
+func msgSeq(m *nats.Msg) (events.Seq, bool) {
+	h, err := strconv.ParseUint(m.Header.Get(busclient.HeaderSeq), 10, 64)
+	if err != nil {
+		return 0, false
+	}
+	body, err := events.PeekSeq(m.Data)
+	if err != nil || uint64(body) != h {
+		return 0, false
+	}
+	return body, true
+}
+
+// compareMirrored checks a re-delivered event against the mirror: the
+// bytes must be the stored ones.
+func (hm *hostMirror) compareMirrored(seq events.Seq, raw []byte) error {
+	stored, err := hm.l.GetRaw(seq)
+	if err != nil {
+		return fmt.Errorf("read mirrored seq %d: %w", seq, err)
+	}
+	if bytes.Equal(stored, raw) {
+		return nil
+	}
+	return hm.refuseOffered(seq, stored, raw)
+}
+
+func (hm *hostMirror) refuseOffered(seq events.Seq, stored, offered []byte) error {
+	f := &Finding{Seq: seq, Reason: ReasonForked, Detail: fmt.Sprintf("the host offers another event at mirrored seq %d", seq)}
+	if e, err := events.Decode(stored); err == nil {
+		f.Stored = e.Hash.String()
+	}
+	if e, err := events.Decode(offered); err == nil {
+		f.Offered = e.Hash.String()
+	}
+	return hm.refuse(f)
+}
+
+// importRun checks the run's host.bound events and imports it. A fork, a
+// broken chain or a foreign host.bound refuses the host; a hole is errHole.
+func (hm *hostMirror) importRun(ctx context.Context, run [][]byte) error {
+	for _, raw := range run {
+		if err := hm.checkHostBound(raw); err != nil {
+			return err
+		}
+	}
+	before := hm.l.Head().Seq
+	// Not cancelled by Close: an import whose batch may already be
+	// committed is waited for, so the count below is exact and Close
+	// leaves no import in flight. A local fsync bounds the wait.
+	h, err := hm.l.Import(context.WithoutCancel(ctx), run)
+	if err == nil {
+		hm.mu.Lock()
+		hm.st.Imported += uint64(h.Seq - before)
+		hm.mu.Unlock()
+		return nil
+	}
+	first, _ := events.PeekSeq(run[0])
+	var fe *ledger.ForkError
+	switch {
+	case errors.As(err, &fe):
+		return hm.refuse(&Finding{Seq: fe.Seq, Stored: fe.Stored.String(), Offered: fe.Offered.String(), Reason: ReasonForked, Detail: err.Error()})
+	case errors.Is(err, ledger.ErrForked):
+		return hm.refuse(&Finding{Seq: first, Reason: ReasonForked, Detail: err.Error()})
+	case errors.Is(err, ledger.ErrChainBroken):
+		seq := first
+		var le *ledger.Error
+		if errors.As(err, &le) && le.Seq != 0 {
+			seq = le.Seq
+		}
+		return hm.refuse(&Finding{Seq: seq, Reason: ReasonChainBroken, Detail: err.Error()})
+	case errors.Is(err, ledger.ErrImportGap):
+		return fmt.Errorf("%w: %w", errHole, err)
+	}
+	return fmt.Errorf("import seq %d..: %w", first, err)
+}
+
+// checkHostBound refuses the host when raw is a host.bound event naming
+// another host.
+func (hm *hostMirror) checkHostBound(raw []byte) error {
+	kind, err := events.PeekKind(raw)
+	if err != nil || kind != events.KindHostBound {
+		return nil // Import judges malformed events
+	}
+	env, err := events.Decode(raw)
+	if err != nil {
+		return nil
+	}
+	var p events.HostBound
+	if err := json.Unmarshal(env.Data, &p); err != nil || p.Host != hm.host {
+		return hm.refuse(&Finding{Seq: env.Seq, Reason: ReasonHostMismatch,
+			Detail: fmt.Sprintf("host.bound at seq %d names host %q, this chain is mirrored as %q", env.Seq, p.Host, hm.host)})
+	}
+	return nil
+}
+
+// refuse persists f, stops the host's mirroring and returns ErrRefused.
+func (hm *hostMirror) refuse(f *Finding) error {
+	f.Host = hm.host
+	f.Time = hm.opts.Now().UTC()
+	werr := writeFinding(hm.dir, f)
+	hm.mu.Lock()
+	hm.st.State, hm.st.Finding = StateRefused, f
+	if werr != nil {
+		hm.st.LastError = fmt.Sprintf("persist %s: %v", RefusedFile, werr)
+	}
+	hm.mu.Unlock()
+	hm.opts.Logger.Error("collector: host REFUSED", "host", hm.host, "reason", f.Reason, "seq", f.Seq,
+		"stored", f.Stored, "offered", f.Offered, "detail", f.Detail, "persist_err", werr)
+	return fmt.Errorf("%w: %s: %s at seq %d", ErrRefused, hm.host, f.Reason, f.Seq)
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

@@ -1,0 +1,115 @@
+package collector
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/leaseledger/leaseledger/events"
+)
+
+// RefusedFile is the name, inside a host's mirror directory, of the
+// persisted finding that refuses the host. Its presence alone keeps the
+// host refused; an operator removes it to let mirroring resume.
+const RefusedFile = "REFUSED.json"
+
+// MaxFindingBytes bounds a REFUSED.json the collector reads back: a larger
+// file is not a finding it wrote, and refusing to start says so.
+const MaxFindingBytes = 64 << 10
+
+// Reasons a host is refused.
+const (
+	// ReasonForked: an event the host offers at a mirrored seq differs from
+	// the mirrored one, or does not chain onto the mirror's head, or the
+	// host's head hash differs from the mirror's at that seq — the host
+	// rewrote (re-sealed) its history.
+	ReasonForked = "forked"
+	// ReasonChainBroken: an event does not verify on its own (its hash does
+	// not recompute, it is malformed, or its seq is not the next one).
+	ReasonChainBroken = "chain-broken"
+	// ReasonHostMismatch: a host.bound event of the host's chain names
+	// another host.
+	ReasonHostMismatch = "host-mismatch"
+)
+
+// Finding is why a host was refused, as persisted in RefusedFile.
+type Finding struct {
+	Host string     `json:"host"`
+	Seq  events.Seq `json:"seq"`
+	// Stored and Offered are the mirror's and the host's hash at Seq (hex),
+	// when the refusal compares two (a fork).
+	Stored  string    `json:"stored_hash,omitempty"`
+	Offered string    `json:"offered_hash,omitempty"`
+	Reason  string    `json:"reason"`
+	Detail  string    `json:"detail"`
+	Time    time.Time `json:"time"`
+}
+
+// ErrRefused is the error of a refused host's mirroring (HostStatus
+// carries its Finding).
+var ErrRefused = errors.New("collector: host refused")
+
+// readFinding returns the finding persisted in dir, or nil.
+func readFinding(dir string) (*Finding, error) {
+	p := filepath.Join(dir, RefusedFile)
+	st, err := os.Stat(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if st.Size() > MaxFindingBytes {
+		return nil, fmt.Errorf("%s is %d bytes, more than MaxFindingBytes=%d: remove or fix it", p, st.Size(), MaxFindingBytes)
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return nil, err
+	}
+	var f Finding
+	if err := json.Unmarshal(b, &f); err != nil {
+		// A damaged finding still refuses: the file's presence is the
+		// operator's switch, its content only explains.
+		return &Finding{Reason: "unreadable-finding", Detail: fmt.Sprintf("%s: %v", p, err)}, nil
+	}
+	return &f, nil
+}
+
+// writeFinding persists f in dir durably: written to a temporary file,
+// synced, renamed over RefusedFile and the directory synced, so a crash
+// leaves either no finding or the whole one.
+func writeFinding(dir string, f *Finding) error {
+	b, err := json.MarshalIndent(f, "", "  ")
+	if err != nil {
+		return err
+	}
+	b = append(b, '\n')
+	tmp, err := os.CreateTemp(dir, RefusedFile+".*")
+	if err != nil {
+		return err
+	}
+	_, err = tmp.Write(b)
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), filepath.Join(dir, RefusedFile))
+	}
+	if err != nil {
+		_ = os.Remove(tmp.Name())
+		return err
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
