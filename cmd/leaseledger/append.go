@@ -67,7 +67,7 @@ the log to find out.`,
 					return err
 				}
 				defer nc.Close()
-				sink = natsSink{busclient.NewClient(nc).WithRetry(retry)}
+				sink = natsSink{creds.client(nc).WithRetry(retry)}
 			} else {
 				l, err := ledger.Open(ledger.Options{Dir: a.dataDir, Logger: a.logger})
 				if err != nil {
@@ -293,11 +293,19 @@ func trimSpace(b []byte) []byte {
 }
 
 // natsCreds are the connection flags shared by commands that talk to serve.
-type natsCreds struct{ user, password string }
+// host is the serve's --host-id in a fleet: its requests and
+// subscriptions use that host's subjects (busclient.HostSubject).
+type natsCreds struct{ user, password, host string }
 
 func (c *natsCreds) flags(f flagSet) {
 	f.StringVar(&c.user, "user", "", "NATS user name")
 	f.StringVar(&c.password, "password", "", "NATS password (env LEASELEDGER_NATS_PASSWORD)")
+	f.StringVar(&c.host, "host-id", "", "the --host-id of the 'serve' to talk to, in a fleet (its subjects are leaseledger.hosts.<id>.…)")
+}
+
+// client is a bus client on nc in the host's space.
+func (c *natsCreds) client(nc *nats.Conn) *busclient.Client {
+	return busclient.NewClient(nc).WithHost(c.host)
 }
 
 // appendReconnectWait is the pause between reconnection attempts of
@@ -305,6 +313,9 @@ func (c *natsCreds) flags(f flagSet) {
 const appendReconnectWait = 250 * time.Millisecond
 
 func (c *natsCreds) connect(url string, extra ...nats.Option) (*nats.Conn, error) {
+	if c.host != "" && !events.ValidID(c.host) {
+		return nil, fmt.Errorf("--host-id %q: want %s", c.host, events.IDRule)
+	}
 	opts := append([]nats.Option{nats.Name("leaseledger-cli")}, extra...)
 	pw := c.password
 	if pw == "" {

@@ -44,7 +44,7 @@ the bus refuses the request as a permission violation.`,
 			return err
 		}
 		defer nc.Close()
-		err = run(control.NewClient(nc, creds.user))
+		err = run(control.NewClient(nc, creds.user).WithHost(creds.host))
 		if errors.Is(err, control.ErrForbidden) {
 			return fmt.Errorf("%w (connect as serve's --control-user)", err)
 		}

@@ -52,7 +52,7 @@ stay in the table until their session ends; --live shows only live ones.`,
 					return err
 				}
 				defer nc.Close()
-				if _, err := busclient.NewClient(nc).Replay(cmd.Context(), 1, 0, busclient.TailFilter{}, apply); err != nil {
+				if _, err := creds.client(nc).Replay(cmd.Context(), 1, 0, busclient.TailFilter{}, apply); err != nil {
 					return err
 				}
 			} else if err := scanDataDir(cmd.Context(), a, apply); err != nil {

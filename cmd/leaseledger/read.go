@@ -32,7 +32,7 @@ func newHeadCmd(a *app) *cobra.Command {
 					return err
 				}
 				defer nc.Close()
-				h, err := busclient.NewClient(nc).Head(cmd.Context())
+				h, err := creds.client(nc).Head(cmd.Context())
 				if err != nil {
 					return err
 				}
@@ -75,7 +75,7 @@ duplicate; without it, it prints only events committed from now on.`,
 				return err
 			}
 			defer nc.Close()
-			c := busclient.NewClient(nc)
+			c := creds.client(nc)
 			from := ledger.Seq(fromSeq)
 			if !cmd.Flags().Changed("from-seq") {
 				h, err := c.Head(cmd.Context())
@@ -125,7 +125,7 @@ and prints them as JSON Lines. Unlike tail it stops at the end of the range
 			}
 			defer nc.Close()
 			out := bufio.NewWriterSize(a.stdout, 256<<10)
-			_, err = busclient.NewClient(nc).Replay(cmd.Context(), ledger.Seq(from), ledger.Seq(to),
+			_, err = creds.client(nc).Replay(cmd.Context(), ledger.Seq(from), ledger.Seq(to),
 				busclient.TailFilter{Kind: events.Kind(kind), Activation: activation},
 				func(_ ledger.Seq, raw []byte) error {
 					out.Write(raw)

@@ -30,6 +30,7 @@ func newServeCmd(a *app) *cobra.Command {
 		metricsAddr string
 		rf          runtimeFlags
 		cf          checkpointFlags
+		fleet       clusterFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -63,6 +64,9 @@ accepting MCP requests, ends every session and lease within
 				opts.ControlPassword = os.Getenv("LEASELEDGER_CONTROL_PASSWORD")
 			}
 			opts.Logger = a.logger
+			if err := fleet.apply(&opts); err != nil {
+				return err
+			}
 			// The ledger is opened with its live projection: the newest
 			// snapshot plus the tail is restored before anything can be
 			// appended, and snapshots are saved periodically and on close.
@@ -80,6 +84,12 @@ accepting MCP requests, ends every session and lease within
 			}
 			defer proj.Close()
 			l := proj.Ledger()
+			// The host is bound before anything else appends, so that on an
+			// empty ledger host.bound is the chain's genesis.
+			bound, err := fleet.bindHost(cmd.Context(), l)
+			if err != nil {
+				return err
+			}
 			h, st := l.Head(), proj.Stats() // as opened, before the runtime appends
 			var rt *serveRuntime
 			if rf.config != "" {
@@ -114,6 +124,12 @@ accepting MCP requests, ends every session and lease within
 			fmt.Fprintf(a.stdout, "leaseledger: projection from snapshot at seq %d plus %d replayed event(s)%s\n",
 				st.SnapshotSeq, st.Replayed, ignoredNote(st.SnapshotIgnored))
 			fmt.Fprintf(a.stdout, "leaseledger: NATS listening on %s\n", b.ClientURL())
+			if fleet.hostID != "" {
+				fmt.Fprintf(a.stdout, "leaseledger: host %s (host.bound at seq %d), subjects under leaseledger.hosts.%s.\n", fleet.hostID, bound, fleet.hostID)
+			}
+			if u := b.ClusterURL(); u != "" {
+				fmt.Fprintf(a.stdout, "leaseledger: NATS cluster listening on %s\n", u)
+			}
 			if ws := b.WebSocketURL(); ws != "" {
 				fmt.Fprintf(a.stdout, "leaseledger: NATS WebSocket on %s\n", ws)
 			}
@@ -180,6 +196,7 @@ accepting MCP requests, ends every session and lease within
 	f.DurationVar(&opts.Limits.Auth.FailureInterval, "auth-failure-interval", bus.DefaultAuthFailureInterval, "a throttled address and user pair regains one attempt per interval")
 	rf.register(cmd)
 	cf.register(cmd)
+	fleet.register(cmd)
 	return cmd
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/leaseledger/leaseledger/control"
+	"github.com/leaseledger/leaseledger/events"
 	"github.com/leaseledger/leaseledger/ledger"
 	"github.com/leaseledger/leaseledger/ledger/bus"
 	"github.com/leaseledger/leaseledger/ledger/busclient"
@@ -46,7 +47,7 @@ const (
 )
 
 func newWitnessCmd(a *app) *cobra.Command {
-	var url, user, password, vkey, state string
+	var url, user, password, host, vkey, state string
 	var retry time.Duration
 	cmd := &cobra.Command{
 		Use:   "witness",
@@ -85,13 +86,17 @@ cannot verify the log. It reconnects when serve restarts.`,
 			} else {
 				fmt.Fprintln(a.stdout, "leaseledger: witness: no state yet: the first checkpoint is trusted")
 			}
-			return followCheckpoints(cmd.Context(), a, w, url, user, password, retry)
+			if host != "" && !events.ValidID(host) {
+				return fmt.Errorf("--host-id %q: want %s", host, events.IDRule)
+			}
+			return followCheckpoints(cmd.Context(), a, w, url, user, password, host, retry)
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&url, "bus", fmt.Sprintf("nats://127.0.0.1:%d", bus.DefaultPort), "NATS URL of serve")
 	f.StringVar(&user, "user", "", "bus user (empty: anonymous)")
 	f.StringVar(&password, "password", "", "password of --user (env LEASELEDGER_WITNESS_PASSWORD)")
+	f.StringVar(&host, "host-id", "", "the --host-id of the 'serve' to witness, in a fleet (its checkpoints are on leaseledger.hosts.<id>.checkpoints)")
 	f.StringVar(&vkey, "vkey", "", "verifier key of the checkpoints (from 'checkpoint keygen')")
 	f.StringVar(&state, "state", "", "file keeping the last accepted checkpoint")
 	f.DurationVar(&retry, "retry", 2*time.Second, "ask again this long after a failed request")
@@ -109,7 +114,7 @@ func (p proofClient) ConsistencyProof(ctx context.Context, from, to ledger.Seq) 
 
 // followCheckpoints runs the witness until ctx ends (nil) or the log
 // shows a fork or a rollback (an exitError).
-func followCheckpoints(ctx context.Context, a *app, w *witness.Witness, url, user, password string, retry time.Duration) error {
+func followCheckpoints(ctx context.Context, a *app, w *witness.Witness, url, user, password, host string, retry time.Duration) error {
 	connected := make(chan struct{}, 1)
 	signal := func() {
 		select {
@@ -133,10 +138,10 @@ func followCheckpoints(ctx context.Context, a *app, w *witness.Witness, url, use
 	}
 	defer nc.Close()
 	msgs := make(chan *nats.Msg, witnessQueue)
-	if _, err := nc.ChanSubscribe(busclient.CheckpointSubject, msgs); err != nil {
+	if _, err := nc.ChanSubscribe(busclient.HostSubject(host, busclient.CheckpointSubject), msgs); err != nil {
 		return fmt.Errorf("subscribe: %w", err)
 	}
-	client := control.NewClient(nc, user)
+	client := control.NewClient(nc, user).WithHost(host)
 	prover := proofClient{client}
 	// Ask for a checkpoint to be published at once, and at every
 	// (re)connection (the subscription is in place before either).
