@@ -26,8 +26,10 @@ import (
 //     "refused":{"h2":<finding>}};
 //   - export: every line becomes {"host":"h1","event":<the stored bytes>},
 //     streamed.
-// The exit status is 1 when any host fails (verify's faults, a mirror that
-// does not open); the other hosts are still read.
+// A host whose command fails (verify's faults, audit's unconfirmed
+// verdicts, a mirror that does not open) is listed as failed and the exit
+// status is the highest of the hosts' statuses; the other hosts are still
+// read.
 
 // fleetCommands are the commands --fleet applies to, and whether their
 // output is streamed line by line (export) rather than one section per host.
@@ -103,6 +105,7 @@ func (a *app) runFleet(cmd *cobra.Command, args []string, run func(*cobra.Comman
 	defer func() { a.dataDir, a.stdout = root, stdout }()
 	var (
 		failed  []string
+		code    int // the highest exit status of a host
 		results = map[string]json.RawMessage{}
 		refused = map[string]*collector.Finding{}
 	)
@@ -127,6 +130,7 @@ func (a *app) runFleet(cmd *cobra.Command, args []string, run func(*cobra.Comman
 		}
 		if err != nil {
 			failed = append(failed, h)
+			code = max(code, exitCode(err))
 			fmt.Fprintf(a.stderr, "leaseledger: host %s: %v\n", h, err)
 		}
 		switch {
@@ -166,9 +170,19 @@ func (a *app) runFleet(cmd *cobra.Command, args []string, run func(*cobra.Comman
 		fmt.Fprintf(stdout, "fleet: %d hosts, %d failed, %d refused by the collector\n", len(hosts), len(failed), len(refused))
 	}
 	if len(failed) > 0 {
-		return &exitError{code: 1, err: fmt.Errorf("--fleet: %d of %d hosts failed: %v", len(failed), len(hosts), failed)}
+		return &exitError{code: code, err: fmt.Errorf("--fleet: %d of %d hosts failed: %v", len(failed), len(hosts), failed)}
 	}
 	return nil
+}
+
+// exitCode is the exit status a command's error gives (1 unless it says
+// otherwise, as audit's verdicts do).
+func exitCode(err error) int {
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return ee.code
+	}
+	return 1
 }
 
 // hostLineWriter writes each complete line it is given as
