@@ -247,7 +247,7 @@ func Start(l *ledger.Ledger, opts Options) (*Bus, error) {
 	if opts.HostID != "" {
 		sopts.ServerName = "leaseledger-host-" + opts.HostID
 	}
-	if err := clusterConfig(sopts, opts.HostID, opts.Cluster, opts.TLS); err != nil {
+	if err := clusterConfig(sopts, hostDeny(&opts), opts.Cluster, opts.TLS); err != nil {
 		return nil, &Error{Op: "start", Err: err}
 	}
 	if opts.WebSocketPort != 0 {

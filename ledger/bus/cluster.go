@@ -26,10 +26,15 @@ import (
 //     class's limits, even when the host denies anonymous clients: they
 //     arrive over routes that authenticate as a whole. Local named users'
 //     permissions stay confined to their own subjects of their own host.
+//   - No route or leaf connection reaches a named user's request subjects
+//     (append, the control API, the named users' reads): over a route
+//     anyone could claim to be that user (hostDeny). Appends reach a host
+//     only from its own server's writer.
 //   - No route may publish into a host's own event or checkpoint subjects
 //     on its server (route import deny): subscribers on the host's own
 //     server see only what the host's ledger published. (Leaf connections
-//     are not filtered: a hub is trusted like the host's own server.)
+//     are not filtered for those: denying them on a leaf remote also stops
+//     their publication to the hub.)
 //   - TLS on the client port and on routes uses the given files; with a CA,
 //     the other side must present a certificate signed by it.
 
@@ -87,10 +92,10 @@ func (c ClusterOptions) enabled() bool {
 	return c.Listen != "" || len(c.Routes) > 0 || len(c.LeafRemotes) > 0
 }
 
-// clusterConfig applies cluster, leaf and TLS options to sopts. host is the
-// host id whose own subjects no peer may publish into ("" for a Peer,
-// which owns no subjects).
-func clusterConfig(sopts *server.Options, host string, c ClusterOptions, clientTLS *TLSFiles) error {
+// clusterConfig applies cluster, leaf and TLS options to sopts. deny are
+// the subjects no route or leaf connection may publish into on this server
+// (hostDeny; nil for a Peer, which owns no subjects).
+func clusterConfig(sopts *server.Options, deny []string, c ClusterOptions, clientTLS *TLSFiles) error {
 	if clientTLS != nil {
 		tc, err := tlsConfig(*clientTLS, false)
 		if err != nil {
@@ -109,10 +114,6 @@ func clusterConfig(sopts *server.Options, host string, c ClusterOptions, clientT
 	}
 	if (c.User == "") != (c.Password == "") {
 		return fmt.Errorf("%w: the cluster user and password go together", ErrOptions)
-	}
-	var own []string
-	if host != "" {
-		own = []string{busclient.HostSubject(host, busclient.EventSubjects()), busclient.HostSubject(host, busclient.CheckpointSubject)}
 	}
 	var routeTLS *tls.Config
 	if c.TLS != nil {
@@ -135,8 +136,8 @@ func clusterConfig(sopts *server.Options, host string, c ClusterOptions, clientT
 			name = DefaultClusterName
 		}
 		sopts.Cluster = server.ClusterOpts{Name: name, Host: h, Port: port, Username: c.User, Password: c.Password, TLSConfig: routeTLS}
-		if len(own) > 0 {
-			sopts.Cluster.Permissions = &server.RoutePermissions{Import: &server.SubjectPermission{Allow: []string{">"}, Deny: own}}
+		if len(deny) > 0 {
+			sopts.Cluster.Permissions = &server.RoutePermissions{Import: &server.SubjectPermission{Allow: []string{">"}, Deny: deny}}
 		}
 		for i, r := range c.Routes {
 			u, err := url.Parse(r)
@@ -160,7 +161,9 @@ func clusterConfig(sopts *server.Options, host string, c ClusterOptions, clientT
 		if lr.User != "" {
 			u.User = url.UserPassword(lr.User, lr.Password)
 		}
-		remote := &server.RemoteLeafOpts{URLs: []*url.URL{u}, Credentials: lr.Credentials}
+		// Only the named users' subjects: denying the host's event
+		// subjects here would also stop their publication to the hub.
+		remote := &server.RemoteLeafOpts{URLs: []*url.URL{u}, Credentials: lr.Credentials, DenyImports: deny[hostOwnSubjects:]}
 		if u.Scheme == "tls" {
 			remote.TLS = true
 			if routeTLS != nil {
@@ -171,6 +174,33 @@ func clusterConfig(sopts *server.Options, host string, c ClusterOptions, clientT
 	}
 	return nil
 }
+
+// hostDeny lists the subjects of host's space that only the host's own
+// server may publish: its events and checkpoints (only its ledger
+// publishes them) and every named user's request subjects (only that
+// local user may send them: over a route, anyone could claim to be it).
+// What is left to peers is the bare, anonymous-class read API.
+func hostDeny(opts *Options) []string {
+	q := func(s string) string { return busclient.HostSubject(opts.HostID, s) }
+	deny := []string{q(busclient.EventSubjects()), q(busclient.CheckpointSubject)} // hostOwnSubjects of them
+	subjects := []string{busclient.ReplaySubject, busclient.HeadSubject, busclient.AppendSubject}
+	for _, s := range opts.Services {
+		subjects = append(subjects, s.Subject)
+	}
+	for _, user := range []string{opts.ReadOnlyUser, opts.WriterUser, opts.ControlUser} {
+		if user == "" {
+			continue
+		}
+		for _, s := range subjects {
+			deny = append(deny, busclient.UserSubject(q(s), user))
+		}
+	}
+	return deny
+}
+
+// hostOwnSubjects is how many of hostDeny's subjects come first and are
+// the host's publications (events, checkpoints) rather than requests.
+const hostOwnSubjects = 2
 
 // tlsConfig loads files. peer: both ends verify each other (routes, leaf
 // remotes), the CA is also the root the other end's certificate must chain

@@ -117,7 +117,7 @@ func TestHostSpacesOnCluster(t *testing.T) {
 	co := func(routes ...string) bus.ClusterOptions {
 		return bus.ClusterOptions{Name: "fleet", Listen: "127.0.0.1:-1", Routes: routes, User: "route", Password: "route-secret"}
 	}
-	l1, b1 := startHost(t, bus.Options{HostID: "h1", Cluster: co(), DenyAnonymous: true, ReadOnlyUser: "reader", ReadOnlyPassword: "pw"})
+	l1, b1 := startHost(t, bus.Options{HostID: "h1", Cluster: co(), DenyAnonymous: true, ReadOnlyUser: "reader", ReadOnlyPassword: "pw", WriterUser: "w", WriterPassword: "wpw"})
 	l2, b2 := startHost(t, bus.Options{HostID: "h2", Cluster: co(b1.ClusterURL())})
 	l3, b3 := startHost(t, bus.Options{HostID: "h3", Cluster: co(b1.ClusterURL())})
 	peer, err := bus.StartPeer(bus.PeerOptions{Cluster: co(b1.ClusterURL(), b2.ClusterURL())})
@@ -196,6 +196,9 @@ func TestHostSpacesOnCluster(t *testing.T) {
 			t.Errorf("replay %s: %d events, want %d", h, n, 3*(i+1))
 		}
 	}
+	// A peer cannot speak as h1's named users: their subjects do not cross
+	// routes.
+	noNamedUserOverRoutes(t, pc, l1, "h1", "w", "reader")
 	// A client of h2's server reads h2, not h1; the bare space has no
 	// responder on a hosted bus.
 	c2 := busclient.NewClient(connect(t, b2.ClientURL()))
@@ -300,7 +303,7 @@ func TestLeafNodeHost(t *testing.T) {
 		t.Fatal("hub not ready")
 	}
 	leafURL := fmt.Sprintf("nats-leaf://127.0.0.1:%d", leafPort)
-	l1, _ := startHost(t, bus.Options{HostID: "h1", DenyAnonymous: true,
+	l1, _ := startHost(t, bus.Options{HostID: "h1", DenyAnonymous: true, WriterUser: "w", WriterPassword: "wpw",
 		Cluster: bus.ClusterOptions{LeafRemotes: []bus.LeafRemote{{URL: leafURL, User: "leaf", Password: "leaf-secret"}}}})
 	hc := connect(t, hub.ClientURL())
 	sub, err := hc.SubscribeSync(busclient.FleetEventSubjects())
@@ -312,6 +315,7 @@ func TestLeafNodeHost(t *testing.T) {
 	time.Sleep(200 * time.Millisecond) // the hub's subscription reaches the leaf
 	appendActivation(t, l1, 2, "h1")
 	headIs(t, c, 2)
+	noNamedUserOverRoutes(t, hc, l1, "h1", "w", "")
 	for seq := events.Seq(1); seq <= 2; seq++ {
 		m, err := sub.NextMsg(clusterWait)
 		if err != nil {
@@ -348,6 +352,36 @@ func TestClusterTLS(t *testing.T) {
 	if plain, err := nats.Connect(b1.ClientURL(), nats.Timeout(2*time.Second)); err == nil {
 		plain.Close()
 		t.Error("a client without TLS connected to a TLS client port")
+	}
+}
+
+// noNamedUserOverRoutes checks that a connection on another server cannot
+// append as host's writer nor read as its read-only user: those requests
+// find no responder (or none answers), and nothing is written.
+func noNamedUserOverRoutes(t *testing.T, nc *nats.Conn, l *ledger.Ledger, host, writer, reader string) {
+	t.Helper()
+	before := l.Head().Seq
+	line := `{"activation":"x","session":"s","server":"srv","kind":"call.admitted","data":{"call_id":"c","tool":"echo","digest":"` + fp + `"}}` + "\n"
+	try := func(subject, inbox string, body []byte) {
+		sub, err := nc.SubscribeSync(inbox)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sub.Unsubscribe()
+		if err := nc.PublishMsg(&nats.Msg{Subject: subject, Reply: inbox, Data: body}); err != nil {
+			t.Fatal(err)
+		}
+		// No responder: the 503 status NATS sends back, or nothing at all.
+		if m, err := sub.NextMsg(time.Second); err == nil && m.Header.Get("Status") != "503" {
+			t.Errorf("%s answered over a route: %v %q", subject, m.Header, m.Data)
+		}
+	}
+	try(busclient.UserSubject(busclient.HostSubject(host, busclient.AppendSubject), writer), busclient.InboxPrefix(writer)+".forged.1", []byte(line))
+	if reader != "" {
+		try(busclient.UserSubject(busclient.HostSubject(host, busclient.HeadSubject), reader), busclient.InboxPrefix(reader)+".forged.2", nil)
+	}
+	if after := l.Head().Seq; after != before {
+		t.Errorf("a forged append over a route wrote seq %d..%d", before+1, after)
 	}
 }
 

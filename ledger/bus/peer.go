@@ -81,7 +81,7 @@ func StartPeer(opts PeerOptions) (*Peer, error) {
 		Host: opts.Host, Port: opts.Port, NoSigs: true, NoLog: true,
 		NoFastProducerStall: true, CustomClientAuthentication: auth,
 	}
-	if err := clusterConfig(sopts, "", opts.Cluster, nil); err != nil {
+	if err := clusterConfig(sopts, nil, opts.Cluster, nil); err != nil {
 		return nil, &Error{Op: "start peer", Err: err}
 	}
 	srv, err := server.NewServer(sopts)
