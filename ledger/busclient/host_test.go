@@ -1,10 +1,14 @@
 package busclient_test
 
 import (
+	"context"
+	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/leaseledger/leaseledger/events"
+	"github.com/leaseledger/leaseledger/ledger/bus"
 	"github.com/leaseledger/leaseledger/ledger/busclient"
 )
 
@@ -64,5 +68,47 @@ func TestHostOfSubjectRoundTrip(t *testing.T) {
 		if h, ok := busclient.HostOfSubject(s); ok {
 			t.Errorf("HostOfSubject(%q) = %q, true", s, h)
 		}
+	}
+}
+
+// A client made WithHost(h) on a bus of host h heads, replays, tails and
+// appends in h's space; the same client without the host finds nothing.
+func TestClientWithHostOnHostBus(t *testing.T) {
+	l, b := startBus(t, bus.Options{HostID: "h1", WriterUser: "w", WriterPassword: "pw"})
+	appendN(t, l, 10)
+	nc := connect(t, b.ClientURL(), busclient.UserOptions("w", "pw")...)
+	c := busclient.NewClient(nc).WithHost("h1")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if h, err := c.Head(ctx); err != nil || h.Seq != 10 {
+		t.Fatalf("head: %+v, %v", h, err)
+	}
+	if _, err := busclient.NewAppender(c).Append(ctx, draft("a9", "s", 99)); err != nil {
+		t.Fatalf("append in h1's space: %v", err)
+	}
+	var got []events.Seq
+	stop := errors.New("enough")
+	err := c.Tail(ctx, 1, busclient.TailFilter{}, func(seq events.Seq, raw []byte) error {
+		got = append(got, seq)
+		if len(got) == 11 {
+			go func() { _, _ = l.Append(context.Background(), draft("a9", "s", 100)) }() // one more, live
+		}
+		if len(got) == 12 {
+			return stop
+		}
+		return nil
+	})
+	if !errors.Is(err, stop) {
+		t.Fatalf("tail: %v after %v", err, got)
+	}
+	for i, seq := range got {
+		if seq != events.Seq(i+1) {
+			t.Fatalf("tail delivered %v: gap or duplicate", got)
+		}
+	}
+	short, cancelShort := context.WithTimeout(context.Background(), time.Second)
+	defer cancelShort()
+	if _, err := busclient.NewClient(nc).Head(short); err == nil {
+		t.Error("the bare space answered on a host's bus")
 	}
 }
