@@ -366,7 +366,7 @@ func (l *Ledger) openMirror(head Head) error {
 	case l.opts.ReadOnly:
 		l.mirror = present
 	case present && !l.opts.Mirror:
-		return &Error{Op: "open", Err: fmt.Errorf("%w: %s is a mirror ledger; open it with Options.Mirror or read-only", ErrMirror, l.opts.Dir)}
+		return &Error{Op: "open", Err: fmt.Errorf("%w: %s is a mirror ledger (a copy of another ledger's chain, Options.Mirror): only read-only opens may use it", ErrMirror, l.opts.Dir)}
 	case !present && l.opts.Mirror && head.Seq > 0:
 		return &Error{Op: "open", Err: fmt.Errorf("%w: %s holds a ledger that is not a mirror", ErrMirror, l.opts.Dir)}
 	case !present && l.opts.Mirror:
