@@ -9,6 +9,11 @@
 // the ledger's Append, remotely) and links neither this server nor the log.
 // Event subjects come from package events (events.Subject).
 //
+// With Options.HostID every subject of the bus is in the host's space of a
+// fleet (busclient.HostSubject), and Options.Cluster joins it to the
+// fleet's NATS cluster or hubs (cluster.go); a Peer (peer.go) is a server
+// of that cluster without a ledger.
+//
 // Other packages add request/reply APIs of their own as Services
 // (services.go), served under the same rules; the control user
 // (Options.ControlUser) is the only one that may call AccessControl ones.
