@@ -42,7 +42,10 @@ and append requests, and shuts down cleanly on SIGINT or SIGTERM. It serves
 inclusion and consistency proofs (leaseledger.api.proof.…); with
 --checkpoint-key it also signs a checkpoint of its head and publishes it on
 leaseledger.checkpoints every --checkpoint-interval in which the head moved
-(followed by 'leaseledger witness').
+(followed by 'leaseledger witness'). With --host-id it is one host of a fleet:
+the ledger is bound to the host (host.bound) and every subject moves under
+leaseledger.hosts.<id>.…; --cluster-listen/--routes or --leaf-remote join the
+fleet's NATS cluster (docs/operations.md, "Fleet: clusters and leaf nodes").
 
 With --config mcp.json it also runs the lease manager: every MCP client
 session on --mcp-addr (Streamable HTTP at /mcp) is a runtime session, and
