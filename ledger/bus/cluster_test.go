@@ -14,6 +14,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -440,4 +441,37 @@ func genTLS(t *testing.T) bus.TLSFiles {
 		}
 	}
 	return f
+}
+
+// A peer's client port admits anonymous clients that may only read the
+// hosts' spaces: subscribe to events, call replay and head.
+func TestPeerClientPortReadOnly(t *testing.T) {
+	l1, b1 := startHost(t, bus.Options{HostID: "h1", Cluster: bus.ClusterOptions{Listen: "127.0.0.1:-1"}})
+	appendActivation(t, l1, 1, "h1")
+	peer, err := bus.StartPeer(bus.PeerOptions{Port: bus.RandomPort, Cluster: bus.ClusterOptions{Listen: "127.0.0.1:-1", Routes: []string{b1.ClusterURL()}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peer.Close()
+	errs := make(chan error, 4)
+	nc := connect(t, peer.ClientURL(), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { errs <- err }))
+	headIs(t, busclient.NewClient(nc).WithHost("h1"), 1)
+	if _, err := nc.SubscribeSync(busclient.FleetEventSubjects()); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Publish(busclient.HostSubject("h1", busclient.AppendSubject), []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-errs:
+		if !errors.Is(err, nats.ErrPermissionViolation) || !strings.Contains(err.Error(), "Publish") {
+			t.Errorf("append from a peer's client: %v", err)
+		}
+	case <-time.After(clusterWait):
+		t.Error("a peer's client published to a host's append subject")
+	}
+	if bad, err := nats.Connect(peer.ClientURL(), nats.Token("guess"), nats.NoReconnect(), nats.IgnoreDiscoveredServers()); err == nil {
+		bad.Close()
+		t.Error("a wrong token was admitted")
+	}
 }
