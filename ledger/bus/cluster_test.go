@@ -147,13 +147,12 @@ func TestHostSpacesOnCluster(t *testing.T) {
 	// they publish.
 	eventually(t, "fleet interest", func() error {
 		for _, b := range []*bus.Bus{b1, b2, b3} {
-			if b.Server().NumSubscriptions() == 0 || b.Server().NumRoutes() < 3 {
-				return errors.New("routes not up")
+			if !b.Server().GlobalAccount().SubscriptionInterest(busclient.HostSubject(b.HostID(), events.Subject("call.admitted", "x"))) {
+				return errors.New(b.HostID() + " does not see the peer's subscription")
 			}
 		}
 		return nil
 	})
-	time.Sleep(200 * time.Millisecond)
 	for i, h := range []string{"h1", "h2", "h3"} {
 		appendActivation(t, ledgers[h], 3*(i+1), h)
 	}
@@ -304,7 +303,7 @@ func TestLeafNodeHost(t *testing.T) {
 		t.Fatal("hub not ready")
 	}
 	leafURL := fmt.Sprintf("nats-leaf://127.0.0.1:%d", leafPort)
-	l1, _ := startHost(t, bus.Options{HostID: "h1", DenyAnonymous: true, WriterUser: "w", WriterPassword: "wpw",
+	l1, b1 := startHost(t, bus.Options{HostID: "h1", DenyAnonymous: true, WriterUser: "w", WriterPassword: "wpw",
 		Cluster: bus.ClusterOptions{LeafRemotes: []bus.LeafRemote{{URL: leafURL, User: "leaf", Password: "leaf-secret"}}}})
 	hc := connect(t, hub.ClientURL())
 	sub, err := hc.SubscribeSync(busclient.FleetEventSubjects())
@@ -313,7 +312,12 @@ func TestLeafNodeHost(t *testing.T) {
 	}
 	c := busclient.NewClient(hc).WithHost("h1")
 	headIs(t, c, 0)
-	time.Sleep(200 * time.Millisecond) // the hub's subscription reaches the leaf
+	eventually(t, "the hub's subscription reaches the leaf", func() error {
+		if !b1.Server().GlobalAccount().SubscriptionInterest(busclient.HostSubject("h1", events.Subject("call.admitted", "x"))) {
+			return errors.New("no interest yet")
+		}
+		return nil
+	})
 	appendActivation(t, l1, 2, "h1")
 	headIs(t, c, 2)
 	noNamedUserOverRoutes(t, hc, l1, "h1", "w", "")
