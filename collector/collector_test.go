@@ -13,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/leaseledger/leaseledger/collector"
 	"github.com/leaseledger/leaseledger/events"
@@ -42,6 +43,24 @@ func TestMirrorEqualsSource(t *testing.T) {
 		if s.Imported != uint64(s.Head) || s.State != collector.StateLive || s.Lag != 0 {
 			t.Errorf("host %s: %+v, want every seq imported once, live, no lag", id, s)
 		}
+	}
+}
+
+// Twin: the live path (subscription, drained batches) stores exactly what
+// the replay path (a collector started after every append) stores.
+func TestLiveEqualsReplay(t *testing.T) {
+	f := newFleet(t, "h1", "h2")
+	live := f.collector(t.TempDir(), []string{"h1", "h2"}, func(o *collector.Options) { o.PollInterval = time.Hour })
+	defer live.Close()
+	f.waitMirrored(live, "h1", "h2")
+	f.appendConcurrently(2000, "h1", "h2")
+	f.waitMirrored(live, "h1", "h2")
+	replayed := f.collector(t.TempDir(), []string{"h1", "h2"}, nil)
+	defer replayed.Close()
+	f.waitMirrored(replayed, "h1", "h2")
+	for _, id := range []string{"h1", "h2"} {
+		assertSameRaws(t, id, replayed.Mirror(id), live.Mirror(id))
+		assertSameRaws(t, id, f.hosts[id].l, live.Mirror(id))
 	}
 }
 

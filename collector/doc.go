@@ -30,7 +30,8 @@
 //   - Every mirrored event was verified against its host's chain before it
 //     was stored: ledger.Import checks envelope, hash and prev, and the
 //     collector checks host.bound (TestMirrorEqualsSource,
-//     TestWrongHostBoundRefused).
+//     TestWrongHostBoundRefused); the live path stores exactly what the
+//     replay path stores (TestLiveEqualsReplay, the twin).
 //   - Exactly once per (host, seq), gapless, across restarts of the
 //     collector (TestMirrorEqualsSource, TestCollectorRestartMidStream).
 //   - A host that is down, partitioned or slow never delays another

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"time"
@@ -36,7 +37,7 @@ func newHostMirror(opts Options, host, dir string, l *ledger.Ledger) *hostMirror
 		st:     HostStatus{State: StateCatchingUp}}
 }
 
-func (hm *hostMirror) refusedPath() string { return hm.dir + "/" + RefusedFile }
+func (hm *hostMirror) refusedPath() string { return filepath.Join(hm.dir, RefusedFile) }
 
 func (hm *hostMirror) status() HostStatus {
 	hm.mu.Lock()
