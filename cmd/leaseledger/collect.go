@@ -17,6 +17,7 @@ import (
 
 	"github.com/leaseledger/leaseledger/collector"
 	"github.com/leaseledger/leaseledger/ledger/bus"
+	"github.com/nats-io/nats.go"
 )
 
 func init() { extraCommands = append(extraCommands, newCollectCmd) }
@@ -27,7 +28,12 @@ type collectFlags struct {
 	clusterName, clusterListen   string
 	routes                       []string
 	clusterUser, clusterPassword string
+	routeCert, routeKey, routeCA string
+	leafRemotes                  []string
+	leafCreds                    string
+	leafUser, leafPassword       string
 	metricsAddr                  string
+	natsPort                     int
 	pollInterval                 time.Duration
 	bufferLen                    int
 }
@@ -56,6 +62,14 @@ removed. --metrics-addr serves /metrics (per-host lag) and /status (JSON).`,
 	f.StringSliceVar(&cf.routes, "routes", nil, "nats-route://host:port of cluster peers (comma-separated or repeated)")
 	f.StringVar(&cf.clusterUser, "cluster-user", "", "route authorization user (the cluster's)")
 	f.StringVar(&cf.clusterPassword, "cluster-password", "", "route authorization password (env LEASELEDGER_CLUSTER_PASSWORD)")
+	f.StringVar(&cf.routeCert, "cluster-tls-cert", "", "PEM certificate for routes (and tls:// leaf remotes)")
+	f.StringVar(&cf.routeKey, "cluster-tls-key", "", "PEM key of --cluster-tls-cert")
+	f.StringVar(&cf.routeCA, "cluster-tls-ca", "", "PEM CA the peers' route certificates must chain to")
+	f.StringSliceVar(&cf.leafRemotes, "leaf-remote", nil, "join as a leaf node of this hub URL (nats-leaf://, nats:// or tls://host:port; repeatable) instead of or besides routes")
+	f.StringVar(&cf.leafCreds, "leaf-credentials", "", "NATS .creds file for --leaf-remote")
+	f.StringVar(&cf.leafUser, "leaf-user", "", "user for --leaf-remote")
+	f.StringVar(&cf.leafPassword, "leaf-password", "", "password of --leaf-user (env LEASELEDGER_LEAF_PASSWORD)")
+	f.IntVar(&cf.natsPort, "nats-port", 0, "also offer a read-only NATS client port on 127.0.0.1 (every host's events and read API; -1: any free port; 0: none)")
 	f.StringVar(&cf.metricsAddr, "metrics-addr", "", "serve /metrics and /status on this address, e.g. 127.0.0.1:9249 (empty: off)")
 	f.DurationVar(&cf.pollInterval, "poll-interval", collector.DefaultPollInterval, "idle time after which a host's head is asked again")
 	f.IntVar(&cf.bufferLen, "buffer", collector.DefaultBufferLen, "live events buffered per host (overflow is dropped and filled by replay)")
@@ -69,14 +83,33 @@ func (a *app) runCollect(ctx context.Context, cf collectFlags) error {
 	if cf.clusterPassword == "" {
 		cf.clusterPassword = os.Getenv("LEASELEDGER_CLUSTER_PASSWORD")
 	}
-	peer, err := bus.StartPeer(bus.PeerOptions{Host: "127.0.0.1", Port: bus.RandomPort, Logger: a.logger,
-		Cluster: bus.ClusterOptions{Name: cf.clusterName, Listen: cf.clusterListen, Routes: cf.routes,
-			User: cf.clusterUser, Password: cf.clusterPassword}})
+	if cf.leafPassword == "" {
+		cf.leafPassword = os.Getenv("LEASELEDGER_LEAF_PASSWORD")
+	}
+	if (cf.clusterUser == "") != (cf.clusterPassword == "") {
+		return errors.New("collect: --cluster-user and --cluster-password (or LEASELEDGER_CLUSTER_PASSWORD) go together")
+	}
+	routeTLS, err := tlsFiles("--cluster-tls", cf.routeCert, cf.routeKey, cf.routeCA)
+	if err != nil {
+		return fmt.Errorf("collect: %w", err)
+	}
+	cluster := bus.ClusterOptions{Name: cf.clusterName, Listen: cf.clusterListen, Routes: cf.routes,
+		User: cf.clusterUser, Password: cf.clusterPassword, TLS: routeTLS}
+	for _, u := range cf.leafRemotes {
+		cluster.LeafRemotes = append(cluster.LeafRemotes, bus.LeafRemote{URL: u, Credentials: cf.leafCreds, User: cf.leafUser, Password: cf.leafPassword})
+	}
+	// The connection's slow-consumer drops are the collector's bounded
+	// buffers at work (counted per host, filled by replay), not errors.
+	peer, err := bus.StartPeer(bus.PeerOptions{Host: "127.0.0.1", Port: cf.natsPort, Logger: a.logger, Cluster: cluster})
 	if err != nil {
 		return fmt.Errorf("collect: %w", err)
 	}
 	defer peer.Close()
-	nc, err := peer.Connect()
+	nc, err := peer.Connect(nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		if !errors.Is(err, nats.ErrSlowConsumer) {
+			a.logger.Warn("collect: NATS", "err", err)
+		}
+	}))
 	if err != nil {
 		return fmt.Errorf("collect: %w", err)
 	}
@@ -89,6 +122,9 @@ func (a *app) runCollect(ctx context.Context, cf collectFlags) error {
 	defer c.Close()
 	fmt.Fprintf(a.stdout, "leaseledger: collector mirroring %s into %s\n", strings.Join(cf.hosts, ","), a.dataDir)
 	fmt.Fprintf(a.stdout, "leaseledger: cluster route on %s\n", peer.ClusterURL())
+	if u := peer.ClientURL(); u != "" {
+		fmt.Fprintf(a.stdout, "leaseledger: read-only NATS on %s\n", u)
+	}
 	for _, h := range c.Hosts() {
 		if s := c.Status().Hosts[h]; s.State == collector.StateRefused {
 			fmt.Fprintf(a.stdout, "leaseledger: host %s REFUSED (%s at seq %d; remove %s to retry)\n",
