@@ -65,12 +65,13 @@ func TestCollectAndFleetReads(t *testing.T) {
 	}
 	cdir := t.TempDir()
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	natsPort := freePort(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan result, 1)
 	go func() {
 		var out, errb strings.Builder
 		code := run(ctx, []string{"--data-dir", cdir, "collect", "--hosts", "h1,h2", "--poll-interval", "50ms",
-			"--routes", hosts[0].b.ClusterURL() + "," + hosts[1].b.ClusterURL(), "--metrics-addr", addr},
+			"--routes", hosts[0].b.ClusterURL() + "," + hosts[1].b.ClusterURL(), "--metrics-addr", addr, "--nats-port", fmt.Sprint(natsPort)},
 			strings.NewReader(""), &out, &errb)
 		done <- result{code, out.String(), errb.String()}
 	}()
@@ -98,6 +99,11 @@ func TestCollectAndFleetReads(t *testing.T) {
 	}
 	if m := get(t, "http://"+addr+"/metrics"); !strings.Contains(m, `leaseledger_collector_lag_events{host="h2"} 0`) {
 		t.Errorf("/metrics:\n%s", m)
+	}
+	// The collector's read-only client port reaches every host's read API.
+	if r := runCLI(t, context.Background(), "", "replay", "--nats", fmt.Sprintf("nats://127.0.0.1:%d", natsPort), "--host-id", "h2"); r.code != 0 ||
+		strings.Count(r.stdout, "\n") != int(hosts[1].l.Head().Seq) {
+		t.Errorf("replay of h2 through the collector's NATS port: %+v", r)
 	}
 	cancel()
 	r := <-done
