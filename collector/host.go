@@ -184,9 +184,7 @@ func (hm *hostMirror) catchUp(ctx context.Context) error {
 	if err := hm.fill(ctx, h.Seq); err != nil {
 		return err
 	}
-	if hm.l.Head().Seq >= h.Seq {
-		hm.setState(StateLive, nil)
-	}
+	hm.settle()
 	return nil
 }
 
@@ -302,8 +300,20 @@ func (hm *hostMirror) live(ctx context.Context, batch []*nats.Msg) error {
 	if err := flush(); err != nil && !errors.Is(err, errHole) {
 		return err
 	}
-	hm.setState(StateLive, nil)
+	hm.settle()
 	return nil
+}
+
+// settle marks the host live once the mirror holds every event the host
+// reported; otherwise the state stays (catching up, or unreachable after a
+// replay that failed) until a poll or a live event says more.
+func (hm *hostMirror) settle() {
+	hm.mu.Lock()
+	behind := hm.st.HostHead > hm.l.Head().Seq
+	hm.mu.Unlock()
+	if !behind {
+		hm.setState(StateLive, nil)
+	}
 }
 
 func msgSeq(m *nats.Msg) (events.Seq, bool) {
