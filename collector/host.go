@@ -121,8 +121,10 @@ func (hm *hostMirror) session(ctx context.Context) error {
 		hm.mu.Unlock()
 		_ = sub.Unsubscribe()
 	}()
-	// The subscription is in place before the head is asked, so every
-	// event committed after the answer arrives live or leaves a hole.
+	// The subscription is in place before the head is asked, so an event
+	// committed after the answer arrives live or leaves a hole that the
+	// next live event or poll finds (interest reaches the host's server
+	// over the route a moment after the flush: the same hole).
 	if err := hm.opts.Conn.FlushTimeout(busclient.DefaultRequestTimeout); err != nil {
 		return fmt.Errorf("flush: %w", err)
 	}
