@@ -78,6 +78,16 @@ func TestFleetEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.partition(h3.id, false)
+	var refused, cut int
+	for _, m := range f.proxies {
+		for to, p := range m {
+			if to == h3.id {
+				refused += p.Stats().Refused
+				cut += p.Stats().Cuts
+			}
+		}
+	}
+	t.Logf("routes to h3: %d connections cut, %d refused while partitioned", cut, refused)
 	if during[h3.id].Head != before[h3.id].Head || during[h3.id].Head >= h3Head {
 		t.Fatalf("partition of h3 not effective: mirrored %d then %d, h3 at %d", before[h3.id].Head, during[h3.id].Head, h3Head)
 	}
@@ -131,6 +141,12 @@ func TestFleetEndToEnd(t *testing.T) {
 		r := runCLI(t, context.Background(), "", "--data-dir", h.dir, "audit", "--all", "--json")
 		if r.code != 0 && r.code != exitUnconfirmed {
 			t.Fatalf("audit of %s: %+v", h.id, r)
+		}
+		var sum struct {
+			Activations int `json:"activations"`
+		}
+		if err := json.Unmarshal([]byte(r.stdout), &sum); err != nil || sum.Activations == 0 {
+			t.Fatalf("audit of %s audits no activation: %v\n%s", h.id, err, r.stdout)
 		}
 		perHost[h.id] = json.RawMessage(r.stdout)
 	}
