@@ -178,6 +178,9 @@ func openHost(opts Options, h string) (*hostMirror, error) {
 	return hm, nil
 }
 
+// Dir is the collector's directory (Options.Dir).
+func (c *Collector) Dir() string { return c.opts.Dir }
+
 // Hosts returns the mirrored host ids, in the order of Options.Hosts.
 func (c *Collector) Hosts() []string { return slices.Clone(c.opts.Hosts) }
 

@@ -1,6 +1,7 @@
 package collector_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -214,6 +216,74 @@ func TestWrongHostBoundRefused(t *testing.T) {
 	}
 	f.hosts["h1"].appendN(t, 10, 2)
 	f.waitMirrored(c, "h1")
+}
+
+// fakeHost serves raws as host's chain over its head and replay API: a
+// host whose bus hands out whatever bytes it likes.
+func fakeHost(t *testing.T, nc *nats.Conn, host string, raws [][]byte) {
+	t.Helper()
+	last, err := events.Decode(raws[len(raws)-1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs, err := nc.Subscribe(busclient.HostSubject(host, busclient.HeadSubject), func(m *nats.Msg) {
+		b, _ := json.Marshal(busclient.HeadReply{Seq: events.Seq(len(raws)), Hash: last.Hash.String()})
+		_ = m.Respond(b)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, err := nc.Subscribe(busclient.HostSubject(host, busclient.ReplaySubject), func(m *nats.Msg) {
+		var req busclient.ReplayRequest
+		_ = json.Unmarshal(m.Data, &req)
+		reply := nats.NewMsg(m.Reply)
+		for seq := max(req.From, 1); seq <= events.Seq(len(raws)); seq++ {
+			reply.Data = append(append(reply.Data, raws[seq-1]...), '\n')
+		}
+		reply.Header.Set(busclient.HeaderNext, strconv.Itoa(len(raws)+1))
+		reply.Header.Set(busclient.HeaderEnd, "true")
+		_ = m.RespondMsg(reply)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { hs.Unsubscribe(); rs.Unsubscribe() })
+}
+
+// A host whose chain breaks (an event whose hash does not recompute) is
+// refused with a chain-broken finding; nothing from the bad event on is
+// stored.
+func TestBrokenChainRefused(t *testing.T) {
+	f := newFleet(t)
+	l := ledgerOpen(t, t.TempDir()) // h5's ledger; its bus is fakeHost
+	defer l.Close()
+	if _, err := l.BindHost(context.Background(), "h5"); err != nil {
+		t.Fatal(err)
+	}
+	h := &testHost{id: "h5", l: l}
+	h.appendN(t, 9, 3)
+	var raws [][]byte
+	for seq := events.Seq(1); seq <= h.l.Head().Seq; seq++ {
+		raw, err := h.l.GetRaw(seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raws = append(raws, raw)
+	}
+	raws[6] = bytes.Replace(raws[6], []byte(`"echo"`), []byte(`"ECHO"`), 1) // seq 7 altered after sealing
+	fakeHost(t, f.nc, "h5", raws)
+	c := f.collector(t.TempDir(), []string{"h5"}, nil)
+	defer c.Close()
+	s := waitStatus(t, c, "h5", "refused", func(s collector.HostStatus) bool { return s.State == collector.StateRefused })
+	if s.Finding == nil || s.Finding.Reason != collector.ReasonChainBroken || s.Finding.Seq != 7 {
+		t.Fatalf("finding %+v, want chain-broken at seq 7", s.Finding)
+	}
+	if s.Head >= 7 {
+		t.Errorf("mirror head %d: the broken event (or a later one) was stored", s.Head)
+	}
+	if _, err := os.Stat(filepath.Join(collector.HostDir(c.Dir(), "h5"), collector.RefusedFile)); err != nil {
+		t.Error(err)
+	}
 }
 
 // stalledHost answers host's head API with head (so the collector wants

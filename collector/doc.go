@@ -41,7 +41,8 @@
 //     TestHostRestartHolesFilled).
 //   - A host whose chain forks, breaks or names another host in host.bound
 //     is refused with a persisted finding and stays refused across
-//     restarts (TestForkedHostRefused, TestWrongHostBoundRefused).
+//     restarts (TestForkedHostRefused, TestBrokenChainRefused,
+//     TestWrongHostBoundRefused).
 //   - Per-host lag is exposed: Prometheus metrics and the /status JSON of
 //     Handler (TestStatusAndMetrics).
 package collector
