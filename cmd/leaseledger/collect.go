@@ -49,7 +49,9 @@ read command works on (use --fleet with audit, leases, export and verify).
 Every event is verified against its host's chain before it is stored; a host
 whose chain forks, breaks or names another host is refused: its finding is
 written to hosts/<host>/REFUSED.json and it stays refused until that file is
-removed. --metrics-addr serves /metrics (per-host lag) and /status (JSON).`,
+removed. --metrics-addr serves /metrics (per-host lag) and /status (JSON).
+While it runs it holds the mirrors open, as serve holds its data directory:
+read commands on them need it stopped (it resumes from each mirror's head).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return a.runCollect(cmd.Context(), cf)
