@@ -39,6 +39,10 @@ func collectHost(t *testing.T, id string) (*ledger.Ledger, *bus.Bus, string) {
 			t.Fatal(err)
 		}
 	}
+	if _, err := l.Append(ctx, events.Draft{Activation: "only-" + id, Session: "s1", Server: "srv",
+		Payload: &events.CallAdmitted{CallID: "c-only", Tool: "echo", Digest: strings.Repeat("ab", 32)}}); err != nil {
+		t.Fatal(err)
+	}
 	b, err := bus.Start(l, bus.Options{Port: bus.RandomPort, HostID: id, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Cluster: bus.ClusterOptions{Listen: "127.0.0.1:-1"}})
 	if err != nil {
@@ -140,7 +144,7 @@ func TestCollectAndFleetReads(t *testing.T) {
 	}
 
 	if r := runCLI(t, context.Background(), "", "--fleet", "--data-dir", cdir, "verify", "--quiet"); r.code != 0 ||
-		strings.Count(r.stdout, "ok: 21 events verified") != 2 || !strings.Contains(r.stdout, "== host h2 ==") ||
+		strings.Count(r.stdout, "ok: 22 events verified") != 2 || !strings.Contains(r.stdout, "== host h2 ==") ||
 		!strings.Contains(r.stdout, "fleet: 2 hosts, 0 failed, 0 refused") {
 		t.Errorf("--fleet verify: %+v", r)
 	}
@@ -158,6 +162,16 @@ func TestCollectAndFleetReads(t *testing.T) {
 		if json.Unmarshal(audit.Hosts[h.id], &a) != nil || json.Unmarshal([]byte(own.stdout), &b) != nil || !reflect.DeepEqual(a, b) {
 			t.Errorf("fleet audit of %s differs from its own:\n%s\n%s", h.id, audit.Hosts[h.id], own.stdout)
 		}
+	}
+
+	// An activation lives on one host: only that host's audit is printed.
+	r = runCLI(t, context.Background(), "", "--fleet", "--data-dir", cdir, "audit", "only-h2", "--json")
+	audit.Hosts = nil
+	if err := json.Unmarshal([]byte(r.stdout), &audit); r.code != exitUnconfirmed || err != nil || len(audit.Hosts) != 1 || audit.Hosts["h2"] == nil {
+		t.Errorf("--fleet audit only-h2: %v %+v", err, r)
+	}
+	if r := runCLI(t, context.Background(), "", "--fleet", "--data-dir", cdir, "audit", "nowhere"); r.code != 1 || !strings.Contains(r.stderr, "on any of 2 hosts") {
+		t.Errorf("--fleet audit of an activation no host holds: %+v", r)
 	}
 
 	// A refused host: its section says so; the command still reads it.

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,11 +16,13 @@ import (
 
 	"github.com/leaseledger/leaseledger/collector"
 	"github.com/leaseledger/leaseledger/events"
+	"github.com/leaseledger/leaseledger/ledger"
 )
 
 // Fleet reads: with the global --fleet flag, --data-dir is a collector's
 // directory (see 'collect') and audit, leases, export and verify run once
-// per mirrored host, in host order, then combine:
+// per mirrored host, in host order (audit <activation>: on the hosts that
+// hold it), then combine:
 //   - text output: one section per host ("== host h1 ==") and a closing
 //     "fleet:" line; a refused host's section names its finding;
 //   - JSON output (--json): one object {"hosts":{"h1":<the host's JSON>},
@@ -109,8 +112,23 @@ func (a *app) runFleet(cmd *cobra.Command, args []string, run func(*cobra.Comman
 		results = map[string]json.RawMessage{}
 		refused = map[string]*collector.Finding{}
 	)
+	activation := ""
+	if cmd.Name() == "audit" && len(args) == 1 {
+		activation = args[0] // an activation lives on one host: the others have no section
+	}
+	audited := 0
 	for _, h := range hosts {
 		a.dataDir = collector.HostDir(root, h)
+		if activation != "" {
+			has, err := hasActivation(cmd.Context(), a, activation)
+			if err != nil {
+				return fmt.Errorf("--fleet: host %s: %w", h, err)
+			}
+			if !has {
+				continue
+			}
+			audited++
+		}
 		if f := refusedFinding(a.dataDir); f != nil {
 			refused[h] = f
 		}
@@ -153,6 +171,9 @@ func (a *app) runFleet(cmd *cobra.Command, args []string, run func(*cobra.Comman
 			}
 		}
 	}
+	if activation != "" && audited == 0 {
+		return &exitError{code: 1, err: fmt.Errorf("--fleet: no events for activation %s on any of %d hosts", activation, len(hosts))}
+	}
 	switch {
 	case lines:
 	case asJSON:
@@ -173,6 +194,25 @@ func (a *app) runFleet(cmd *cobra.Command, args []string, run func(*cobra.Comman
 		return &exitError{code: code, err: fmt.Errorf("--fleet: %d of %d hosts failed: %v", len(failed), len(hosts), failed)}
 	}
 	return nil
+}
+
+// hasActivation says whether the ledger in a.dataDir holds an event of
+// activation id (an invalid id: true, so that the command says why).
+func hasActivation(ctx context.Context, a *app, id string) (bool, error) {
+	if !events.ValidID(id) {
+		return true, nil
+	}
+	l, err := ledger.Open(ledger.Options{Dir: a.dataDir, Logger: a.logger, ReadOnly: true})
+	if err != nil {
+		return false, err
+	}
+	defer l.Close()
+	found := errors.New("found")
+	err = l.Scan(ctx, ledger.Query{Activation: id}, func(ledger.Seq, []byte) error { return found })
+	if errors.Is(err, found) {
+		return true, nil
+	}
+	return false, err
 }
 
 // exitCode is the exit status a command's error gives (1 unless it says
