@@ -14,6 +14,7 @@ import (
 	"github.com/leaseledger/leaseledger/events"
 	"github.com/leaseledger/leaseledger/ledger"
 	"github.com/nats-io/nats.go"
+	"golang.org/x/mod/sumdb/note"
 )
 
 // Bounds and defaults.
@@ -30,6 +31,10 @@ const (
 	// head is asked again: it finds a hole at the tail (a dropped last
 	// message) and tells a host that went away (unreachable).
 	DefaultPollInterval = time.Second
+	// MaxPendingCheckpoints bounds the verified checkpoints of one host
+	// waiting for the mirror to reach their size; beyond it the oldest is
+	// dropped (HostStatus.CheckpointsDropped counts it).
+	MaxPendingCheckpoints = 64
 	// MaxHosts bounds the hosts one collector mirrors (one goroutine, one
 	// mirror ledger and one subscription each).
 	MaxHosts = 1024
@@ -67,6 +72,14 @@ type Options struct {
 	// PollInterval is the idle time after which a host's head is asked;
 	// DefaultPollInterval when zero.
 	PollInterval time.Duration
+	// Verifiers, by host, check the signed checkpoints a host publishes
+	// (busclient.CheckpointSubject in its space, serve --checkpoint-key):
+	// each whose signature verifies is compared with the mirror — its
+	// Merkle root and chain hash at the checkpoint's size — once the
+	// mirror holds that size; a difference refuses the host
+	// (ReasonCheckpoint). Hosts without one are mirrored unchecked by
+	// checkpoints.
+	Verifiers map[string]note.Verifier
 	// Now is the clock of findings; time.Now when nil.
 	Now func() time.Time
 	// Logger receives findings and host state changes; slog.Default when
@@ -90,6 +103,11 @@ func (o Options) withDefaults() (Options, error) {
 			return o, fmt.Errorf("%w: host %q listed twice", ErrOptions, h)
 		}
 		seen[h] = true
+	}
+	for h := range o.Verifiers {
+		if !seen[h] || o.Verifiers[h] == nil {
+			return o, fmt.Errorf("%w: a checkpoint verifier for %q, which is not a mirrored host", ErrOptions, h)
+		}
 	}
 	if o.BufferLen <= 0 {
 		o.BufferLen = DefaultBufferLen

@@ -23,6 +23,7 @@ import (
 	"github.com/leaseledger/leaseledger/ledger/busclient"
 	"github.com/leaseledger/leaseledger/ledger/ledgertest"
 	"github.com/nats-io/nats.go"
+	"golang.org/x/mod/sumdb/note"
 )
 
 var three = []string{"h1", "h2", "h3"}
@@ -411,6 +412,7 @@ func TestOptionsRefused(t *testing.T) {
 		{Dir: t.TempDir(), Conn: nc},
 		{Dir: t.TempDir(), Hosts: []string{"h1", "h1"}, Conn: nc},
 		{Dir: t.TempDir(), Hosts: []string{"h.1"}, Conn: nc},
+		{Dir: t.TempDir(), Hosts: []string{"h1"}, Conn: nc, Verifiers: map[string]note.Verifier{"h2": nil}},
 	} {
 		if _, err := collector.Start(o); !errors.Is(err, collector.ErrOptions) {
 			t.Errorf("Start(%+v) = %v, want ErrOptions", o, err)

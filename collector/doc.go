@@ -26,6 +26,12 @@
 // started later keeps refusing that host until an operator removes the
 // file. What was mirrored before the finding stays, and still verifies.
 //
+// Checkpoints. With a verifier for a host (Options.Verifiers), the signed
+// checkpoints it publishes are checked too: one whose signature verifies
+// is compared with the mirror (Merkle root and chain hash at its size) as
+// soon as the mirror holds that size; a difference refuses the host — it
+// signed a history other than the one it served.
+//
 // Guarantees (each checked by the test named after it):
 //   - Every mirrored event was verified against its host's chain before it
 //     was stored: ledger.Import checks envelope, hash and prev, and the
@@ -43,6 +49,9 @@
 //     is refused with a persisted finding and stays refused across
 //     restarts (TestForkedHostRefused, TestBrokenChainRefused,
 //     TestWrongHostBoundRefused).
+//   - A signed checkpoint of a host with a verifier that contradicts the
+//     mirror refuses the host; one whose signature does not verify is
+//     counted and ignored (TestCheckpointsChecked).
 //   - Per-host lag is exposed: Prometheus metrics and the /status JSON of
 //     Handler (TestStatusAndMetrics).
 package collector

@@ -14,7 +14,9 @@ import (
 	"github.com/leaseledger/leaseledger/events"
 	"github.com/leaseledger/leaseledger/ledger"
 	"github.com/leaseledger/leaseledger/ledger/busclient"
+	"github.com/leaseledger/leaseledger/ledger/verify"
 	"github.com/nats-io/nats.go"
+	"golang.org/x/mod/sumdb/note"
 )
 
 // hostMirror mirrors one host. Only its own goroutine (run) writes its
@@ -29,12 +31,16 @@ type hostMirror struct {
 	st          HostStatus         // Head and Lag are filled in by status
 	sub         *nats.Subscription // the live subscription, nil between sessions
 	droppedBase uint64             // drops of earlier subscriptions
+
+	verifier    note.Verifier       // of the host's checkpoints, nil: unchecked
+	checkpoints []verify.Checkpoint // verified by signature, waiting for the mirror (run's own)
 }
 
 func newHostMirror(opts Options, host, dir string, l *ledger.Ledger) *hostMirror {
 	return &hostMirror{opts: opts, host: host, dir: dir, l: l,
-		client: busclient.NewClient(opts.Conn).WithUser("").WithHost(host),
-		st:     HostStatus{State: StateCatchingUp}}
+		client:   busclient.NewClient(opts.Conn).WithUser("").WithHost(host),
+		st:       HostStatus{State: StateCatchingUp},
+		verifier: opts.Verifiers[host]}
 }
 
 func (hm *hostMirror) refusedPath() string { return filepath.Join(hm.dir, RefusedFile) }
@@ -121,6 +127,16 @@ func (hm *hostMirror) session(ctx context.Context) error {
 		hm.mu.Unlock()
 		_ = sub.Unsubscribe()
 	}()
+	var cpCh chan *nats.Msg
+	if hm.verifier != nil {
+		cpCh = make(chan *nats.Msg, MaxPendingCheckpoints)
+		cpSubject := busclient.HostSubject(hm.host, busclient.CheckpointSubject)
+		cpSub, err := hm.opts.Conn.ChanSubscribe(cpSubject, cpCh)
+		if err != nil {
+			return fmt.Errorf("subscribe %s: %w", cpSubject, err)
+		}
+		defer cpSub.Unsubscribe()
+	}
 	// The subscription is in place before the head is asked, so an event
 	// committed after the answer arrives live or leaves a hole that the
 	// next live event or poll finds (interest reaches the host's server
@@ -154,6 +170,11 @@ func (hm *hostMirror) session(ctx context.Context) error {
 				return err
 			}
 			clear(batch)
+		case m := <-cpCh:
+			hm.takeCheckpoint(m.Data)
+		}
+		if err := hm.checkCheckpoints(ctx); err != nil {
+			return err
 		}
 		if !idle.Stop() {
 			select {
@@ -426,6 +447,55 @@ func (hm *hostMirror) refuse(f *Finding) error {
 	hm.opts.Logger.Error("collector: host REFUSED", "host", hm.host, "reason", f.Reason, "seq", f.Seq,
 		"stored", f.Stored, "offered", f.Offered, "detail", f.Detail, "persist_err", werr)
 	return fmt.Errorf("%w: %s: %s at seq %d", ErrRefused, hm.host, f.Reason, f.Seq)
+}
+
+// takeCheckpoint keeps a checkpoint whose signature verifies until the
+// mirror reaches its size; others are counted and ignored.
+func (hm *hostMirror) takeCheckpoint(signed []byte) {
+	cp, err := verify.ParseCheckpoint(signed, hm.verifier)
+	hm.mu.Lock()
+	defer hm.mu.Unlock()
+	if err != nil || cp.Size == 0 {
+		hm.st.CheckpointsRejected++
+		hm.opts.Logger.Warn("collector: checkpoint rejected", "host", hm.host, "err", err)
+		return
+	}
+	if len(hm.checkpoints) == MaxPendingCheckpoints {
+		hm.checkpoints = hm.checkpoints[1:]
+		hm.st.CheckpointsDropped++
+	}
+	hm.checkpoints = append(hm.checkpoints, cp)
+}
+
+// checkCheckpoints compares every kept checkpoint the mirror has reached
+// with the mirror: root and chain hash at its size.
+func (hm *hostMirror) checkCheckpoints(ctx context.Context) error {
+	head := hm.l.Head().Seq
+	keep := hm.checkpoints[:0]
+	for _, cp := range hm.checkpoints {
+		if cp.Size > head {
+			keep = append(keep, cp)
+			continue
+		}
+		root, err := hm.l.TreeRoot(ctx, cp.Size)
+		if err != nil {
+			return fmt.Errorf("mirror root at %d: %w", cp.Size, err)
+		}
+		env, err := hm.l.Get(cp.Size)
+		if err != nil {
+			return fmt.Errorf("mirror event %d: %w", cp.Size, err)
+		}
+		if !bytes.Equal(root, cp.Root) || env.Hash != cp.Head {
+			return hm.refuse(&Finding{Seq: cp.Size, Stored: env.Hash.String(), Offered: cp.Head.String(), Reason: ReasonCheckpoint,
+				Detail: fmt.Sprintf("checkpoint %s of size %d signed by the host: root %x, the mirror's %x", cp.Origin, cp.Size, cp.Root, root)})
+		}
+		hm.mu.Lock()
+		hm.st.CheckpointsVerified++
+		hm.st.VerifiedSize = max(hm.st.VerifiedSize, cp.Size)
+		hm.mu.Unlock()
+	}
+	hm.checkpoints = keep
+	return nil
 }
 
 func sleep(ctx context.Context, d time.Duration) bool {

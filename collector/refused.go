@@ -31,6 +31,10 @@ const (
 	// ReasonChainBroken: an event does not verify on its own (its hash does
 	// not recompute, it is malformed, or its seq is not the next one).
 	ReasonChainBroken = "chain-broken"
+	// ReasonCheckpoint: a checkpoint the host signed (Options.Verifiers)
+	// names another Merkle root or chain hash at its size than the mirror
+	// holds: the host signed a history other than the one it served.
+	ReasonCheckpoint = "checkpoint-mismatch"
 	// ReasonHostMismatch: a host.bound event of the host's chain names
 	// another host.
 	ReasonHostMismatch = "host-mismatch"

@@ -42,6 +42,16 @@ type HostStatus struct {
 	// Dropped counts live messages NATS dropped because the host's buffer
 	// was full (their events came by replay instead).
 	Dropped uint64 `json:"dropped"`
+	// CheckpointsVerified counts the host's signed checkpoints found equal
+	// to the mirror (Options.Verifiers); VerifiedSize is the largest size
+	// among them.
+	CheckpointsVerified uint64     `json:"checkpoints_verified,omitempty"`
+	VerifiedSize        events.Seq `json:"verified_size,omitempty"`
+	// CheckpointsRejected counts checkpoints whose signature did not
+	// verify (ignored); CheckpointsDropped those dropped unchecked past
+	// MaxPendingCheckpoints.
+	CheckpointsRejected uint64 `json:"checkpoints_rejected,omitempty"`
+	CheckpointsDropped  uint64 `json:"checkpoints_dropped,omitempty"`
 	// LastError is the last failure to reach the host or to store its
 	// events, "" when none since it was last live.
 	LastError string `json:"last_error,omitempty"`

@@ -18,6 +18,7 @@ import (
 	"github.com/leaseledger/leaseledger/collector"
 	"github.com/leaseledger/leaseledger/ledger/bus"
 	"github.com/nats-io/nats.go"
+	"golang.org/x/mod/sumdb/note"
 )
 
 func init() { extraCommands = append(extraCommands, newCollectCmd) }
@@ -34,6 +35,7 @@ type collectFlags struct {
 	leafUser, leafPassword       string
 	metricsAddr                  string
 	natsPort                     int
+	vkeys                        []string
 	pollInterval                 time.Duration
 	bufferLen                    int
 }
@@ -71,6 +73,7 @@ read commands on them need it stopped (it resumes from each mirror's head).`,
 	f.StringVar(&cf.leafCreds, "leaf-credentials", "", "NATS .creds file for --leaf-remote")
 	f.StringVar(&cf.leafUser, "leaf-user", "", "user for --leaf-remote")
 	f.StringVar(&cf.leafPassword, "leaf-password", "", "password of --leaf-user (env LEASELEDGER_LEAF_PASSWORD)")
+	f.StringArrayVar(&cf.vkeys, "checkpoint-vkey", nil, "host=KEY: check the signed checkpoints host publishes (serve --checkpoint-key) with this verifier key (from 'checkpoint keygen') against its mirror (repeatable)")
 	f.IntVar(&cf.natsPort, "nats-port", 0, "also offer a read-only NATS client port on 127.0.0.1 (every host's events and read API; -1: any free port; 0: none)")
 	f.StringVar(&cf.metricsAddr, "metrics-addr", "", "serve /metrics and /status on this address, e.g. 127.0.0.1:9249 (empty: off)")
 	f.DurationVar(&cf.pollInterval, "poll-interval", collector.DefaultPollInterval, "idle time after which a host's head is asked again")
@@ -116,8 +119,20 @@ func (a *app) runCollect(ctx context.Context, cf collectFlags) error {
 		return fmt.Errorf("collect: %w", err)
 	}
 	defer nc.Close()
+	verifiers := map[string]note.Verifier{}
+	for _, hk := range cf.vkeys {
+		h, key, ok := strings.Cut(hk, "=")
+		if !ok {
+			return fmt.Errorf("collect: --checkpoint-vkey %q: want host=KEY", hk)
+		}
+		v, err := note.NewVerifier(strings.TrimSpace(key))
+		if err != nil {
+			return fmt.Errorf("collect: --checkpoint-vkey for %s: %w", h, err)
+		}
+		verifiers[h] = v
+	}
 	c, err := collector.Start(collector.Options{Dir: a.dataDir, Hosts: cf.hosts, Conn: nc, Logger: a.logger,
-		PollInterval: cf.pollInterval, BufferLen: cf.bufferLen})
+		PollInterval: cf.pollInterval, BufferLen: cf.bufferLen, Verifiers: verifiers})
 	if err != nil {
 		return fmt.Errorf("collect: %w", err)
 	}
