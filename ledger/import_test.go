@@ -517,6 +517,9 @@ func importCrashChild() {
 	}
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 9))
 	last := s.Head().Seq
+	// The first line, the head reopened, arms the parent's kill even when
+	// there is nothing left to import.
+	os.Stdout.WriteString(strconv.FormatUint(uint64(m.Head().Seq), 10) + "\n")
 	for m.Head().Seq < last {
 		head := m.Head().Seq
 		from := head + 1 - ledger.Seq(rng.IntN(int(min(head, 20))+1))
@@ -550,7 +553,7 @@ func TestImportCrashDurability(t *testing.T) {
 		rounds = 2
 	}
 	srcDir, mDir := t.TempDir(), t.TempDir()
-	src := sourceLedger(t, srcDir, 20000)
+	src := sourceLedger(t, srcDir, 30000)
 	raws := rawsOf(t, src)
 	src.Close()
 	openMirror(t, mDir).Close()
@@ -577,7 +580,7 @@ func TestImportCrashDurability(t *testing.T) {
 		}()
 		// The kill comes a random while after the first acknowledgement,
 		// however long the child took to start.
-		killAfter := time.Duration(rng.IntN(250)) * time.Millisecond
+		killAfter := time.Duration(rng.IntN(60)) * time.Millisecond
 		var deadline <-chan time.Time
 		armed := false
 	read:
