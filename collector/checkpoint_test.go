@@ -3,7 +3,9 @@ package collector_test
 import (
 	"context"
 	"crypto/rand"
+	"net/http/httptest"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/leaseledger/leaseledger/collector"
@@ -66,6 +68,14 @@ func TestCheckpointsChecked(t *testing.T) {
 	})
 	if s.VerifiedSize != size || s.State == collector.StateRefused {
 		t.Fatalf("%+v: want the checkpoint at %d verified", s, size)
+	}
+	srv := httptest.NewServer(c.Handler())
+	defer srv.Close()
+	m := get(t, srv.URL+"/metrics")
+	for _, want := range []string{`leaseledger_collector_checkpoints_verified_total{host="h1"} 1`, `leaseledger_collector_checkpoints_rejected_total{host="h1"} 1`} {
+		if !strings.Contains(m, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
 	}
 
 	// Another history of the same size, signed with h1's key.

@@ -87,7 +87,8 @@ func (c *Collector) Handler() http.Handler {
 
 // Metrics returns a prometheus.Collector of per-host metrics (label
 // "host"): mirrored head, host head last seen, lag in events, refused
-// (0/1), imported and dropped totals. They are read at scrape time.
+// (0/1), imported and dropped totals, checkpoints verified and rejected.
+// They are read at scrape time.
 func (c *Collector) Metrics() prometheus.Collector {
 	d := func(name, help string) *prometheus.Desc {
 		return prometheus.NewDesc("leaseledger_collector_"+name, help, []string{"host"}, nil)
@@ -99,16 +100,19 @@ func (c *Collector) Metrics() prometheus.Collector {
 		refused:  d("refused", "1 when the host's chain was refused (REFUSED.json holds the finding)."),
 		imported: d("imported_events_total", "Events stored in the host's mirror since the collector started."),
 		dropped:  d("dropped_messages_total", "Live messages dropped on a full per-host buffer (filled by replay)."),
+		cpOK:     d("checkpoints_verified_total", "Signed checkpoints of the host found equal to its mirror."),
+		cpBad:    d("checkpoints_rejected_total", "Checkpoints of the host whose signature did not verify (ignored)."),
 	}
 }
 
 type metrics struct {
 	c                                               *Collector
 	head, hostHead, lag, refused, imported, dropped *prometheus.Desc
+	cpOK, cpBad                                     *prometheus.Desc
 }
 
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{m.head, m.hostHead, m.lag, m.refused, m.imported, m.dropped} {
+	for _, d := range []*prometheus.Desc{m.head, m.hostHead, m.lag, m.refused, m.imported, m.dropped, m.cpOK, m.cpBad} {
 		ch <- d
 	}
 }
@@ -126,5 +130,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(m.refused, prometheus.GaugeValue, refused, hm.host)
 		ch <- prometheus.MustNewConstMetric(m.imported, prometheus.CounterValue, float64(s.Imported), hm.host)
 		ch <- prometheus.MustNewConstMetric(m.dropped, prometheus.CounterValue, float64(s.Dropped), hm.host)
+		ch <- prometheus.MustNewConstMetric(m.cpOK, prometheus.CounterValue, float64(s.CheckpointsVerified), hm.host)
+		ch <- prometheus.MustNewConstMetric(m.cpBad, prometheus.CounterValue, float64(s.CheckpointsRejected), hm.host)
 	}
 }
