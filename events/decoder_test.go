@@ -9,21 +9,27 @@ import (
 	"github.com/leaseledger/leaseledger/events"
 )
 
-// sealExamples seals every line of examples/events.jsonl (one per kind)
-// into a chain, as the ledger would store it.
+// sealExamples seals every line of examples/events.jsonl (one per input
+// kind) and then a host.bound (SystemOnly: never an input line) into a
+// chain, as the ledger would store it: one event per kind.
 func sealExamples(t testing.TB) [][]byte {
 	t.Helper()
 	b, err := os.ReadFile("../examples/events.jsonl")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out [][]byte
-	var prev events.Hash
+	var drafts []events.Draft
 	for i, line := range bytes.Split(bytes.TrimSpace(b), []byte("\n")) {
 		d, err := events.ParseInput(line)
 		if err != nil {
 			t.Fatalf("example %d: %v", i, err)
 		}
+		drafts = append(drafts, d)
+	}
+	drafts = append(drafts, events.Draft{Payload: &events.HostBound{Host: "host-eu-1"}})
+	var out [][]byte
+	var prev events.Hash
+	for i, d := range drafts {
 		p, err := events.Prepare(d)
 		if err != nil {
 			t.Fatalf("example %d: %v", i, err)

@@ -58,6 +58,26 @@ func Kinds() []Kind {
 // Known reports whether k is a registered kind.
 func Known(k Kind) bool { _, ok := registry[k]; return ok }
 
+// SystemOnly reports whether events of kind k are written by the ledger
+// itself and never taken as input: host.bound, which only ledger.BindHost
+// writes. Every append entry point of the ledger refuses such a kind
+// (ledger.ErrReservedKind); a mirror's Import stores it verbatim. This is
+// the one list of such kinds.
+func SystemOnly(k Kind) bool {
+	switch k {
+	case KindHostBound:
+		return true
+	}
+	return false
+}
+
+// InputKinds returns, in sorted order, every registered kind that is not
+// SystemOnly: the kinds an append may carry, each with one line in
+// examples/events.jsonl.
+func InputKinds() []Kind {
+	return slices.DeleteFunc(Kinds(), SystemOnly)
+}
+
 // New returns a new zero payload of kind k.
 func New(k Kind) (Payload, error) {
 	mk, ok := registry[k]

@@ -10,7 +10,8 @@ const KindHostBound Kind = "host.bound"
 // created, or is appended once to a ledger written before its host was
 // named; every later host.bound of the chain names the same host
 // (ledger.BindHost refuses another), and a collector refuses a mirrored
-// chain whose host.bound names a host other than the one it mirrors.
+// chain whose host.bound names a host other than the one it mirrors. It is
+// [SystemOnly]: only ledger.BindHost writes it, every append refuses it.
 type HostBound struct {
 	Host string `json:"host"` // the host id, [A-Za-z0-9_-]{1,128}: a NATS subject token
 }

@@ -106,6 +106,9 @@ type appendReq struct {
 	// imported, for an Import, are the events to store verbatim (checked
 	// by checkImport); prepared and the fields above are then unused.
 	imported []Record
+	// bind marks BindHost's host.bound: the one request whose prepared
+	// events may be of a kind refused by Appendable (host.go).
+	bind bool
 }
 
 // pending is a batch: open (being sealed into by the committer), closed and
@@ -201,9 +204,16 @@ func (l *Ledger) await(ctx context.Context, req *appendReq) ([]Ack, error) {
 	}
 }
 
-// enqueue hands req to the committer. Its error (ErrClosed, the sticky
-// failure, the context's) means req was not queued; the caller wraps it.
+// enqueue hands req to the committer. Its error (ErrReservedKind, ErrClosed,
+// the sticky failure, the context's) means req was not queued; the caller
+// wraps it. Every append passes here, so this is where a kind only the
+// ledger writes is refused (appendable, host.go).
 func (l *Ledger) enqueue(ctx context.Context, req *appendReq) error {
+	if req.imported == nil && !req.bind {
+		if err := appendable(req.prepared); err != nil {
+			return err
+		}
+	}
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	if l.closed {

@@ -13,6 +13,12 @@ package ledger
 //     head+1 (TestBindHostLate).
 //   - BindHost finds the binding through the kind index (k/host.bound/),
 //     never by scanning the log (TestBindHostUsesKindIndex).
+//   - Only BindHost writes host.bound: Append, AppendAcks, AppendAsync,
+//     AppendPreparedAsync and AppendIdempotent refuse a call holding one
+//     (anywhere in it) with ErrReservedKind and write nothing of the call
+//     (TestAppendRefusesHostBound).
+//   - Import still stores host.bound verbatim: a mirror holds the host's
+//     chain as it is (TestImportKeepsHostBound).
 
 import (
 	"context"
@@ -51,11 +57,39 @@ func (l *Ledger) BindHost(ctx context.Context, host string) (events.Seq, error) 
 	default:
 		return 0, &Error{Op: "bind host", Seq: seq, Err: fmt.Errorf("%w: bound to %q at seq %d, not %q", ErrHostMismatch, bound, seq, host)}
 	}
-	seqs, err := l.Append(ctx, events.Draft{Payload: &events.HostBound{Host: host}})
+	p, err := events.Prepare(events.Draft{Payload: &events.HostBound{Host: host}})
+	if err != nil {
+		return 0, &Error{Op: "bind host", Err: err}
+	}
+	// bind: the one path past appendable (commit.go's enqueue).
+	acks, err := l.await(ctx, &appendReq{prepared: []events.Prepared{p}, bind: true, done: make(chan struct{})})
 	if err != nil {
 		return 0, err
 	}
-	return seqs[0], nil
+	return acks[0].Seq, nil
+}
+
+// Appendable returns nil when events of kind k may be appended, and an
+// error wrapping ErrReservedKind when the ledger writes that kind only
+// itself (events.SystemOnly: host.bound, which only BindHost writes). The
+// append entry points refuse such a call; input readers may ask first to
+// refuse one line instead of a whole call.
+func Appendable(k events.Kind) error {
+	if events.SystemOnly(k) {
+		return fmt.Errorf("%w: %s (only BindHost writes it: serve --host-id binds the host)", ErrReservedKind, k)
+	}
+	return nil
+}
+
+// appendable is Appendable over an append call's events, naming the first
+// refused one as Append names an invalid draft.
+func appendable(prepared []events.Prepared) error {
+	for i := range prepared {
+		if err := Appendable(prepared[i].Kind); err != nil {
+			return fmt.Errorf("event %d of %d: %w", i, len(prepared), err)
+		}
+	}
+	return nil
 }
 
 // BoundHost returns the seq and host of the latest durable host.bound

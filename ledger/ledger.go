@@ -128,6 +128,12 @@ var (
 	ErrNoLedger = errors.New("ledger: no ledger in directory")
 	// ErrNoDir is returned by Open when Options.Dir is empty.
 	ErrNoDir = errors.New("ledger: Options.Dir is required")
+	// ErrReservedKind is returned, wrapped with the kind, for an append
+	// (Append, AppendAcks, AppendAsync, AppendPreparedAsync,
+	// AppendIdempotent) carrying a kind the ledger writes only itself
+	// (events.SystemOnly: host.bound, written by BindHost); nothing of the
+	// call is written. Import stores such events verbatim.
+	ErrReservedKind = errors.New("ledger: kind written only by the ledger itself")
 )
 
 // Error records a failed operation of a ledger, shaped like *os.PathError:
