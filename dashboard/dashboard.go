@@ -9,11 +9,24 @@
 // elsewhere at run time and no secret is ever in what this package serves:
 // credentials, when the bus needs them, are typed into the page and kept
 // in its memory only.
+//
+// With Options.Hosts the page follows host spaces (leaseledger.hosts.<h>.…)
+// rather than the bare space, one host at a time, chosen in a selector
+// (serve --host-id gives its one host; the collector every mirrored host).
+// Guarantees and the tests that check them:
+//   - the configuration names the hosts, in order, and nothing secret: TestConfig;
+//   - an invalid, duplicate or excess host is refused by New with ErrHost: TestNewInvalidHosts;
+//   - the headers (CSP of this origin and the bus WebSocket only) on every response: TestHandler;
+//   - the embedded bundle is the build of web/dashboard: TestBundleFresh;
+//   - the page follows the host space it is given and shows its live events:
+//     TestDashboardHostSpace (cmd/leaseledger, headless Chromium).
 package dashboard
 
 import (
 	"embed"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io/fs"
 	"net"
 	"net/http"
@@ -32,6 +45,19 @@ const (
 	assetDir = "/assets/"
 )
 
+// Bounds of Options.Hosts.
+const (
+	// MaxHosts is the most host spaces one page may select among.
+	MaxHosts = 1024
+	// MaxHostLen is the longest host id (that of events.ValidID).
+	MaxHostLen = 128
+)
+
+// ErrHost reports an Options.Hosts entry that is not a valid host id
+// ([A-Za-z0-9_-]{1,MaxHostLen}, the rule of events.ValidID: it becomes a
+// NATS subject token), a duplicate, or more than MaxHosts of them.
+var ErrHost = errors.New("dashboard: invalid hosts")
+
 // Options say where the page finds the bus.
 type Options struct {
 	// WebSocketHost and WebSocketPort are the bus's NATS WebSocket
@@ -43,6 +69,11 @@ type Options struct {
 	// CredentialsRequired: the bus refuses anonymous clients, so the page
 	// asks for a user and password (kept in the page's memory only).
 	CredentialsRequired bool
+	// Hosts are the host spaces the bus serves, in the order the page
+	// offers them (the first is selected unless the page's URL names
+	// another); nil or empty: the bare space of a single host. Each must
+	// be a valid host id, with no duplicate.
+	Hosts []string
 }
 
 // Config is what ConfigPath answers: the page's whole configuration. It
@@ -53,6 +84,8 @@ type Config struct {
 	WebSocketURL string `json:"ws_url"`
 	// CredentialsRequired: the page must ask for a user and password.
 	CredentialsRequired bool `json:"credentials_required"`
+	// Hosts are Options.Hosts; absent: the bare space.
+	Hosts []string `json:"hosts,omitempty"`
 }
 
 // Handler serves the dashboard: GET or HEAD of "/" (the page), of the
@@ -65,17 +98,47 @@ type Handler struct {
 	root fs.FS
 }
 
-// New returns the dashboard's handler for a bus described by opts.
-func New(opts Options) *Handler {
+// New returns the dashboard's handler for a bus described by opts; an
+// invalid host list is refused with an error wrapping ErrHost.
+func New(opts Options) (*Handler, error) {
+	if len(opts.Hosts) > MaxHosts {
+		return nil, fmt.Errorf("%w: %d hosts, at most %d", ErrHost, len(opts.Hosts), MaxHosts)
+	}
+	seen := make(map[string]bool, len(opts.Hosts))
+	for _, h := range opts.Hosts {
+		if !validHost(h) {
+			return nil, fmt.Errorf("%w: host %q: want [A-Za-z0-9_-]{1,%d}", ErrHost, h, MaxHostLen)
+		}
+		if seen[h] {
+			return nil, fmt.Errorf("%w: host %q twice", ErrHost, h)
+		}
+		seen[h] = true
+	}
+	opts.Hosts = append([]string(nil), opts.Hosts...)
 	sub, _ := fs.Sub(assets, "assets") // the directory is embedded: cannot fail
-	return &Handler{opts: opts, root: sub}
+	return &Handler{opts: opts, root: sub}, nil
+}
+
+// validHost is the rule of events.ValidID, kept here because this package
+// imports none of the ledger's (the page needs host ids as strings only).
+func validHost(h string) bool {
+	if len(h) == 0 || len(h) > MaxHostLen {
+		return false
+	}
+	for i := 0; i < len(h); i++ {
+		c := h[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 // Config returns the configuration the page gets when it was reached at
 // host (the request's Host header, port included or not).
 func (h *Handler) Config(host string) Config {
 	if h.opts.WebSocketPort == 0 {
-		return Config{CredentialsRequired: h.opts.CredentialsRequired}
+		return Config{CredentialsRequired: h.opts.CredentialsRequired, Hosts: h.opts.Hosts}
 	}
 	wsHost := h.opts.WebSocketHost
 	if ip := net.ParseIP(wsHost); wsHost == "" || (ip != nil && ip.IsUnspecified()) {
@@ -90,6 +153,7 @@ func (h *Handler) Config(host string) Config {
 	return Config{
 		WebSocketURL:        "ws://" + net.JoinHostPort(trimBrackets(wsHost), strconv.Itoa(h.opts.WebSocketPort)),
 		CredentialsRequired: h.opts.CredentialsRequired,
+		Hosts:               h.opts.Hosts,
 	}
 }
 

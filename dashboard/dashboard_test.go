@@ -3,6 +3,7 @@ package dashboard_test
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -10,14 +11,26 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/leaseledger/leaseledger/dashboard"
+	"github.com/leaseledger/leaseledger/events"
 	"github.com/leaseledger/leaseledger/internal/testproc"
 )
 
 func TestMain(m *testing.M) { testproc.Main(m) }
+
+// newHandler is dashboard.New for options the test knows to be valid.
+func newHandler(t testing.TB, opts dashboard.Options) *dashboard.Handler {
+	t.Helper()
+	h, err := dashboard.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
 
 // repoRoot is where package.json and node_modules are.
 const repoRoot = ".."
@@ -37,7 +50,7 @@ func get(t *testing.T, h http.Handler, method, target, host string) *httptest.Re
 // the CSP (connections only to this origin and the bus's WebSocket), other
 // paths are 404 and other methods 405, all with the same headers.
 func TestHandler(t *testing.T) {
-	h := dashboard.New(dashboard.Options{WebSocketHost: "127.0.0.1", WebSocketPort: 4249})
+	h := newHandler(t, dashboard.Options{WebSocketHost: "127.0.0.1", WebSocketPort: 4249, Hosts: []string{"h1"}})
 	for _, c := range []struct {
 		method, path string
 		code         int
@@ -75,7 +88,8 @@ func TestHandler(t *testing.T) {
 }
 
 // TestConfig: the page learns the WebSocket URL (an unspecified bus host
-// becomes the host the browser used) and whether to ask for credentials,
+// becomes the host the browser used), whether to ask for credentials and
+// the host spaces in order (none: the field is absent, the bare space),
 // never a credential.
 func TestConfig(t *testing.T) {
 	for _, c := range []struct {
@@ -87,16 +101,63 @@ func TestConfig(t *testing.T) {
 		{dashboard.Options{WebSocketHost: "0.0.0.0", WebSocketPort: 4249, CredentialsRequired: true}, "dash.example:8848", dashboard.Config{WebSocketURL: "ws://dash.example:4249", CredentialsRequired: true}},
 		{dashboard.Options{WebSocketHost: "::", WebSocketPort: 4249}, "[::1]:8848", dashboard.Config{WebSocketURL: "ws://[::1]:4249"}},
 		{dashboard.Options{}, "localhost:8848", dashboard.Config{}},
+		{dashboard.Options{WebSocketHost: "127.0.0.1", WebSocketPort: 4249, Hosts: []string{}}, "localhost:8848", dashboard.Config{WebSocketURL: "ws://127.0.0.1:4249"}},
+		{dashboard.Options{WebSocketHost: "127.0.0.1", WebSocketPort: 4249, Hosts: []string{"h2", "h1", "host_3-x"}}, "localhost:8848",
+			dashboard.Config{WebSocketURL: "ws://127.0.0.1:4249", Hosts: []string{"h2", "h1", "host_3-x"}}},
+		{dashboard.Options{Hosts: []string{"h1"}}, "localhost:8848", dashboard.Config{Hosts: []string{"h1"}}},
 	} {
-		w := get(t, dashboard.New(c.opts), "GET", dashboard.ConfigPath, c.host)
+		w := get(t, newHandler(t, c.opts), "GET", dashboard.ConfigPath, c.host)
 		var got dashboard.Config
-		if err := json.Unmarshal(w.Body.Bytes(), &got); err != nil || got != c.want {
+		if err := json.Unmarshal(w.Body.Bytes(), &got); err != nil || !reflect.DeepEqual(got, c.want) {
 			t.Errorf("%+v at %s: %s (%v), want %+v", c.opts, c.host, w.Body, err, c.want)
 		}
 		var fields map[string]any
 		_ = json.Unmarshal(w.Body.Bytes(), &fields)
-		if len(fields) != 2 {
-			t.Errorf("config has fields %v, want ws_url and credentials_required only", fields)
+		want := 2
+		if len(c.want.Hosts) > 0 {
+			want = 3
+		}
+		if len(fields) != want {
+			t.Errorf("config has fields %v, want ws_url, credentials_required and hosts (when there are hosts) only", fields)
+		}
+	}
+	// The handler keeps its own copy of the hosts.
+	hosts := []string{"h1", "h2"}
+	h := newHandler(t, dashboard.Options{Hosts: hosts})
+	hosts[0] = "changed"
+	if got := h.Config("localhost").Hosts; !reflect.DeepEqual(got, []string{"h1", "h2"}) {
+		t.Errorf("hosts after the caller's slice changed: %v", got)
+	}
+}
+
+// TestNewInvalidHosts: New refuses, with ErrHost, a host that could not
+// be one NATS subject token (the rule of events.ValidID, which the check
+// agrees with), a duplicate, and more than MaxHosts hosts.
+func TestNewInvalidHosts(t *testing.T) {
+	long := strings.Repeat("h", dashboard.MaxHostLen)
+	for _, hosts := range [][]string{
+		{""}, {"h.1"}, {"*"}, {">"}, {"h 1"}, {"h1", "h1"}, {"h1", "h/2"}, {"é"}, {long + "h"}, {"h1\x00"}, {"h1."},
+	} {
+		_, err := dashboard.New(dashboard.Options{Hosts: hosts})
+		if !errors.Is(err, dashboard.ErrHost) {
+			t.Errorf("hosts %q: %v, want ErrHost", hosts, err)
+		}
+	}
+	many := make([]string, dashboard.MaxHosts+1)
+	for i := range many {
+		many[i] = fmt.Sprintf("h%d", i)
+	}
+	if _, err := dashboard.New(dashboard.Options{Hosts: many}); !errors.Is(err, dashboard.ErrHost) {
+		t.Errorf("%d hosts: %v, want ErrHost", len(many), err)
+	}
+	if _, err := dashboard.New(dashboard.Options{Hosts: many[:dashboard.MaxHosts]}); err != nil {
+		t.Errorf("%d hosts: %v", dashboard.MaxHosts, err)
+	}
+	// The local rule is events.ValidID's.
+	for _, h := range []string{"a", "A-z_9", long, long + "h", "", "a.b", "a*", "a>", "ü", "a b", "a\tb", "-", "_"} {
+		_, err := dashboard.New(dashboard.Options{Hosts: []string{h}})
+		if (err == nil) != events.ValidID(h) {
+			t.Errorf("host %q: New says %v, events.ValidID %v", h, err, events.ValidID(h))
 		}
 	}
 }
@@ -104,7 +165,7 @@ func TestConfig(t *testing.T) {
 // TestNoSecretOrRemoteFetch: the embedded page and bundle load nothing
 // from another origin and carry no credential-looking text.
 func TestNoSecretOrRemoteFetch(t *testing.T) {
-	h := dashboard.New(dashboard.Options{WebSocketPort: 1})
+	h := newHandler(t, dashboard.Options{WebSocketPort: 1})
 	page := get(t, h, "GET", "/", "").Body.String()
 	for _, bad := range []string{"http://", "https://", "<script>", "style="} {
 		if strings.Contains(page, bad) {
@@ -159,8 +220,12 @@ func TestBundleFresh(t *testing.T) {
 // ExampleNew serves the dashboard beside another handler, as serve does
 // beside its MCP endpoint.
 func ExampleNew() {
+	h, err := dashboard.New(dashboard.Options{WebSocketHost: "127.0.0.1", WebSocketPort: 4249})
+	if err != nil {
+		panic(err)
+	}
 	mux := http.NewServeMux()
-	mux.Handle("/", dashboard.New(dashboard.Options{WebSocketHost: "127.0.0.1", WebSocketPort: 4249}))
+	mux.Handle("/", h)
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 	res, err := http.Get(srv.URL + dashboard.ConfigPath)
@@ -174,4 +239,20 @@ func ExampleNew() {
 	// Output:
 	// {"ws_url":"ws://127.0.0.1:4249","credentials_required":false}
 	// default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self' ws://127.0.0.1:4249; base-uri 'none'; form-action 'none'; frame-ancestors 'none'
+}
+
+// ExampleNew_hosts is the dashboard of a collector's fleet bus: the page
+// offers a selector of the host spaces, the first selected.
+func ExampleNew_hosts() {
+	h, err := dashboard.New(dashboard.Options{WebSocketHost: "127.0.0.1", WebSocketPort: 4250, Hosts: []string{"h1", "h2"}})
+	if err != nil {
+		panic(err)
+	}
+	b, _ := json.Marshal(h.Config("localhost:8849"))
+	fmt.Println(string(b))
+	_, err = dashboard.New(dashboard.Options{Hosts: []string{"h1", "leaseledger.>"}})
+	fmt.Println(errors.Is(err, dashboard.ErrHost))
+	// Output:
+	// {"ws_url":"ws://127.0.0.1:4250","credentials_required":false,"hosts":["h1","h2"]}
+	// true
 }

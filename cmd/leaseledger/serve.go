@@ -138,7 +138,9 @@ accepting MCP requests, ends every session and lease within
 			}
 			if rt != nil {
 				if rf.dashboard {
-					rt.dashboard = newDashboard(opts, b.WebSocketURL())
+					if rt.dashboard, err = newDashboard(opts, b.WebSocketURL()); err != nil {
+						return err
+					}
 				}
 				if err := rt.announce(); err != nil {
 					return err
@@ -205,13 +207,17 @@ accepting MCP requests, ends every session and lease within
 
 // newDashboard is the dashboard for the bus serve started: its WebSocket
 // port (from wsURL, "" when off) on the bus's host, credentials asked for
-// when anonymous clients are refused.
-func newDashboard(opts bus.Options, wsURL string) http.Handler {
+// when anonymous clients are refused, the host's space with --host-id.
+func newDashboard(opts bus.Options, wsURL string) (http.Handler, error) {
 	port := 0
 	if u, err := url.Parse(wsURL); err == nil && wsURL != "" {
 		port, _ = strconv.Atoi(u.Port())
 	}
-	return dashboard.New(dashboard.Options{WebSocketHost: opts.Host, WebSocketPort: port, CredentialsRequired: opts.DenyAnonymous})
+	var hosts []string
+	if opts.HostID != "" {
+		hosts = []string{opts.HostID}
+	}
+	return dashboard.New(dashboard.Options{WebSocketHost: opts.Host, WebSocketPort: port, CredentialsRequired: opts.DenyAnonymous, Hosts: hosts})
 }
 
 func ignoredNote(why string) string {
