@@ -304,7 +304,7 @@ func (b *Bus) serveAppend(m *nats.Msg, r route) {
 				reply.Header.Set(busclient.HeaderErrorCode, busclient.CodeIdempotencyConflict)
 			case errors.Is(err, ledger.ErrIdempotencyExpired):
 				reply.Header.Set(busclient.HeaderErrorCode, busclient.CodeIdempotencyExpired)
-			case errors.Is(err, errBadRequest):
+			case errors.Is(err, errBadRequest), errors.Is(err, ledger.ErrReservedKind): // only ledger.BindHost writes host.bound
 				reply.Header.Set(busclient.HeaderErrorCode, busclient.CodeBadRequest)
 			}
 		}
