@@ -33,7 +33,7 @@ const MaxReplayScan = 64 << 10
 // errChunkFull stops a chunk's scan.
 var errChunkFull = errors.New("chunk full")
 
-func (b *Bus) serveReplay(m *nats.Msg, r route) {
+func (b *Bus) serveReplay(m *nats.Msg, r route, sp *space) {
 	if !b.checkReply(m, r) {
 		return
 	}
@@ -53,7 +53,7 @@ func (b *Bus) serveReplay(m *nats.Msg, r route) {
 		_ = m.RespondMsg(reply)
 		return
 	}
-	head := b.l.Head().Seq
+	head := sp.l.Head().Seq
 	if q.To == 0 || q.To > head {
 		q.To = head
 	}
@@ -73,7 +73,7 @@ func (b *Bus) serveReplay(m *nats.Msg, r route) {
 	next := max(q.From, 1)
 	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
 	defer cancel()
-	err := b.l.Scan(ctx, q, func(seq ledger.Seq, raw []byte) error {
+	err := sp.l.Scan(ctx, q, func(seq ledger.Seq, raw []byte) error {
 		if count == maxEvents || body.Len()+len(raw)+1 > maxBytes || scanned == MaxReplayScan {
 			return errChunkFull
 		}
@@ -90,7 +90,7 @@ func (b *Bus) serveReplay(m *nats.Msg, r route) {
 	end := err == nil
 	if err != nil && !errors.Is(err, errChunkFull) {
 		reply.Header.Set(busclient.HeaderError, replayFailure(err))
-		b.opts.Logger.Error("bus: replay", "err", err)
+		b.opts.Logger.Error("bus: replay", sp.logAttrs("err", err)...)
 		_ = m.RespondMsg(reply)
 		return
 	}
@@ -120,7 +120,7 @@ func replayFailure(err error) string {
 	return fmt.Sprintf("replay failed: storage damaged, seq %d cannot be read", le.Seq)
 }
 
-func (b *Bus) serveHead(m *nats.Msg, r route) {
+func (b *Bus) serveHead(m *nats.Msg, r route, sp *space) {
 	if !b.checkReply(m, r) || !b.admit(m, r.class) {
 		return
 	}
@@ -128,7 +128,7 @@ func (b *Bus) serveHead(m *nats.Msg, r route) {
 		refuse(m, busclient.CodeBadRequest, "malformed head request: the body must be empty")
 		return
 	}
-	h := b.l.Head()
+	h := sp.l.Head()
 	data, _ := json.Marshal(busclient.HeadReply{Seq: h.Seq, Hash: h.Hash.String()})
 	_ = m.Respond(data)
 }

@@ -25,7 +25,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -107,13 +106,13 @@ type Options struct {
 // Bus is the embedded NATS server of a ledger: it publishes every committed
 // event after its fsync and serves the replay and head APIs.
 type Bus struct {
-	srv     *server.Server
-	nc      *nats.Conn // publishes events
-	api     *nats.Conn // answers API requests
-	l       *ledger.Ledger
-	opts    Options
-	unwatch func()
-	subs    []*nats.Subscription
+	srv    *server.Server
+	nc     *nats.Conn     // publishes events
+	api    *nats.Conn     // answers API requests
+	l      *ledger.Ledger // Start's ledger (appends); nil on a fleet
+	opts   Options
+	spaces []*space // the ledgers it serves, each in its host's space (space.go)
+	subs   []*nats.Subscription
 
 	ctx         context.Context // ends when the bus closes
 	cancel      context.CancelFunc
@@ -137,6 +136,49 @@ const DefaultMaxConcurrentAppends = 256
 // starts publishing every event committed from now on. Close it before the
 // ledger.
 func Start(l *ledger.Ledger, opts Options) (*Bus, error) {
+	if err := prepare(&opts); err != nil {
+		return nil, err
+	}
+	q := func(subject string) string { return busclient.HostSubject(opts.HostID, subject) }
+	g := grants{
+		q:        q,
+		services: func(c class, user string) []string { return servicePublish(opts.Services, opts.HostID, c, user) },
+		api:      []string{q(busclient.APISubjects)},
+		deny:     hostDeny(&opts),
+	}
+	if opts.HostID != "" {
+		g.serverName = "leaseledger-host-" + opts.HostID
+	}
+	b, err := newServer(opts, g)
+	if err != nil {
+		return nil, err
+	}
+	b.l = l
+	sp := &space{b: b, host: opts.HostID, l: l, services: opts.Services}
+	b.spaces = []*space{sp}
+	// Each class of requester has request subjects of its own, which the
+	// permissions above let only that class publish to (the anonymous
+	// subjects are the bare ones): the subject, not the reply inbox (which
+	// NATS does not check), decides a request's class.
+	handlers := map[string]nats.MsgHandler{}
+	b.spaceHandlers(sp, handlers)
+	for subj, h := range handlers {
+		sub, err := b.api.Subscribe(subj, h)
+		if err != nil {
+			b.Close()
+			return nil, &Error{Op: "start", Subject: subj, Err: err}
+		}
+		b.subs = append(b.subs, sub)
+	}
+	if err := b.watch(); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// prepare applies Options' defaults and checks what every server of the
+// package (Start's, StartFleet's) needs: host id, users, limits, services.
+func prepare(opts *Options) error {
 	if opts.Host == "" {
 		opts.Host = "127.0.0.1"
 	}
@@ -156,159 +198,53 @@ func Start(l *ledger.Ledger, opts Options) (*Bus, error) {
 		opts.Logger = slog.Default()
 	}
 	if opts.HostID != "" && !events.ValidID(opts.HostID) {
-		return nil, &Error{Op: "start", Err: fmt.Errorf("%w: the host id must match %s", ErrOptions, events.IDRule)}
+		return &Error{Op: "start", Err: fmt.Errorf("%w: the host id must match %s", ErrOptions, events.IDRule)}
 	}
 	if opts.HostID == "" && opts.Cluster.enabled() {
-		return nil, &Error{Op: "start", Err: fmt.Errorf("%w: a clustered bus (routes or leaf remotes) needs a host id: hosts in the bare space would collide", ErrOptions)}
+		return &Error{Op: "start", Err: fmt.Errorf("%w: a clustered bus (routes or leaf remotes) needs a host id: hosts in the bare space would collide", ErrOptions)}
 	}
-	q := func(subject string) string { return busclient.HostSubject(opts.HostID, subject) }
 	for _, u := range []struct{ name, pass, flag string }{
 		{opts.ReadOnlyUser, opts.ReadOnlyPassword, "read-only"}, {opts.WriterUser, opts.WriterPassword, "writer"}, {opts.ControlUser, opts.ControlPassword, "control"}} {
 		if u.name == "" {
 			continue
 		}
 		if !events.ValidID(u.name) || u.name == internalUser || u.name == apiUser || u.name == anonymousUser {
-			return nil, &Error{Op: "start", Err: fmt.Errorf("%w: the %s user name must match %s and not be reserved", ErrOptions, u.flag, events.IDRule)}
+			return &Error{Op: "start", Err: fmt.Errorf("%w: the %s user name must match %s and not be reserved", ErrOptions, u.flag, events.IDRule)}
 		}
 		if u.pass == "" {
-			return nil, &Error{Op: "start", Err: fmt.Errorf("%w: the %s user needs a password", ErrOptions, u.flag)}
+			return &Error{Op: "start", Err: fmt.Errorf("%w: the %s user needs a password", ErrOptions, u.flag)}
 		}
 	}
 	if opts.WriterUser != "" && opts.WriterUser == opts.ReadOnlyUser ||
 		opts.ControlUser != "" && (opts.ControlUser == opts.ReadOnlyUser || opts.ControlUser == opts.WriterUser) {
-		return nil, &Error{Op: "start", Err: fmt.Errorf("%w: the writer, read-only and control users must differ", ErrOptions)}
+		return &Error{Op: "start", Err: fmt.Errorf("%w: the writer, read-only and control users must differ", ErrOptions)}
 	}
 	if opts.MaxConcurrentAppends <= 0 {
 		opts.MaxConcurrentAppends = DefaultMaxConcurrentAppends
 	}
-	internalPass, err := randomSecret()
-	if err != nil {
-		return nil, err
-	}
-	apiPass, err := randomSecret()
-	if err != nil {
-		return nil, err
-	}
-	// Every named user receives replies on its own inbox prefix (see
-	// busclient.InboxPrefix), so no user can read another's replies; anonymous
-	// clients share the default _INBOX prefix among themselves.
-	client := func(c class, user string, publish ...string) *server.Permissions {
-		return &server.Permissions{
-			Publish:   &server.SubjectPermission{Allow: append(publish, servicePublish(opts.Services, opts.HostID, c, user)...)},
-			Subscribe: &server.SubjectPermission{Allow: []string{q(busclient.EventSubjects()), q(busclient.CheckpointSubject), busclient.InboxPrefix(user) + ".>"}},
-		}
-	}
-	// The API responder is a connection of its own that may publish only to
-	// inboxes: a request naming an event subject as its reply subject cannot
-	// make the ledger publish there.
-	apiPublish := []string{busclient.InboxPrefix("") + ".>"}
-	users := []*server.User{
-		{Username: internalUser, Password: internalPass, Permissions: &server.Permissions{
-			Publish:   &server.SubjectPermission{Allow: []string{q(busclient.EventSubjects()), q(busclient.CheckpointSubject)}},
-			Subscribe: &server.SubjectPermission{Deny: []string{">"}},
-		}},
-	}
-	if opts.ReadOnlyUser != "" {
-		users = append(users, &server.User{Username: opts.ReadOnlyUser, Password: opts.ReadOnlyPassword,
-			Permissions: client(classReadOnly, opts.ReadOnlyUser, busclient.UserSubject(q(busclient.ReplaySubject), opts.ReadOnlyUser), busclient.UserSubject(q(busclient.HeadSubject), opts.ReadOnlyUser))})
-		apiPublish = append(apiPublish, busclient.InboxPrefix(opts.ReadOnlyUser)+".>")
-	}
-	if opts.WriterUser != "" {
-		users = append(users, &server.User{Username: opts.WriterUser, Password: opts.WriterPassword,
-			Permissions: client(classWriter, opts.WriterUser, busclient.UserSubject(q(busclient.ReplaySubject), opts.WriterUser), busclient.UserSubject(q(busclient.HeadSubject), opts.WriterUser), busclient.UserSubject(q(busclient.AppendSubject), opts.WriterUser))})
-		apiPublish = append(apiPublish, busclient.InboxPrefix(opts.WriterUser)+".>")
-	}
-	if opts.ControlUser != "" {
-		users = append(users, &server.User{Username: opts.ControlUser, Password: opts.ControlPassword,
-			Permissions: client(classControl, opts.ControlUser, busclient.UserSubject(q(busclient.ReplaySubject), opts.ControlUser), busclient.UserSubject(q(busclient.HeadSubject), opts.ControlUser))})
-		apiPublish = append(apiPublish, busclient.InboxPrefix(opts.ControlUser)+".>")
-	}
-	users = append(users, &server.User{Username: apiUser, Password: apiPass, Permissions: &server.Permissions{
-		Publish:   &server.SubjectPermission{Allow: apiPublish},
-		Subscribe: &server.SubjectPermission{Allow: []string{q(busclient.APISubjects)}},
-	}})
 	opts.Limits = opts.Limits.withDefaults(opts.ReplayChunkBytes)
-	if err := validateServices(&opts); err != nil {
-		return nil, &Error{Op: "start", Err: err}
+	if err := validateServices(opts.Services, opts.ControlUser, opts.Limits.MaxPayload); err != nil {
+		return &Error{Op: "start", Err: err}
 	}
 	if opts.Limits.ReservedNamedConnections >= opts.Limits.MaxConnections-2 {
-		return nil, &Error{Op: "start", Err: fmt.Errorf("%w: the connections reserved for named users (%d) must leave room below the maximum (%d)", ErrOptions, opts.Limits.ReservedNamedConnections, opts.Limits.MaxConnections)}
+		return &Error{Op: "start", Err: fmt.Errorf("%w: the connections reserved for named users (%d) must leave room below the maximum (%d)", ErrOptions, opts.Limits.ReservedNamedConnections, opts.Limits.MaxConnections)}
 	}
-	auth := &authenticator{lim: opts.Limits.Auth, users: map[string]*server.User{}, failures: map[string]*bucket{},
-		anonymousMax: opts.Limits.MaxConnections - opts.Limits.ReservedNamedConnections}
-	for _, u := range users {
-		auth.users[u.Username] = u
-	}
-	if !opts.DenyAnonymous {
-		auth.anonymous = &server.User{Username: anonymousUser, Permissions: client(classAnonymous, "", q(busclient.ReplaySubject), q(busclient.HeadSubject))}
-	}
-	sopts := &server.Options{
-		Host: opts.Host, Port: opts.Port, NoSigs: true, NoLog: true,
-		MaxConn: opts.Limits.MaxConnections, MaxPending: opts.Limits.MaxPendingBytes,
-		WriteDeadline: opts.Limits.WriteDeadline, MaxPayload: opts.Limits.MaxPayload,
-		NoFastProducerStall:        true, // drop a slow reader's replies, never stall the responder
-		CustomClientAuthentication: auth,
-	}
-	if opts.HostID != "" {
-		sopts.ServerName = "leaseledger-host-" + opts.HostID
-	}
-	if err := clusterConfig(sopts, hostDeny(&opts), opts.Cluster, opts.TLS); err != nil {
-		return nil, &Error{Op: "start", Err: err}
-	}
-	if opts.WebSocketPort != 0 {
-		sopts.Websocket = server.WebsocketOpts{Host: opts.Host, Port: opts.WebSocketPort, NoTLS: true}
-	}
-	srv, err := server.NewServer(sopts)
-	if err != nil {
-		return nil, &Error{Op: "start", Err: err}
-	}
-	auth.clients = srv.NumClients
-	go srv.Start()
-	if !srv.ReadyForConnections(10 * time.Second) {
-		srv.Shutdown()
-		srv.WaitForShutdown()
-		return nil, &Error{Op: "start", Err: fmt.Errorf("not ready to accept connections on %s:%d", opts.Host, opts.Port)}
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	b := &Bus{srv: srv, l: l, opts: opts, ctx: ctx, cancel: cancel, appendSlots: make(chan struct{}, opts.MaxConcurrentAppends),
-		auth: auth, limiter: &rateLimiter{lim: opts.Limits, conns: map[string]*connBucket{}}}
-	for c := range b.callSlots {
-		b.callSlots[c] = make(chan struct{}, opts.Limits.ServiceConcurrency)
-	}
-	if b.nc, err = nats.Connect("", nats.InProcessServer(srv), nats.UserInfo(internalUser, internalPass), nats.Name("leaseledger-publisher")); err == nil {
-		b.api, err = nats.Connect("", nats.InProcessServer(srv), nats.UserInfo(apiUser, apiPass), nats.Name("leaseledger-api"))
-	}
-	if err != nil {
-		b.Close()
-		return nil, &Error{Op: "start", Err: err}
-	}
-	// Each class of requester has request subjects of its own, which the
-	// permissions above let only that class publish to (the anonymous
-	// subjects are the bare ones): the subject, not the reply inbox (which
-	// NATS does not check), decides a request's class.
-	handlers := map[string]nats.MsgHandler{}
-	for _, r := range b.routes() {
-		handlers[busclient.UserSubject(q(busclient.ReplaySubject), r.user)] = func(m *nats.Msg) { b.serveReplay(m, r) }
-		handlers[busclient.UserSubject(q(busclient.HeadSubject), r.user)] = func(m *nats.Msg) { b.serveHead(m, r) }
-		if r.class == classWriter {
-			handlers[busclient.UserSubject(q(busclient.AppendSubject), r.user)] = func(m *nats.Msg) { b.serveAppend(m, r) }
-		}
-	}
-	b.serviceHandlers(handlers)
-	for subj, h := range handlers {
-		sub, err := b.api.Subscribe(subj, h)
-		if err != nil {
-			b.Close()
-			return nil, &Error{Op: "start", Subject: subj, Err: err}
-		}
-		b.subs = append(b.subs, sub)
-	}
+	return nil
+}
+
+// watch starts publishing the commits of every space with a ledger (the
+// last step of a start: on failure the bus is closed).
+func (b *Bus) watch() error {
 	if err := b.api.Flush(); err != nil {
 		b.Close()
-		return nil, &Error{Op: "start", Err: err}
+		return &Error{Op: "start", Err: err}
 	}
-	b.unwatch = l.Watch(b)
-	return b, nil
+	for _, sp := range b.spaces {
+		if sp.l != nil {
+			sp.unwatch = sp.l.Watch(sp)
+		}
+	}
+	return nil
 }
 
 // Reserved user names of the bus.
@@ -331,9 +267,6 @@ func randomSecret() (string, error) {
 	return hex.EncodeToString(b[:]), nil
 }
 
-// subject is subject in the bus's host space (busclient.HostSubject).
-func (b *Bus) subject(subject string) string { return busclient.HostSubject(b.opts.HostID, subject) }
-
 // HostID is the host whose space the bus serves ("" for the bare space).
 func (b *Bus) HostID() string { return b.opts.HostID }
 
@@ -355,35 +288,17 @@ func (b *Bus) Server() *server.Server { return b.srv }
 // Committed implements ledger.Observer: it publishes each event on its subject,
 // on the bus's own Watch goroutine (it never delays an ack); a failure is
 // logged, and subscribers recover through replay.
-func (b *Bus) Committed(batch []ledger.Record) {
-	for i := range batch {
-		r := &batch[i]
-		msg := &nats.Msg{Subject: b.subject(r.Env.Subject()), Data: r.Raw, Header: nats.Header{
-			busclient.HeaderMsgID: []string{r.Env.ID.String()},
-			busclient.HeaderSeq:   []string{strconv.FormatUint(uint64(r.Env.Seq), 10)},
-		}}
-		if err := b.nc.PublishMsg(msg); err != nil {
-			b.opts.Logger.Warn("bus: publish failed", "seq", r.Env.Seq, "err", err)
-		}
-	}
-}
+func (b *Bus) Committed(batch []ledger.Record) { b.spaces[0].Committed(batch) }
 
 // PublishCheckpoint publishes a signed checkpoint on
 // busclient.CheckpointSubject (the bus's own connection is the only one
 // allowed to). Its error is an *Error (the bus closed, NATS failed).
-func (b *Bus) PublishCheckpoint(signed []byte) error {
-	if err := b.nc.Publish(b.subject(busclient.CheckpointSubject), signed); err != nil {
-		return &Error{Op: "publish checkpoint", Subject: b.subject(busclient.CheckpointSubject), Err: err}
-	}
-	return nil
-}
+func (b *Bus) PublishCheckpoint(signed []byte) error { return b.spaces[0].publishCheckpoint(signed) }
 
 // Lagged implements ledger.Lagger: publication fell ledger.ObserverQueueLen
 // batches behind and events from..to are not published; subscribers fill the
 // hole by replay (busclient.Client.Tail).
-func (b *Bus) Lagged(from, to ledger.Seq) {
-	b.opts.Logger.Warn("bus: publication fell behind; events left to replay", "from", from, "to", to)
-}
+func (b *Bus) Lagged(from, to ledger.Seq) { b.spaces[0].Lagged(from, to) }
 
 // Close stops the API, waits for the appends it is serving (they finish:
 // the ledger is still open) and for the service calls it is serving (their
@@ -403,8 +318,10 @@ func (b *Bus) Close() error {
 	b.cancel()       // releases handlers waiting for an append or service slot
 	b.appends.Wait() // every append taken in has been answered
 	b.calls.Wait()   // every service call taken in has returned (its ctx ended)
-	if b.unwatch != nil {
-		b.unwatch() // waits for a publication in progress
+	for _, sp := range b.spaces {
+		if sp.unwatch != nil {
+			sp.unwatch() // waits for a publication in progress
+		}
 	}
 	for _, c := range []*nats.Conn{b.api, b.nc} {
 		if c != nil {

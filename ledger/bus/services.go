@@ -128,12 +128,14 @@ func JSON[Req, Reply any](fn func(ctx context.Context, caller string, req *Req) 
 	}
 }
 
-// validateServices checks the services of opts (see Service.Subject).
-func validateServices(opts *Options) error {
+// validateServices checks the services of one space (see
+// Service.Subject): AccessControl ones need a control user, and replies
+// their maximum payload.
+func validateServices(services []Service, controlUser string, maxPayload int32) error {
 	subjects := []string{busclient.ReplaySubject, busclient.HeadSubject, busclient.AppendSubject}
 	base := strings.TrimSuffix(busclient.APISubjects, ">")
-	for i := range opts.Services {
-		s := &opts.Services[i]
+	for i := range services {
+		s := &services[i]
 		rest, ok := strings.CutPrefix(s.Subject, base)
 		if !ok || !validTokens(rest) {
 			return fmt.Errorf("%w: service subject %d must be %s followed by tokens of [a-z0-9_]", ErrOptions, i, base)
@@ -144,7 +146,7 @@ func validateServices(opts *Options) error {
 		switch s.Access {
 		case AccessRead:
 		case AccessControl:
-			if opts.ControlUser == "" {
+			if controlUser == "" {
 				return fmt.Errorf("%w: service %s is for the control user, and there is none", ErrOptions, s.Subject)
 			}
 		default:
@@ -157,7 +159,7 @@ func validateServices(opts *Options) error {
 		}
 		subjects = append(subjects, s.Subject)
 	}
-	if len(opts.Services) > 0 && opts.Limits.MaxPayload < MaxServiceReplyBytes+serviceHeaderRoom {
+	if len(services) > 0 && maxPayload < MaxServiceReplyBytes+serviceHeaderRoom {
 		return fmt.Errorf("%w: services need Limits.MaxPayload of at least %d bytes", ErrOptions, MaxServiceReplyBytes+serviceHeaderRoom)
 	}
 	return nil
@@ -191,16 +193,16 @@ func servicePublish(services []Service, host string, c class, user string) []str
 	return out
 }
 
-// serviceHandlers adds the request subjects of every service for every
-// route allowed to call it.
-func (b *Bus) serviceHandlers(handlers map[string]nats.MsgHandler) {
-	for i := range b.opts.Services {
-		s := &b.opts.Services[i]
+// serviceHandlers adds the request subjects of every service of sp for
+// every route allowed to call it.
+func (b *Bus) serviceHandlers(sp *space, handlers map[string]nats.MsgHandler) {
+	for i := range sp.services {
+		s := &sp.services[i]
 		for _, r := range b.routes() {
 			if s.Access == AccessControl && r.class != classControl {
 				continue
 			}
-			handlers[busclient.UserSubject(b.subject(s.Subject), r.user)] = func(m *nats.Msg) { b.serveService(m, r, s) }
+			handlers[busclient.UserSubject(sp.subject(s.Subject), r.user)] = func(m *nats.Msg) { b.serveService(m, r, s) }
 		}
 	}
 }

@@ -1,0 +1,80 @@
+package bus
+
+import (
+	"strconv"
+
+	"github.com/leaseledger/leaseledger/ledger"
+	"github.com/leaseledger/leaseledger/ledger/busclient"
+	"github.com/nats-io/nats.go"
+)
+
+// A space is one ledger a server carries in its host's subject space
+// (busclient.HostSubject): the watch that publishes its commits there, the
+// replay and head API answered from it, and the services of that space. A
+// Bus (Start) carries one, writable; a Fleet (StartFleet) one per host,
+// read-only, plus the bare space of its fleet-level services.
+type space struct {
+	b        *Bus
+	host     string         // "" for the bare space
+	l        *ledger.Ledger // nil: services only (a fleet's bare space)
+	services []Service
+	unwatch  func() // set once its publication starts
+}
+
+// subject is subject in the space (busclient.HostSubject).
+func (sp *space) subject(subject string) string { return busclient.HostSubject(sp.host, subject) }
+
+// spaceHandlers adds the request subjects of sp — replay and head (and
+// append, for a writer) when it has a ledger, and its services — for every
+// route of the bus.
+func (b *Bus) spaceHandlers(sp *space, handlers map[string]nats.MsgHandler) {
+	if sp.l != nil {
+		for _, r := range b.routes() {
+			handlers[busclient.UserSubject(sp.subject(busclient.ReplaySubject), r.user)] = func(m *nats.Msg) { b.serveReplay(m, r, sp) }
+			handlers[busclient.UserSubject(sp.subject(busclient.HeadSubject), r.user)] = func(m *nats.Msg) { b.serveHead(m, r, sp) }
+			if r.class == classWriter {
+				handlers[busclient.UserSubject(sp.subject(busclient.AppendSubject), r.user)] = func(m *nats.Msg) { b.serveAppend(m, r) }
+			}
+		}
+	}
+	b.serviceHandlers(sp, handlers)
+}
+
+// Committed implements ledger.Observer: it publishes each event on its
+// subject in the space, on the space's own Watch goroutine (it never
+// delays an ack); a failure is logged, and subscribers recover through
+// replay.
+func (sp *space) Committed(batch []ledger.Record) {
+	for i := range batch {
+		r := &batch[i]
+		msg := &nats.Msg{Subject: sp.subject(r.Env.Subject()), Data: r.Raw, Header: nats.Header{
+			busclient.HeaderMsgID: []string{r.Env.ID.String()},
+			busclient.HeaderSeq:   []string{strconv.FormatUint(uint64(r.Env.Seq), 10)},
+		}}
+		if err := sp.b.nc.PublishMsg(msg); err != nil {
+			sp.b.opts.Logger.Warn("bus: publish failed", sp.logAttrs("seq", r.Env.Seq, "err", err)...)
+		}
+	}
+}
+
+// Lagged implements ledger.Lagger (see Bus.Lagged).
+func (sp *space) Lagged(from, to ledger.Seq) {
+	sp.b.opts.Logger.Warn("bus: publication fell behind; events left to replay", sp.logAttrs("from", from, "to", to)...)
+}
+
+// publishCheckpoint publishes signed on the space's CheckpointSubject.
+func (sp *space) publishCheckpoint(signed []byte) error {
+	if err := sp.b.nc.Publish(sp.subject(busclient.CheckpointSubject), signed); err != nil {
+		return &Error{Op: "publish checkpoint", Subject: sp.subject(busclient.CheckpointSubject), Err: err}
+	}
+	return nil
+}
+
+// logAttrs are a log record's attributes, with the space's host first
+// when it has one.
+func (sp *space) logAttrs(attrs ...any) []any {
+	if sp.host == "" {
+		return attrs
+	}
+	return append([]any{"host", sp.host}, attrs...)
+}
