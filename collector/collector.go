@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -80,6 +81,13 @@ type Options struct {
 	// (ReasonCheckpoint). Hosts without one are mirrored unchecked by
 	// checkpoints.
 	Verifiers map[string]note.Verifier
+	// OpenMirror opens host's mirror ledger with opts (Dir is the host's
+	// HostDir, Mirror is set) and returns it with what closes it (nil:
+	// the ledger's own Close). The collector imports into that ledger and
+	// closes it through the closer at Close. It lets a caller wrap each
+	// mirror (a live projection over it) without the collector knowing
+	// the wrapper; ledger.Open when nil.
+	OpenMirror func(ctx context.Context, host string, opts ledger.Options) (*ledger.Ledger, io.Closer, error)
 	// Now is the clock of findings; time.Now when nil.
 	Now func() time.Time
 	// Logger receives findings and host state changes; slog.Default when
@@ -122,6 +130,12 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	if o.OpenMirror == nil {
+		o.OpenMirror = func(_ context.Context, _ string, lo ledger.Options) (*ledger.Ledger, io.Closer, error) {
+			l, err := ledger.Open(lo)
+			return l, nil, err
+		}
+	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -153,7 +167,7 @@ func Start(opts Options) (*Collector, error) {
 	}
 	c := &Collector{opts: opts}
 	for _, h := range opts.Hosts {
-		hm, err := openHost(opts, h)
+		hm, err := openHost(context.Background(), opts, h)
 		if err != nil {
 			c.closeLedgers()
 			return nil, err
@@ -176,7 +190,7 @@ func Start(opts Options) (*Collector, error) {
 	return c, nil
 }
 
-func openHost(opts Options, h string) (*hostMirror, error) {
+func openHost(ctx context.Context, opts Options, h string) (*hostMirror, error) {
 	dir := HostDir(opts.Dir, h)
 	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
 		return nil, fmt.Errorf("collector: host %s: %w", h, err)
@@ -185,11 +199,15 @@ func openHost(opts Options, h string) (*hostMirror, error) {
 	if err != nil {
 		return nil, fmt.Errorf("collector: host %s: %w", h, err)
 	}
-	l, err := ledger.Open(ledger.Options{Dir: dir, Mirror: true, Logger: opts.Logger})
+	l, closer, err := opts.OpenMirror(ctx, h, ledger.Options{Dir: dir, Mirror: true, Logger: opts.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("collector: host %s: open mirror: %w", h, err)
 	}
+	if closer == nil {
+		closer = l
+	}
 	hm := newHostMirror(opts, h, dir, l)
+	hm.closer = closer
 	if f != nil {
 		hm.st.State, hm.st.Finding = StateRefused, f
 	}
@@ -227,7 +245,7 @@ func (c *Collector) Close() error {
 func (c *Collector) closeLedgers() error {
 	var errs []error
 	for _, hm := range c.hosts {
-		if err := hm.l.Close(); err != nil {
+		if err := hm.closer.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("collector: host %s: %w", hm.host, err))
 		}
 	}

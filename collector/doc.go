@@ -52,6 +52,9 @@
 //   - A signed checkpoint of a host with a verifier that contradicts the
 //     mirror refuses the host; one whose signature does not verify is
 //     counted and ignored (TestCheckpointsChecked).
+//   - A mirror opened through Options.OpenMirror (a live projection over
+//     it, say) is the ledger the collector imports into, and its closer
+//     is called once at Close (TestOpenMirrorHook).
 //   - Per-host lag is exposed: Prometheus metrics and the /status JSON of
 //     Handler (TestStatusAndMetrics).
 package collector

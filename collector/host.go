@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -25,6 +26,7 @@ type hostMirror struct {
 	opts      Options
 	host, dir string
 	l         *ledger.Ledger
+	closer    io.Closer         // closes l (Options.OpenMirror's)
 	client    *busclient.Client // the host's anonymous read-only API
 
 	mu          sync.Mutex

@@ -23,6 +23,11 @@ const (
 	StateRefused = "refused"
 )
 
+// StatusSubject is the fleet-level read-only service (in the bare space
+// of the collector's fleet bus, see 'collect') that answers the Status as
+// JSON, as Handler's /status does.
+const StatusSubject = "leaseledger.api.fleet.status"
+
 // HostStatus is one host's mirroring, as /status shows it.
 type HostStatus struct {
 	// Head is the mirror's durable head seq.
