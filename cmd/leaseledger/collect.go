@@ -4,15 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
-	"os"
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
 	"github.com/leaseledger/leaseledger/collector"
@@ -25,19 +20,13 @@ func init() { extraCommands = append(extraCommands, newCollectCmd) }
 
 // collectFlags are the flags of `collect`.
 type collectFlags struct {
-	hosts                        []string
-	clusterName, clusterListen   string
-	routes                       []string
-	clusterUser, clusterPassword string
-	routeCert, routeKey, routeCA string
-	leafRemotes                  []string
-	leafCreds                    string
-	leafUser, leafPassword       string
-	metricsAddr                  string
-	natsPort                     int
-	vkeys                        []string
-	pollInterval                 time.Duration
-	bufferLen                    int
+	hosts []string
+	routeFlags
+	metricsAddr  string
+	natsPort     int
+	vkeys        []string
+	pollInterval time.Duration
+	bufferLen    int
 }
 
 func newCollectCmd(a *app) *cobra.Command {
@@ -61,18 +50,7 @@ read commands on them need it stopped (it resumes from each mirror's head).`,
 	}
 	f := cmd.Flags()
 	f.StringSliceVar(&cf.hosts, "hosts", nil, "host ids to mirror (comma-separated or repeated)")
-	f.StringVar(&cf.clusterName, "cluster-name", "", "NATS cluster name (default "+bus.DefaultClusterName+")")
-	f.StringVar(&cf.clusterListen, "cluster-listen", "127.0.0.1:-1", "host:port the collector's route listens on (port -1: any free port)")
-	f.StringSliceVar(&cf.routes, "routes", nil, "nats-route://host:port of cluster peers (comma-separated or repeated)")
-	f.StringVar(&cf.clusterUser, "cluster-user", "", "route authorization user (the cluster's)")
-	f.StringVar(&cf.clusterPassword, "cluster-password", "", "route authorization password (env LEASELEDGER_CLUSTER_PASSWORD)")
-	f.StringVar(&cf.routeCert, "cluster-tls-cert", "", "PEM certificate for routes (and tls:// leaf remotes)")
-	f.StringVar(&cf.routeKey, "cluster-tls-key", "", "PEM key of --cluster-tls-cert")
-	f.StringVar(&cf.routeCA, "cluster-tls-ca", "", "PEM CA the peers' route certificates must chain to")
-	f.StringSliceVar(&cf.leafRemotes, "leaf-remote", nil, "join as a leaf node of this hub URL (nats-leaf://, nats:// or tls://host:port; repeatable) instead of or besides routes")
-	f.StringVar(&cf.leafCreds, "leaf-credentials", "", "NATS .creds file for --leaf-remote")
-	f.StringVar(&cf.leafUser, "leaf-user", "", "user for --leaf-remote")
-	f.StringVar(&cf.leafPassword, "leaf-password", "", "password of --leaf-user (env LEASELEDGER_LEAF_PASSWORD)")
+	cf.routeFlags.register(f, "127.0.0.1:-1", "host:port the collector's route listens on (port -1: any free port)")
 	f.StringArrayVar(&cf.vkeys, "checkpoint-vkey", nil, "host=KEY: check the signed checkpoints host publishes (serve --checkpoint-key) with this verifier key (from 'checkpoint keygen') against its mirror (repeatable)")
 	f.IntVar(&cf.natsPort, "nats-port", 0, "also offer a read-only NATS client port on 127.0.0.1 (every host's events and read API; -1: any free port; 0: none)")
 	f.StringVar(&cf.metricsAddr, "metrics-addr", "", "serve /metrics and /status on this address, e.g. 127.0.0.1:9249 (empty: off)")
@@ -85,23 +63,9 @@ func (a *app) runCollect(ctx context.Context, cf collectFlags) error {
 	if len(cf.hosts) == 0 {
 		return errors.New("collect: --hosts is required")
 	}
-	if cf.clusterPassword == "" {
-		cf.clusterPassword = os.Getenv("LEASELEDGER_CLUSTER_PASSWORD")
-	}
-	if cf.leafPassword == "" {
-		cf.leafPassword = os.Getenv("LEASELEDGER_LEAF_PASSWORD")
-	}
-	if (cf.clusterUser == "") != (cf.clusterPassword == "") {
-		return errors.New("collect: --cluster-user and --cluster-password (or LEASELEDGER_CLUSTER_PASSWORD) go together")
-	}
-	routeTLS, err := tlsFiles("--cluster-tls", cf.routeCert, cf.routeKey, cf.routeCA)
+	cluster, err := cf.routeFlags.options()
 	if err != nil {
 		return fmt.Errorf("collect: %w", err)
-	}
-	cluster := bus.ClusterOptions{Name: cf.clusterName, Listen: cf.clusterListen, Routes: cf.routes,
-		User: cf.clusterUser, Password: cf.clusterPassword, TLS: routeTLS}
-	for _, u := range cf.leafRemotes {
-		cluster.LeafRemotes = append(cluster.LeafRemotes, bus.LeafRemote{URL: u, Credentials: cf.leafCreds, User: cf.leafUser, Password: cf.leafPassword})
 	}
 	// The connection's slow-consumer drops are the collector's bounded
 	// buffers at work (counted per host, filled by replay), not errors.
@@ -163,25 +127,8 @@ func (a *app) runCollect(ctx context.Context, cf collectFlags) error {
 // serveCollectorHTTP serves the collector's /metrics (with the Go
 // runtime's) and /status on addr until stop is called.
 func serveCollectorHTTP(c *collector.Collector, addr string) (stop func(), bound string, err error) {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(c.Metrics(), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, "", fmt.Errorf("metrics: %w", err)
-	}
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.Handle("GET /metrics", metricsHandler(c.Metrics()))
 	mux.Handle("GET /status", c.Handler())
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = srv.Serve(ln)
-	}()
-	return func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-		<-done
-	}, ln.Addr().String(), nil
+	return serveHTTP("metrics", addr, mux)
 }

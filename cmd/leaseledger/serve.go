@@ -1,19 +1,13 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"strconv"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/leaseledger/leaseledger/control"
 	"github.com/leaseledger/leaseledger/dashboard"
@@ -230,24 +224,7 @@ func ignoredNote(why string) string {
 // serveMetrics serves the ledger's Prometheus metrics (and the Go runtime's)
 // on addr until stop is called.
 func serveMetrics(l *ledger.Ledger, addr string) (stop func(), bound string, err error) {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(ledgermetrics.NewCollector(l), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, "", fmt.Errorf("metrics: %w", err)
-	}
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = srv.Serve(ln)
-	}()
-	return func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-		<-done
-	}, ln.Addr().String(), nil
+	mux.Handle("/metrics", metricsHandler(ledgermetrics.NewCollector(l)))
+	return serveHTTP("metrics", addr, mux)
 }
