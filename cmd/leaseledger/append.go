@@ -37,9 +37,10 @@ func newAppendCmd(a *app) *cobra.Command {
 
 (see examples/events.jsonl and docs/events.md), appends them with
 --concurrency appenders and prints "<seq> <ulid>" for each event as soon as
-it is durable (fsynced). A malformed line is reported on stderr with its
-line number and skipped; the others are still appended, and the exit status
-is 1. With --nats the events go to a running 'serve' (as its writer user)
+it is durable (fsynced). A malformed line, or one of a kind only the
+ledger writes (host.bound: serve --host-id binds the host), is reported on
+stderr with its line number and skipped; the others are still appended,
+and the exit status is 1. With --nats the events go to a running 'serve' (as its writer user)
 instead of a data directory; each append call carries an idempotency key,
 and a call whose outcome is in doubt (no answer within --request-timeout, a
 lost connection, serve restarting) is sent again under the same key, with
@@ -215,6 +216,9 @@ func appendStream(parent context.Context, a *app, sink appendSink, concurrency, 
 			continue
 		}
 		d, perr := events.ParseInput(line)
+		if perr == nil {
+			perr = ledger.Appendable(d.Payload.Kind()) // host.bound: only serve --host-id writes it
+		}
 		if perr != nil {
 			fmt.Fprintf(a.stderr, "leaseledger: line %d: %v\n", lineNo, perr)
 			refused++

@@ -49,7 +49,8 @@ confirmed. Every event of the activation is decoded strictly
 documented in package projector/audit).
 
 With --all, it replays the whole log (with a progress bar on stderr) and
-prints the number of activations by verdict and the unconfirmed ones.
+prints the host the chain is bound to (host.bound, when there is one), the
+number of activations by verdict and the unconfirmed ones.
 
 With --bundle FILE --vkey KEY it needs no data directory: it reads an
 evidence bundle (from 'bundle'), verifies every event in it as 'verify
@@ -348,7 +349,9 @@ const auditSettleEvery = 4096
 // follows live state and the activations listed, not history: every
 // auditSettleEvery events, each retired activation (closed, no lease names
 // it) that the activation index shows no later event for has its final
-// verdict and is counted, then dropped (TestAuditAllStreamingTwin).
+// verdict and is counted, then dropped (TestAuditAllStreamingTwin). The
+// summary names the chain's bound host, in text and JSON, as
+// audit.Summarize's does (TestAuditAllHost).
 func auditAll(cmd *cobra.Command, a *app, l *ledger.Ledger, asJSON bool, limit int) error {
 	if limit <= 0 {
 		limit = audit.All
@@ -379,7 +382,9 @@ func auditAll(cmd *cobra.Command, a *app, l *ledger.Ledger, asJSON bool, limit i
 		_, closed := s.CloseReport(id)
 		col.Add(id, v, reasons, omitted, closed)
 	}
-	return printSummaryOut(a, col.Summary(s.Applied(), s.Anomalies()), asJSON)
+	sum := col.Summary(s.Applied(), s.Anomalies())
+	sum.Host = s.Host() // as audit.Summarize: the chain's bound host (TestAuditAllHost)
+	return printSummaryOut(a, sum, asJSON)
 }
 
 // settleRetired counts and drops every retired activation of s that the
@@ -426,6 +431,9 @@ func printSummaryOut(a *app, out audit.Summary, asJSON bool) error {
 			return err
 		}
 	} else {
+		if out.Host != "" {
+			fmt.Fprintf(a.stdout, "host: %s\n", out.Host)
+		}
 		fmt.Fprintf(a.stdout, "events: %d\nactivations: %d\nconfirmed: %d\nunconfirmed: %d (not closed: %d)\nnever started: %d\n",
 			out.Events, out.Activations, out.Verdicts[projector.ResultConfirmed], out.Verdicts[projector.ResultUnconfirmed], out.NotClosed,
 			out.Verdicts[projector.ResultNeverStarted])

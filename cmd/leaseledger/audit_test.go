@@ -274,3 +274,37 @@ func TestAuditTextUnknownOutcome(t *testing.T) {
 		t.Fatalf("a finished call is listed:\n%s", r.stdout)
 	}
 }
+
+// TestAuditAllHost: `audit --all` names the host the chain is bound to, in
+// text and in JSON (the summary's host field), and nothing when unbound.
+func TestAuditAllHost(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	auditLog(t, dir)
+	all := func() (string, audit.Summary) {
+		t.Helper()
+		text := runCLI(t, ctx, "", "--data-dir", dir, "audit", "--all").stdout
+		r := runCLI(t, ctx, "", "--data-dir", dir, "audit", "--all", "--json")
+		var sum audit.Summary
+		if err := json.Unmarshal([]byte(r.stdout), &sum); err != nil {
+			t.Fatalf("audit --all --json: %v\n%s", err, r.stdout)
+		}
+		return text, sum
+	}
+	if text, sum := all(); strings.Contains(text, "host:") || sum.Host != "" {
+		t.Fatalf("unbound chain: host %q in\n%s", sum.Host, text)
+	}
+	l, err := ledger.Open(ledger.Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = l.BindHost(ctx, "host-eu-1")
+	l.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, sum := all()
+	if !strings.HasPrefix(text, "host: host-eu-1\nevents: ") || sum.Host != "host-eu-1" {
+		t.Fatalf("bound chain: JSON host %q, text\n%s", sum.Host, text)
+	}
+}
