@@ -1,6 +1,7 @@
 // Package bus is the server side of the ledger's NATS bus: an embedded
 // NATS server on which every committed event is published after its fsync
-// (and the signed checkpoints its host hands to PublishCheckpoint), the users and permissions of that server, and the request/reply API it
+// (and the signed checkpoints its host hands to PublishCheckpoint), the
+// users and permissions of that server, and the request/reply API it
 // answers (replay, head, append).
 //
 // The protocol — API subjects, headers, request and reply bodies, user
@@ -13,6 +14,12 @@
 // fleet (busclient.HostSubject), and Options.Cluster joins it to the
 // fleet's NATS cluster or hubs (cluster.go); a Peer (peer.go) is a server
 // of that cluster without a ledger.
+//
+// One server may carry several ledgers, each a space (space.go) with its
+// host's subjects, and the same users, limits and handlers (server.go):
+// Start serves one, writable; StartFleet (fleet.go) serves up to
+// MaxFleetSpaces read-only, never clustered — the collector's fleet bus,
+// on which clients read every mirrored host as they read the host itself.
 //
 // Other packages add request/reply APIs of their own as Services
 // (services.go), served under the same rules; the control user
@@ -163,12 +170,9 @@ func Start(l *ledger.Ledger, opts Options) (*Bus, error) {
 	handlers := map[string]nats.MsgHandler{}
 	b.spaceHandlers(sp, handlers)
 	for subj, h := range handlers {
-		sub, err := b.api.Subscribe(subj, h)
-		if err != nil {
-			b.Close()
-			return nil, &Error{Op: "start", Subject: subj, Err: err}
+		if err := b.subscribe(subj, h); err != nil {
+			return nil, err
 		}
-		b.subs = append(b.subs, sub)
 	}
 	if err := b.watch(); err != nil {
 		return nil, err
@@ -229,6 +233,18 @@ func prepare(opts *Options) error {
 	if opts.Limits.ReservedNamedConnections >= opts.Limits.MaxConnections-2 {
 		return &Error{Op: "start", Err: fmt.Errorf("%w: the connections reserved for named users (%d) must leave room below the maximum (%d)", ErrOptions, opts.Limits.ReservedNamedConnections, opts.Limits.MaxConnections)}
 	}
+	return nil
+}
+
+// subscribe makes the API responder answer subj with h (a step of a
+// start: on failure the bus is closed).
+func (b *Bus) subscribe(subj string, h nats.MsgHandler) error {
+	sub, err := b.api.Subscribe(subj, h)
+	if err != nil {
+		b.Close()
+		return &Error{Op: "start", Subject: subj, Err: err}
+	}
+	b.subs = append(b.subs, sub)
 	return nil
 }
 

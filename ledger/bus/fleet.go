@@ -26,17 +26,23 @@ import (
 //     imported into a mirror — are published in order on
 //     HostSubject(HostID, …); FleetEventSubjects sees every space's, and
 //     PublishCheckpoint a host's checkpoint (TestFleetPublishesCommits).
-//   - Read-only: no append subject is served, no client may publish on an
-//     event or checkpoint subject, there is no writer or control user and
-//     AccessControl services are refused at start (ErrOptions)
-//     (TestFleetIsReadOnly).
+//   - Read-only: no client may publish on an event, checkpoint or append
+//     subject, there is no writer or control user and AccessControl
+//     services are refused at start (ErrOptions) (TestFleetIsReadOnly); no
+//     space serves an append subject, and its only request classes are
+//     anonymous and read-only (TestFleetHasNoWriter).
 //   - Fleet-level services answer in the bare space, a space's services
 //     in its host's space, to anonymous clients (unless DenyAnonymous) and
 //     the read-only user (TestFleetServices).
 //   - No spaces, more than MaxFleetSpaces, an invalid or repeated host
-//     id, a space without a ledger: ErrOptions, nothing started
+//     id, a space without a ledger, invalid users or services: ErrOptions,
+//     nothing started; MaxFleetSpaces spaces are served
 //     (TestFleetOptionsRefused).
-//   - A fleet bus is never clustered: FleetOptions has no cluster options.
+//
+// A fleet bus is never clustered (FleetOptions has no cluster options):
+// its hosts' spaces would collide with the hosts' own on their cluster.
+// Publication failures and lag are the Bus's (space.go): logged, and
+// subscribers fill the hole by replay.
 
 // MaxFleetSpaces bounds the spaces of one fleet bus. It equals the
 // collector's bound on the hosts it mirrors (collector.MaxHosts), so a
@@ -170,17 +176,13 @@ func StartFleet(opts FleetOptions) (*Fleet, error) {
 	for _, sp := range b.spaces {
 		handlers := map[string]nats.MsgHandler{}
 		b.spaceHandlers(sp, handlers)
-		subj := sp.subject(busclient.APISubjects)
-		sub, err := b.api.Subscribe(subj, func(m *nats.Msg) {
+		if err := b.subscribe(sp.subject(busclient.APISubjects), func(m *nats.Msg) {
 			if h := handlers[m.Subject]; h != nil {
 				h(m)
 			}
-		})
-		if err != nil {
-			b.Close()
-			return nil, &Error{Op: "start fleet", Subject: subj, Err: err}
+		}); err != nil {
+			return nil, err
 		}
-		b.subs = append(b.subs, sub)
 	}
 	if err := b.watch(); err != nil {
 		return nil, err
