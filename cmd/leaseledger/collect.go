@@ -22,6 +22,7 @@ func init() { extraCommands = append(extraCommands, newCollectCmd) }
 type collectFlags struct {
 	hosts []string
 	routeFlags
+	fleetBus     fleetBusFlags
 	metricsAddr  string
 	natsPort     int
 	vkeys        []string
@@ -40,9 +41,16 @@ read command works on (use --fleet with audit, leases, export and verify).
 Every event is verified against its host's chain before it is stored; a host
 whose chain forks, breaks or names another host is refused: its finding is
 written to hosts/<host>/REFUSED.json and it stays refused until that file is
-removed. --metrics-addr serves /metrics (per-host lag) and /status (JSON).
-While it runs it holds the mirrors open, as serve holds its data directory:
-read commands on them need it stopped (it resumes from each mirror's head).`,
+removed. --metrics-addr serves /metrics (per-host lag), /status (JSON) and
+the dashboard (every mirrored host, through the fleet bus's --ws-port).
+
+While it runs it serves the mirrors on its fleet bus (--port, default 4249):
+a NATS server of its own, read-only, never clustered, on which each host h is
+served in h's space as h serves itself — tail, replay, head and leases with
+--nats URL --host-id h, the projection and proof APIs; 'tail --fleet --nats
+URL' follows every host. It holds the mirrors open, as serve holds its data
+directory: --fleet reads of the directory need it stopped (it resumes from
+each mirror's head).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return a.runCollect(cmd.Context(), cf)
@@ -52,8 +60,9 @@ read commands on them need it stopped (it resumes from each mirror's head).`,
 	f.StringSliceVar(&cf.hosts, "hosts", nil, "host ids to mirror (comma-separated or repeated)")
 	cf.routeFlags.register(f, "127.0.0.1:-1", "host:port the collector's route listens on (port -1: any free port)")
 	f.StringArrayVar(&cf.vkeys, "checkpoint-vkey", nil, "host=KEY: check the signed checkpoints host publishes (serve --checkpoint-key) with this verifier key (from 'checkpoint keygen') against its mirror (repeatable)")
-	f.IntVar(&cf.natsPort, "nats-port", 0, "also offer a read-only NATS client port on 127.0.0.1 (every host's events and read API; -1: any free port; 0: none)")
-	f.StringVar(&cf.metricsAddr, "metrics-addr", "", "serve /metrics and /status on this address, e.g. 127.0.0.1:9249 (empty: off)")
+	f.IntVar(&cf.natsPort, "nats-port", 0, "also offer a read-only NATS client port on the cluster peer, 127.0.0.1 (the hosts themselves, not the mirrors; -1: any free port; 0: none)")
+	f.StringVar(&cf.metricsAddr, "metrics-addr", "", "serve /metrics, /status and the dashboard on this address, e.g. 127.0.0.1:9249 (empty: off)")
+	cf.fleetBus.register(f)
 	f.DurationVar(&cf.pollInterval, "poll-interval", collector.DefaultPollInterval, "idle time after which a host's head is asked again")
 	f.IntVar(&cf.bufferLen, "buffer", collector.DefaultBufferLen, "live events buffered per host (overflow is dropped and filled by replay)")
 	return cmd
@@ -95,16 +104,28 @@ func (a *app) runCollect(ctx context.Context, cf collectFlags) error {
 		}
 		verifiers[h] = v
 	}
+	// Each mirror is opened with its live projection (the projection API
+	// of its space on the fleet bus); the collector imports into it.
+	projs := &mirrorProjections{logger: a.logger}
 	c, err := collector.Start(collector.Options{Dir: a.dataDir, Hosts: cf.hosts, Conn: nc, Logger: a.logger,
-		PollInterval: cf.pollInterval, BufferLen: cf.bufferLen, Verifiers: verifiers})
+		PollInterval: cf.pollInterval, BufferLen: cf.bufferLen, Verifiers: verifiers, OpenMirror: projs.open})
 	if err != nil {
 		return fmt.Errorf("collect: %w", err)
 	}
 	defer c.Close()
+	fb, stopFleet, err := startFleetBus(c, projs, cf.fleetBus, a.logger)
+	if err != nil {
+		return fmt.Errorf("collect: %w", err)
+	}
+	defer stopFleet() // before the mirrors close
 	fmt.Fprintf(a.stdout, "leaseledger: collector mirroring %s into %s\n", strings.Join(cf.hosts, ","), a.dataDir)
 	fmt.Fprintf(a.stdout, "leaseledger: cluster route on %s\n", peer.ClusterURL())
 	if u := peer.ClientURL(); u != "" {
 		fmt.Fprintf(a.stdout, "leaseledger: read-only NATS on %s\n", u)
+	}
+	fmt.Fprintf(a.stdout, "leaseledger: fleet bus on %s\n", fb.ClientURL())
+	if ws := fb.WebSocketURL(); ws != "" {
+		fmt.Fprintf(a.stdout, "leaseledger: fleet bus WebSocket on %s\n", ws)
 	}
 	for _, h := range c.Hosts() {
 		if s := c.Status().Hosts[h]; s.State == collector.StateRefused {
@@ -113,22 +134,29 @@ func (a *app) runCollect(ctx context.Context, cf collectFlags) error {
 		}
 	}
 	if cf.metricsAddr != "" {
-		stop, addr, err := serveCollectorHTTP(c, cf.metricsAddr)
+		dash, err := dashboardFor(cf.fleetBus.host, fb.WebSocketURL(), cf.fleetBus.denyAnonymous, c.Hosts())
+		if err != nil {
+			return fmt.Errorf("collect: %w", err)
+		}
+		stop, addr, err := serveCollectorHTTP(c, dash, cf.metricsAddr)
 		if err != nil {
 			return err
 		}
 		defer stop()
 		fmt.Fprintf(a.stdout, "leaseledger: metrics on http://%s/metrics, status on http://%s/status\n", addr, addr)
+		fmt.Fprintf(a.stdout, "leaseledger: dashboard on http://%s/\n", addr)
 	}
 	<-ctx.Done()
 	return nil
 }
 
 // serveCollectorHTTP serves the collector's /metrics (with the Go
-// runtime's) and /status on addr until stop is called.
-func serveCollectorHTTP(c *collector.Collector, addr string) (stop func(), bound string, err error) {
+// runtime's), /status and, at every other path, the dashboard on addr
+// until stop is called.
+func serveCollectorHTTP(c *collector.Collector, dash http.Handler, addr string) (stop func(), bound string, err error) {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", metricsHandler(c.Metrics()))
 	mux.Handle("GET /status", c.Handler())
+	mux.Handle("/", dash)
 	return serveHTTP("metrics", addr, mux)
 }

@@ -74,7 +74,7 @@ func TestCollectAndFleetReads(t *testing.T) {
 	done := make(chan result, 1)
 	go func() {
 		var out, errb strings.Builder
-		code := run(ctx, []string{"--data-dir", cdir, "collect", "--hosts", "h1,h2", "--poll-interval", "50ms",
+		code := run(ctx, []string{"--data-dir", cdir, "collect", "--port", "-1", "--hosts", "h1,h2", "--poll-interval", "50ms",
 			"--routes", hosts[0].b.ClusterURL() + "," + hosts[1].b.ClusterURL(), "--metrics-addr", addr, "--nats-port", fmt.Sprint(natsPort)},
 			strings.NewReader(""), &out, &errb)
 		done <- result{code, out.String(), errb.String()}

@@ -33,6 +33,28 @@ import (
 // verdicts, a mirror that does not open) is listed as failed and the exit
 // status is the highest of the hosts' statuses; the other hosts are still
 // read.
+//
+// While the collector runs it holds every mirror's lock: a --fleet read
+// then fails at once with errCollectorRunning, naming the collector's fleet
+// bus (collect_fleet.go), through which head, replay, tail and leases read
+// each host with --nats URL --host-id h, and `tail --fleet --nats URL`
+// follows every host (tailFleet).
+
+// errCollectorRunning: a --fleet read found a mirror locked by the
+// collector running on the directory.
+var errCollectorRunning = errors.New("the collector is running")
+
+// collectorRunning is the error of a --fleet read of command on dir whose
+// mirror of host is locked (err): it names the fleet bus to read through.
+func collectorRunning(dir, command, host string, err error) error {
+	url := runningFleetBus(dir)
+	if url == "" {
+		url = "<its fleet bus URL, collect --port>"
+	}
+	return fmt.Errorf("--fleet %s: %w on %s and holds its mirrors: read through its fleet bus instead, "+
+		"e.g. --nats %s --host-id %s with head, replay, tail or leases ('tail --fleet --nats %s' follows every host), or stop it: %w",
+		command, errCollectorRunning, dir, url, host, url, err)
+}
 
 // fleetCommands are the commands --fleet applies to, and whether their
 // output is streamed line by line (export) rather than one section per host.
@@ -42,7 +64,8 @@ var fleetCommands = map[string]bool{"audit": false, "leases": false, "verify": f
 // commands through runFleet when it is set.
 func wireFleet(a *app, root *cobra.Command) {
 	fleet := new(bool)
-	root.PersistentFlags().BoolVar(fleet, "fleet", false, "--data-dir is a collector directory: audit, leases, export and verify run per mirrored host and combined")
+	root.PersistentFlags().BoolVar(fleet, "fleet", false, "--data-dir is a collector directory: audit, leases, export and verify run per mirrored host and combined; "+
+		"tail --fleet --nats URL follows every host of a running collector's fleet bus")
 	for _, c := range root.Commands() {
 		lines, ok := fleetCommands[c.Name()]
 		if !ok || c.RunE == nil {
@@ -121,6 +144,9 @@ func (a *app) runFleet(cmd *cobra.Command, args []string, run func(*cobra.Comman
 		a.dataDir = collector.HostDir(root, h)
 		if activation != "" {
 			has, err := hasActivation(cmd.Context(), a, activation)
+			if errors.Is(err, ledger.ErrLocked) {
+				return collectorRunning(root, cmd.Name(), h, err)
+			}
 			if err != nil {
 				return fmt.Errorf("--fleet: host %s: %w", h, err)
 			}
@@ -141,6 +167,9 @@ func (a *app) runFleet(cmd *cobra.Command, args []string, run func(*cobra.Comman
 			a.stdout = &buf
 		}
 		err := run(cmd, args)
+		if errors.Is(err, ledger.ErrLocked) {
+			return collectorRunning(root, cmd.Name(), h, err)
+		}
 		if lw != nil {
 			if ferr := lw.flush(); err == nil {
 				err = ferr

@@ -242,7 +242,7 @@ type fleetCollector struct {
 
 func (c *fleetCollector) start() {
 	c.t.Helper()
-	args := []string{"collect", "--data-dir", c.dir, "--hosts", strings.Join(c.hosts, ","),
+	args := []string{"collect", "--port", "-1", "--data-dir", c.dir, "--hosts", strings.Join(c.hosts, ","),
 		"--cluster-name", fleetClusterName, "--cluster-listen", c.cluster, "--routes", strings.Join(c.routes, ","),
 		"--cluster-user", fleetClusterUser, "--cluster-password", fleetClusterPass, "--metrics-addr", c.metrics}
 	c.cmd = exec.Command(c.bin, args...)

@@ -67,7 +67,11 @@ func newTailCmd(a *app) *cobra.Command {
 		Short: "Follow a running 'serve' over NATS, printing events as JSON Lines",
 		Long: `tail subscribes to a running 'serve'. With --from-seq it first catches up
 through the replay API from that seq, then goes live, with no gap and no
-duplicate; without it, it prints only events committed from now on.`,
+duplicate; without it, it prints only events committed from now on.
+
+Against a running collector's fleet bus (collect --port), --host-id h follows
+host h's mirror; --fleet follows every host at once, each event printed as
+{"host":"h","event":<event>} (--from-seq then applies to each host).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			nc, err := creds.connect(natsURL)
@@ -77,6 +81,16 @@ duplicate; without it, it prints only events committed from now on.`,
 			defer nc.Close()
 			c := creds.client(nc)
 			from := ledger.Seq(fromSeq)
+			if fleetSet(cmd) {
+				if creds.host != "" {
+					return errors.New("tail --fleet follows every host of the fleet bus: it takes no --host-id")
+				}
+				err := tailFleet(cmd.Context(), a, nc, creds.user, from, busclient.TailFilter{Kind: events.Kind(kind), Activation: activation})
+				if errors.Is(err, cmd.Context().Err()) {
+					return nil // interrupted: a normal end
+				}
+				return err
+			}
 			if !cmd.Flags().Changed("from-seq") {
 				h, err := c.Head(cmd.Context())
 				if err != nil {

@@ -203,15 +203,22 @@ accepting MCP requests, ends every session and lease within
 // port (from wsURL, "" when off) on the bus's host, credentials asked for
 // when anonymous clients are refused, the host's space with --host-id.
 func newDashboard(opts bus.Options, wsURL string) (http.Handler, error) {
-	port := 0
-	if u, err := url.Parse(wsURL); err == nil && wsURL != "" {
-		port, _ = strconv.Atoi(u.Port())
-	}
 	var hosts []string
 	if opts.HostID != "" {
 		hosts = []string{opts.HostID}
 	}
-	return dashboard.New(dashboard.Options{WebSocketHost: opts.Host, WebSocketPort: port, CredentialsRequired: opts.DenyAnonymous, Hosts: hosts})
+	return dashboardFor(opts.Host, wsURL, opts.DenyAnonymous, hosts)
+}
+
+// dashboardFor is the dashboard of a bus listening on host whose
+// WebSocket is wsURL ("" when off), serving the host spaces hosts (none:
+// the bare space): serve's and the collector's.
+func dashboardFor(host, wsURL string, credentialsRequired bool, hosts []string) (http.Handler, error) {
+	port := 0
+	if u, err := url.Parse(wsURL); err == nil && wsURL != "" {
+		port, _ = strconv.Atoi(u.Port())
+	}
+	return dashboard.New(dashboard.Options{WebSocketHost: host, WebSocketPort: port, CredentialsRequired: credentialsRequired, Hosts: hosts})
 }
 
 func ignoredNote(why string) string {

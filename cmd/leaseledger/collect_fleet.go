@@ -1,0 +1,134 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/leaseledger/leaseledger/collector"
+	"github.com/leaseledger/leaseledger/control"
+	"github.com/leaseledger/leaseledger/ledger"
+	"github.com/leaseledger/leaseledger/ledger/bus"
+	"github.com/leaseledger/leaseledger/projector/live"
+)
+
+// The collector's fleet bus (docs/fleet.md, "Reading the fleet while the
+// collector runs"): a standalone, never clustered, read-only NATS server of
+// the collector's own on which each mirrored host h is served in h's space
+// exactly as h serves itself — its events as the mirror stores them, its
+// replay and head, the projection API over a live projection of the mirror
+// and the proof API over the mirror (no checkpoint: the collector signs
+// nothing) — plus, in the bare space, collector.StatusSubject. Every client
+// made WithHost(h) (tail, replay, head and leases with --nats URL
+// --host-id h; control.Client.WithHost) reads h through it unchanged.
+
+const (
+	// defaultFleetPort is the fleet bus's default client port: serve's
+	// bus.DefaultPort plus one, so a collector and a host can share a
+	// machine with both defaults.
+	defaultFleetPort = bus.DefaultPort + 1
+	// fleetBusURLFile, in the collector's directory, holds the running
+	// fleet bus's client URL: a --fleet read that finds the mirrors locked
+	// names it (errCollectorRunning). Removed when the collector stops.
+	fleetBusURLFile = "FLEET_BUS_URL"
+)
+
+// fleetBusFlags are collect's flags of its fleet bus (serve's names).
+type fleetBusFlags struct {
+	host                           string
+	port, wsPort                   int
+	readOnlyUser, readOnlyPassword string
+	denyAnonymous                  bool
+}
+
+func (f *fleetBusFlags) register(fl flagSet) {
+	fl.StringVar(&f.host, "host", "127.0.0.1", "address the fleet bus (and its WebSocket) listens on")
+	fl.IntVar(&f.port, "port", defaultFleetPort, "the fleet bus's NATS client port: every mirrored host, read-only, in its host space (-1: any free port)")
+	fl.IntVar(&f.wsPort, "ws-port", 0, "the fleet bus's NATS WebSocket port, for the dashboard at --metrics-addr (0: off, -1: any free port)")
+	fl.StringVar(&f.readOnlyUser, "read-only-user", "", "add a named read-only user to the fleet bus")
+	fl.StringVar(&f.readOnlyPassword, "read-only-password", "", "password of --read-only-user (env LEASELEDGER_READONLY_PASSWORD)")
+	fl.BoolVar(&f.denyAnonymous, "deny-anonymous", false, "refuse unauthenticated clients on the fleet bus (by default they read)")
+}
+
+// mirrorProjections opens each mirror with its live projection
+// (collector.Options.OpenMirror) and keeps the projections by host, for
+// the projection API of the host's space.
+type mirrorProjections struct {
+	logger *slog.Logger
+	mu     sync.Mutex
+	byHost map[string]*live.Projection
+}
+
+func (m *mirrorProjections) open(ctx context.Context, host string, lo ledger.Options) (*ledger.Ledger, io.Closer, error) {
+	p, err := live.Open(ctx, live.Options{Ledger: lo, Logger: m.logger})
+	if err != nil {
+		return nil, nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.byHost == nil {
+		m.byHost = map[string]*live.Projection{}
+	}
+	m.byHost[host] = p
+	return p.Ledger(), p, nil
+}
+
+func (m *mirrorProjections) get(host string) *live.Projection {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.byHost[host]
+}
+
+// startFleetBus starts the fleet bus over c's mirrors and records its URL
+// in the collector's directory; stop closes it (before the mirrors).
+func startFleetBus(c *collector.Collector, projs *mirrorProjections, f fleetBusFlags, logger *slog.Logger) (fb *bus.Fleet, stop func(), err error) {
+	if f.readOnlyPassword == "" {
+		f.readOnlyPassword = os.Getenv("LEASELEDGER_READONLY_PASSWORD")
+	}
+	var spaces []bus.Space
+	for _, h := range c.Hosts() {
+		m := c.Mirror(h)
+		spaces = append(spaces, bus.Space{HostID: h, Ledger: m,
+			Services: append(control.ProjectionServices(projs.get(h)), control.ProofServices(m, nil)...)})
+	}
+	fb, err = bus.StartFleet(bus.FleetOptions{Host: f.host, Port: f.port, WebSocketPort: f.wsPort,
+		ReadOnlyUser: f.readOnlyUser, ReadOnlyPassword: f.readOnlyPassword, DenyAnonymous: f.denyAnonymous,
+		Spaces: spaces, Services: []bus.Service{fleetStatusService(c)}, Logger: logger})
+	if err != nil {
+		return nil, nil, fmt.Errorf("fleet bus: %w", err)
+	}
+	urlFile := filepath.Join(c.Dir(), fleetBusURLFile)
+	if err := os.WriteFile(urlFile, []byte(fb.ClientURL()+"\n"), 0o644); err != nil {
+		fb.Close()
+		return nil, nil, fmt.Errorf("fleet bus: %w", err)
+	}
+	return fb, func() {
+		_ = fb.Close()
+		_ = os.Remove(urlFile)
+	}, nil
+}
+
+// fleetStatusService answers collector.StatusSubject with c's Status, the
+// JSON of /status.
+func fleetStatusService(c *collector.Collector) bus.Service {
+	return bus.Service{Subject: collector.StatusSubject, Access: bus.AccessRead,
+		Handle: bus.JSON(func(context.Context, string, *struct{}) (*collector.Status, error) {
+			s := c.Status()
+			return &s, nil
+		})}
+}
+
+// runningFleetBus is the fleet bus URL a running collector recorded in
+// dir ("" when none).
+func runningFleetBus(dir string) string {
+	b, err := os.ReadFile(filepath.Join(dir, fleetBusURLFile))
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}

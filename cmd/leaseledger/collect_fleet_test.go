@@ -1,0 +1,179 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leaseledger/leaseledger/collector"
+	"github.com/leaseledger/leaseledger/events"
+	"github.com/leaseledger/leaseledger/ledger"
+)
+
+// rawLines is every stored event of l as export prints it.
+func rawLines(t *testing.T, l *ledger.Ledger) string {
+	t.Helper()
+	var b strings.Builder
+	if err := l.Scan(context.Background(), ledger.Query{}, func(_ ledger.Seq, raw []byte) error {
+		b.Write(raw)
+		b.WriteByte('\n')
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}
+
+// waitOutput polls out until ok holds or the wait ends.
+func waitOutput(t *testing.T, what string, out *lockedBuffer, ok func(string) bool) string {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if s := out.String(); ok(s) {
+			return s
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not seen after 60s:\n%s", what, out.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// While `collect` runs, its fleet bus serves every mirror in its host's
+// space: replay --host-id h is h's chain byte for byte, tail --fleet
+// follows both hosts (each line naming its host), /config.json offers the
+// dashboard both hosts and the bus's WebSocket, and a --fleet read of the
+// locked directory fails with errCollectorRunning naming the fleet bus
+// (recorded in FLEET_BUS_URL, removed at the stop).
+func TestCollectFleetBus(t *testing.T) {
+	ids := []string{"h1", "h2"}
+	ls := map[string]*ledger.Ledger{}
+	var routes []string
+	for _, id := range ids {
+		l, b, _ := collectHost(t, id)
+		defer l.Close()
+		defer b.Close()
+		ls[id] = l
+		routes = append(routes, b.ClusterURL())
+	}
+	cdir := t.TempDir()
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out := &lockedBuffer{}
+	done := make(chan int, 1)
+	go func() {
+		var errb strings.Builder
+		done <- run(ctx, []string{"--data-dir", cdir, "collect", "--port", "-1", "--ws-port", "-1", "--hosts", "h1,h2",
+			"--poll-interval", "50ms", "--routes", strings.Join(routes, ","), "--metrics-addr", addr}, strings.NewReader(""), out, &errb)
+	}()
+	var url string
+	waitOutput(t, "fleet bus", out, func(s string) bool {
+		for line := range strings.SplitSeq(s, "\n") {
+			if u, ok := strings.CutPrefix(line, "leaseledger: fleet bus on "); ok {
+				url = u
+			}
+		}
+		return url != ""
+	})
+	mirrored := func() {
+		t.Helper()
+		for _, id := range ids {
+			want := ls[id].Head().Seq
+			waitOutput(t, id+" mirrored", out, func(string) bool {
+				var st collector.Status
+				resp, err := http.Get("http://" + addr + "/status")
+				if err != nil {
+					return false
+				}
+				defer resp.Body.Close()
+				return json.NewDecoder(resp.Body).Decode(&st) == nil && st.Hosts[id].Head == want
+			})
+		}
+	}
+	mirrored()
+	if got := runningFleetBus(cdir); got != url {
+		t.Fatalf("%s holds %q, want %q", fleetBusURLFile, got, url)
+	}
+
+	for _, id := range ids {
+		r := runCLI(t, ctx, "", "replay", "--nats", url, "--host-id", id)
+		if r.code != 0 || r.stdout != rawLines(t, ls[id]) {
+			t.Fatalf("replay of %s through the fleet bus differs from its chain: %+v", id, r)
+		}
+	}
+
+	var cfg struct {
+		WS    string   `json:"ws_url"`
+		Hosts []string `json:"hosts"`
+	}
+	if err := json.Unmarshal([]byte(get(t, "http://"+addr+"/config.json")), &cfg); err != nil || !slices.Equal(cfg.Hosts, ids) ||
+		!strings.HasPrefix(cfg.WS, "ws://") {
+		t.Fatalf("/config.json: %v %+v", err, cfg)
+	}
+
+	r := runCLI(t, ctx, "", "--fleet", "--data-dir", cdir, "export")
+	if r.code == 0 || !strings.Contains(r.stderr, errCollectorRunning.Error()) || !strings.Contains(r.stderr, "--nats "+url) {
+		t.Fatalf("--fleet export while the collector runs: %+v", r)
+	}
+	if r := runCLI(t, ctx, "", "--fleet", "tail", "--nats", url, "--host-id", "h1"); r.code == 0 {
+		t.Fatalf("tail --fleet --host-id: %+v", r)
+	}
+
+	// tail --fleet: the last stored event of each host, then live ones.
+	from := min(ls["h1"].Head().Seq, ls["h2"].Head().Seq)
+	tctx, stopTail := context.WithCancel(ctx)
+	tout := &lockedBuffer{}
+	tailDone := make(chan int, 1)
+	go func() {
+		var errb strings.Builder
+		tailDone <- run(tctx, []string{"--fleet", "tail", "--nats", url, "--from-seq", fmt.Sprint(from)}, strings.NewReader(""), tout, &errb)
+	}()
+	for _, id := range ids {
+		if _, err := ls[id].Append(ctx, events.Draft{Activation: "live-" + id, Session: "s1", Server: "srv",
+			Payload: &events.CallAdmitted{CallID: "c-live", Tool: "echo", Digest: strings.Repeat("ab", 32)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := map[string]string{}
+	for _, id := range ids {
+		for seq := from; seq <= ls[id].Head().Seq; seq++ {
+			raw, err := ls[id].GetRaw(seq)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want[id] += fmt.Sprintf(`{"host":%q,"event":%s}`+"\n", id, raw)
+		}
+	}
+	waitOutput(t, "tail --fleet", tout, func(s string) bool {
+		got := map[string]string{}
+		for line := range strings.SplitAfterSeq(s, "\n") {
+			var l struct {
+				Host string `json:"host"`
+			}
+			if json.Unmarshal([]byte(line), &l) == nil {
+				got[l.Host] += line
+			}
+		}
+		return got["h1"] == want["h1"] && got["h2"] == want["h2"]
+	})
+	stopTail()
+	if code := <-tailDone; code != 0 {
+		t.Fatalf("tail --fleet exit %d", code)
+	}
+
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("collect exit %d:\n%s", code, out.String())
+	}
+	if _, err := os.Stat(filepath.Join(cdir, fleetBusURLFile)); !os.IsNotExist(err) {
+		t.Fatalf("%s left after the stop: %v", fleetBusURLFile, err)
+	}
+}
