@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/leaseledger/leaseledger/dashboard"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -302,5 +304,112 @@ func TestDashboardCredentials(t *testing.T) {
 	b.view("events", "signed-in")
 	if html := eval[string](b, "document.documentElement.outerHTML"); strings.Contains(html, password) {
 		t.Fatal("the password is in the page's DOM")
+	}
+}
+
+// eventShown is a JavaScript expression: the live list shows an event of
+// session whose kind starts with prefix.
+func eventShown(session, prefix string) string {
+	return `[...document.querySelectorAll('#events-body tr')].some(r => r.children[2].textContent.startsWith("` + prefix +
+		`") && r.children[4].textContent === "` + session + `")`
+}
+
+// TestDashboardHostSpace: the dashboard of `serve --host-id h1` follows
+// h1's space (leaseledger.hosts.h1.…): a tool call's events show live,
+// its lease is in the table and the proof API answers; the host selector
+// (#host) shows h1 and the URL hash names it; the fleet strip (#fleet)
+// stays hidden. Then a page configured with two hosts (h1 and h2, which
+// nothing serves), opened on a link to h2 (#host=h2), follows nothing;
+// switching to h1 with the selector follows h1 from scratch, and switching
+// back and forth leaves the connection with the same subscriptions (none
+// leaks) and the live list without gap or duplicate.
+func TestDashboardHostSpace(t *testing.T) {
+	chromium := requireChromium(t)
+	requireNode(t)
+	bin := cliBinary(t)
+	wsPort := freePort(t)
+	srv := startServe(t, bin, t.TempDir(), writeConfig(t, ""), "--ws-port", strconv.Itoa(wsPort), "--host-id", "h1")
+	defer srv.stop(syscall.SIGTERM)
+	b := newBrowser(t, chromium)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	b.do(chromedp.Navigate(srv.dashboardURL()))
+	b.await(`__dashboard.state === "live" && __dashboard.host === "h1" && __dashboard.next > 1`, e2eWait)
+	if got := eval[string](b, `document.getElementById("host").value + " " + location.hash + " " + document.getElementById("host-label").hidden`); got != "h1 #host=h1 false" {
+		t.Fatalf("selector, hash, hidden: %q", got)
+	}
+	cs, closeGo := connectGo(t, ctx, srv.mcpURL, nil)
+	defer closeGo()
+	if res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: stdioServer + "__echo", Arguments: map[string]any{"message": "host space"}}); err != nil || res.IsError {
+		t.Fatalf("echo: %v %+v", err, res)
+	}
+	b.await(eventShown(cs.ID(), "call."), e2eWait)
+	b.view("events", "h1-events")
+	b.view("leases", "h1-leases")
+	b.await(`document.querySelector('#leases-body tr[data-session="`+cs.ID()+`"]')`, e2eWait)
+	b.view("ledger", "h1-ledger")
+	b.await(`document.getElementById("checkpoint").textContent.includes("signs no checkpoints")`, e2eWait)
+	if !eval[bool](b, `document.getElementById("fleet").hidden`) {
+		t.Error("the fleet strip is shown for serve's one host")
+	}
+	if errs := b.consoleErrors(); len(errs) > 0 {
+		t.Fatalf("console errors: %v", errs)
+	}
+
+	// Two hosts, opened on a link to h2: nothing answers in h2's space.
+	h, err := dashboard.New(dashboard.Options{WebSocketHost: "127.0.0.1", WebSocketPort: wsPort, Hosts: []string{"h1", "h2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	page := httptest.NewServer(h)
+	defer page.Close()
+	b.do(chromedp.Navigate(page.URL + "/#host=h2"))
+	b.await(`__dashboard.state === "live" && __dashboard.host === "h2" && document.getElementById("host").value === "h2" && document.getElementById("events-note").textContent !== ""`, e2eWait)
+	if got := eval[int](b, `__dashboard.next`); got != 0 {
+		t.Fatalf("h2, which nothing serves, followed to seq %d", got)
+	}
+	b.view("events", "h2-nothing")
+	choose := func(host string) {
+		b.t.Helper()
+		eval[bool](b, `(() => { const s = document.getElementById("host"); s.value = "`+host+`"; s.dispatchEvent(new Event("change")); return true })()`)
+		b.await(`__dashboard.host === "`+host+`" && location.hash === "#host=`+host+`"`, e2eWait)
+	}
+	choose("h1")
+	b.await(`__dashboard.next > 1 && `+eventShown(cs.ID(), "call."), e2eWait)
+	subs := eval[int](b, `__dashboard.natsSubs()`)
+	if got := eval[int](b, `__dashboard.subs`); got != 2 {
+		t.Fatalf("the page holds %d subscriptions on h1, want 2 (events, checkpoints)", got)
+	}
+	for range 3 {
+		choose("h2")
+		b.await(`__dashboard.next === 0 && document.querySelectorAll('#events-body tr').length === 0`, e2eWait)
+		choose("h1")
+		b.await(`__dashboard.next > 1 && __dashboard.subs === 2 && `+eventShown(cs.ID(), "call."), e2eWait)
+		if got := eval[int](b, `__dashboard.natsSubs()`); got != subs {
+			t.Fatalf("the connection holds %d subscriptions after switching back to h1, %d before", got, subs)
+		}
+	}
+	if !eval[bool](b, `document.getElementById("fleet").hidden`) {
+		t.Error("the fleet strip is shown though serve answers no fleet status")
+	}
+	// Live again in h1 after the switches: a new session's events show, no
+	// event twice or missing.
+	cs2, closeGo2 := connectGo(t, ctx, srv.mcpURL, nil)
+	defer closeGo2()
+	if _, err := cs2.CallTool(ctx, &mcp.CallToolParams{Name: stdioServer + "__echo", Arguments: map[string]any{"message": "after switching"}}); err != nil {
+		t.Fatal(err)
+	}
+	b.await(eventShown(cs2.ID(), "call."), e2eWait)
+	contiguous := eval[bool](b, `(() => { const s = [...document.querySelectorAll('#events-body tr')].map(r => +r.dataset.seq); return s.length > 0 && s.every((v, i) => i === 0 || v === s[i-1] - 1) })()`)
+	if !contiguous {
+		t.Fatal("the live list has a gap or a duplicate after switching hosts")
+	}
+	b.view("events", "h1-after-switching")
+	if errs := b.consoleErrors(); len(errs) > 0 {
+		t.Fatalf("console errors: %v", errs)
+	}
+	if got := eval[int](b, `__dashboard.switches`); got != 7 {
+		t.Errorf("%d host switches counted, want 7", got)
 	}
 }

@@ -1,6 +1,16 @@
 // The leaseledger dashboard: follows the ledger's events over the bus's
 // NATS WebSocket with read-only rights and asks the projection API for
 // state. Every list it keeps is bounded (see the constants below).
+//
+// Host spaces: when config.json names hosts (serve --host-id, or the
+// collector's fleet bus), the page follows one host's space at a time,
+// chosen in the #host selector and kept in the URL hash (#host=<id>);
+// every subject goes through hostSubject. Switching host drops the
+// subscriptions and every view and follows the new host from scratch; a
+// generation counter makes late replies and messages of the old host
+// harmless. With more than one host, the #fleet strip shows each host's
+// mirroring from the fleet-level leaseledger.api.fleet.status (hidden when
+// nothing answers it).
 import { wsconnect, headers as natsHeaders, AuthorizationError } from "@nats-io/nats-core";
 import uPlot from "uplot";
 
@@ -15,6 +25,19 @@ const MAX_SHOWN = 2000; // (seq, time shown) pairs kept for measurement
 const REFRESH_MS = 150; // lease table refresh after a lease-related event, at most this often
 const AUDIT_MS = 1000; // audit summary refresh, at most this often (its own max age)
 const RETRY_MS = 1000; // pause between connection attempts
+const MAX_HOSTS = 1024; // host spaces offered at most (dashboard.MaxHosts)
+const FLEET_MS = 2000; // fleet status refresh
+const FLEET_TIMEOUT_MS = 1500; // a fleet status request unanswered by then hides the strip
+
+// Subjects, in the bare space (hostSubject puts them in a host's space).
+const ROOT = "leaseledger.";
+const HOSTS_ROOT = "leaseledger.hosts.";
+const EVENTS = "leaseledger.events.*.*.*";
+const CHECKPOINTS = "leaseledger.checkpoints";
+const FLEET_STATUS = "leaseledger.api.fleet.status"; // fleet-level: always the bare space
+// A host id becomes one subject token: events.ValidID's rule.
+const HOST_RE = /^[A-Za-z0-9_-]{1,128}$/;
+const STALE = "stale"; // APIError code: the reply came for a host no longer followed
 
 const $ = (id) => document.getElementById(id);
 const enc = new TextEncoder();
@@ -31,6 +54,12 @@ const D = {
   applied: 0,
   replayed: 0, // events applied from replay (catch-up) rather than live
   connections: 0,
+  host: "", // the host space followed ("" the bare space)
+  switches: 0, // host switches done
+  subs: 0, // the page's own subscriptions (events, checkpoints)
+  // natsSubs: every subscription of the connection (the page's and the
+  // request inbox), -1 when not connected.
+  natsSubs: () => (nc && nc.protocol && nc.protocol.subscriptions ? nc.protocol.subscriptions.size() : -1),
 };
 window.__dashboard = D;
 
@@ -46,18 +75,61 @@ let dirtyList = false;
 let framePending = false;
 let renderedUpTo = 0;
 let followedFrom = 0;
+let hosts = []; // the valid host ids of config.json, in order
+let host = ""; // the host followed ("" the bare space)
+let gen = 0; // generation: incremented at every host switch
+let subs = []; // the page's subscriptions for the host followed
 
-// ---- connection ----------------------------------------------------------
+// ---- subjects --------------------------------------------------------------
 
-function subj(s) {
+// hostSubject puts subject in host h's space, the rule of
+// busclient.HostSubject: unchanged for the bare space (h "") or a subject
+// outside leaseledger.*, else leaseledger.hosts.<h>. + the rest. Every
+// subject the page uses for a host goes through it.
+function hostSubject(h, s) {
+  if (!h || !s.startsWith(ROOT)) return s;
+  return HOSTS_ROOT + h + "." + s.slice(ROOT.length);
+}
+
+// userSubject is the request subject of an API subject for the user the
+// page connected as (busclient.UserSubject).
+function userSubject(s) {
   return creds && creds.user ? s + "." + creds.user : s;
 }
+
+// subj is the request subject of an API subject of the host followed.
+const subj = (s) => userSubject(hostSubject(host, s));
+
+// validHosts keeps the host ids that can be subject tokens, without
+// duplicates, at most MAX_HOSTS; it reports how many it left out.
+function validHosts(list) {
+  const out = [];
+  let bad = 0;
+  for (const h of Array.isArray(list) ? list : []) {
+    if (typeof h === "string" && HOST_RE.test(h) && !out.includes(h) && out.length < MAX_HOSTS) out.push(h);
+    else bad++;
+  }
+  return { hosts: out, bad };
+}
+
+// hashHost is the host the URL's hash names (#host=<id>), "" when none.
+function hashHost() {
+  const m = /^#host=(.*)$/.exec(location.hash);
+  if (!m) return "";
+  try {
+    return decodeURIComponent(m[1]);
+  } catch {
+    return "";
+  }
+}
+
+// ---- connection ----------------------------------------------------------
 
 function setState(state, message) {
   D.state = state;
   const st = $("status");
   st.dataset.state = state;
-  st.textContent = { connecting: "connecting…", live: "live", unreachable: "bus unreachable", refused: "credentials refused", login: "credentials needed", nows: "no WebSocket" }[state] || state;
+  st.textContent = { connecting: "connecting…", live: "live", unreachable: "bus unreachable", refused: "credentials refused", login: "credentials needed", nows: "no WebSocket", nohost: "no valid host" }[state] || state;
   const b = $("banner");
   if (message) {
     b.textContent = message;
@@ -79,6 +151,7 @@ async function start() {
     setState("nows", "serve has no NATS WebSocket: start it with --ws-port PORT to use the dashboard.");
     return;
   }
+  if (!setupHosts()) return;
   if (cfg.credentials_required && !creds) {
     askCredentials();
     return;
@@ -141,6 +214,8 @@ async function connectLoop() {
   watchStatus(nc);
   nc.closed().then((err) => {
     nc = null;
+    subs = []; // gone with the connection
+    D.subs = 0;
     if (err && isAuthError(err)) {
       creds = null;
       askCredentials(true);
@@ -148,10 +223,151 @@ async function connectLoop() {
       connectLoop();
     }
   });
-  const sub = nc.subscribe("leaseledger.events.*.*.*", { callback: (err, m) => { if (err) note("events: " + err.message); else onLive(m); } });
-  void sub;
-  nc.subscribe("leaseledger.checkpoints", { callback: (err, m) => { if (!err) showCheckpoint(dec.decode(m.data)); } });
+  await follow();
+}
+
+// follow subscribes to the host's events and checkpoints (dropping any
+// earlier subscription of the page) and catches up. Messages and replies
+// that arrive for an older generation are ignored.
+async function follow() {
+  for (const s of subs) {
+    try {
+      s.unsubscribe();
+    } catch {
+      // the connection closed: the subscription went with it
+    }
+  }
+  subs = [];
+  D.subs = 0;
+  if (!nc) return; // connectLoop follows once connected
+  const g = gen;
+  subs.push(nc.subscribe(hostSubject(host, EVENTS), { callback: (err, m) => { if (g !== gen) return; if (err) note("events: " + err.message); else onLive(m); } }));
+  subs.push(nc.subscribe(hostSubject(host, CHECKPOINTS), { callback: (err, m) => { if (g === gen && !err) showCheckpoint(dec.decode(m.data)); } }));
+  D.subs = subs.length;
   await online();
+}
+
+// setupHosts reads the hosts of config.json, fills the selector and picks
+// the host the URL names (else the first); false when config.json names
+// hosts but none is valid (the page must not fall back to the bare space).
+function setupHosts() {
+  const v = validHosts(cfg.hosts);
+  hosts = v.hosts;
+  if (v.bad) $("host-note").textContent = v.bad + " invalid host id(s) ignored";
+  if (hosts.length === 0) {
+    if (v.bad) {
+      setState("nohost", "The dashboard's configuration names no valid host id.");
+      return false;
+    }
+    return true;
+  }
+  const sel = $("host");
+  for (const h of hosts) {
+    const o = document.createElement("option");
+    o.value = h;
+    o.textContent = h;
+    sel.appendChild(o);
+  }
+  $("host-label").hidden = false;
+  sel.onchange = () => { location.hash = "host=" + encodeURIComponent(sel.value); };
+  window.addEventListener("hashchange", () => selectHost(hashHost()));
+  selectHost(hashHost());
+  if (hosts.length > 1) {
+    refreshFleet();
+    setInterval(refreshFleet, FLEET_MS);
+  }
+  return true;
+}
+
+// selectHost follows host h (the first host when h is not one of them):
+// the views start from scratch and the subscriptions are made anew.
+function selectHost(h) {
+  if (!hosts.includes(h)) h = hosts[0];
+  const want = "#host=" + encodeURIComponent(h);
+  if (location.hash !== want) history.replaceState(null, "", want);
+  $("host").value = h;
+  if (h === host) return;
+  const first = host === "";
+  host = h;
+  D.host = h;
+  document.title = "leaseledger · " + h;
+  if (!first) {
+    gen++;
+    D.switches++;
+    resetViews();
+  }
+  renderFleet();
+  if (!first && nc) follow();
+}
+
+// resetViews forgets everything the page knew of the host it followed.
+function resetViews() {
+  catching = false; // an older catch-up ends at its next reply
+  pending.clear();
+  ring.length = 0;
+  D.next = 0;
+  D.head = { seq: 0, hash: "" };
+  D.shown = [];
+  D.applied = 0;
+  D.replayed = 0;
+  followedFrom = 0;
+  renderedUpTo = 0;
+  paused = false;
+  anchor = 0;
+  $("pause").textContent = "Pause";
+  note("");
+  for (const t of [leasesTimer, auditTimer, verdictTimer]) clearTimeout(t);
+  leasesTimer = auditTimer = verdictTimer = null;
+  auditRetries = 0;
+  recent.clear();
+  liveLeases = 0;
+  perSecond.clear();
+  for (const k in series) series[k].length = 0;
+  cleanupBuckets.fill(0);
+  for (const id of ["events-body", "leases-body", "recent-body", "unconfirmed-body", "verdicts", "evidence"]) $(id).replaceChildren();
+  $("leases-note").textContent = "";
+  $("checkpoint").textContent = "none yet";
+  dirtyList = true;
+  scheduleFrame();
+}
+
+// ---- fleet strip -----------------------------------------------------------
+
+let fleet = null; // the last fleet status ({hosts: {id: HostStatus}}), null when none answered
+
+// refreshFleet asks the fleet bus for every host's mirroring; the strip is
+// hidden while nothing answers (a host's own bus does not serve it).
+async function refreshFleet() {
+  if (!nc) return;
+  try {
+    const st = await request(FLEET_STATUS, null, FLEET_TIMEOUT_MS, true);
+    fleet = st && typeof st.hosts === "object" && st.hosts ? st : null;
+  } catch {
+    fleet = null;
+  }
+  renderFleet();
+}
+
+function renderFleet() {
+  const strip = $("fleet");
+  if (!fleet || hosts.length < 2) {
+    strip.hidden = true;
+    return;
+  }
+  const frag = document.createDocumentFragment();
+  for (const h of hosts) {
+    const s = fleet.hosts[h] || {};
+    const b = document.createElement("button");
+    b.type = "button";
+    b.dataset.host = h;
+    b.dataset.state = String(s.state || "unknown");
+    b.className = "fleet-host" + (h === host ? " selected" : "");
+    b.textContent = h + " · " + (s.state || "unknown").replace("_", " ") + " · head " + (s.head ?? "–") + " · lag " + (s.lag ?? "–");
+    b.onclick = () => { location.hash = "host=" + encodeURIComponent(h); };
+    frag.appendChild(b);
+  }
+  strip.replaceChildren(frag);
+  strip.hidden = false;
 }
 
 async function watchStatus(conn) {
@@ -169,6 +385,7 @@ async function watchStatus(conn) {
 // online runs after every (re)connection: it catches up from the next seq
 // and refreshes the state views.
 async function online() {
+  const g = gen;
   try {
     const h = await request("leaseledger.api.head", null); // its body must be empty
     if (D.next === 0) {
@@ -177,8 +394,10 @@ async function online() {
     }
     setHead(h.seq, h.hash);
   } catch (err) {
+    if (err.code === STALE) return;
     note("head: " + err.message);
   }
+  if (g !== gen) return;
   catchUp();
   refreshLeases();
   if (visible("activations")) refreshAudit();
@@ -193,9 +412,14 @@ class APIError extends Error {
   }
 }
 
-async function request(subject, body, timeout = 10000) {
+// request asks an API subject of the host followed (bare: the bare
+// space, for fleet-level services); a reply that arrives after a host
+// switch is refused with code STALE.
+async function request(subject, body, timeout = 10000, bare = false) {
   if (!nc) throw new APIError("not connected", "");
-  const m = await nc.request(subj(subject), body === null ? new Uint8Array(0) : enc.encode(JSON.stringify(body)), { timeout });
+  const g = gen;
+  const m = await nc.request(bare ? userSubject(subject) : subj(subject), body === null ? new Uint8Array(0) : enc.encode(JSON.stringify(body)), { timeout });
+  if (!bare && g !== gen) throw new APIError("the host changed", STALE);
   const e = m.headers && m.headers.get("Ledger-Error");
   if (e) throw new APIError(e, m.headers.get("Ledger-Error-Code"));
   return JSON.parse(dec.decode(m.data));
@@ -246,6 +470,7 @@ function drain() {
 async function catchUp() {
   if (catching || !nc || D.next === 0) return;
   catching = true;
+  const g = gen;
   try {
     for (;;) {
       let from = D.next;
@@ -255,14 +480,16 @@ async function catchUp() {
         try {
           m = await nc.request(subj("leaseledger.api.replay"), enc.encode(JSON.stringify({ from })), { timeout: 10000 });
         } catch (err) {
-          if (!nc) return;
+          if (!nc || g !== gen) return;
           await sleep(RETRY_MS);
           continue;
         }
+        if (g !== gen) return; // the host changed: this replay is of the old one
         const code = m.headers && m.headers.get("Ledger-Error-Code");
         if (m.headers && m.headers.get("Ledger-Error")) {
           if (code === "rate-limited") {
             await sleep(200);
+            if (g !== gen) return;
             continue;
           }
           note("replay refused: " + m.headers.get("Ledger-Error"));
@@ -289,9 +516,9 @@ async function catchUp() {
       if (!gap) break;
     }
   } finally {
-    catching = false;
+    if (g === gen) catching = false;
   }
-  drain();
+  if (g === gen) drain();
 }
 
 // apply takes event seq D.next into every view.
@@ -415,7 +642,7 @@ async function refreshLeases() {
   try {
     rep = await request("leaseledger.api.projection.leases", { live: !$("leases-all").checked, limit: 1000 });
   } catch (err) {
-    $("leases-note").textContent = "lease table unavailable: " + err.message;
+    if (err.code !== STALE) $("leases-note").textContent = "lease table unavailable: " + err.message;
     return;
   }
   const rows = rep.leases || [];
@@ -629,7 +856,7 @@ async function showEvidence(a) {
   try {
     rep = await request("leaseledger.api.projection.activation", { activation: a, timeline: 200 });
   } catch (err) {
-    section("Activation " + a).appendChild(document.createTextNode("unavailable: " + err.message));
+    if (err.code !== STALE) section("Activation " + a).appendChild(document.createTextNode("unavailable: " + err.message));
     return;
   }
   const r = rep.report;
