@@ -233,7 +233,8 @@ type fleetCollector struct {
 	hosts   []string
 	cluster string
 	routes  []string
-	metrics string // host:port of --metrics-addr
+	metrics string   // host:port of --metrics-addr
+	extra   []string // more flags of collect
 
 	cmd    *exec.Cmd
 	out    *lockedBuffer
@@ -245,6 +246,7 @@ func (c *fleetCollector) start() {
 	args := []string{"collect", "--port", "-1", "--data-dir", c.dir, "--hosts", strings.Join(c.hosts, ","),
 		"--cluster-name", fleetClusterName, "--cluster-listen", c.cluster, "--routes", strings.Join(c.routes, ","),
 		"--cluster-user", fleetClusterUser, "--cluster-password", fleetClusterPass, "--metrics-addr", c.metrics}
+	args = append(args, c.extra...)
 	c.cmd = exec.Command(c.bin, args...)
 	c.cmd.Dir = repoRoot
 	c.out = &lockedBuffer{}
