@@ -19,7 +19,10 @@
 //   - the headers (CSP of this origin and the bus WebSocket only) on every response: TestHandler;
 //   - the embedded bundle is the build of web/dashboard: TestBundleFresh;
 //   - the page follows the host space it is given and shows its live events:
-//     TestDashboardHostSpace (cmd/leaseledger, headless Chromium).
+//     TestDashboardHostSpace (cmd/leaseledger, headless Chromium);
+//   - the page switches hosts without leaking subscriptions or showing one host's
+//     events under another, and shows the fleet strip of a collector:
+//     TestDashboardHostSpace, TestDashboardFleet.
 package dashboard
 
 import (

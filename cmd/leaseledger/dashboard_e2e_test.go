@@ -15,6 +15,8 @@ import (
 
 	"github.com/chromedp/chromedp"
 	"github.com/leaseledger/leaseledger/dashboard"
+	"github.com/leaseledger/leaseledger/events"
+	"github.com/leaseledger/leaseledger/ledger"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -411,5 +413,73 @@ func TestDashboardHostSpace(t *testing.T) {
 	}
 	if got := eval[int](b, `__dashboard.switches`); got != 7 {
 		t.Errorf("%d host switches counted, want 7", got)
+	}
+}
+
+// TestDashboardFleet: the dashboard `collect` serves over its fleet bus
+// offers both mirrored hosts; the fleet strip (#fleet) shows each host
+// live at its mirrored head; the first host is followed (its events, none
+// of the other's); a click on the other host in the strip follows it from
+// scratch (the hash names it) and shows its new events live.
+func TestDashboardFleet(t *testing.T) {
+	chromium := requireChromium(t)
+	ids := []string{"h1", "h2"}
+	ls := map[string]*ledger.Ledger{}
+	var routes []string
+	for _, id := range ids {
+		l, b, _ := collectHost(t, id)
+		defer l.Close()
+		defer b.Close()
+		ls[id] = l
+		routes = append(routes, b.ClusterURL())
+	}
+	addr := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out := &lockedBuffer{}
+	done := make(chan int, 1)
+	go func() {
+		var errb strings.Builder
+		done <- run(ctx, []string{"--data-dir", t.TempDir(), "collect", "--port", "-1", "--ws-port", "-1", "--hosts", strings.Join(ids, ","),
+			"--poll-interval", "50ms", "--routes", strings.Join(routes, ","), "--metrics-addr", addr}, strings.NewReader(""), out, &errb)
+	}()
+	defer func() {
+		cancel()
+		if code := <-done; code != 0 {
+			t.Errorf("collect exit %d:\n%s", code, out.String())
+		}
+	}()
+	waitOutput(t, "dashboard", out, func(s string) bool { return strings.Contains(s, "leaseledger: dashboard on ") })
+	b := newBrowser(t, chromium)
+	b.do(chromedp.Navigate("http://" + addr + "/"))
+	b.await(`__dashboard.state === "live" && __dashboard.host === "h1" && location.hash === "#host=h1"`, e2eWait)
+	strip := func(id string) string {
+		return `document.querySelector('#fleet:not([hidden]) button[data-host="` + id + `"][data-state="live"]')`
+	}
+	for _, id := range ids {
+		b.await(strip(id)+` && `+strip(id)+`.textContent.includes("head `+strconv.FormatUint(uint64(ls[id].Head().Seq), 10)+` ")`, e2eWait)
+	}
+	activationShown := func(a string) string {
+		return `[...document.querySelectorAll('#events-body tr')].some(r => r.children[3].textContent === "` + a + `")`
+	}
+	b.await(`__dashboard.next === `+strconv.FormatUint(uint64(ls["h1"].Head().Seq)+1, 10)+` && `+activationShown("only-h1"), e2eWait)
+	if eval[bool](b, activationShown("only-h2")) {
+		t.Fatal("h2's event is shown while following h1")
+	}
+	b.view("events", "fleet-h1")
+
+	b.do(chromedp.Click(chromedp.CSS(`#fleet button[data-host="h2"]`)))
+	b.await(`__dashboard.host === "h2" && location.hash === "#host=h2" && document.getElementById("host").value === "h2" && `+activationShown("only-h2"), e2eWait)
+	if eval[bool](b, activationShown("only-h1")) {
+		t.Fatal("h1's event is still shown after switching to h2")
+	}
+	if _, err := ls["h2"].Append(context.Background(), events.Draft{Activation: "live-h2", Session: "s1", Server: "srv",
+		Payload: &events.CallAdmitted{CallID: "c-live", Tool: "echo", Digest: strings.Repeat("ab", 32)}}); err != nil {
+		t.Fatal(err)
+	}
+	b.await(activationShown("live-h2")+` && `+strip("h2")+`.classList.contains("selected")`, e2eWait)
+	b.view("events", "fleet-h2")
+	if errs := b.consoleErrors(); len(errs) > 0 {
+		t.Fatalf("console errors: %v", errs)
 	}
 }

@@ -340,7 +340,7 @@ let fleet = null; // the last fleet status ({hosts: {id: HostStatus}}), null whe
 async function refreshFleet() {
   if (!nc) return;
   try {
-    const st = await request(FLEET_STATUS, null, FLEET_TIMEOUT_MS, true);
+    const st = await request(FLEET_STATUS, {}, FLEET_TIMEOUT_MS, true);
     fleet = st && typeof st.hosts === "object" && st.hosts ? st : null;
   } catch {
     fleet = null;
