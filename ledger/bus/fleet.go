@@ -39,10 +39,12 @@ import (
 //     nothing started; MaxFleetSpaces spaces are served
 //     (TestFleetOptionsRefused).
 //
+//   - A publication that fails is logged with its host and skipped, as on
+//     a Bus: the next events are published, the head counts it
+//     (TestFleetPublishFailureLogged). Lag is the Bus's too (space.go).
+//
 // A fleet bus is never clustered (FleetOptions has no cluster options):
 // its hosts' spaces would collide with the hosts' own on their cluster.
-// Publication failures and lag are the Bus's (space.go): logged, and
-// subscribers fill the hole by replay.
 
 // MaxFleetSpaces bounds the spaces of one fleet bus. It equals the
 // collector's bound on the hosts it mirrors (collector.MaxHosts), so a
@@ -161,7 +163,7 @@ func StartFleet(opts FleetOptions) (*Fleet, error) {
 	}
 	f := &Fleet{b: b, byHost: make(map[string]*space, len(opts.Spaces))}
 	for _, s := range opts.Spaces {
-		sp := &space{b: b, host: s.HostID, l: s.Ledger, services: s.Services}
+		sp := &space{b: b, host: s.HostID, l: s.Ledger, services: s.Services, logHost: true}
 		b.spaces = append(b.spaces, sp)
 		f.byHost[s.HostID] = sp
 	}

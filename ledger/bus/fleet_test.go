@@ -5,9 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -346,4 +348,57 @@ func TestFleetOptionsRefused(t *testing.T) {
 	if head, err := busclient.NewClient(nc).WithHost(fmt.Sprintf("h%d", bus.MaxFleetSpaces-1)).Head(context.Background()); err != nil || head.Seq != l.Head().Seq {
 		t.Errorf("last of MaxFleetSpaces spaces: %+v %v", head, err)
 	}
+}
+
+// A publication that fails (here: an event larger than the server's
+// payload limit) is logged with its space's host and skipped, as on a Bus;
+// the next events are published, and the head counts the skipped one.
+func TestFleetPublishFailureLogged(t *testing.T) {
+	const maxPayload = 640
+	var logs syncBuffer
+	l := openLedger(t, ledger.Options{})
+	f := startFleet(t, bus.FleetOptions{Spaces: []bus.Space{{HostID: "h1", Ledger: l}}, Limits: bus.Limits{MaxPayload: maxPayload},
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	nc := connect(t, f.ClientURL())
+	sub, err := nc.SubscribeSync(busclient.FleetEventSubjects())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = nc.Flush()
+	big := events.Draft{Activation: "a1", Payload: &events.HTTPRegistered{Ref: "h-1", Scope: "request", Method: events.HTTPPost,
+		Origin: "https://" + strings.Repeat("o", events.MaxTextLen-len("https://.example")) + ".example"}}
+	if _, err := l.Append(context.Background(), big, draft("a1", "s", 1)); err != nil {
+		t.Fatal(err)
+	}
+	if raw := raws(t, l, 1, 2); len(raw[0]) <= maxPayload || len(raw[1]) > maxPayload-200 {
+		t.Fatalf("test events of %d and %d bytes do not straddle the limit %d", len(raw[0]), len(raw[1]), maxPayload)
+	}
+	m, err := sub.NextMsg(5 * time.Second)
+	if err != nil || m.Header.Get(busclient.HeaderSeq) != "2" {
+		t.Fatalf("after the failed publication: %v %v", err, m)
+	}
+	if s := logs.String(); !strings.Contains(s, "bus: publish failed") || !strings.Contains(s, "host=h1 seq=1") {
+		t.Errorf("log %q", s)
+	}
+	if head, err := busclient.NewClient(nc).WithHost("h1").Head(context.Background()); err != nil || head.Seq != 2 {
+		t.Errorf("head %+v %v", head, err)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

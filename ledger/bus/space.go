@@ -19,6 +19,9 @@ type space struct {
 	l        *ledger.Ledger // nil: services only (a fleet's bare space)
 	services []Service
 	unwatch  func() // set once its publication starts
+	// logHost: its log records name its host (a fleet's spaces; a Bus's
+	// records stay as they were before fleets).
+	logHost bool
 }
 
 // subject is subject in the space (busclient.HostSubject).
@@ -71,9 +74,9 @@ func (sp *space) publishCheckpoint(signed []byte) error {
 }
 
 // logAttrs are a log record's attributes, with the space's host first
-// when it has one.
+// on a fleet.
 func (sp *space) logAttrs(attrs ...any) []any {
-	if sp.host == "" {
+	if !sp.logHost || sp.host == "" {
 		return attrs
 	}
 	return append([]any{"host", sp.host}, attrs...)
