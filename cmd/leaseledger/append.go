@@ -40,8 +40,8 @@ func newAppendCmd(a *app) *cobra.Command {
 it is durable (fsynced). A malformed line, or one of a kind only the
 ledger writes (host.bound: serve --host-id binds the host), is reported on
 stderr with its line number and skipped; the others are still appended,
-and the exit status is 1. With --nats the events go to a running 'serve' (as its writer user)
-instead of a data directory; each append call carries an idempotency key,
+and the exit status is 1. With --nats the events go to a running 'serve'
+(as its writer user) instead of a data directory; each append call carries an idempotency key,
 and a call whose outcome is in doubt (no answer within --request-timeout, a
 lost connection, serve restarting) is sent again under the same key, with
 backoff, until --retry-deadline or --retries run out: serve answers a retry
