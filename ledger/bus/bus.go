@@ -164,7 +164,7 @@ func Start(l *ledger.Ledger, opts Options) (*Bus, error) {
 	sp := &space{b: b, host: opts.HostID, l: l, services: opts.Services}
 	b.spaces = []*space{sp}
 	// Each class of requester has request subjects of its own, which the
-	// permissions above let only that class publish to (the anonymous
+	// permissions (newServer) let only that class publish to (the anonymous
 	// subjects are the bare ones): the subject, not the reply inbox (which
 	// NATS does not check), decides a request's class.
 	handlers := map[string]nats.MsgHandler{}
