@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -280,32 +281,45 @@ func TestDashboardEndToEnd(t *testing.T) {
 
 // TestDashboardCredentials: against a bus that refuses anonymous clients
 // the page asks for credentials; wrong ones show the refused state and
-// the form again, the read-only user's follow the ledger. The password is
+// the form again, the read-only user's follow the ledger and reach the
+// projection and proof APIs (their subjects with the user's suffix), in
+// the bare space and in a host's space (serve --host-id). The password is
 // in no response serve sent the page.
 func TestDashboardCredentials(t *testing.T) {
 	chromium := requireChromium(t)
 	requireNode(t)
 	bin := cliBinary(t)
-	const password = "dashboard-secret-pw"
-	srv := startServe(t, bin, t.TempDir(), writeConfig(t, ""), "--ws-port", "-1", "--deny-anonymous",
-		"--read-only-user", "dash", "--read-only-password", password)
-	defer srv.stop(syscall.SIGTERM)
-	b := newBrowser(t, chromium)
-	b.do(chromedp.Navigate(srv.dashboardURL()))
-	b.await(`__dashboard.state === "login" && !document.getElementById("login").hidden`, e2eWait)
-	login := func(user, pw string) {
-		eval[bool](b, `(() => { const f = document.getElementById("login"); f.user.value = "`+user+`"; f.password.value = "`+pw+`"; f.requestSubmit(); return true })()`)
-	}
-	login("dash", "wrong")
-	took := b.await(`__dashboard.state === "refused" && !document.getElementById("login").hidden && !document.getElementById("banner").hidden`, e2eWait)
-	t.Logf("refused shown after %v", took)
-	b.view("events", "refused")
-	login("dash", password)
-	took = b.await(`__dashboard.state === "live" && __dashboard.next > 0 && document.getElementById("login").hidden`, e2eWait)
-	t.Logf("live after %v", took)
-	b.view("events", "signed-in")
-	if html := eval[string](b, "document.documentElement.outerHTML"); strings.Contains(html, password) {
-		t.Fatal("the password is in the page's DOM")
+	for _, c := range []struct{ name, host string }{{"bare", ""}, {"host", "h1"}} {
+		t.Run(c.name, func(t *testing.T) {
+			const password = "dashboard-secret-pw"
+			args := []string{"--ws-port", "-1", "--deny-anonymous", "--read-only-user", "dash", "--read-only-password", password}
+			if c.host != "" {
+				args = append(args, "--host-id", c.host)
+			}
+			srv := startServe(t, bin, t.TempDir(), writeConfig(t, ""), args...)
+			defer srv.stop(syscall.SIGTERM)
+			b := newBrowser(t, chromium)
+			b.do(chromedp.Navigate(srv.dashboardURL()))
+			b.await(`__dashboard.state === "login" && !document.getElementById("login").hidden`, e2eWait)
+			login := func(user, pw string) {
+				eval[bool](b, `(() => { const f = document.getElementById("login"); f.user.value = "`+user+`"; f.password.value = "`+pw+`"; f.requestSubmit(); return true })()`)
+			}
+			login("dash", "wrong")
+			took := b.await(`__dashboard.state === "refused" && !document.getElementById("login").hidden && !document.getElementById("banner").hidden`, e2eWait)
+			t.Logf("refused shown after %v", took)
+			b.view("events", "refused")
+			login("dash", password)
+			took = b.await(`__dashboard.state === "live" && __dashboard.next > 0 && document.getElementById("login").hidden && __dashboard.host === "`+c.host+`"`, e2eWait)
+			t.Logf("live after %v", took)
+			b.await(`document.getElementById("leases-note").textContent.includes("lease(s) at seq") && document.getElementById("checkpoint").textContent.includes("signs no checkpoints")`, e2eWait)
+			b.view("events", "signed-in")
+			if html := eval[string](b, "document.documentElement.outerHTML"); strings.Contains(html, password) {
+				t.Fatal("the password is in the page's DOM")
+			}
+			if errs := b.consoleErrors(); len(errs) > 0 {
+				t.Fatalf("console errors: %v", errs)
+			}
+		})
 	}
 }
 
@@ -413,6 +427,29 @@ func TestDashboardHostSpace(t *testing.T) {
 	}
 	if got := eval[int](b, `__dashboard.switches`); got != 7 {
 		t.Errorf("%d host switches counted, want 7", got)
+	}
+
+	// The page itself ignores host ids that cannot be subject tokens (New
+	// refuses them, so this configuration is served by hand), and follows
+	// nothing when none is valid rather than the bare space.
+	for i, c := range []struct{ hosts, want string }{
+		{`["h1.x", "h1", ">", "h1"]`, `__dashboard.state === "live" && __dashboard.host === "h1" && __dashboard.next > 1 && document.getElementById("host").options.length === 1 && document.getElementById("host-note").textContent === "3 invalid host id(s) ignored"`},
+		{`["*", ""]`, `__dashboard.state === "nohost" && !document.getElementById("banner").hidden && __dashboard.next === 0`},
+	} {
+		mux := http.NewServeMux()
+		mux.Handle("/", h)
+		mux.HandleFunc("GET "+dashboard.ConfigPath, func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write([]byte(`{"ws_url":"ws://127.0.0.1:` + strconv.Itoa(wsPort) + `","credentials_required":false,"hosts":` + c.hosts + `}`))
+		})
+		bad := httptest.NewServer(mux)
+		b.do(chromedp.Navigate(bad.URL + "/"))
+		b.await(c.want, e2eWait)
+		b.view("events", "invalid-hosts-"+strconv.Itoa(i))
+		bad.Close()
+	}
+	if errs := b.consoleErrors(); len(errs) > 0 {
+		t.Fatalf("console errors: %v", errs)
 	}
 }
 
