@@ -16,27 +16,44 @@ import (
 // own log and chain and publishes in its own subject space (Options.HostID,
 // busclient.HostSubject).
 //
-// Guarantees (tested in cluster_test.go):
+// Guarantees (tests in cluster_test.go and cluster_leak_test.go):
 //   - Clustering or leaf remotes without a host id are refused (ErrOptions):
-//     two hosts in the bare space would collide.
+//     two hosts in the bare space would collide (TestClusterOptionsRefused).
 //   - Each host's events and API stay in its space: a client made
-//     WithHost(h) on any server of the cluster reads h's chain only.
+//     WithHost(h) on any server of the cluster reads h's chain only
+//     (TestHostSpacesOnCluster).
 //   - Cluster peers (routes, leaf connections, a Peer) reach a host's bare
 //     read-only API (replay, head, AccessRead services) with the anonymous
 //     class's limits, even when the host denies anonymous clients: they
-//     arrive over routes that authenticate as a whole. Local named users'
-//     permissions stay confined to their own subjects of their own host.
+//     arrive over routes that authenticate as a whole (TestHostSpacesOnCluster,
+//     TestLeafNodeHost). Local clients' permissions stay confined to their
+//     own subjects of their own host (TestHostSpacesOnCluster).
+//   - Replies stay on their host: a host imports over routes none of its
+//     clients' reply inboxes (the anonymous _INBOX, each named user's
+//     busclient.InboxPrefix), and over leaf connections none of its named
+//     users', so a client of another host with a wildcard inbox
+//     subscription, or a user there of the same name, receives none of the
+//     host's replies, while the host's replies to a peer's requests still
+//     cross (TestInboxRepliesStayOnHost, TestPeerLeafOfHub). Over a leaf
+//     connection the anonymous _INBOX is not confined (see routeOnlyDeny):
+//     on a leaf fleet, a host allowing anonymous clients lets them receive
+//     anonymous-class replies crossing the hub.
 //   - No route or leaf connection reaches a named user's request subjects
 //     (append, the control API, the named users' reads): over a route
 //     anyone could claim to be that user (hostDeny). Appends reach a host
-//     only from its own server's writer.
+//     only from its own server's writer (TestHostSpacesOnCluster,
+//     TestLeafNodeHost).
 //   - No route may publish into a host's own event or checkpoint subjects
 //     on its server (route import deny): subscribers on the host's own
-//     server see only what the host's ledger published. (Leaf connections
-//     are not filtered for those: denying them on a leaf remote also stops
-//     their publication to the hub.)
+//     server see only what the host's ledger published
+//     (TestRoutesCannotPublishIntoHostSpace). (Leaf connections are not
+//     filtered for those: denying them on a leaf remote also stops their
+//     publication to the hub.)
+//   - A Peer may be a leaf node of a hub, as hosts may: it reads each
+//     host's events and API through the hub (TestPeerLeafOfHub).
 //   - TLS on the client port and on routes uses the given files; with a CA,
-//     the other side must present a certificate signed by it.
+//     the other side must present a certificate signed by it
+//     (TestClusterTLS).
 
 // DefaultClusterName names the cluster when ClusterOptions.Name is empty.
 const DefaultClusterName = "leaseledger"
@@ -161,9 +178,7 @@ func clusterConfig(sopts *server.Options, deny []string, c ClusterOptions, clien
 		if lr.User != "" {
 			u.User = url.UserPassword(lr.User, lr.Password)
 		}
-		// Only the named users' subjects: denying the host's event
-		// subjects here would also stop their publication to the hub.
-		remote := &server.RemoteLeafOpts{URLs: []*url.URL{u}, Credentials: lr.Credentials, DenyImports: deny[hostOwnSubjects:]}
+		remote := &server.RemoteLeafOpts{URLs: []*url.URL{u}, Credentials: lr.Credentials, DenyImports: leafDenyImports(deny)}
 		if u.Scheme == "tls" {
 			remote.TLS = true
 			if routeTLS != nil {
@@ -179,14 +194,24 @@ func clusterConfig(sopts *server.Options, deny []string, c ClusterOptions, clien
 // server may publish: its events and checkpoints (only its ledger
 // publishes them) and every named user's request subjects (only that
 // local user may send them: over a route, anyone could claim to be it).
-// What is left to peers is the bare, anonymous-class read API.
+// What is left to peers is the bare, anonymous-class read API. It also
+// lists the reply inboxes of the host's clients (the anonymous _INBOX and
+// each named user's busclient.InboxPrefix): the host imports no replies.
+// The deny is on imports only: the host's replies to a peer's inbox (its
+// export) still cross.
 func hostDeny(opts *Options) []string {
 	q := func(s string) string { return busclient.HostSubject(opts.HostID, s) }
-	deny := []string{q(busclient.EventSubjects()), q(busclient.CheckpointSubject)} // hostOwnSubjects of them
+	deny := []string{q(busclient.EventSubjects()), q(busclient.CheckpointSubject)}
 	subjects := []string{busclient.ReplaySubject, busclient.HeadSubject, busclient.AppendSubject}
 	for _, s := range opts.Services {
 		subjects = append(subjects, s.Subject)
 	}
+	// A host's clients request only their own server, so no reply to them
+	// ever needs to cross a route or leaf connection: importing their
+	// inboxes would deliver other hosts' replies (to a peer, or to a user
+	// of the same name there) to this host's clients. The anonymous inbox
+	// is denied on routes only (see routeOnlyDeny).
+	deny = append(deny, busclient.InboxPrefix("")+".>")
 	for _, user := range []string{opts.ReadOnlyUser, opts.WriterUser, opts.ControlUser} {
 		if user == "" {
 			continue
@@ -194,13 +219,29 @@ func hostDeny(opts *Options) []string {
 		for _, s := range subjects {
 			deny = append(deny, busclient.UserSubject(q(s), user))
 		}
+		deny = append(deny, busclient.InboxPrefix(user)+".>")
 	}
 	return deny
 }
 
-// hostOwnSubjects is how many of hostDeny's subjects come first and are
-// the host's publications (events, checkpoints) rather than requests.
-const hostOwnSubjects = 2
+// leafDenyImports is what a leaf remote denies of deny (hostDeny, or nil
+// for a Peer): all but its first routeOnlyDeny subjects.
+func leafDenyImports(deny []string) []string {
+	if len(deny) < routeOnlyDeny {
+		return nil
+	}
+	return deny[routeOnlyDeny:]
+}
+
+// routeOnlyDeny is how many of hostDeny's subjects come first and are
+// denied on routes only: the host's events and checkpoints, and the
+// anonymous clients' _INBOX. On a leaf connection NATS applies a denied
+// import to what the leaf sends as well (to a hub's subscriptions that
+// overlap it): denying the host's events there would stop their
+// publication to the hub, and denying _INBOX would stop the host's replies
+// to the hub's anonymous-class requesters (a Peer's among them). Named
+// users' inboxes are denied on both: a hub's requester never uses them.
+const routeOnlyDeny = 3
 
 // tlsConfig loads files. peer: both ends verify each other (routes, leaf
 // remotes), the CA is also the root the other end's certificate must chain

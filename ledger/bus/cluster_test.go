@@ -46,23 +46,6 @@ func eventually(t *testing.T, what string, fn func() error) {
 	}
 }
 
-// startHost opens a ledger and starts a bus for host on it.
-func startHost(t *testing.T, opts bus.Options) (*ledger.Ledger, *bus.Bus) {
-	t.Helper()
-	l := open(t, t.TempDir())
-	opts.Port = bus.RandomPort
-	b, err := bus.Start(l, opts)
-	if err != nil {
-		l.Close()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		b.Close()
-		l.Close()
-	})
-	return l, b
-}
-
 // headIs waits until c sees want as the head of its host.
 func headIs(t *testing.T, c *busclient.Client, want events.Seq) {
 	t.Helper()
@@ -118,9 +101,9 @@ func TestHostSpacesOnCluster(t *testing.T) {
 	co := func(routes ...string) bus.ClusterOptions {
 		return bus.ClusterOptions{Name: "fleet", Listen: "127.0.0.1:-1", Routes: routes, User: "route", Password: "route-secret"}
 	}
-	l1, b1 := startHost(t, bus.Options{HostID: "h1", Cluster: co(), DenyAnonymous: true, ReadOnlyUser: "reader", ReadOnlyPassword: "pw", WriterUser: "w", WriterPassword: "wpw"})
-	l2, b2 := startHost(t, bus.Options{HostID: "h2", Cluster: co(b1.ClusterURL())})
-	l3, b3 := startHost(t, bus.Options{HostID: "h3", Cluster: co(b1.ClusterURL())})
+	l1, b1 := startBus(t, bus.Options{HostID: "h1", Cluster: co(), DenyAnonymous: true, ReadOnlyUser: "reader", ReadOnlyPassword: "pw", WriterUser: "w", WriterPassword: "wpw"})
+	l2, b2 := startBus(t, bus.Options{HostID: "h2", Cluster: co(b1.ClusterURL())})
+	l3, b3 := startBus(t, bus.Options{HostID: "h3", Cluster: co(b1.ClusterURL())})
 	peer, err := bus.StartPeer(bus.PeerOptions{Cluster: co(b1.ClusterURL(), b2.ClusterURL())})
 	if err != nil {
 		t.Fatal(err)
@@ -248,7 +231,7 @@ func TestHostSpacesOnCluster(t *testing.T) {
 // the host's server sees only what its ledger published.
 func TestRoutesCannotPublishIntoHostSpace(t *testing.T) {
 	co := bus.ClusterOptions{Listen: "127.0.0.1:-1"}
-	l1, b1 := startHost(t, bus.Options{HostID: "h1", Cluster: co})
+	l1, b1 := startBus(t, bus.Options{HostID: "h1", Cluster: co})
 	peer, err := bus.StartPeer(bus.PeerOptions{Cluster: bus.ClusterOptions{Listen: "127.0.0.1:-1", Routes: []string{b1.ClusterURL()}}})
 	if err != nil {
 		t.Fatal(err)
@@ -291,19 +274,8 @@ func TestRoutesCannotPublishIntoHostSpace(t *testing.T) {
 // A host connected as a leaf node to a hub serves its space to the hub's
 // clients, even when it denies anonymous clients of its own.
 func TestLeafNodeHost(t *testing.T) {
-	leafPort := freePort(t) // the server does not say which port -1 picked for leaf nodes
-	hub, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true,
-		LeafNode: server.LeafNodeOpts{Host: "127.0.0.1", Port: leafPort, Username: "leaf", Password: "leaf-secret"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go hub.Start()
-	defer func() { hub.Shutdown(); hub.WaitForShutdown() }()
-	if !hub.ReadyForConnections(clusterWait) {
-		t.Fatal("hub not ready")
-	}
-	leafURL := fmt.Sprintf("nats-leaf://127.0.0.1:%d", leafPort)
-	l1, b1 := startHost(t, bus.Options{HostID: "h1", DenyAnonymous: true, WriterUser: "w", WriterPassword: "wpw",
+	hub, leafURL := startHub(t)
+	l1, b1 := startBus(t, bus.Options{HostID: "h1", DenyAnonymous: true, WriterUser: "w", WriterPassword: "wpw",
 		Cluster: bus.ClusterOptions{LeafRemotes: []bus.LeafRemote{{URL: leafURL, User: "leaf", Password: "leaf-secret"}}}})
 	hc := connect(t, hub.ClientURL())
 	sub, err := hc.SubscribeSync(busclient.FleetEventSubjects())
@@ -332,6 +304,25 @@ func TestLeafNodeHost(t *testing.T) {
 	}
 }
 
+// startHub starts a plain NATS server with a leaf node listener (user
+// "leaf", password "leaf-secret"), shut down when the test ends, and
+// returns it and its nats-leaf:// URL.
+func startHub(t *testing.T) (*server.Server, string) {
+	t.Helper()
+	leafPort := freePort(t) // the server does not say which port -1 picked for leaf nodes
+	hub, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true,
+		LeafNode: server.LeafNodeOpts{Host: "127.0.0.1", Port: leafPort, Username: "leaf", Password: "leaf-secret"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go hub.Start()
+	t.Cleanup(func() { hub.Shutdown(); hub.WaitForShutdown() })
+	if !hub.ReadyForConnections(clusterWait) {
+		t.Fatal("hub not ready")
+	}
+	return hub, fmt.Sprintf("nats-leaf://127.0.0.1:%d", leafPort)
+}
+
 // TLS on routes and on the client port, with a CA generated here.
 func TestClusterTLS(t *testing.T) {
 	files := genTLS(t)
@@ -339,7 +330,7 @@ func TestClusterTLS(t *testing.T) {
 		return bus.ClusterOptions{Listen: "127.0.0.1:-1", Routes: routes, TLS: &files}
 	}
 	clientTLS := &bus.TLSFiles{Cert: files.Cert, Key: files.Key}
-	l1, b1 := startHost(t, bus.Options{HostID: "h1", Cluster: co(), TLS: clientTLS})
+	l1, b1 := startBus(t, bus.Options{HostID: "h1", Cluster: co(), TLS: clientTLS})
 	peer, err := bus.StartPeer(bus.PeerOptions{Cluster: co(b1.ClusterURL())})
 	if err != nil {
 		t.Fatal(err)
@@ -450,7 +441,7 @@ func genTLS(t *testing.T) bus.TLSFiles {
 // A peer's client port admits anonymous clients that may only read the
 // hosts' spaces: subscribe to events, call replay and head.
 func TestPeerClientPortReadOnly(t *testing.T) {
-	l1, b1 := startHost(t, bus.Options{HostID: "h1", Cluster: bus.ClusterOptions{Listen: "127.0.0.1:-1"}})
+	l1, b1 := startBus(t, bus.Options{HostID: "h1", Cluster: bus.ClusterOptions{Listen: "127.0.0.1:-1"}})
 	appendActivation(t, l1, 1, "h1")
 	peer, err := bus.StartPeer(bus.PeerOptions{Port: bus.RandomPort, Cluster: bus.ClusterOptions{Listen: "127.0.0.1:-1", Routes: []string{b1.ClusterURL()}}})
 	if err != nil {
