@@ -394,6 +394,9 @@ func TestDashboardHostSpace(t *testing.T) {
 	choose("h1")
 	b.await(`__dashboard.next > 1 && `+eventShown(cs.ID(), "call."), e2eWait)
 	subs := eval[int](b, `__dashboard.natsSubs()`)
+	if subs < 3 {
+		t.Fatalf("the connection holds %d subscriptions on h1, want at least 3 (events, checkpoints, the request inbox)", subs)
+	}
 	if got := eval[int](b, `__dashboard.subs`); got != 2 {
 		t.Fatalf("the page holds %d subscriptions on h1, want 2 (events, checkpoints)", got)
 	}

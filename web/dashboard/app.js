@@ -338,7 +338,11 @@ let fleet = null; // the last fleet status ({hosts: {id: HostStatus}}), null whe
 // refreshFleet asks the fleet bus for every host's mirroring; the strip is
 // hidden while nothing answers (a host's own bus does not serve it).
 async function refreshFleet() {
-  if (!nc) return;
+  if (!nc) {
+    fleet = null; // not connected: nothing current to show
+    renderFleet();
+    return;
+  }
   try {
     const st = await request(FLEET_STATUS, {}, FLEET_TIMEOUT_MS, true);
     fleet = st && typeof st.hosts === "object" && st.hosts ? st : null;
