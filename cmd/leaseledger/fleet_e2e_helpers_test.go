@@ -63,7 +63,7 @@ const (
 )
 
 // freeAddrOn returns a free TCP address on ip.
-func freeAddrOn(t *testing.T, ip string) string {
+func freeAddrOn(t testing.TB, ip string) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
 	if err != nil {
@@ -76,7 +76,7 @@ func freeAddrOn(t *testing.T, ip string) string {
 // fleetHost is one `serve --host-id` process, restartable on the same
 // data directory and route address.
 type fleetHost struct {
-	t       *testing.T
+	t       testing.TB
 	id      string
 	bin     string
 	dir     string
@@ -227,7 +227,7 @@ func (h *fleetHost) appendLines(ctx context.Context, tag string, n int) error {
 // fleetCollector is a `collect` process, restartable on the same
 // directory, route address and metrics address.
 type fleetCollector struct {
-	t       *testing.T
+	t       testing.TB
 	bin     string
 	dir     string
 	hosts   []string
@@ -331,7 +331,7 @@ func (c *fleetCollector) mirrorDir(host string) string { return filepath.Join(c.
 
 // fleet is the processes of one test and the proxies between them.
 type fleet struct {
-	t         *testing.T
+	t         testing.TB
 	hosts     []*fleetHost
 	collector *fleetCollector
 	// proxies[a][b] carries the routes a solicits to b (a, b host ids
@@ -343,7 +343,7 @@ type fleet struct {
 // and a proxy for every route one process solicits to another (hosts to
 // each other both ways, the collector to every host). config is each
 // host's --config ("" for none). Nothing is started.
-func newFleet(t *testing.T, bin string, n int, config string) *fleet {
+func newFleet(t testing.TB, bin string, n int, config string) *fleet {
 	t.Helper()
 	f := &fleet{t: t, proxies: map[string]map[string]*netproxy.Proxy{}}
 	for i := range n {
