@@ -135,8 +135,8 @@ func TestPeerLeafOfHub(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer peer.Close()
-	if peer.ClusterURL() != "" {
-		t.Errorf("a leaf-only peer has a route URL %q", peer.ClusterURL())
+	if peer.ClusterURL() != "" || peer.ClientURL() != "" || peer.Server().Addr() != nil {
+		t.Errorf("a leaf-only peer without a client port listens: route %q, client %q %v", peer.ClusterURL(), peer.ClientURL(), peer.Server().Addr())
 	}
 	pc, err := peer.Connect()
 	if err != nil {

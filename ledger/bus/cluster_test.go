@@ -470,3 +470,31 @@ func TestPeerClientPortReadOnly(t *testing.T) {
 		t.Error("a wrong token was admitted")
 	}
 }
+
+// A peer offers no client port unless asked: with Port 0 ClientURL is ""
+// and its server, which listens for routes, admits no network client,
+// while Connect still works in process.
+func TestPeerClientPortOff(t *testing.T) {
+	l1, b1 := startBus(t, bus.Options{HostID: "h1", Cluster: bus.ClusterOptions{Listen: "127.0.0.1:-1"}})
+	appendActivation(t, l1, 1, "h1")
+	peer, err := bus.StartPeer(bus.PeerOptions{Cluster: bus.ClusterOptions{Listen: "127.0.0.1:-1", Routes: []string{b1.ClusterURL()}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peer.Close()
+	if u := peer.ClientURL(); u != "" {
+		t.Errorf("a peer with Port 0 offers a client port: %q", u)
+	}
+	if a := peer.Server().Addr(); a != nil {
+		if nc, err := nats.Connect("nats://"+a.String(), nats.NoReconnect(), nats.IgnoreDiscoveredServers()); err == nil {
+			nc.Close()
+			t.Errorf("a peer with Port 0 admitted an anonymous client on %v", a)
+		}
+	}
+	pc, err := peer.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	headIs(t, busclient.NewClient(pc).WithHost("h1"), 1)
+}

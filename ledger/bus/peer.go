@@ -15,13 +15,23 @@ import (
 // A Peer is a server of the fleet's cluster without a ledger: the
 // collector joins the cluster through one to read every host's space.
 //
-// Guarantees (tested in cluster_test.go):
+// Guarantees (tests in cluster_test.go and cluster_leak_test.go):
 //   - A Peer must join something (routes, a route listener or leaf
-//     remotes): otherwise ErrOptions.
-//   - Connect gives an in-process connection with every permission; the
-//     client port (when PeerOptions.Port is set) admits anonymous clients
-//     that may only read: subscribe to every host's events and checkpoints
-//     and call every host's bare replay and head API.
+//     remotes): otherwise ErrOptions (TestClusterOptionsRefused).
+//   - Connect gives an in-process connection with every permission
+//     (TestHostSpacesOnCluster, TestPeerLeafOfHub).
+//   - No client port unless PeerOptions.Port asks for one: with Port 0
+//     ClientURL is "" and no network client is admitted; a peer without a
+//     route listener listens nowhere, one with a route listener keeps a
+//     loopback client listener that refuses every client (the embedded
+//     NATS server starts routing only once its client listener is up)
+//     (TestPeerClientPortOff, TestPeerLeafOfHub).
+//   - The client port admits anonymous clients that may only read:
+//     subscribe to every host's events and checkpoints and call every
+//     host's bare replay and head API (TestPeerClientPortReadOnly). They
+//     share the default _INBOX, so one subscribed to all of it sees the
+//     replies to the others and to Connect's connections (data the
+//     anonymous class may read anyway).
 
 // peerStartTimeout bounds how long StartPeer waits for the server to listen.
 const peerStartTimeout = 10 * time.Second
@@ -30,8 +40,9 @@ const peerStartTimeout = 10 * time.Second
 type PeerOptions struct {
 	// Host the client port listens on; 127.0.0.1 when empty.
 	Host string
-	// Port is the client port; 0 or RandomPort for any free port. Its
-	// clients are read-only (see the guarantees above).
+	// Port is the client port: 0 for none (the default; Connect works
+	// without one), RandomPort for any free port. Its clients are
+	// read-only (see the guarantees above).
 	Port int
 	// Cluster is how the peer joins the fleet (routes and/or leaf remotes).
 	Cluster ClusterOptions
@@ -42,6 +53,7 @@ type PeerOptions struct {
 // Peer is an embedded NATS server in the fleet's cluster with no ledger.
 type Peer struct {
 	srv    *server.Server
+	port   bool   // a client port was asked for (PeerOptions.Port != 0)
 	token  string // authenticates Connect's connections
 	logger *slog.Logger
 }
@@ -64,9 +76,6 @@ func StartPeer(opts PeerOptions) (*Peer, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	if opts.Port == 0 {
-		opts.Port = RandomPort
-	}
 	token, err := randomSecret()
 	if err != nil {
 		return nil, err
@@ -84,6 +93,13 @@ func StartPeer(opts PeerOptions) (*Peer, error) {
 	if err := clusterConfig(sopts, nil, opts.Cluster, nil); err != nil {
 		return nil, &Error{Op: "start peer", Err: err}
 	}
+	if opts.Port == 0 {
+		// No client port: without routes the server need not listen;
+		// routing waits for the client listener, so a route listener
+		// keeps one on loopback that admits no network client.
+		auth.anonymous = nil
+		sopts.Host, sopts.Port, sopts.DontListen = "127.0.0.1", RandomPort, sopts.Cluster.Port == 0
+	}
 	srv, err := server.NewServer(sopts)
 	if err != nil {
 		return nil, &Error{Op: "start peer", Err: err}
@@ -94,7 +110,7 @@ func StartPeer(opts PeerOptions) (*Peer, error) {
 		srv.WaitForShutdown()
 		return nil, &Error{Op: "start peer", Err: fmt.Errorf("not ready within %v", peerStartTimeout)}
 	}
-	p := &Peer{srv: srv, token: token, logger: opts.Logger}
+	p := &Peer{srv: srv, port: opts.Port != 0, token: token, logger: opts.Logger}
 	p.logger.Info("bus: peer started", "cluster", p.ClusterURL())
 	return p, nil
 }
@@ -118,8 +134,14 @@ func (p *Peer) Connect(opts ...nats.Option) (*nats.Conn, error) {
 // "" means leaf remotes only).
 func (p *Peer) ClusterURL() string { return clusterURL(p.srv) }
 
-// ClientURL is the nats:// URL of the peer's (read-only) client port.
-func (p *Peer) ClientURL() string { return p.srv.ClientURL() }
+// ClientURL is the nats:// URL of the peer's (read-only) client port, or
+// "" when it has none (PeerOptions.Port 0).
+func (p *Peer) ClientURL() string {
+	if !p.port {
+		return ""
+	}
+	return p.srv.ClientURL()
+}
 
 // Server exposes the embedded server (tests, monitoring).
 func (p *Peer) Server() *server.Server { return p.srv }
@@ -132,7 +154,8 @@ func (p *Peer) Close() error {
 }
 
 // peerAuth admits Connect's connections (by token) with every permission
-// and every other client as the read-only anonymous user.
+// and every other client as the read-only anonymous user, or none when
+// anonymous is nil (no client port).
 type peerAuth struct {
 	token           string
 	full, anonymous *server.User
@@ -144,7 +167,7 @@ func (a *peerAuth) Check(c server.ClientAuthentication) bool {
 	switch {
 	case o.Token != "" && subtle.ConstantTimeCompare([]byte(o.Token), []byte(a.token)) == 1:
 		c.RegisterUser(a.full)
-	case o.Token == "" && o.Username == "" && o.Password == "" && o.Nkey == "" && o.JWT == "":
+	case a.anonymous != nil && o.Token == "" && o.Username == "" && o.Password == "" && o.Nkey == "" && o.JWT == "":
 		c.RegisterUser(a.anonymous)
 	default:
 		return false
