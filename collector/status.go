@@ -47,6 +47,10 @@ type HostStatus struct {
 	// Dropped counts live messages NATS dropped because the host's buffer
 	// was full (their events came by replay instead).
 	Dropped uint64 `json:"dropped"`
+	// LiveRejected counts live messages found not to be the host's (its
+	// replay says otherwise, or they are malformed): ignored, never a
+	// refusal.
+	LiveRejected uint64 `json:"live_rejected,omitempty"`
 	// CheckpointsVerified counts the host's signed checkpoints found equal
 	// to the mirror (Options.Verifiers); VerifiedSize is the largest size
 	// among them.
