@@ -36,7 +36,16 @@ type hostMirror struct {
 
 	verifier    note.Verifier       // of the host's checkpoints, nil: unchecked
 	checkpoints []verify.Checkpoint // verified by signature, waiting for the mirror (run's own)
+	lastAsked   time.Time           // the last paced replay request (run's own)
 }
+
+// MinLiveReplayInterval spaces the replay requests the live path makes
+// for one host (a run's confirmation, a contradicted message's check): at
+// most one per interval, well under the request rate a host's bus grants
+// one anonymous connection (bus.DefaultRequestRate), however busy the
+// host. Each confirmation replays through to the host's head, so the
+// spacing costs latency, not throughput.
+const MinLiveReplayInterval = 25 * time.Millisecond
 
 func newHostMirror(opts Options, host, dir string, l *ledger.Ledger) *hostMirror {
 	return &hostMirror{opts: opts, host: host, dir: dir, l: l,
@@ -206,7 +215,7 @@ func (hm *hostMirror) catchUp(ctx context.Context) error {
 		return hm.checkHead(h)
 	}
 	hm.setState(StateCatchingUp, nil)
-	if err := hm.fill(ctx, h.Seq); err != nil {
+	if err := hm.fill(ctx, h.Seq, nil); err != nil {
 		return err
 	}
 	hm.settle()
@@ -233,30 +242,56 @@ func (hm *hostMirror) checkHead(h busclient.HeadReply) error {
 	return nil
 }
 
-// fill imports the host's events after the mirror's head through to by
-// replay, in batches of ImportBatchEvents.
-func (hm *hostMirror) fill(ctx context.Context, to events.Seq) error {
+// errLiveRejected: live events were found not to be the host's: its own
+// replay says otherwise. They are counted (HostStatus.LiveRejected) and
+// dropped, never a refusal.
+var errLiveRejected = errors.New("collector: live events not confirmed by the host")
+
+// fill imports the host's events after the mirror's head through to (0:
+// the host's head at each request) by replay, in batches of
+// ImportBatchEvents. With hint — live events for the seqs right after the
+// mirror's head — the replay starts at the hint's last seq instead: the
+// host's event there must be the hint's last byte for byte (its hash seals
+// the whole hint, which Import checks chains onto the mirror), then the
+// hint is imported as one run and the replay goes on; otherwise fill
+// returns errLiveRejected, the hint unstored.
+func (hm *hostMirror) fill(ctx context.Context, to events.Seq, hint [][]byte) error {
 	from := hm.l.Head().Seq + 1
-	if to < from {
+	if len(hint) > 0 {
+		from += events.Seq(len(hint) - 1)
+	}
+	if to != 0 && to < from {
 		return nil
 	}
 	var run [][]byte
 	_, err := hm.client.Replay(ctx, from, to, busclient.TailFilter{}, func(seq events.Seq, raw []byte) error {
+		hm.sawHostHead(seq)
+		if hint != nil {
+			h := hint
+			hint = nil
+			if seq != from || !bytes.Equal(raw, h[len(h)-1]) {
+				return errLiveRejected
+			}
+			return hm.importRun(ctx, h, false)
+		}
 		run = append(run, raw)
 		if len(run) < hm.opts.ImportBatchEvents {
 			return nil
 		}
-		err := hm.importRun(ctx, run)
+		err := hm.importRun(ctx, run, true)
 		run = run[:0]
 		return err
 	})
+	if err == nil && hint != nil {
+		err = errLiveRejected // the host has no event at the hint's last seq
+	}
 	if err == nil && len(run) > 0 {
-		err = hm.importRun(ctx, run)
+		err = hm.importRun(ctx, run, true)
 	}
 	switch {
 	case err == nil, errors.Is(err, errHole):
 		return nil // a hole is found again by the next poll
-	case errors.Is(err, ErrRefused), ctx.Err() != nil:
+	case errors.Is(err, ErrRefused), errors.Is(err, errLiveRejected), ctx.Err() != nil:
 		return err
 	}
 	var be *busclient.Error
@@ -267,66 +302,122 @@ func (hm *hostMirror) fill(ctx context.Context, to events.Seq) error {
 	return err
 }
 
-// live imports a batch of live messages in seq order: those at or below
-// the mirror's head are compared with the mirror (a difference is a fork),
-// a hole before one is filled by replay first.
+// live handles a batch of live messages. They are hints, not the host
+// speaking: anyone who may publish on the host's subjects could have sent
+// them. A run of new events is stored only once the host's replay
+// confirms its last event (sync); a message that differs from the mirror
+// is judged by the host's replay of its seq (contradicted). A hole before
+// a message is filled by replay.
 func (hm *hostMirror) live(ctx context.Context, batch []*nats.Msg) error {
 	var run [][]byte
 	next := hm.l.Head().Seq + 1
-	flush := func() error {
-		if len(run) == 0 {
-			return nil
-		}
-		err := hm.importRun(ctx, run)
-		run = run[:0]
-		return err
-	}
 	for _, m := range batch {
 		seq, ok := msgSeq(m)
 		if !ok {
-			continue // only the host's bus publishes here; be strict anyway
+			hm.rejectLive(1, "malformed")
+			continue
 		}
-		hm.sawHostHead(seq)
-		switch {
-		case seq < next-events.Seq(len(run)):
-			if err := hm.compareMirrored(seq, m.Data); err != nil {
+		if seq > next {
+			if err := hm.sync(ctx, run); err != nil {
 				return err
 			}
-			continue
-		case seq < next:
-			if i := int(seq - (next - events.Seq(len(run)))); !bytes.Equal(run[i], m.Data) {
-				return hm.refuseOffered(seq, run[i], m.Data)
-			}
-			continue
-		case seq > next:
-			if err := flush(); err != nil && !errors.Is(err, errHole) {
-				return err
-			}
+			run = nil
 			if next = hm.l.Head().Seq + 1; seq > next {
-				hm.setState(StateCatchingUp, nil)
-				if err := hm.fill(ctx, seq-1); err != nil {
-					return err
-				}
-				next = hm.l.Head().Seq + 1
-			}
-			if seq < next {
-				if err := hm.compareMirrored(seq, m.Data); err != nil {
-					return err
-				}
-				continue
-			}
-			if seq > next {
-				continue // not filled (the host went away): the next poll finds the hole
+				continue // past what the host's replay holds: the next live event or poll tells
 			}
 		}
-		run = append(run, m.Data)
-		next++
+		switch first := next - events.Seq(len(run)); {
+		case seq < first:
+			stored, err := hm.l.GetRaw(seq)
+			if err != nil {
+				return fmt.Errorf("read mirrored seq %d: %w", seq, err)
+			}
+			if !bytes.Equal(stored, m.Data) {
+				return hm.contradicted(ctx, seq, stored)
+			}
+		case seq < next:
+			if !bytes.Equal(run[seq-first], m.Data) {
+				// Two messages disagree on a seq the mirror lacks: trust
+				// neither, drop the batch and ask the host.
+				hm.rejectLive(1, "two live events at one seq")
+				return hm.sync(ctx, nil)
+			}
+		default:
+			run = append(run, m.Data)
+			next++
+		}
 	}
-	if err := flush(); err != nil && !errors.Is(err, errHole) {
-		return err
+	if len(run) > 0 {
+		if err := hm.sync(ctx, run); err != nil {
+			return err
+		}
 	}
 	hm.settle()
 	return nil
+}
+
+// sync brings the mirror to the host's head by replay, with run (live
+// events for the seqs right after the mirror's head) confirmed by it and
+// imported; a run the host's replay does not confirm is counted in
+// LiveRejected and the replay fills from the mirror's head instead. One
+// replay per run, paced by MinLiveReplayInterval.
+func (hm *hostMirror) sync(ctx context.Context, run [][]byte) error {
+	if !hm.pace(ctx) {
+		return ctx.Err()
+	}
+	err := hm.fill(ctx, 0, run)
+	if errors.Is(err, errLiveRejected) {
+		hm.rejectLive(len(run), "not confirmed by the host's replay")
+		err = hm.fill(ctx, 0, nil)
+	}
+	return err
+}
+
+// contradicted judges a live message that differs from the mirrored event
+// stored at seq by the host's replay of seq: another event there means
+// the host forked (refused); the stored one means the message was not the
+// host's (counted in LiveRejected, ignored). Either way the rest of the
+// batch is dropped and the mirror brought to the host's head by replay.
+func (hm *hostMirror) contradicted(ctx context.Context, seq events.Seq, stored []byte) error {
+	if !hm.pace(ctx) {
+		return ctx.Err()
+	}
+	var replayed []byte
+	_, err := hm.client.Replay(ctx, seq, seq, busclient.TailFilter{}, func(s events.Seq, raw []byte) error {
+		if s == seq {
+			replayed = raw
+		}
+		return nil
+	})
+	switch {
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case err != nil:
+		hm.setState(StateUnreachable, err) // unjudged: the message is dropped
+		return nil
+	case replayed != nil && !bytes.Equal(replayed, stored):
+		return hm.refuseOffered(seq, stored, replayed)
+	}
+	hm.rejectLive(1, fmt.Sprintf("differs from mirrored seq %d, which the host's replay confirms", seq))
+	return hm.sync(ctx, nil)
+}
+
+// pace waits until MinLiveReplayInterval has passed since the last paced
+// request; false when ctx ended first.
+func (hm *hostMirror) pace(ctx context.Context) bool {
+	if d := MinLiveReplayInterval - time.Since(hm.lastAsked); d > 0 && !sleep(ctx, d) {
+		return false
+	}
+	hm.lastAsked = time.Now()
+	return true
+}
+
+// rejectLive counts n live messages found not to be the host's.
+func (hm *hostMirror) rejectLive(n int, why string) {
+	hm.mu.Lock()
+	hm.st.LiveRejected += uint64(n)
+	hm.mu.Unlock()
+	hm.opts.Logger.Warn("collector: live messages rejected", "host", hm.host, "count", n, "why", why)
 }
 
 // settle marks the host live once the mirror holds every event the host
@@ -353,19 +444,8 @@ func msgSeq(m *nats.Msg) (events.Seq, bool) {
 	return body, true
 }
 
-// compareMirrored checks a re-delivered event against the mirror: the
-// bytes must be the stored ones.
-func (hm *hostMirror) compareMirrored(seq events.Seq, raw []byte) error {
-	stored, err := hm.l.GetRaw(seq)
-	if err != nil {
-		return fmt.Errorf("read mirrored seq %d: %w", seq, err)
-	}
-	if bytes.Equal(stored, raw) {
-		return nil
-	}
-	return hm.refuseOffered(seq, stored, raw)
-}
-
+// refuseOffered refuses the host for offering, through its replay,
+// another event than the mirrored one at seq.
 func (hm *hostMirror) refuseOffered(seq events.Seq, stored, offered []byte) error {
 	f := &Finding{Seq: seq, Reason: ReasonForked, Detail: fmt.Sprintf("the host offers another event at mirrored seq %d", seq)}
 	if e, err := events.Decode(stored); err == nil {
@@ -378,10 +458,16 @@ func (hm *hostMirror) refuseOffered(seq events.Seq, stored, offered []byte) erro
 }
 
 // importRun checks the run's host.bound events and imports it. A fork, a
-// broken chain or a foreign host.bound refuses the host; a hole is errHole.
-func (hm *hostMirror) importRun(ctx context.Context, run [][]byte) error {
+// broken chain or a foreign host.bound refuses the host when the run is
+// the host's own (trusted: its replay); a run of live events is only
+// errLiveRejected then, for the replay to judge. A hole is errHole.
+func (hm *hostMirror) importRun(ctx context.Context, run [][]byte, trusted bool) error {
+	judge := hm.refuse
+	if !trusted {
+		judge = func(*Finding) error { return errLiveRejected }
+	}
 	for _, raw := range run {
-		if err := hm.checkHostBound(raw); err != nil {
+		if err := hm.checkHostBound(raw, judge); err != nil {
 			return err
 		}
 	}
@@ -400,25 +486,25 @@ func (hm *hostMirror) importRun(ctx context.Context, run [][]byte) error {
 	var fe *ledger.ForkError
 	switch {
 	case errors.As(err, &fe):
-		return hm.refuse(&Finding{Seq: fe.Seq, Stored: fe.Stored.String(), Offered: fe.Offered.String(), Reason: ReasonForked, Detail: err.Error()})
+		return judge(&Finding{Seq: fe.Seq, Stored: fe.Stored.String(), Offered: fe.Offered.String(), Reason: ReasonForked, Detail: err.Error()})
 	case errors.Is(err, ledger.ErrForked):
-		return hm.refuse(&Finding{Seq: first, Reason: ReasonForked, Detail: err.Error()})
+		return judge(&Finding{Seq: first, Reason: ReasonForked, Detail: err.Error()})
 	case errors.Is(err, ledger.ErrChainBroken):
 		seq := first
 		var le *ledger.Error
 		if errors.As(err, &le) && le.Seq != 0 {
 			seq = le.Seq
 		}
-		return hm.refuse(&Finding{Seq: seq, Reason: ReasonChainBroken, Detail: err.Error()})
+		return judge(&Finding{Seq: seq, Reason: ReasonChainBroken, Detail: err.Error()})
 	case errors.Is(err, ledger.ErrImportGap):
 		return fmt.Errorf("%w: %w", errHole, err)
 	}
 	return fmt.Errorf("import seq %d..: %w", first, err)
 }
 
-// checkHostBound refuses the host when raw is a host.bound event naming
-// another host.
-func (hm *hostMirror) checkHostBound(raw []byte) error {
+// checkHostBound judges (refuses, for a trusted run) raw when it is a
+// host.bound event naming another host.
+func (hm *hostMirror) checkHostBound(raw []byte, judge func(*Finding) error) error {
 	kind, err := events.PeekKind(raw)
 	if err != nil || kind != events.KindHostBound {
 		return nil // Import judges malformed events
@@ -429,7 +515,7 @@ func (hm *hostMirror) checkHostBound(raw []byte) error {
 	}
 	var p events.HostBound
 	if err := json.Unmarshal(env.Data, &p); err != nil || p.Host != hm.host {
-		return hm.refuse(&Finding{Seq: env.Seq, Reason: ReasonHostMismatch,
+		return judge(&Finding{Seq: env.Seq, Reason: ReasonHostMismatch,
 			Detail: fmt.Sprintf("host.bound at seq %d names host %q, this chain is mirrored as %q", env.Seq, p.Host, hm.host)})
 	}
 	return nil
