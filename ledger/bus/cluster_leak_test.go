@@ -89,16 +89,7 @@ func TestInboxRepliesStayOnHost(t *testing.T) {
 		}
 	}
 	time.Sleep(interestSettle)
-	peer, err := bus.StartPeer(bus.PeerOptions{Cluster: co(b1.ClusterURL())})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer peer.Close()
-	pc, err := peer.Connect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pc.Close()
+	_, pc := startPeer(t, bus.PeerOptions{Cluster: co(b1.ClusterURL())})
 	fromPeer := busclient.NewClient(pc).WithHost("h1")
 	headIs(t, fromPeer, 3) // host → peer replies cross the route
 	if n := replayAll(t, fromPeer); n != 3 {
@@ -130,19 +121,10 @@ func TestPeerLeafOfHub(t *testing.T) {
 	if err := spy.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	peer, err := bus.StartPeer(bus.PeerOptions{Cluster: leaf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer peer.Close()
+	peer, pc := startPeer(t, bus.PeerOptions{Cluster: leaf})
 	if peer.ClusterURL() != "" || peer.ClientURL() != "" || peer.Server().Addr() != nil {
 		t.Errorf("a leaf-only peer without a client port listens: route %q, client %q %v", peer.ClusterURL(), peer.ClientURL(), peer.Server().Addr())
 	}
-	pc, err := peer.Connect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pc.Close()
 	fleet, err := pc.SubscribeSync(busclient.FleetEventSubjects())
 	if err != nil {
 		t.Fatal(err)

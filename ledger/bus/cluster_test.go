@@ -46,6 +46,23 @@ func eventually(t *testing.T, what string, fn func() error) {
 	}
 }
 
+// startPeer starts a peer and connects to it in process; both are closed
+// when the test ends.
+func startPeer(t *testing.T, opts bus.PeerOptions) (*bus.Peer, *nats.Conn) {
+	t.Helper()
+	peer, err := bus.StartPeer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { peer.Close() })
+	pc, err := peer.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pc.Close)
+	return peer, pc
+}
+
 // headIs waits until c sees want as the head of its host.
 func headIs(t *testing.T, c *busclient.Client, want events.Seq) {
 	t.Helper()
@@ -104,19 +121,10 @@ func TestHostSpacesOnCluster(t *testing.T) {
 	l1, b1 := startBus(t, bus.Options{HostID: "h1", Cluster: co(), DenyAnonymous: true, ReadOnlyUser: "reader", ReadOnlyPassword: "pw", WriterUser: "w", WriterPassword: "wpw"})
 	l2, b2 := startBus(t, bus.Options{HostID: "h2", Cluster: co(b1.ClusterURL())})
 	l3, b3 := startBus(t, bus.Options{HostID: "h3", Cluster: co(b1.ClusterURL())})
-	peer, err := bus.StartPeer(bus.PeerOptions{Cluster: co(b1.ClusterURL(), b2.ClusterURL())})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer peer.Close()
+	peer, pc := startPeer(t, bus.PeerOptions{Cluster: co(b1.ClusterURL(), b2.ClusterURL())})
 	if b1.ClusterURL() == "" || peer.ClusterURL() == "" {
 		t.Fatalf("cluster URLs %q %q", b1.ClusterURL(), peer.ClusterURL())
 	}
-	pc, err := peer.Connect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pc.Close()
 	fleet, err := pc.SubscribeSync(busclient.FleetEventSubjects())
 	if err != nil {
 		t.Fatal(err)
@@ -232,16 +240,7 @@ func TestHostSpacesOnCluster(t *testing.T) {
 func TestRoutesCannotPublishIntoHostSpace(t *testing.T) {
 	co := bus.ClusterOptions{Listen: "127.0.0.1:-1"}
 	l1, b1 := startBus(t, bus.Options{HostID: "h1", Cluster: co})
-	peer, err := bus.StartPeer(bus.PeerOptions{Cluster: bus.ClusterOptions{Listen: "127.0.0.1:-1", Routes: []string{b1.ClusterURL()}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer peer.Close()
-	pc, err := peer.Connect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pc.Close()
+	_, pc := startPeer(t, bus.PeerOptions{Cluster: bus.ClusterOptions{Listen: "127.0.0.1:-1", Routes: []string{b1.ClusterURL()}}})
 	c1 := busclient.NewClient(connect(t, b1.ClientURL())).WithHost("h1")
 	headIs(t, busclient.NewClient(pc).WithHost("h1"), 0)
 	local := connect(t, b1.ClientURL())
@@ -331,16 +330,7 @@ func TestClusterTLS(t *testing.T) {
 	}
 	clientTLS := &bus.TLSFiles{Cert: files.Cert, Key: files.Key}
 	l1, b1 := startBus(t, bus.Options{HostID: "h1", Cluster: co(), TLS: clientTLS})
-	peer, err := bus.StartPeer(bus.PeerOptions{Cluster: co(b1.ClusterURL())})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer peer.Close()
-	pc, err := peer.Connect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pc.Close()
+	_, pc := startPeer(t, bus.PeerOptions{Cluster: co(b1.ClusterURL())})
 	appendActivation(t, l1, 2, "h1")
 	headIs(t, busclient.NewClient(pc).WithHost("h1"), 2) // across the TLS route
 	nc := connect(t, b1.ClientURL(), nats.RootCAs(files.CA))
@@ -477,11 +467,7 @@ func TestPeerClientPortReadOnly(t *testing.T) {
 func TestPeerClientPortOff(t *testing.T) {
 	l1, b1 := startBus(t, bus.Options{HostID: "h1", Cluster: bus.ClusterOptions{Listen: "127.0.0.1:-1"}})
 	appendActivation(t, l1, 1, "h1")
-	peer, err := bus.StartPeer(bus.PeerOptions{Cluster: bus.ClusterOptions{Listen: "127.0.0.1:-1", Routes: []string{b1.ClusterURL()}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer peer.Close()
+	peer, pc := startPeer(t, bus.PeerOptions{Cluster: bus.ClusterOptions{Listen: "127.0.0.1:-1", Routes: []string{b1.ClusterURL()}}})
 	if u := peer.ClientURL(); u != "" {
 		t.Errorf("a peer with Port 0 offers a client port: %q", u)
 	}
@@ -491,10 +477,5 @@ func TestPeerClientPortOff(t *testing.T) {
 			t.Errorf("a peer with Port 0 admitted an anonymous client on %v", a)
 		}
 	}
-	pc, err := peer.Connect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pc.Close()
 	headIs(t, busclient.NewClient(pc).WithHost("h1"), 1)
 }
