@@ -55,3 +55,18 @@ func ExampleStart() {
 	fmt.Println("mirrored", s.Head, "events of h1; state", s.State, "lag", s.Lag)
 	// Output: mirrored 3 events of h1; state live lag 0
 }
+
+// Each mirror can be opened by the caller, here to log it; `collect` opens
+// each through projector/live so that a live projection follows the
+// mirror. The collector imports into the returned ledger and closes it
+// through the returned closer (nil: the ledger's own Close).
+func ExampleOptions_openMirror() {
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	opts := collector.Options{Dir: "/var/lib/ll/collector", Hosts: []string{"h1", "h2"}, Logger: logger,
+		OpenMirror: func(_ context.Context, host string, lo ledger.Options) (*ledger.Ledger, io.Closer, error) {
+			logger.Info("opening mirror", "host", host, "dir", lo.Dir)
+			l, err := ledger.Open(lo)
+			return l, nil, err
+		}}
+	_ = opts // with Conn set: collector.Start(opts)
+}

@@ -47,7 +47,8 @@ func waitOutput(t *testing.T, what string, out *lockedBuffer, ok func(string) bo
 }
 
 // While `collect` runs, its fleet bus serves every mirror in its host's
-// space: replay --host-id h is h's chain byte for byte, tail --fleet
+// space: replay --host-id h is h's chain byte for byte, leases --host-id
+// h is what the host's own bus gives, tail --fleet
 // follows both hosts (each line naming its host), /config.json offers the
 // dashboard both hosts and the bus's WebSocket, and a --fleet read of the
 // locked directory fails with errCollectorRunning naming the fleet bus
@@ -55,12 +56,14 @@ func waitOutput(t *testing.T, what string, out *lockedBuffer, ok func(string) bo
 func TestCollectFleetBus(t *testing.T) {
 	ids := []string{"h1", "h2"}
 	ls := map[string]*ledger.Ledger{}
+	hostURLs := map[string]string{}
 	var routes []string
 	for _, id := range ids {
 		l, b, _ := collectHost(t, id)
 		defer l.Close()
 		defer b.Close()
 		ls[id] = l
+		hostURLs[id] = b.ClientURL()
 		routes = append(routes, b.ClusterURL())
 	}
 	cdir := t.TempDir()
@@ -107,6 +110,11 @@ func TestCollectFleetBus(t *testing.T) {
 		r := runCLI(t, ctx, "", "replay", "--nats", url, "--host-id", id)
 		if r.code != 0 || r.stdout != rawLines(t, ls[id]) {
 			t.Fatalf("replay of %s through the fleet bus differs from its chain: %+v", id, r)
+		}
+		own := runCLI(t, ctx, "", "leases", "--json", "--nats", hostURLs[id], "--host-id", id)
+		r = runCLI(t, ctx, "", "leases", "--json", "--nats", url, "--host-id", id)
+		if r.code != 0 || own.code != 0 || r.stdout != own.stdout {
+			t.Fatalf("leases of %s through the fleet bus %+v, through the host %+v", id, r, own)
 		}
 	}
 
