@@ -26,6 +26,25 @@ import (
 // nothing) — plus, in the bare space, collector.StatusSubject. Every client
 // made WithHost(h) (tail, replay, head and leases with --nats URL
 // --host-id h; control.Client.WithHost) reads h through it unchanged.
+//
+// Guarantees (each checked by the test named):
+//   - Through the fleet bus, replay of host h is h's chain byte for byte
+//     and leases --host-id h is what h's own bus gives (TestCollectFleetBus;
+//     replay against h's export, TestFleetReadsThroughCollector).
+//   - h's projection API (every page of the lease table, the audit
+//     summary) through the fleet bus equals h's own
+//     (TestFleetReadsThroughCollector).
+//   - h's new events arrive live in h's space (tail --host-id h) and on
+//     busclient.FleetEventSubjects; tail --fleet prints every host's, each
+//     line naming its host, per host from --from-seq without gap
+//     (TestCollectFleetBus, TestFleetReadsThroughCollector).
+//   - The dashboard's /config.json lists the mirrored hosts and the fleet
+//     bus's WebSocket (TestCollectFleetBus, TestFleetReadsThroughCollector).
+//   - A --fleet read of the directory while the collector runs fails with
+//     errCollectorRunning naming the fleet bus (FLEET_BUS_URL, removed at
+//     the stop) (TestCollectFleetBus).
+//   - collect shares serve's route flags and refuses the same bad
+//     combinations (TestCollectFlagsRefused).
 
 const (
 	// defaultFleetPort is the fleet bus's default client port: serve's

@@ -185,3 +185,22 @@ func TestCollectFleetBus(t *testing.T) {
 		t.Fatalf("%s left after the stop: %v", fleetBusURLFile, err)
 	}
 }
+
+// collect checks its route flags as serve does (routeFlags), before it
+// starts anything.
+func TestCollectFlagsRefused(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--cluster-user", "u"}, "--cluster-user and --cluster-password"},
+		{[]string{"--leaf-user", "u", "--leaf-password", "p"}, "need --leaf-remote"},
+		{[]string{"--cluster-listen", "", "--routes", "nats-route://127.0.0.1:1"}, "--routes needs --cluster-listen"},
+		{[]string{"--cluster-tls-cert", "c.pem"}, "--cluster-tls-cert and --cluster-tls-key go together"},
+	} {
+		args := append([]string{"--data-dir", t.TempDir(), "collect", "--port", "-1", "--hosts", "h1"}, c.args...)
+		if r := runCLI(t, context.Background(), "", args...); r.code == 0 || !strings.Contains(r.stderr, c.want) {
+			t.Errorf("collect %v: %+v, want an error naming %q", c.args, r, c.want)
+		}
+	}
+}
