@@ -29,9 +29,10 @@ import (
 //   - The client port admits anonymous clients that may only read:
 //     subscribe to every host's events and checkpoints and call every
 //     host's bare replay and head API (TestPeerClientPortReadOnly). They
-//     share the default _INBOX, so one subscribed to all of it sees the
-//     replies to the others and to Connect's connections (data the
-//     anonymous class may read anyway).
+//     share the default _INBOX, which the peer imports from every route:
+//     one subscribed to all of it also receives the replies to Connect's
+//     connections and the anonymous-class replies of every host (replay,
+//     head and AccessRead services), never a named user's.
 
 // peerStartTimeout bounds how long StartPeer waits for the server to listen.
 const peerStartTimeout = 10 * time.Second
