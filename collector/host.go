@@ -41,10 +41,10 @@ type hostMirror struct {
 
 // MinLiveReplayInterval spaces the replay requests the live path makes
 // for one host (a run's confirmation, a contradicted message's check): at
-// most one per interval, well under the request rate a host's bus grants
-// one anonymous connection (bus.DefaultRequestRate), however busy the
-// host. Each confirmation replays through to the host's head, so the
-// spacing costs latency, not throughput.
+// most one per interval, under the request rate a host's bus grants one
+// anonymous connection (bus.DefaultRequestRate), however busy the host.
+// The live messages that arrive meanwhile join the next run (up to
+// ImportBatchEvents), so the spacing costs latency, not throughput.
 const MinLiveReplayInterval = 25 * time.Millisecond
 
 func newHostMirror(opts Options, host, dir string, l *ledger.Ledger) *hostMirror {
@@ -168,6 +168,11 @@ func (hm *hostMirror) session(ctx context.Context) error {
 			}
 		case m := <-ch:
 			batch = append(batch[:0], m)
+			// Messages arriving while the pace holds join this batch:
+			// one confirmation covers them all.
+			if !hm.paceWait(ctx) {
+				return ctx.Err()
+			}
 		drain:
 			for len(batch) < cap(batch) {
 				select {
@@ -247,8 +252,8 @@ func (hm *hostMirror) checkHead(h busclient.HeadReply) error {
 // dropped, never a refusal.
 var errLiveRejected = errors.New("collector: live events not confirmed by the host")
 
-// fill imports the host's events after the mirror's head through to (0:
-// the host's head at each request) by replay, in batches of
+// fill imports the host's events after the mirror's head through to by
+// replay, in batches of
 // ImportBatchEvents. With hint — live events for the seqs right after the
 // mirror's head — the replay starts at the hint's last seq instead: the
 // host's event there must be the hint's last byte for byte (its hash seals
@@ -260,7 +265,7 @@ func (hm *hostMirror) fill(ctx context.Context, to events.Seq, hint [][]byte) er
 	if len(hint) > 0 {
 		from += events.Seq(len(hint) - 1)
 	}
-	if to != 0 && to < from {
+	if to < from {
 		return nil
 	}
 	var run [][]byte
@@ -318,7 +323,7 @@ func (hm *hostMirror) live(ctx context.Context, batch []*nats.Msg) error {
 			continue
 		}
 		if seq > next {
-			if err := hm.sync(ctx, run); err != nil {
+			if err := hm.sync(ctx, run, seq-1); err != nil {
 				return err
 			}
 			run = nil
@@ -338,9 +343,10 @@ func (hm *hostMirror) live(ctx context.Context, batch []*nats.Msg) error {
 		case seq < next:
 			if !bytes.Equal(run[seq-first], m.Data) {
 				// Two messages disagree on a seq the mirror lacks: trust
-				// neither, drop the batch and ask the host.
-				hm.rejectLive(1, "two live events at one seq")
-				return hm.sync(ctx, nil)
+				// neither and drop the batch; the hole it leaves is filled
+				// by replay (the next live event or poll finds it).
+				hm.rejectLive(len(run)+1, "two live events at one seq")
+				return nil
 			}
 		default:
 			run = append(run, m.Data)
@@ -348,7 +354,7 @@ func (hm *hostMirror) live(ctx context.Context, batch []*nats.Msg) error {
 		}
 	}
 	if len(run) > 0 {
-		if err := hm.sync(ctx, run); err != nil {
+		if err := hm.sync(ctx, run, next-1); err != nil {
 			return err
 		}
 	}
@@ -356,19 +362,20 @@ func (hm *hostMirror) live(ctx context.Context, batch []*nats.Msg) error {
 	return nil
 }
 
-// sync brings the mirror to the host's head by replay, with run (live
-// events for the seqs right after the mirror's head) confirmed by it and
+// sync brings the mirror to seq to by replay (one request when run
+// reaches to), with run — live events for the seqs right after the
+// mirror's head — confirmed by the host's event at its last seq and
 // imported; a run the host's replay does not confirm is counted in
-// LiveRejected and the replay fills from the mirror's head instead. One
-// replay per run, paced by MinLiveReplayInterval.
-func (hm *hostMirror) sync(ctx context.Context, run [][]byte) error {
+// LiveRejected and the replay fills from the mirror's head instead.
+// Paced by MinLiveReplayInterval.
+func (hm *hostMirror) sync(ctx context.Context, run [][]byte, to events.Seq) error {
 	if !hm.pace(ctx) {
 		return ctx.Err()
 	}
-	err := hm.fill(ctx, 0, run)
+	err := hm.fill(ctx, to, run)
 	if errors.Is(err, errLiveRejected) {
 		hm.rejectLive(len(run), "not confirmed by the host's replay")
-		err = hm.fill(ctx, 0, nil)
+		err = hm.fill(ctx, to, nil)
 	}
 	return err
 }
@@ -377,7 +384,8 @@ func (hm *hostMirror) sync(ctx context.Context, run [][]byte) error {
 // stored at seq by the host's replay of seq: another event there means
 // the host forked (refused); the stored one means the message was not the
 // host's (counted in LiveRejected, ignored). Either way the rest of the
-// batch is dropped and the mirror brought to the host's head by replay.
+// batch is dropped; the hole it leaves is filled by replay (the next live
+// event or poll finds it).
 func (hm *hostMirror) contradicted(ctx context.Context, seq events.Seq, stored []byte) error {
 	if !hm.pace(ctx) {
 		return ctx.Err()
@@ -399,13 +407,19 @@ func (hm *hostMirror) contradicted(ctx context.Context, seq events.Seq, stored [
 		return hm.refuseOffered(seq, stored, replayed)
 	}
 	hm.rejectLive(1, fmt.Sprintf("differs from mirrored seq %d, which the host's replay confirms", seq))
-	return hm.sync(ctx, nil)
+	return nil
 }
 
-// pace waits until MinLiveReplayInterval has passed since the last paced
-// request; false when ctx ended first.
+// paceWait waits until MinLiveReplayInterval has passed since the last
+// paced request; false when ctx ended first.
+func (hm *hostMirror) paceWait(ctx context.Context) bool {
+	d := MinLiveReplayInterval - time.Since(hm.lastAsked)
+	return d <= 0 || sleep(ctx, d)
+}
+
+// pace is paceWait, then counts a paced request as made now.
 func (hm *hostMirror) pace(ctx context.Context) bool {
-	if d := MinLiveReplayInterval - time.Since(hm.lastAsked); d > 0 && !sleep(ctx, d) {
+	if !hm.paceWait(ctx) {
 		return false
 	}
 	hm.lastAsked = time.Now()
