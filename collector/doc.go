@@ -26,6 +26,18 @@
 // started later keeps refusing that host until an operator removes the
 // file. What was mirrored before the finding stays, and still verifies.
 //
+// Trust boundary. The collector verifies chain consistency (Import: hash,
+// prev, gapless seqs; host.bound), stores only what the host's own API
+// (head, replay) answers or confirms, and checks signed checkpoints
+// (Options.Verifiers). Live messages are hints: a run is imported only once
+// the host's replay of its last seq returns that event byte for byte (its
+// hash seals the run), one that contradicts the mirror is judged by the
+// host's replay of its seq, and one the replay does not confirm is counted
+// (HostStatus.LiveRejected), never a refusal. API answers are not
+// authenticated: a hub (leaf nodes) must admit only the fleet's hosts as
+// publishers and responders in their spaces; only signed checkpoints
+// authenticate a host.
+//
 // Checkpoints. With a verifier for a host (Options.Verifiers), the signed
 // checkpoints it publishes are checked too: one whose signature verifies
 // is compared with the mirror (Merkle root and chain hash at its size) as
@@ -38,6 +50,10 @@
 //     collector checks host.bound (TestMirrorEqualsSource,
 //     TestWrongHostBoundRefused); the live path stores exactly what the
 //     replay path stores (TestLiveEqualsReplay, the twin).
+//   - A live message that is not the host's (junk, a forged event chained
+//     onto the mirror, a fork of a mirrored event) neither refuses the host
+//     nor is stored (TestForgedLiveMessageDoesNotRefuse,
+//     TestForgedLiveEventNotImported).
 //   - Exactly once per (host, seq), gapless, across restarts of the
 //     collector (TestMirrorEqualsSource, TestCollectorRestartMidStream).
 //   - A host that is down, partitioned or slow never delays another
