@@ -15,14 +15,14 @@ package bus
 //     (NoFastProducerStall): replies it cannot take are dropped;
 //   - payloads: requests are at most Limits.MaxPayload bytes;
 //   - replay chunks: anonymous and read-only users get smaller chunks
-//     (AnonymousReplayChunk*, ReadOnlyReplayChunk*) than the writer, so a
-//     tiny request cannot return much;
+//     (AnonymousReplayChunk*, ReadOnlyReplayChunk*) than the writer and
+//     the peer class, so a tiny request cannot return much;
 //   - request rates: each connection has a token bucket per its class
 //     (Limits.RequestRate/RequestBurst for anonymous, read-only and control users,
-//     WriterRequestRate/WriterRequestBurst for the writer) and anonymous
-//     connections together share one more (Limits.AnonymousRate); a
-//     request over the limit gets an error reply (busclient.CodeRateLimited),
-//     never silence;
+//     WriterRequestRate/WriterRequestBurst for the writer and the peer class)
+//     and anonymous connections together share one more
+//     (Limits.AnonymousRate); a request over the limit gets an error reply
+//     (busclient.CodeRateLimited), never silence;
 //   - authentication: failures are answered after AuthFailureDelay, and
 //     each (source address, user) may fail at most AuthFailureBurst times
 //     and then once per AuthFailureInterval; beyond that its attempts are refused
@@ -35,6 +35,31 @@ package bus
 // a fresh per-connection bucket each time, but the shared anonymous bucket
 // still bounds all anonymous requests together, and named users' inbox
 // prefixes cannot be subscribed to by anyone else.
+//
+// The peer class (busclient.PeerClass) is the request class of a fleet's
+// cluster peers — the collector, through a Peer's Connect connection —
+// reading a clustered host's replay and head (space.go). Its subjects are
+// no local client's to publish (each user's permissions list only its own
+// subjects; a Peer's client-port clients only the bare ones), so they reach
+// the host only over routes and leaf connections, which authenticate as a
+// whole with the cluster's credentials. Guarantees (peerclass_test.go):
+//   - A Peer's Connect client made WithPeerClass replays a host over a
+//     route with the writer's chunks (Options.ReplayChunk*), not the
+//     anonymous class's (TestPeerClassOverRoute).
+//   - The host's anonymous, read-only and writer clients, and a Peer's
+//     client-port clients, cannot publish a peer-class subject: a
+//     permission violation, no answer (TestPeerClassNotForLocalClients).
+//   - Its requests are charged to the writer's per-connection rate, never
+//     to the anonymous shared bucket: anonymous clients at their limit do
+//     not slow a peer down (TestPeerClassRateNotAnonymous).
+//   - Read-only: replay and head only, no append or service; only a
+//     clustered bus serves the class, a standalone or fleet bus none
+//     (TestPeerClassOnlyClustered, TestPeerClassOverRoute).
+//
+// Who else can publish them: whatever connection a server of the cluster
+// admits with every permission (a Peer's Connect), and, on a leaf fleet,
+// the hub's clients allowed to publish the host's API subjects — the hub
+// account must admit only the fleet's members there (docs/fleet.md).
 
 import (
 	"strings"
@@ -159,6 +184,7 @@ const (
 	classReadOnly
 	classWriter
 	classControl // the control user: read-only limits, and AccessControl services
+	classPeer    // cluster peers (busclient.PeerClass): the writer's chunks and rate, replay and head only
 	numClasses
 )
 
@@ -185,6 +211,15 @@ func (b *Bus) routes() []route {
 	return rs
 }
 
+// peerRoute is the sender of a space's peer-class subjects
+// (busclient.PeerClass), and whether the bus serves them: a clustered bus
+// (routes or leaf remotes) only, where they can arrive. Its user is ""
+// because a peer's replies go to the anonymous _INBOX (a Peer's Connect
+// connection keeps the default inbox prefix).
+func (b *Bus) peerRoute() (route, bool) {
+	return route{class: classPeer}, b.opts.Cluster.enabled()
+}
+
 // checkReply reports whether a request on r's subjects may be answered: its
 // reply subject must be an inbox of r's user (anonymous: the bare _INBOX).
 // NATS does not check reply subjects against permissions, so a request
@@ -207,7 +242,7 @@ func (b *Bus) checkReply(m *nats.Msg, r route) bool {
 // replayChunk is the chunk bound of a class.
 func (b *Bus) replayChunk(c class) (events, bytes int) {
 	switch c {
-	case classWriter:
+	case classWriter, classPeer:
 		return b.opts.ReplayChunkEvents, b.opts.ReplayChunkBytes
 	case classReadOnly, classControl:
 		return min(b.opts.ReplayChunkEvents, ReadOnlyReplayChunkEvents), min(b.opts.ReplayChunkBytes, ReadOnlyReplayChunkBytes)
@@ -266,12 +301,16 @@ type connBucket struct {
 	rate, burst float64
 }
 
+// peerBucketPrefix keys a peer-class connection's bucket (no inbox
+// begins with it).
+const peerBucketPrefix = "peer\x00"
+
 // forgetInterval spaces the scans for idle buckets of a full table, so a
 // stream of new connection tokens costs no scan per request.
 const forgetInterval = time.Second
 
 func (r *rateLimiter) classRate(c class) (rate, burst float64) {
-	if c == classWriter {
+	if c == classWriter || c == classPeer {
 		return r.lim.WriterRequestRate, r.lim.WriterRequestBurst
 	}
 	return r.lim.RequestRate, r.lim.RequestBurst
@@ -286,6 +325,11 @@ func (r *rateLimiter) allow(reply string, c class, now time.Time) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	key := connToken(reply)
+	if c == classPeer {
+		// A peer's replies go to the anonymous _INBOX: its bucket is
+		// kept apart from that connection's anonymous-class one.
+		key = peerBucketPrefix + key
+	}
 	var k *bucket
 	if ck := r.conns[key]; ck != nil {
 		k = &ck.bucket

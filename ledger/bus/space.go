@@ -29,7 +29,8 @@ func (sp *space) subject(subject string) string { return busclient.HostSubject(s
 
 // spaceHandlers adds the request subjects of sp — replay and head (and
 // append, for a writer) when it has a ledger, and its services — for every
-// route of the bus.
+// route of the bus; on a clustered bus also the peer class's replay and
+// head (busclient.PeerClass, limits.go), and nothing else of it.
 func (b *Bus) spaceHandlers(sp *space, handlers map[string]nats.MsgHandler) {
 	if sp.l != nil {
 		for _, r := range b.routes() {
@@ -38,6 +39,10 @@ func (b *Bus) spaceHandlers(sp *space, handlers map[string]nats.MsgHandler) {
 			if r.class == classWriter {
 				handlers[busclient.UserSubject(sp.subject(busclient.AppendSubject), r.user)] = func(m *nats.Msg) { b.serveAppend(m, r) }
 			}
+		}
+		if r, ok := b.peerRoute(); ok {
+			handlers[busclient.UserSubject(sp.subject(busclient.ReplaySubject), busclient.PeerClass)] = func(m *nats.Msg) { b.serveReplay(m, r, sp) }
+			handlers[busclient.UserSubject(sp.subject(busclient.HeadSubject), busclient.PeerClass)] = func(m *nats.Msg) { b.serveHead(m, r, sp) }
 		}
 	}
 	b.serviceHandlers(sp, handlers)

@@ -107,6 +107,9 @@ func (c *Client) WithRetry(p RetryPolicy) *Client {
 // doubt, and classifies the result: "not written" only when no attempt may
 // have been written; once one may have, every failure is ErrInDoubt.
 func (c *Client) appendBody(ctx context.Context, key string, body []byte) ([]Ack, error) {
+	if c.user == PeerClass {
+		return nil, &Error{Op: "append", Subject: c.subject(AppendSubject), Err: ErrReadOnlyClass}
+	}
 	p := c.retry.withDefaults()
 	if limit := c.nc.MaxPayload(); limit > 0 && int64(len(body)) > limit {
 		return nil, &Error{Op: "append", Subject: c.subject(AppendSubject), Err: fmt.Errorf("%w: %d bytes, the server takes %d", ErrTooLarge, len(body), limit)}

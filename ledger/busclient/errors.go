@@ -32,6 +32,9 @@ var (
 	// its sender exceeded the request rate limit; nothing was done.
 	// Appends retry it within their RetryPolicy.
 	ErrRateLimited = errors.New("busclient: rate limited")
+	// ErrReadOnlyClass: an append through a Client of a read-only request
+	// class (WithPeerClass); nothing was sent.
+	ErrReadOnlyClass = errors.New("busclient: the request class is read-only")
 	// ErrMalformedReply: a reply did not have the form the API defines.
 	ErrMalformedReply = errors.New("busclient: malformed reply")
 )

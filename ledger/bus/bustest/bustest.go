@@ -3,13 +3,18 @@
 package bustest
 
 import (
+	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/leaseledger/leaseledger/events"
 	"github.com/leaseledger/leaseledger/ledger"
 	"github.com/leaseledger/leaseledger/ledger/bus"
+	"github.com/leaseledger/leaseledger/ledger/busclient"
 	"github.com/nats-io/nats.go"
 )
 
@@ -60,4 +65,36 @@ func Connect(t *testing.T, url string, opts ...nats.Option) *nats.Conn {
 	}
 	t.Cleanup(nc.Close)
 	return nc
+}
+
+// PeerWait bounds how long Peer waits for the route to its host.
+const PeerWait = 15 * time.Second
+
+// Peer starts a bus.Peer routed to b's cluster (b is a clustered host
+// bus), with a client port and a silent logger, and returns it with its
+// Connect connection once b's peer-class head (busclient.WithPeerClass)
+// answers through it; both are closed when the test ends.
+func Peer(t testing.TB, b *bus.Bus) (*bus.Peer, *nats.Conn) {
+	t.Helper()
+	peer, err := bus.StartPeer(bus.PeerOptions{Port: bus.RandomPort, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Cluster: bus.ClusterOptions{Listen: "127.0.0.1:-1", Routes: []string{b.ClusterURL()}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { peer.Close() })
+	pc, err := peer.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pc.Close)
+	c := busclient.NewClient(pc).WithHost(b.HostID()).WithPeerClass()
+	for deadline := time.Now().Add(PeerWait); ; time.Sleep(50 * time.Millisecond) {
+		_, err := c.Head(context.Background())
+		if err == nil {
+			return peer, pc
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s's peer class through a peer: %v", b.HostID(), err)
+		}
+	}
 }
