@@ -196,9 +196,10 @@ func clusterConfig(sopts *server.Options, deny []string, c ClusterOptions, clien
 // local user may send them: over a route, anyone could claim to be it).
 // What is left to peers is the bare, anonymous-class read API. It also
 // lists the reply inboxes of the host's clients (the anonymous _INBOX and
-// each named user's busclient.InboxPrefix): the host imports no replies.
-// The deny is on imports only: the host's replies to a peer's inbox (its
-// export) still cross.
+// each named user's busclient.InboxPrefix): over routes the host imports
+// no reply to its clients, over leaf connections none to its named users
+// (routeOnlyDeny). The deny is on imports only: the host's replies to a
+// peer's inbox (its export) still cross.
 func hostDeny(opts *Options) []string {
 	q := func(s string) string { return busclient.HostSubject(opts.HostID, s) }
 	deny := []string{q(busclient.EventSubjects()), q(busclient.CheckpointSubject)}
