@@ -195,7 +195,7 @@ func openHost(ctx context.Context, opts Options, h string) (*hostMirror, error) 
 	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
 		return nil, fmt.Errorf("collector: host %s: %w", h, err)
 	}
-	f, err := readFinding(dir)
+	f, err := ReadFinding(dir)
 	if err != nil {
 		return nil, fmt.Errorf("collector: host %s: %w", h, err)
 	}

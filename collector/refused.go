@@ -38,6 +38,9 @@ const (
 	// ReasonHostMismatch: a host.bound event of the host's chain names
 	// another host.
 	ReasonHostMismatch = "host-mismatch"
+	// ReasonUnreadableFinding: the RefusedFile read back is not a finding
+	// (damaged or edited); it still refuses the host.
+	ReasonUnreadableFinding = "unreadable-finding"
 )
 
 // Finding is why a host was refused, as persisted in RefusedFile.
@@ -57,8 +60,15 @@ type Finding struct {
 // carries its Finding).
 var ErrRefused = errors.New("collector: host refused")
 
-// readFinding returns the finding persisted in dir, or nil.
-func readFinding(dir string) (*Finding, error) {
+// ErrFindingTooLarge: a RefusedFile larger than MaxFindingBytes, which the
+// collector did not write.
+var ErrFindingTooLarge = errors.New("collector: finding too large")
+
+// ReadFinding returns the finding persisted in a host's mirror directory
+// (HostDir), nil when there is none. A file that does not parse is a
+// finding of ReasonUnreadableFinding (its presence alone refuses); one
+// larger than MaxFindingBytes is ErrFindingTooLarge (TestReadFinding).
+func ReadFinding(dir string) (*Finding, error) {
 	p := filepath.Join(dir, RefusedFile)
 	st, err := os.Stat(p)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -68,7 +78,7 @@ func readFinding(dir string) (*Finding, error) {
 		return nil, err
 	}
 	if st.Size() > MaxFindingBytes {
-		return nil, fmt.Errorf("%s is %d bytes, more than MaxFindingBytes=%d: remove or fix it", p, st.Size(), MaxFindingBytes)
+		return nil, fmt.Errorf("%w: %s is %d bytes, more than MaxFindingBytes=%d: remove or fix it", ErrFindingTooLarge, p, st.Size(), MaxFindingBytes)
 	}
 	b, err := os.ReadFile(p)
 	if err != nil {
@@ -78,7 +88,7 @@ func readFinding(dir string) (*Finding, error) {
 	if err := json.Unmarshal(b, &f); err != nil {
 		// A damaged finding still refuses: the file's presence is the
 		// operator's switch, its content only explains.
-		return &Finding{Reason: "unreadable-finding", Detail: fmt.Sprintf("%s: %v", p, err)}, nil
+		return &Finding{Reason: ReasonUnreadableFinding, Detail: fmt.Sprintf("%s: %v", p, err)}, nil
 	}
 	return &f, nil
 }
