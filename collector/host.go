@@ -49,7 +49,7 @@ const MinLiveReplayInterval = 25 * time.Millisecond
 
 func newHostMirror(opts Options, host, dir string, l *ledger.Ledger) *hostMirror {
 	return &hostMirror{opts: opts, host: host, dir: dir, l: l,
-		client:   busclient.NewClient(opts.Conn).WithUser("").WithHost(host),
+		client:   busclient.NewClient(opts.Conn).WithPeerClass().WithHost(host),
 		st:       HostStatus{State: StateCatchingUp},
 		verifier: opts.Verifiers[host]}
 }
