@@ -100,17 +100,14 @@ func fleetHosts(dir string) ([]string, error) {
 	return hosts, nil
 }
 
-// refusedFinding reads a host's REFUSED.json, nil when there is none.
+// refusedFinding reads a host's REFUSED.json (collector.ReadFinding), nil
+// when there is none; one that cannot be read is an unreadable finding.
 func refusedFinding(hostDir string) *collector.Finding {
-	b, err := os.ReadFile(filepath.Join(hostDir, collector.RefusedFile))
+	f, err := collector.ReadFinding(hostDir)
 	if err != nil {
-		return nil
+		return &collector.Finding{Reason: collector.ReasonUnreadableFinding, Detail: err.Error()}
 	}
-	var f collector.Finding
-	if json.Unmarshal(b, &f) != nil {
-		return &collector.Finding{Reason: "unreadable-finding"}
-	}
-	return &f
+	return f
 }
 
 func (a *app) runFleet(cmd *cobra.Command, args []string, run func(*cobra.Command, []string) error, lines bool) error {
