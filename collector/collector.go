@@ -60,10 +60,10 @@ type Options struct {
 	Dir string
 	// Hosts are the host ids to mirror (events.ValidID each). Required.
 	Hosts []string
-	// Conn is a connection to the cluster that may read every host's
-	// event subjects and call its read-only API as an anonymous client
-	// (bus.Peer.Connect gives one). The collector does not close it.
-	// Required.
+	// Conn is a bus.Peer's Connect connection to the cluster: it may read
+	// every host's event subjects and call its read-only API in the peer
+	// class (busclient.Client.WithPeerClass), which no other client may.
+	// The collector does not close it. Required.
 	Conn *nats.Conn
 	// BufferLen bounds each host's live buffer; DefaultBufferLen when zero.
 	BufferLen int

@@ -8,7 +8,7 @@
 // Design. One goroutine per host, nothing shared between hosts but the
 // NATS connection: it subscribes to the host's event subjects into a
 // bounded channel (Options.BufferLen), asks the host's head over the
-// host's anonymous read-only API, fills whatever the mirror lacks by
+// host's read-only API in the peer class, fills whatever the mirror lacks by
 // replay, then imports live events in seq order. A message that finds the
 // channel full is dropped by NATS (a slow consumer, counted in
 // HostStatus.Dropped); the hole it leaves is found by seq (the
