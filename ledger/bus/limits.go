@@ -44,8 +44,9 @@ package bus
 // the host only over routes and leaf connections, which authenticate as a
 // whole with the cluster's credentials. Guarantees (peerclass_test.go):
 //   - A Peer's Connect client made WithPeerClass replays a host over a
-//     route with the writer's chunks (Options.ReplayChunk*), not the
-//     anonymous class's (TestPeerClassOverRoute).
+//     route or through a hub's leaf connections with the writer's chunks
+//     (Options.ReplayChunk*), not the anonymous class's
+//     (TestPeerClassOverRoute, TestPeerClassOverLeaf).
 //   - The host's anonymous, read-only and writer clients, and a Peer's
 //     client-port clients, cannot publish a peer-class subject: a
 //     permission violation, no answer (TestPeerClassNotForLocalClients).

@@ -78,6 +78,22 @@ func TestPeerClassOverRoute(t *testing.T) {
 	}
 }
 
+// Over leaf connections too: a host and a Peer, both leaf nodes of a hub,
+// the Peer's Connect client replays the host in the peer class with the
+// writer's chunks.
+func TestPeerClassOverLeaf(t *testing.T) {
+	const n = 3 * bus.AnonymousReplayChunkEvents
+	_, leafURL := startHub(t)
+	leaf := bus.ClusterOptions{LeafRemotes: []bus.LeafRemote{{URL: leafURL, User: "leaf", Password: "leaf-secret"}}}
+	l1, _ := startBus(t, bus.Options{HostID: "h1", DenyAnonymous: true, Cluster: leaf})
+	appendN(t, l1, n)
+	_, pc := startPeer(t, bus.PeerOptions{Cluster: leaf})
+	headIs(t, busclient.NewClient(pc).WithHost("h1").WithPeerClass(), n)
+	if got := chunkLines(t, pc, peerSubject("h1", busclient.ReplaySubject)); got != n {
+		t.Errorf("peer class through the hub: %d events in the first chunk, want all %d", got, n)
+	}
+}
+
 // permissionViolation waits for a publish permission violation on errs.
 func permissionViolation(t *testing.T, who string, errs <-chan error) {
 	t.Helper()
