@@ -43,6 +43,9 @@ import (
 //   - A --fleet read of the directory while the collector runs fails with
 //     errCollectorRunning naming the fleet bus (FLEET_BUS_URL, removed at
 //     the stop) (TestCollectFleetBus).
+//   - --deny-anonymous keeps anonymous clients off the fleet bus while
+//     --read-only-user reads it, and the dashboard asks for credentials
+//     (TestCollectFleetBusAuth).
 //   - collect shares serve's route flags and refuses the same bad
 //     combinations (TestCollectFlagsRefused).
 

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +17,44 @@ import (
 	"github.com/leaseledger/leaseledger/events"
 	"github.com/leaseledger/leaseledger/ledger"
 )
+
+// inProcessCollect is a `collect` run in-process by startCollect.
+type inProcessCollect struct {
+	url, addr string // the fleet bus's URL, the --metrics-addr
+	out       *lockedBuffer
+	stop      func() int // cancels it and returns its exit code
+}
+
+// startCollect runs `collect` on dir in-process, joined to routes, with a
+// fleet bus on a free port, --metrics-addr on a free port and the extra
+// flags (--hosts among them), and waits for its fleet bus.
+func startCollect(t *testing.T, dir string, routes []string, extra ...string) *inProcessCollect {
+	t.Helper()
+	c := &inProcessCollect{addr: fmt.Sprintf("127.0.0.1:%d", freePort(t)), out: &lockedBuffer{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	go func() {
+		args := append([]string{"--data-dir", dir, "collect", "--port", "-1", "--poll-interval", "50ms",
+			"--routes", strings.Join(routes, ","), "--metrics-addr", c.addr}, extra...)
+		done <- run(ctx, args, strings.NewReader(""), c.out, c.out)
+	}()
+	var once sync.Once
+	code := 0
+	c.stop = func() int {
+		once.Do(func() { cancel(); code = <-done })
+		return code
+	}
+	t.Cleanup(func() { c.stop() })
+	waitOutput(t, "fleet bus", c.out, func(s string) bool {
+		for line := range strings.SplitSeq(s, "\n") {
+			if u, ok := strings.CutPrefix(line, "leaseledger: fleet bus on "); ok {
+				c.url = u
+			}
+		}
+		return c.url != ""
+	})
+	return c
+}
 
 // rawLines is every stored event of l as export prints it.
 func rawLines(t *testing.T, l *ledger.Ledger) string {
@@ -67,25 +106,10 @@ func TestCollectFleetBus(t *testing.T) {
 		routes = append(routes, b.ClusterURL())
 	}
 	cdir := t.TempDir()
-	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	c := startCollect(t, cdir, routes, "--ws-port", "-1", "--hosts", "h1,h2")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	out := &lockedBuffer{}
-	done := make(chan int, 1)
-	go func() {
-		var errb strings.Builder
-		done <- run(ctx, []string{"--data-dir", cdir, "collect", "--port", "-1", "--ws-port", "-1", "--hosts", "h1,h2",
-			"--poll-interval", "50ms", "--routes", strings.Join(routes, ","), "--metrics-addr", addr}, strings.NewReader(""), out, &errb)
-	}()
-	var url string
-	waitOutput(t, "fleet bus", out, func(s string) bool {
-		for line := range strings.SplitSeq(s, "\n") {
-			if u, ok := strings.CutPrefix(line, "leaseledger: fleet bus on "); ok {
-				url = u
-			}
-		}
-		return url != ""
-	})
+	url, addr, out := c.url, c.addr, c.out
 	mirrored := func() {
 		t.Helper()
 		for _, id := range ids {
@@ -177,8 +201,7 @@ func TestCollectFleetBus(t *testing.T) {
 		t.Fatalf("tail --fleet exit %d", code)
 	}
 
-	cancel()
-	if code := <-done; code != 0 {
+	if code := c.stop(); code != 0 {
 		t.Fatalf("collect exit %d:\n%s", code, out.String())
 	}
 	if _, err := os.Stat(filepath.Join(cdir, fleetBusURLFile)); !os.IsNotExist(err) {
@@ -202,5 +225,34 @@ func TestCollectFlagsRefused(t *testing.T) {
 		if r := runCLI(t, context.Background(), "", args...); r.code == 0 || !strings.Contains(r.stderr, c.want) {
 			t.Errorf("collect %v: %+v, want an error naming %q", c.args, r, c.want)
 		}
+	}
+}
+
+// The fleet bus's access flags are serve's: with --deny-anonymous an
+// anonymous client cannot read it and --read-only-user can, and the
+// dashboard's configuration asks the page for credentials.
+func TestCollectFleetBusAuth(t *testing.T) {
+	l, b, _ := collectHost(t, "h1")
+	defer l.Close()
+	defer b.Close()
+	c := startCollect(t, t.TempDir(), []string{b.ClusterURL()}, "--hosts", "h1", "--deny-anonymous",
+		"--read-only-user", "reader", "--read-only-password", "reader-secret")
+	ctx := context.Background()
+	if r := runCLI(t, ctx, "", "head", "--nats", c.url, "--host-id", "h1"); r.code == 0 {
+		t.Fatalf("anonymous head through a --deny-anonymous fleet bus: %+v", r)
+	}
+	want := fmt.Sprintf("%d %s\n", l.Head().Seq, l.Head().Hash)
+	waitOutput(t, "h1 mirrored, read as reader", c.out, func(string) bool {
+		r := runCLI(t, ctx, "", "head", "--nats", c.url, "--host-id", "h1", "--user", "reader", "--password", "reader-secret")
+		return r.code == 0 && r.stdout == want
+	})
+	var cfg struct {
+		Credentials bool `json:"credentials_required"`
+	}
+	if err := json.Unmarshal([]byte(get(t, "http://"+c.addr+"/config.json")), &cfg); err != nil || !cfg.Credentials {
+		t.Fatalf("/config.json of a --deny-anonymous collector: %v %+v", err, cfg)
+	}
+	if code := c.stop(); code != 0 {
+		t.Fatalf("collect exit %d:\n%s", code, c.out.String())
 	}
 }
