@@ -227,6 +227,12 @@ func TestWrongHostBoundRefused(t *testing.T) {
 	f.waitMirrored(c, "h1")
 }
 
+// peerSubject is host's request subject s as the collector calls it: in
+// the peer class (busclient.PeerClass).
+func peerSubject(host, s string) string {
+	return busclient.UserSubject(busclient.HostSubject(host, s), busclient.PeerClass)
+}
+
 // fakeHost serves raws as host's chain over its head and replay API: a
 // host whose bus hands out whatever bytes it likes.
 func fakeHost(t *testing.T, nc *nats.Conn, host string, raws [][]byte) {
@@ -235,14 +241,14 @@ func fakeHost(t *testing.T, nc *nats.Conn, host string, raws [][]byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs, err := nc.Subscribe(busclient.HostSubject(host, busclient.HeadSubject), func(m *nats.Msg) {
+	hs, err := nc.Subscribe(peerSubject(host, busclient.HeadSubject), func(m *nats.Msg) {
 		b, _ := json.Marshal(busclient.HeadReply{Seq: events.Seq(len(raws)), Hash: last.Hash.String()})
 		_ = m.Respond(b)
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs, err := nc.Subscribe(busclient.HostSubject(host, busclient.ReplaySubject), func(m *nats.Msg) {
+	rs, err := nc.Subscribe(peerSubject(host, busclient.ReplaySubject), func(m *nats.Msg) {
 		var req busclient.ReplayRequest
 		_ = json.Unmarshal(m.Data, &req)
 		reply := nats.NewMsg(m.Reply)
@@ -301,14 +307,14 @@ func TestBrokenChainRefused(t *testing.T) {
 func stalledHost(t *testing.T, nc *nats.Conn, host string, head events.Seq) (requests *atomic.Int64) {
 	t.Helper()
 	requests = new(atomic.Int64)
-	hs, err := nc.Subscribe(busclient.HostSubject(host, busclient.HeadSubject), func(m *nats.Msg) {
+	hs, err := nc.Subscribe(peerSubject(host, busclient.HeadSubject), func(m *nats.Msg) {
 		b, _ := json.Marshal(busclient.HeadReply{Seq: head, Hash: strings.Repeat("ab", 32)})
 		_ = m.Respond(b)
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs, err := nc.Subscribe(busclient.HostSubject(host, busclient.ReplaySubject), func(*nats.Msg) { requests.Add(1) })
+	rs, err := nc.Subscribe(peerSubject(host, busclient.ReplaySubject), func(*nats.Msg) { requests.Add(1) })
 	if err != nil {
 		t.Fatal(err)
 	}
