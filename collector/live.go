@@ -20,11 +20,13 @@ import (
 
 // MinLiveReplayInterval spaces the replay requests the live path makes
 // for one host (a run's confirmation, a contradicted message's check): at
-// most one per interval, under the request rate a host's bus grants one
-// anonymous connection (bus.DefaultRequestRate), however busy the host.
-// The live messages that arrive meanwhile join the next run (up to
-// ImportBatchEvents), so the spacing costs latency, not throughput.
-const MinLiveReplayInterval = 25 * time.Millisecond
+// most one per interval (500/s), a small part of the request rate a host's
+// bus grants the peer class the collector calls it in (the writer's,
+// bus.DefaultWriterRequestRate), however busy the host or however many
+// forged messages arrive. The live messages that arrive meanwhile join the
+// next run (up to ImportBatchEvents), so the spacing costs latency, not
+// throughput.
+const MinLiveReplayInterval = 2 * time.Millisecond
 
 // errLiveRejected: live events were found not to be the host's: its own
 // replay says otherwise. They are counted (HostStatus.LiveRejected) and
