@@ -16,7 +16,7 @@ import (
 // The live path. Live messages are hints, confirmed by the host's replay
 // before anything they carry is stored; one that is not the host's is
 // counted and ignored, never a refusal (TestForgedLiveMessageDoesNotRefuse,
-// TestForgedLiveEventNotImported).
+// TestForgedLiveEventNotImported, TestForgedLiveFromHubClient).
 
 // MinLiveReplayInterval spaces the replay requests the live path makes
 // for one host (a run's confirmation, a contradicted message's check): at

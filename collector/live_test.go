@@ -1,6 +1,9 @@
 package collector_test
 
 import (
+	"context"
+	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -8,8 +11,10 @@ import (
 
 	"github.com/leaseledger/leaseledger/collector"
 	"github.com/leaseledger/leaseledger/events"
+	"github.com/leaseledger/leaseledger/ledger/bus"
 	"github.com/leaseledger/leaseledger/ledger/bus/bustest"
 	"github.com/leaseledger/leaseledger/ledger/busclient"
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/oklog/ulid/v2"
 )
@@ -127,6 +132,111 @@ func TestForgedLiveEventNotImported(t *testing.T) {
 	f.waitMirrored(c, "h1")
 	assertSameRaws(t, "h1", h1.l, c.Mirror("h1"))
 	if s := c.Status().Hosts["h1"]; s.State != collector.StateLive || s.Finding != nil {
+		t.Errorf("h1 %+v (finding %+v), want live", s, s.Finding)
+	}
+}
+
+// The documented leaf setup: hosts and the collector are leaf nodes of a
+// hub, and a plain client of the hub (no host) publishes on h1's event
+// subject — junk at a mirrored seq, then an event sealed onto h1's head.
+// Neither refuses h1 nor is stored; h1's own next event is mirrored.
+func TestForgedLiveFromHubClient(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	leafPort := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	hub, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true,
+		LeafNode: server.LeafNodeOpts{Host: "127.0.0.1", Port: leafPort}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go hub.Start()
+	defer func() { hub.Shutdown(); hub.WaitForShutdown() }()
+	if !hub.ReadyForConnections(waitFor) {
+		t.Fatal("hub not ready")
+	}
+	leaf := bus.ClusterOptions{LeafRemotes: []bus.LeafRemote{{URL: fmt.Sprintf("nats-leaf://127.0.0.1:%d", leafPort)}}}
+	l := bustest.Open(t, t.TempDir())
+	defer l.Close()
+	if _, err := l.BindHost(context.Background(), "h1"); err != nil {
+		t.Fatal(err)
+	}
+	b, err := bus.Start(l, bus.Options{HostID: "h1", Port: bus.RandomPort, Cluster: leaf, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	peer, err := bus.StartPeer(bus.PeerOptions{Cluster: leaf, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peer.Close()
+	pc, err := peer.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	c, err := collector.Start(collector.Options{Dir: t.TempDir(), Hosts: []string{"h1"}, Conn: pc, Logger: quiet, PollInterval: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	waitStatus(t, c, "h1", "live at 1", func(s collector.HostStatus) bool { return s.State == collector.StateLive && s.Head == 1 })
+	attacker, err := nats.Connect(hub.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer attacker.Close()
+	publish := func(subject string, seq events.Seq, raw []byte) {
+		m := nats.NewMsg(busclient.HostSubject("h1", subject))
+		m.Header.Set(busclient.HeaderSeq, itoa(uint64(seq)))
+		m.Data = raw
+		if err := attacker.PublishMsg(m); err != nil {
+			t.Fatal(err)
+		}
+		if err := attacker.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Until the collector's interest reaches the hub, a message is lost:
+	// publish again until one is counted (or, before the fix, refuses h1).
+	junk := func() bool {
+		publish(events.Subject((&events.CallAdmitted{}).Kind(), "x"), 1, []byte(`{"seq":1,"junk":true}`))
+		deadline := time.Now().Add(2 * time.Second)
+		for time.Now().Before(deadline) {
+			if s := c.Status().Hosts["h1"]; s.LiveRejected > 0 || s.State == collector.StateRefused {
+				return true
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		return false
+	}
+	for i := 0; !junk(); i++ {
+		if i == 30 {
+			t.Fatal("no junk message reached the collector")
+		}
+	}
+	if s := c.Status().Hosts["h1"]; s.State == collector.StateRefused {
+		t.Fatalf("a hub client's junk message refused h1: %+v", s.Finding)
+	}
+	head := l.Head()
+	env, raw := forge(t, head.Seq+1, head.Hash, 1)
+	rejected := c.Status().Hosts["h1"].LiveRejected
+	publish(env.Subject(), env.Seq, raw)
+	s := waitStatus(t, c, "h1", "rejecting the forged event", func(s collector.HostStatus) bool {
+		return s.LiveRejected > rejected || s.State == collector.StateRefused || s.Head > head.Seq
+	})
+	if s.State == collector.StateRefused || s.Head > head.Seq {
+		t.Fatalf("h1 %+v (finding %+v) after a hub client's forged seq %d", s, s.Finding, head.Seq+1)
+	}
+	if _, err := l.Append(context.Background(), bustest.Draft("real", "s1", 1)); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, c, "h1", "mirrored to 2", func(s collector.HostStatus) bool { return s.Head == 2 || s.State == collector.StateRefused })
+	assertSameRaws(t, "h1", l, c.Mirror("h1"))
+	if s := c.Status().Hosts["h1"]; s.State != collector.StateLive {
 		t.Errorf("h1 %+v (finding %+v), want live", s, s.Finding)
 	}
 }
