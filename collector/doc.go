@@ -53,7 +53,8 @@
 //   - A live message that is not the host's (junk, a forged event chained
 //     onto the mirror, a fork of a mirrored event) neither refuses the host
 //     nor is stored (TestForgedLiveMessageDoesNotRefuse,
-//     TestForgedLiveEventNotImported).
+//     TestForgedLiveEventNotImported; from a hub client in the leaf setup:
+//     TestForgedLiveFromHubClient).
 //   - Exactly once per (host, seq), gapless, across restarts of the
 //     collector (TestMirrorEqualsSource, TestCollectorRestartMidStream).
 //   - A host that is down, partitioned or slow never delays another
