@@ -71,7 +71,7 @@ func (hm *hostMirror) live(ctx context.Context, batch []*nats.Msg) error {
 				// Two messages disagree on a seq the mirror lacks: trust
 				// neither and drop the batch; the hole it leaves is filled
 				// by replay (the next live event or poll finds it).
-				hm.rejectLive(len(run)+1, "two live events at one seq")
+				hm.rejectLive(1, "two live events at one seq")
 				return nil
 			}
 		default:
@@ -91,17 +91,24 @@ func (hm *hostMirror) live(ctx context.Context, batch []*nats.Msg) error {
 // sync brings the mirror to seq to by replay (one request when run
 // reaches to), with run — live events for the seqs right after the
 // mirror's head — confirmed by the host's event at its last seq and
-// imported; a run the host's replay does not confirm is counted in
-// LiveRejected and the replay fills from the mirror's head instead.
-// Paced by MinLiveReplayInterval.
+// imported; when the host's replay does not confirm run, the replay
+// fills from the mirror's head instead and the events of run it did not
+// bring are counted in LiveRejected. Paced by MinLiveReplayInterval.
 func (hm *hostMirror) sync(ctx context.Context, run [][]byte, to events.Seq) error {
 	if !hm.pace(ctx) {
 		return ctx.Err()
 	}
 	err := hm.fill(ctx, to, run)
 	if errors.Is(err, errLiveRejected) {
-		hm.rejectLive(len(run), "not confirmed by the host's replay")
 		err = hm.fill(ctx, to, nil)
+		n := 0
+		for _, raw := range run {
+			seq, _ := events.PeekSeq(raw) // msgSeq read it
+			if stored, gerr := hm.l.GetRaw(seq); gerr != nil || !bytes.Equal(stored, raw) {
+				n++
+			}
+		}
+		hm.rejectLive(n, "not confirmed by the host's replay")
 	}
 	return err
 }
@@ -154,6 +161,9 @@ func (hm *hostMirror) pace(ctx context.Context) bool {
 
 // rejectLive counts n live messages found not to be the host's.
 func (hm *hostMirror) rejectLive(n int, why string) {
+	if n == 0 {
+		return
+	}
 	hm.mu.Lock()
 	hm.st.LiveRejected += uint64(n)
 	hm.mu.Unlock()
