@@ -87,7 +87,7 @@ func TestPeerClassOverLeaf(t *testing.T) {
 	leaf := bus.ClusterOptions{LeafRemotes: []bus.LeafRemote{{URL: leafURL, User: "leaf", Password: "leaf-secret"}}}
 	l1, _ := startBus(t, bus.Options{HostID: "h1", DenyAnonymous: true, Cluster: leaf})
 	appendN(t, l1, n)
-	_, pc := startPeer(t, bus.PeerOptions{Cluster: leaf})
+	_, pc := bustest.StartPeer(t, bus.PeerOptions{Cluster: leaf})
 	headIs(t, busclient.NewClient(pc).WithHost("h1").WithPeerClass(), n)
 	if got := chunkLines(t, pc, peerSubject("h1", busclient.ReplaySubject)); got != n {
 		t.Errorf("peer class through the hub: %d events in the first chunk, want all %d", got, n)

@@ -70,14 +70,11 @@ func Connect(t *testing.T, url string, opts ...nats.Option) *nats.Conn {
 // PeerWait bounds how long Peer waits for the route to its host.
 const PeerWait = 15 * time.Second
 
-// Peer starts a bus.Peer routed to b's cluster (b is a clustered host
-// bus), with a client port and a silent logger, and returns it with its
-// Connect connection once b's peer-class head (busclient.WithPeerClass)
-// answers through it; both are closed when the test ends.
-func Peer(t testing.TB, b *bus.Bus) (*bus.Peer, *nats.Conn) {
+// StartPeer starts a bus.Peer of opts and connects to it in process; both
+// are closed when the test ends.
+func StartPeer(t testing.TB, opts bus.PeerOptions) (*bus.Peer, *nats.Conn) {
 	t.Helper()
-	peer, err := bus.StartPeer(bus.PeerOptions{Port: bus.RandomPort, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Cluster: bus.ClusterOptions{Listen: "127.0.0.1:-1", Routes: []string{b.ClusterURL()}}})
+	peer, err := bus.StartPeer(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,6 +84,17 @@ func Peer(t testing.TB, b *bus.Bus) (*bus.Peer, *nats.Conn) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pc.Close)
+	return peer, pc
+}
+
+// Peer starts a bus.Peer routed to b's cluster (b is a clustered host
+// bus), with a client port and a silent logger, and returns it with its
+// Connect connection once b's peer-class head (busclient.WithPeerClass)
+// answers through it; both are closed when the test ends.
+func Peer(t testing.TB, b *bus.Bus) (*bus.Peer, *nats.Conn) {
+	t.Helper()
+	peer, pc := StartPeer(t, bus.PeerOptions{Port: bus.RandomPort, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Cluster: bus.ClusterOptions{Listen: "127.0.0.1:-1", Routes: []string{b.ClusterURL()}}})
 	c := busclient.NewClient(pc).WithHost(b.HostID()).WithPeerClass()
 	for deadline := time.Now().Add(PeerWait); ; time.Sleep(50 * time.Millisecond) {
 		_, err := c.Head(context.Background())
