@@ -26,7 +26,10 @@ import (
 //     read-only API (replay, head, AccessRead services) with the anonymous
 //     class's limits, even when the host denies anonymous clients: they
 //     arrive over routes that authenticate as a whole (TestHostSpacesOnCluster,
-//     TestLeafNodeHost). Local clients' permissions stay confined to their
+//     TestLeafNodeHost). Replay and head are also answered in the peer class
+//     (writer-size chunks, the writer's rate; limits.go), whose subjects no
+//     local client may publish (TestPeerClassOverRoute,
+//     TestPeerClassNotForLocalClients). Local clients' permissions stay confined to their
 //     own subjects of their own host (TestHostSpacesOnCluster).
 //   - Replies stay on their host: a host imports over routes none of its
 //     clients' reply inboxes (the anonymous _INBOX, each named user's
@@ -194,7 +197,8 @@ func clusterConfig(sopts *server.Options, deny []string, c ClusterOptions, clien
 // server may publish: its events and checkpoints (only its ledger
 // publishes them) and every named user's request subjects (only that
 // local user may send them: over a route, anyone could claim to be it).
-// What is left to peers is the bare, anonymous-class read API. It also
+// What is left to peers is the bare, anonymous-class read API and the
+// peer class's replay and head (limits.go). It also
 // lists the reply inboxes of the host's clients (the anonymous _INBOX and
 // each named user's busclient.InboxPrefix): over routes the host imports
 // no reply to its clients, over leaf connections none to its named users

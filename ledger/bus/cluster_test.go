@@ -21,6 +21,7 @@ import (
 	"github.com/leaseledger/leaseledger/events"
 	"github.com/leaseledger/leaseledger/ledger"
 	"github.com/leaseledger/leaseledger/ledger/bus"
+	"github.com/leaseledger/leaseledger/ledger/bus/bustest"
 	"github.com/leaseledger/leaseledger/ledger/busclient"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -48,20 +49,7 @@ func eventually(t *testing.T, what string, fn func() error) {
 
 // startPeer starts a peer and connects to it in process; both are closed
 // when the test ends.
-func startPeer(t *testing.T, opts bus.PeerOptions) (*bus.Peer, *nats.Conn) {
-	t.Helper()
-	peer, err := bus.StartPeer(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { peer.Close() })
-	pc, err := peer.Connect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pc.Close)
-	return peer, pc
-}
+var startPeer = bustest.StartPeer
 
 // headIs waits until c sees want as the head of its host.
 func headIs(t *testing.T, c *busclient.Client, want events.Seq) {

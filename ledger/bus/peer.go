@@ -117,11 +117,12 @@ func StartPeer(opts PeerOptions) (*Peer, error) {
 }
 
 // Connect opens an in-process connection to the peer with every
-// permission (subscribe to any host's events, call any host's API).
+// permission (subscribe to any host's events, call any host's API): the
+// connection the hosts' peer class is for (busclient.Client.WithPeerClass).
 func (p *Peer) Connect(opts ...nats.Option) (*nats.Conn, error) {
 	// A token, not a user name: busclient.NewClient takes a connection's
-	// user name for its request subjects, and the hosts' bare (anonymous
-	// class) subjects are the ones a peer calls.
+	// user name for its request subjects, and a peer calls the hosts' bare
+	// or peer-class subjects, never a named user's.
 	all := append([]nats.Option{nats.InProcessServer(p.srv), nats.Token(p.token)}, opts...)
 	nc, err := nats.Connect("", all...)
 	if err != nil {
