@@ -26,7 +26,7 @@ type hostMirror struct {
 	host, dir string
 	l         *ledger.Ledger
 	closer    io.Closer         // closes l (Options.OpenMirror's)
-	client    *busclient.Client // the host's anonymous read-only API
+	client    *busclient.Client // the host's read-only API, in the peer class
 
 	mu          sync.Mutex
 	st          HostStatus         // Head and Lag are filled in by status
