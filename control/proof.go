@@ -1,6 +1,7 @@
 package control
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -81,11 +82,12 @@ type ConsistencyReply struct {
 }
 
 // Checkpointer signs checkpoints of a ledger's durable head under one
-// origin and publishes them. It is safe for concurrent use: one
-// checkpoint is signed and published at a time, so they go out in order
-// of size.
+// origin and publishes them — or, made by NewCheckpointRelay, signs
+// nothing and hands out the checkpoints someone else signed. It is safe
+// for concurrent use: one checkpoint is signed (or relayed) and published
+// at a time, so they go out in order of size.
 type Checkpointer struct {
-	l      *ledger.Ledger
+	l      *ledger.Ledger // nil: a relay
 	origin string
 	signer note.Signer
 
@@ -106,6 +108,46 @@ func NewCheckpointer(l *ledger.Ledger, origin string, signer note.Signer) *Check
 	return &Checkpointer{l: l, origin: origin, signer: signer, turn: make(chan struct{}, 1)}
 }
 
+// NewCheckpointRelay returns a Checkpointer that signs nothing: Publish
+// (and so the proof API's checkpoint requests, ProofServices) hands out
+// the latest checkpoint given to Relay, its signer's bytes untouched —
+// the collector's fleet bus serves each host's own signed checkpoints so.
+// Until the first Relay, Publish fails and the proof API refuses with
+// CodeUnavailable. Run does nothing on a relay.
+func NewCheckpointRelay() *Checkpointer {
+	return &Checkpointer{turn: make(chan struct{}, 1)}
+}
+
+// ErrNotRelay: Relay on a Checkpointer that signs its own checkpoints
+// (NewCheckpointer).
+var ErrNotRelay = errors.New("control: Relay on a signing checkpointer")
+
+// Relay makes signed the checkpoint a relay (NewCheckpointRelay) hands
+// out and publishes it (once SetPublish was called; before, it is only
+// kept). The caller vouches for it — that it is a signed checkpoint of
+// the ledger the proof API answers from, not smaller than the last one
+// relayed: the relay checks nothing, so that it never alters another's
+// signature. On a signing Checkpointer it returns ErrNotRelay.
+func (c *Checkpointer) Relay(ctx context.Context, signed []byte) error {
+	if c.l != nil {
+		return ErrNotRelay
+	}
+	select {
+	case c.turn <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-c.turn }()
+	c.lastSigned = bytes.Clone(signed)
+	c.mu.Lock()
+	publish := c.publish
+	c.mu.Unlock()
+	if publish == nil {
+		return nil
+	}
+	return publish(c.lastSigned)
+}
+
 // SetPublish sets where checkpoints go (the bus's PublishCheckpoint: the
 // bus must exist first, and its services already hold the Checkpointer).
 func (c *Checkpointer) SetPublish(fn func(signed []byte) error) {
@@ -114,12 +156,14 @@ func (c *Checkpointer) SetPublish(fn func(signed []byte) error) {
 	c.mu.Unlock()
 }
 
-// errNoPublisher: Publish before SetPublish.
+// errNoPublisher: Publish before SetPublish, or on a relay before the
+// first Relay.
 var errNoPublisher = errors.New("control: the checkpointer has no publisher yet")
 
 // Publish signs a checkpoint of the durable head, publishes it and
 // returns it. While the head has not moved since the last one, it
 // re-sends that one (same bytes) instead of computing and signing again.
+// A relay (NewCheckpointRelay) re-sends the last one relayed.
 func (c *Checkpointer) Publish(ctx context.Context) ([]byte, error) {
 	select {
 	case c.turn <- struct{}{}:
@@ -132,6 +176,15 @@ func (c *Checkpointer) Publish(ctx context.Context) ([]byte, error) {
 	c.mu.Unlock()
 	if publish == nil {
 		return nil, errNoPublisher
+	}
+	if c.l == nil {
+		if c.lastSigned == nil {
+			return nil, errNoPublisher
+		}
+		if err := publish(c.lastSigned); err != nil {
+			return nil, err
+		}
+		return c.lastSigned, nil
 	}
 	head := c.l.Head().Seq
 	c.mu.Lock()
@@ -163,8 +216,12 @@ func (c *Checkpointer) Publish(ctx context.Context) ([]byte, error) {
 
 // Run publishes a checkpoint every interval when the head moved since
 // the last one published (and at the first tick), until ctx ends. A
-// failure is reported to logf and tried again at the next tick.
+// failure is reported to logf and tried again at the next tick. On a
+// relay it returns at once.
 func (c *Checkpointer) Run(ctx context.Context, interval time.Duration, logf func(err error)) {
+	if c.l == nil {
+		return
+	}
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -187,7 +244,9 @@ func (c *Checkpointer) Run(ctx context.Context, interval time.Duration, logf fun
 
 // ProofServices returns the proof API's services (bus.AccessRead) on l:
 // inclusion and consistency proofs always, checkpoints through cp (nil:
-// refused with CodeUnavailable, serve has no checkpoint key).
+// refused with CodeUnavailable, serve has no checkpoint key; a relay,
+// NewCheckpointRelay: the last checkpoint relayed, refused with
+// CodeUnavailable before the first).
 func ProofServices(l *ledger.Ledger, cp *Checkpointer) []bus.Service {
 	h := &proofs{l: l, cp: cp}
 	return []bus.Service{

@@ -2,6 +2,7 @@ package control_test
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -192,5 +193,70 @@ func TestCheckpointerResendsUnmoved(t *testing.T) {
 	c3, err3 := verify.ParseCheckpoint(third, v)
 	if err1 != nil || err3 != nil || c3.Size != c1.Size+4 || cs.n.Load() != 2 {
 		t.Fatalf("moved head: sizes %d → %d, %d signatures: %v %v", c1.Size, c3.Size, cs.n.Load(), err1, err3)
+	}
+}
+
+// A relay (NewCheckpointRelay) signs nothing: before the first Relay the
+// checkpoint is refused as unavailable; then the proof API answers, and
+// publishes, the relayed checkpoint byte for byte — the signer's, which
+// verifies with the signer's key, as do the proofs against it. Relay on a
+// signing Checkpointer is ErrNotRelay.
+func TestCheckpointRelay(t *testing.T) {
+	ctx := context.Background()
+	p := openProjection(t)
+	fixture(t, p)
+	l := p.Ledger()
+	relay := control.NewCheckpointRelay()
+	b, err := bus.Start(l, bus.Options{Port: bus.RandomPort, Services: control.ProofServices(l, relay)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	relay.SetPublish(b.PublishCheckpoint)
+	c := client(t, b, "", "")
+	_, err = c.Checkpoint(ctx)
+	refusedWith(t, err, control.ErrUnavailable, "")
+
+	s, v := testKeys(t)
+	signing := control.NewCheckpointer(l, testOrigin, s)
+	if err := signing.Relay(ctx, []byte("x")); !errors.Is(err, control.ErrNotRelay) {
+		t.Fatalf("Relay on a signing checkpointer: %v, want ErrNotRelay", err)
+	}
+	signing.SetPublish(func([]byte) error { return nil })
+	signed, err := signing.Publish(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc := dial(t, b, "", "")
+	sub, err := nc.SubscribeSync(busclient.CheckpointSubject)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := relay.Relay(ctx, signed); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := sub.NextMsg(5 * time.Second); err != nil || string(m.Data) != string(signed) {
+		t.Fatalf("relayed checkpoint published: %v, %q", err, m.Data)
+	}
+	got, err := c.Checkpoint(ctx)
+	if err != nil || string(got) != string(signed) {
+		t.Fatalf("checkpoint through the relay: %v, %q; want the signer's %q", err, got, signed)
+	}
+	if m, err := sub.NextMsg(5 * time.Second); err != nil || string(m.Data) != string(signed) {
+		t.Fatalf("checkpoint asked for, published again: %v, %q", err, m.Data)
+	}
+	cp, err := verify.ParseCheckpoint(got, v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := c.InclusionProof(ctx, 3, uint64(cp.Size))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := verify.VerifyInclusion(cp, 3, r.Event, r.Hashes); err != nil {
+		t.Fatal(err)
 	}
 }
