@@ -78,9 +78,21 @@ type Options struct {
 	// each whose signature verifies is compared with the mirror — its
 	// Merkle root and chain hash at the checkpoint's size — once the
 	// mirror holds that size; a difference refuses the host
-	// (ReasonCheckpoint). Hosts without one are mirrored unchecked by
-	// checkpoints.
+	// (ReasonCheckpoint). Hosts without one are not refused by
+	// checkpoints (see OnCheckpoint).
 	Verifiers map[string]note.Verifier
+	// OnCheckpoint, when set, receives each host's latest signed
+	// checkpoint that the mirror holds and matches: its Merkle root and
+	// chain hash at the checkpoint's size are the mirror's, and its
+	// signature verifies when the host has a verifier (a checkpoint of a
+	// host without one is checked against the mirror only; one the mirror
+	// contradicts is counted in HostStatus.CheckpointsRejected and never
+	// handed on). It is called from the host's goroutine each time such a
+	// checkpoint is larger than the last one handed on (so in order of
+	// growing size), with the host's bytes untouched — the collector signs
+	// nothing; it must not block for long. collect republishes them on its
+	// fleet bus.
+	OnCheckpoint func(host string, signed []byte)
 	// OpenMirror opens host's mirror ledger with opts (Dir is the host's
 	// HostDir, Mirror is set) and returns it with what closes it (nil:
 	// the ledger's own Close). The collector imports into that ledger and

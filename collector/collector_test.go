@@ -363,7 +363,8 @@ func TestBufferOverflowFilledByReplay(t *testing.T) {
 	w.assertOnce(t, "h1", f.hosts["h1"].l)
 }
 
-// Per-host lag is exposed on /status and /metrics.
+// Per-host lag and rejected live messages are exposed on /status and
+// /metrics.
 func TestStatusAndMetrics(t *testing.T) {
 	f := newFleet(t, "h1")
 	stalledHost(t, f.nc, "h9", 1000)
@@ -372,6 +373,8 @@ func TestStatusAndMetrics(t *testing.T) {
 	defer c.Close()
 	f.waitMirrored(c, "h1")
 	waitStatus(t, c, "h9", "lagging", func(s collector.HostStatus) bool { return s.Lag == 1000 })
+	f.publishLive("h1", events.Subject((&events.CallAdmitted{}).Kind(), "x"), 1, []byte(`{"seq":1,"junk":true}`))
+	waitRejected(t, c, "h1", 1, f.hosts["h1"].l.Head().Seq)
 	srv := httptest.NewServer(c.Handler())
 	defer srv.Close()
 
@@ -400,6 +403,8 @@ func TestStatusAndMetrics(t *testing.T) {
 		`leaseledger_collector_refused{host="h1"} 0`,
 		`leaseledger_collector_mirrored_head_seq{host="h1"} ` + itoa(head),
 		`leaseledger_collector_imported_events_total{host="h1"} ` + itoa(head),
+		`leaseledger_collector_live_rejected_total{host="h1"} 1`,
+		`leaseledger_collector_live_rejected_total{host="h9"} 0`,
 	} {
 		if !strings.Contains(m, want) {
 			t.Errorf("/metrics lacks %q:\n%s", want, m)

@@ -42,7 +42,11 @@
 // checkpoints it publishes are checked too: one whose signature verifies
 // is compared with the mirror (Merkle root and chain hash at its size) as
 // soon as the mirror holds that size; a difference refuses the host — it
-// signed a history other than the one it served.
+// signed a history other than the one it served. Each host's latest
+// checkpoint that matches the mirror (signature verified when the host has
+// a verifier; without one, checked against the mirror only) is handed,
+// untouched, to Options.OnCheckpoint: the collector signs nothing, and
+// collect republishes the hosts' own on its fleet bus.
 //
 // Guarantees (each checked by the test named after it):
 //   - Every mirrored event was verified against its host's chain before it
@@ -69,9 +73,14 @@
 //   - A signed checkpoint of a host with a verifier that contradicts the
 //     mirror refuses the host; one whose signature does not verify is
 //     counted and ignored (TestCheckpointsChecked).
+//   - Options.OnCheckpoint receives a host's checkpoint, byte for byte,
+//     only once the mirror holds its size and matches its root and chain
+//     hash (and its signature verifies, with a verifier), and only when it
+//     is larger than the last one handed on; one the mirror contradicts is
+//     counted, not handed on (TestCheckpointsHandedOn).
 //   - A mirror opened through Options.OpenMirror (a live projection over
 //     it, say) is the ledger the collector imports into, and its closer
 //     is called once at Close (TestOpenMirrorHook).
-//   - Per-host lag is exposed: Prometheus metrics and the /status JSON of
-//     Handler (TestStatusAndMetrics).
+//   - Per-host lag and rejected live messages are exposed: Prometheus
+//     metrics and the /status JSON of Handler (TestStatusAndMetrics).
 package collector

@@ -33,9 +33,18 @@ type hostMirror struct {
 	sub         *nats.Subscription // the live subscription, nil between sessions
 	droppedBase uint64             // drops of earlier subscriptions
 
-	verifier    note.Verifier       // of the host's checkpoints, nil: unchecked
-	checkpoints []verify.Checkpoint // verified by signature, waiting for the mirror (run's own)
+	verifier    note.Verifier       // of the host's checkpoints, nil: checked by the mirror only
+	checkpoints []pendingCheckpoint // waiting for the mirror to reach their size (run's own)
 	lastAsked   time.Time           // the last paced replay request (run's own)
+}
+
+// pendingCheckpoint is a checkpoint the host published, parsed (and
+// verified by signature when the host has a verifier), kept until the
+// mirror holds its size.
+type pendingCheckpoint struct {
+	cp       verify.Checkpoint
+	signed   []byte
+	verified bool // by the host's verifier
 }
 
 func newHostMirror(opts Options, host, dir string, l *ledger.Ledger) *hostMirror {
@@ -130,7 +139,7 @@ func (hm *hostMirror) session(ctx context.Context) error {
 		_ = sub.Unsubscribe()
 	}()
 	var cpCh chan *nats.Msg
-	if hm.verifier != nil {
+	if hm.verifier != nil || hm.opts.OnCheckpoint != nil {
 		cpCh = make(chan *nats.Msg, MaxPendingCheckpoints)
 		cpSubject := busclient.HostSubject(hm.host, busclient.CheckpointSubject)
 		cpSub, err := hm.opts.Conn.ChanSubscribe(cpSubject, cpCh)
@@ -398,10 +407,17 @@ func (hm *hostMirror) refuse(f *Finding) error {
 	return fmt.Errorf("%w: %s: %s at seq %d", ErrRefused, hm.host, f.Reason, f.Seq)
 }
 
-// takeCheckpoint keeps a checkpoint whose signature verifies until the
-// mirror reaches its size; others are counted and ignored.
+// takeCheckpoint keeps a checkpoint whose signature verifies (or, for a
+// host without a verifier, that parses) until the mirror reaches its size;
+// others are counted and ignored.
 func (hm *hostMirror) takeCheckpoint(signed []byte) {
-	cp, err := verify.ParseCheckpoint(signed, hm.verifier)
+	var cp verify.Checkpoint
+	var err error
+	if hm.verifier != nil {
+		cp, err = verify.ParseCheckpoint(signed, hm.verifier)
+	} else {
+		cp, err = verify.ParseCheckpointUnverified(signed)
+	}
 	hm.mu.Lock()
 	defer hm.mu.Unlock()
 	if err != nil || cp.Size == 0 {
@@ -413,17 +429,21 @@ func (hm *hostMirror) takeCheckpoint(signed []byte) {
 		hm.checkpoints = hm.checkpoints[1:]
 		hm.st.CheckpointsDropped++
 	}
-	hm.checkpoints = append(hm.checkpoints, cp)
+	hm.checkpoints = append(hm.checkpoints, pendingCheckpoint{cp: cp, signed: bytes.Clone(signed), verified: hm.verifier != nil})
 }
 
 // checkCheckpoints compares every kept checkpoint the mirror has reached
-// with the mirror: root and chain hash at its size.
+// with the mirror: root and chain hash at its size. One that differs
+// refuses the host when its signature was verified, and is counted and
+// ignored otherwise. One that matches and is larger than any before is
+// handed to Options.OnCheckpoint, untouched.
 func (hm *hostMirror) checkCheckpoints(ctx context.Context) error {
 	head := hm.l.Head().Seq
 	keep := hm.checkpoints[:0]
-	for _, cp := range hm.checkpoints {
+	for _, p := range hm.checkpoints {
+		cp := p.cp
 		if cp.Size > head {
-			keep = append(keep, cp)
+			keep = append(keep, p)
 			continue
 		}
 		root, err := hm.l.TreeRoot(ctx, cp.Size)
@@ -435,14 +455,31 @@ func (hm *hostMirror) checkCheckpoints(ctx context.Context) error {
 			return fmt.Errorf("mirror event %d: %w", cp.Size, err)
 		}
 		if !bytes.Equal(root, cp.Root) || env.Hash != cp.Head {
+			if !p.verified {
+				hm.mu.Lock()
+				hm.st.CheckpointsRejected++
+				hm.mu.Unlock()
+				hm.opts.Logger.Warn("collector: checkpoint rejected: not the mirror's", "host", hm.host, "size", cp.Size)
+				continue
+			}
 			return hm.refuse(&Finding{Seq: cp.Size, Stored: env.Hash.String(), Offered: cp.Head.String(), Reason: ReasonCheckpoint,
 				Detail: fmt.Sprintf("checkpoint %s of size %d signed by the host: root %x, the mirror's %x", cp.Origin, cp.Size, cp.Root, root)})
 		}
 		hm.mu.Lock()
-		hm.st.CheckpointsVerified++
-		hm.st.VerifiedSize = max(hm.st.VerifiedSize, cp.Size)
+		if p.verified {
+			hm.st.CheckpointsVerified++
+			hm.st.VerifiedSize = max(hm.st.VerifiedSize, cp.Size)
+		}
+		latest := cp.Size > hm.st.CheckpointSize
+		if latest {
+			hm.st.CheckpointSize = cp.Size
+		}
 		hm.mu.Unlock()
+		if latest && hm.opts.OnCheckpoint != nil {
+			hm.opts.OnCheckpoint(hm.host, p.signed)
+		}
 	}
+	clear(hm.checkpoints[len(keep):])
 	hm.checkpoints = keep
 	return nil
 }

@@ -56,9 +56,14 @@ type HostStatus struct {
 	// among them.
 	CheckpointsVerified uint64     `json:"checkpoints_verified,omitempty"`
 	VerifiedSize        events.Seq `json:"verified_size,omitempty"`
-	// CheckpointsRejected counts checkpoints whose signature did not
-	// verify (ignored); CheckpointsDropped those dropped unchecked past
-	// MaxPendingCheckpoints.
+	// CheckpointSize is the size of the latest checkpoint of the host
+	// found equal to the mirror (its signature verified when the host has
+	// a verifier): the one handed to Options.OnCheckpoint.
+	CheckpointSize events.Seq `json:"checkpoint_size,omitempty"`
+	// CheckpointsRejected counts checkpoints ignored: whose signature did
+	// not verify or that do not parse, and (of a host without a verifier)
+	// those the mirror contradicts; CheckpointsDropped those dropped
+	// unchecked past MaxPendingCheckpoints.
 	CheckpointsRejected uint64 `json:"checkpoints_rejected,omitempty"`
 	CheckpointsDropped  uint64 `json:"checkpoints_dropped,omitempty"`
 	// LastError is the last failure to reach the host or to store its
@@ -96,7 +101,8 @@ func (c *Collector) Handler() http.Handler {
 
 // Metrics returns a prometheus.Collector of per-host metrics (label
 // "host"): mirrored head, host head last seen, lag in events, refused
-// (0/1), imported and dropped totals, checkpoints verified and rejected.
+// (0/1), imported and dropped totals, live messages rejected, checkpoints
+// verified and rejected.
 // They are read at scrape time.
 func (c *Collector) Metrics() prometheus.Collector {
 	d := func(name, help string) *prometheus.Desc {
@@ -109,6 +115,7 @@ func (c *Collector) Metrics() prometheus.Collector {
 		refused:  d("refused", "1 when the host's chain was refused (REFUSED.json holds the finding)."),
 		imported: d("imported_events_total", "Events stored in the host's mirror since the collector started."),
 		dropped:  d("dropped_messages_total", "Live messages dropped on a full per-host buffer (filled by replay)."),
+		liveBad:  d("live_rejected_total", "Live messages found not to be the host's (its replay says otherwise, or malformed): ignored."),
 		cpOK:     d("checkpoints_verified_total", "Signed checkpoints of the host found equal to its mirror."),
 		cpBad:    d("checkpoints_rejected_total", "Checkpoints of the host whose signature did not verify (ignored)."),
 	}
@@ -117,11 +124,11 @@ func (c *Collector) Metrics() prometheus.Collector {
 type metrics struct {
 	c                                               *Collector
 	head, hostHead, lag, refused, imported, dropped *prometheus.Desc
-	cpOK, cpBad                                     *prometheus.Desc
+	liveBad, cpOK, cpBad                            *prometheus.Desc
 }
 
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{m.head, m.hostHead, m.lag, m.refused, m.imported, m.dropped, m.cpOK, m.cpBad} {
+	for _, d := range []*prometheus.Desc{m.head, m.hostHead, m.lag, m.refused, m.imported, m.dropped, m.liveBad, m.cpOK, m.cpBad} {
 		ch <- d
 	}
 }
@@ -139,6 +146,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(m.refused, prometheus.GaugeValue, refused, hm.host)
 		ch <- prometheus.MustNewConstMetric(m.imported, prometheus.CounterValue, float64(s.Imported), hm.host)
 		ch <- prometheus.MustNewConstMetric(m.dropped, prometheus.CounterValue, float64(s.Dropped), hm.host)
+		ch <- prometheus.MustNewConstMetric(m.liveBad, prometheus.CounterValue, float64(s.LiveRejected), hm.host)
 		ch <- prometheus.MustNewConstMetric(m.cpOK, prometheus.CounterValue, float64(s.CheckpointsVerified), hm.host)
 		ch <- prometheus.MustNewConstMetric(m.cpBad, prometheus.CounterValue, float64(s.CheckpointsRejected), hm.host)
 	}
