@@ -47,18 +47,7 @@ func TestCheckpointsChecked(t *testing.T) {
 	defer c.Close()
 	h1 := f.hosts["h1"]
 	h1.appendN(t, 30, 5)
-	sign := func(s note.Signer, h *testHost) []byte {
-		t.Helper()
-		cp, err := verify.NewCheckpoint(context.Background(), h.l, "h1.example/log")
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := cp.Sign(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b
-	}
+	sign := func(s note.Signer, h *testHost) []byte { return signAt(t, s, h.l, h.l.Head().Seq) }
 	if err := h1.b.PublishCheckpoint(sign(signer, h1)); err != nil {
 		t.Fatal(err)
 	}
