@@ -47,7 +47,9 @@ the dashboard (every mirrored host, through the fleet bus's --ws-port).
 While it runs it serves the mirrors on its fleet bus (--port, default 4249):
 a NATS server of its own, read-only, never clustered, on which each host h is
 served in h's space as h serves itself — tail, replay, head and leases with
---nats URL --host-id h, the projection and proof APIs; 'tail --fleet --nats
+--nats URL --host-id h, the projection and proof APIs (with h's own signed
+checkpoints: the latest one h published that its mirror matches, republished
+untouched; witness --bus URL --host-id h follows them); 'tail --fleet --nats
 URL' follows every host. It holds the mirrors open, as serve holds its data
 directory: --fleet reads of the directory need it stopped (it resumes from
 each mirror's head).`,
@@ -106,14 +108,18 @@ func (a *app) runCollect(ctx context.Context, cf collectFlags) error {
 	}
 	// Each mirror is opened with its live projection (the projection API
 	// of its space on the fleet bus); the collector imports into it.
+	// Each host's latest checkpoint that its mirror matches is kept for
+	// its proof API on the fleet bus and republished there.
 	projs := &mirrorProjections{logger: a.logger}
+	relays := newCheckpointRelays(cf.hosts, a.logger)
 	c, err := collector.Start(collector.Options{Dir: a.dataDir, Hosts: cf.hosts, Conn: nc, Logger: a.logger,
-		PollInterval: cf.pollInterval, BufferLen: cf.bufferLen, Verifiers: verifiers, OpenMirror: projs.open})
+		PollInterval: cf.pollInterval, BufferLen: cf.bufferLen, Verifiers: verifiers, OpenMirror: projs.open,
+		OnCheckpoint: relays.relay})
 	if err != nil {
 		return fmt.Errorf("collect: %w", err)
 	}
 	defer c.Close()
-	fb, stopFleet, err := startFleetBus(c, projs, cf.fleetBus, a.logger)
+	fb, stopFleet, err := startFleetBus(c, projs, relays, cf.fleetBus, a.logger)
 	if err != nil {
 		return fmt.Errorf("collect: %w", err)
 	}

@@ -22,10 +22,13 @@ import (
 // the collector's own on which each mirrored host h is served in h's space
 // exactly as h serves itself — its events as the mirror stores them, its
 // replay and head, the projection API over a live projection of the mirror
-// and the proof API over the mirror (no checkpoint: the collector signs
-// nothing) — plus, in the bare space, collector.StatusSubject. Every client
-// made WithHost(h) (tail, replay, head and leases with --nats URL
-// --host-id h; control.Client.WithHost) reads h through it unchanged.
+// and the proof API over the mirror, whose checkpoints are h's own (the
+// latest one h signed that the mirror matches, collector.Options.OnCheckpoint,
+// republished on h's checkpoint subject and answered untouched: the
+// collector signs nothing) — plus, in the bare space,
+// collector.StatusSubject. Every client made WithHost(h) (tail, replay,
+// head and leases with --nats URL --host-id h; control.Client.WithHost;
+// witness --host-id h) reads h through it unchanged.
 //
 // Guarantees (each checked by the test named):
 //   - Through the fleet bus, replay of host h is h's chain byte for byte
@@ -46,6 +49,12 @@ import (
 //   - --deny-anonymous keeps anonymous clients off the fleet bus while
 //     --read-only-user reads it, and the dashboard asks for credentials
 //     (TestCollectFleetBusAuth).
+//   - h's signed checkpoints are republished on the fleet bus and answered
+//     by its proof API byte for byte, whether or not the collector has h's
+//     verifier key; witness --host-id h accepts them with h's key and an
+//     inclusion proof from the fleet bus verifies against them; a
+//     checkpoint the mirror contradicts is not republished
+//     (TestCollectFleetCheckpoints).
 //   - collect shares serve's route flags and refuses the same bad
 //     combinations (TestCollectFlagsRefused).
 
@@ -106,9 +115,33 @@ func (m *mirrorProjections) get(host string) *live.Projection {
 	return m.byHost[host]
 }
 
+// checkpointRelays hold, per mirrored host, the latest checkpoint the host
+// signed that its mirror matches (collector.Options.OnCheckpoint): the
+// checkpoints of the host's proof API on the fleet bus, republished there.
+type checkpointRelays struct {
+	logger *slog.Logger
+	byHost map[string]*control.Checkpointer
+}
+
+func newCheckpointRelays(hosts []string, logger *slog.Logger) *checkpointRelays {
+	r := &checkpointRelays{logger: logger, byHost: make(map[string]*control.Checkpointer, len(hosts))}
+	for _, h := range hosts {
+		r.byHost[h] = control.NewCheckpointRelay()
+	}
+	return r
+}
+
+// relay is the collector's OnCheckpoint: it keeps signed for host's proof
+// API and publishes it on the fleet bus once there is one.
+func (r *checkpointRelays) relay(host string, signed []byte) {
+	if err := r.byHost[host].Relay(context.Background(), signed); err != nil {
+		r.logger.Warn("collect: checkpoint not republished", "host", host, "err", err)
+	}
+}
+
 // startFleetBus starts the fleet bus over c's mirrors and records its URL
 // in the collector's directory; stop closes it (before the mirrors).
-func startFleetBus(c *collector.Collector, projs *mirrorProjections, f fleetBusFlags, logger *slog.Logger) (fb *bus.Fleet, stop func(), err error) {
+func startFleetBus(c *collector.Collector, projs *mirrorProjections, relays *checkpointRelays, f fleetBusFlags, logger *slog.Logger) (fb *bus.Fleet, stop func(), err error) {
 	if f.readOnlyPassword == "" {
 		f.readOnlyPassword = os.Getenv("LEASELEDGER_READONLY_PASSWORD")
 	}
@@ -116,7 +149,7 @@ func startFleetBus(c *collector.Collector, projs *mirrorProjections, f fleetBusF
 	for _, h := range c.Hosts() {
 		m := c.Mirror(h)
 		spaces = append(spaces, bus.Space{HostID: h, Ledger: m,
-			Services: append(control.ProjectionServices(projs.get(h)), control.ProofServices(m, nil)...)})
+			Services: append(control.ProjectionServices(projs.get(h)), control.ProofServices(m, relays.byHost[h])...)})
 	}
 	fb, err = bus.StartFleet(bus.FleetOptions{Host: f.host, Port: f.port, WebSocketPort: f.wsPort,
 		ReadOnlyUser: f.readOnlyUser, ReadOnlyPassword: f.readOnlyPassword, DenyAnonymous: f.denyAnonymous,
@@ -124,12 +157,22 @@ func startFleetBus(c *collector.Collector, projs *mirrorProjections, f fleetBusF
 	if err != nil {
 		return nil, nil, fmt.Errorf("fleet bus: %w", err)
 	}
+	for _, h := range c.Hosts() {
+		relays.byHost[h].SetPublish(func(signed []byte) error { return fb.PublishCheckpoint(h, signed) })
+	}
+	unpublish := func() {
+		for _, r := range relays.byHost {
+			r.SetPublish(nil) // kept, not published, once the fleet bus closes
+		}
+	}
 	urlFile := filepath.Join(c.Dir(), fleetBusURLFile)
 	if err := os.WriteFile(urlFile, []byte(fb.ClientURL()+"\n"), 0o644); err != nil {
+		unpublish()
 		fb.Close()
 		return nil, nil, fmt.Errorf("fleet bus: %w", err)
 	}
 	return fb, func() {
+		unpublish()
 		_ = fb.Close()
 		_ = os.Remove(urlFile)
 	}, nil

@@ -56,6 +56,32 @@ func startCollect(t *testing.T, dir string, routes []string, extra ...string) *i
 	return c
 }
 
+// host is host's entry of the collector's /status (zero when it does not
+// answer).
+func (c *inProcessCollect) host(host string) collector.HostStatus {
+	resp, err := http.Get("http://" + c.addr + "/status")
+	if err != nil {
+		return collector.HostStatus{}
+	}
+	defer resp.Body.Close()
+	var st collector.Status
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		return collector.HostStatus{}
+	}
+	return st.Hosts[host]
+}
+
+// waitHost polls the collector's /status until ok holds for host.
+func (c *inProcessCollect) waitHost(t *testing.T, host, what string, ok func(collector.HostStatus) bool) collector.HostStatus {
+	t.Helper()
+	var s collector.HostStatus
+	waitOutput(t, what, c.out, func(string) bool {
+		s = c.host(host)
+		return ok(s)
+	})
+	return s
+}
+
 // rawLines is every stored event of l as export prints it.
 func rawLines(t *testing.T, l *ledger.Ledger) string {
 	t.Helper()
@@ -110,22 +136,10 @@ func TestCollectFleetBus(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	url, addr, out := c.url, c.addr, c.out
-	mirrored := func() {
-		t.Helper()
-		for _, id := range ids {
-			want := ls[id].Head().Seq
-			waitOutput(t, id+" mirrored", out, func(string) bool {
-				var st collector.Status
-				resp, err := http.Get("http://" + addr + "/status")
-				if err != nil {
-					return false
-				}
-				defer resp.Body.Close()
-				return json.NewDecoder(resp.Body).Decode(&st) == nil && st.Hosts[id].Head == want
-			})
-		}
+	for _, id := range ids {
+		want := ls[id].Head().Seq
+		c.waitHost(t, id, id+" mirrored", func(s collector.HostStatus) bool { return s.Head == want })
 	}
-	mirrored()
 	if got := runningFleetBus(cdir); got != url {
 		t.Fatalf("%s holds %q, want %q", fleetBusURLFile, got, url)
 	}

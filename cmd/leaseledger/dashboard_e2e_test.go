@@ -473,23 +473,14 @@ func TestDashboardFleet(t *testing.T) {
 		ls[id] = l
 		routes = append(routes, b.ClusterURL())
 	}
-	addr := "127.0.0.1:" + strconv.Itoa(freePort(t))
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	out := &lockedBuffer{}
-	done := make(chan int, 1)
-	go func() {
-		var errb strings.Builder
-		done <- run(ctx, []string{"--data-dir", t.TempDir(), "collect", "--port", "-1", "--ws-port", "-1", "--hosts", strings.Join(ids, ","),
-			"--poll-interval", "50ms", "--routes", strings.Join(routes, ","), "--metrics-addr", addr}, strings.NewReader(""), out, &errb)
-	}()
+	c := startCollect(t, t.TempDir(), routes, "--ws-port", "-1", "--hosts", strings.Join(ids, ","))
 	defer func() {
-		cancel()
-		if code := <-done; code != 0 {
-			t.Errorf("collect exit %d:\n%s", code, out.String())
+		if code := c.stop(); code != 0 {
+			t.Errorf("collect exit %d:\n%s", code, c.out.String())
 		}
 	}()
-	waitOutput(t, "dashboard", out, func(s string) bool { return strings.Contains(s, "leaseledger: dashboard on ") })
+	addr := c.addr
+	waitOutput(t, "dashboard", c.out, func(s string) bool { return strings.Contains(s, "leaseledger: dashboard on ") })
 	b := newBrowser(t, chromium)
 	b.do(chromedp.Navigate("http://" + addr + "/"))
 	b.await(`__dashboard.state === "live" && __dashboard.host === "h1" && location.hash === "#host=h1"`, e2eWait)
