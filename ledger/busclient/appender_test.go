@@ -224,6 +224,12 @@ func TestAppenderInDoubtWhenConnectionCloses(t *testing.T) {
 // respond (nil: no responder), and returns a client connected to it.
 func scripted(t *testing.T, respond func(m *nats.Msg)) *busclient.Client {
 	t.Helper()
+	return scriptedOn(t, busclient.AppendSubject, respond)
+}
+
+// scriptedOn is scripted with subject answered instead of the append one.
+func scriptedOn(t *testing.T, subject string, respond func(m *nats.Msg)) *busclient.Client {
+	t.Helper()
 	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, NoLog: true, NoSigs: true})
 	if err != nil {
 		t.Fatal(err)
@@ -238,7 +244,7 @@ func scripted(t *testing.T, respond func(m *nats.Msg)) *busclient.Client {
 	}
 	if respond != nil {
 		rc := connect(t, srv.ClientURL())
-		if _, err := rc.Subscribe(busclient.AppendSubject, respond); err != nil {
+		if _, err := rc.Subscribe(subject, respond); err != nil {
 			t.Fatal(err)
 		}
 		if err := rc.Flush(); err != nil {

@@ -43,11 +43,37 @@ func (c *Client) request(ctx context.Context, subject string, data []byte) (*nat
 	return c.nc.RequestWithContext(ctx, UserSubject(c.subject(subject), c.user), data)
 }
 
-// Head asks the bus for the durable head.
+// rateLimitPause is how long a read (head, replay) waits before asking
+// again after a rate-limit refusal (CodeRateLimited).
+const rateLimitPause = 100 * time.Millisecond
+
+// read sends a read request (head, replay) and returns its reply once it
+// is no refusal: a rate-limit refusal (CodeRateLimited) is waited out
+// (rateLimitPause, until ctx ends) and asked again; any other refusal
+// (HeaderError) is an *Error wrapping ErrRemote with the bus's text.
+func (c *Client) read(ctx context.Context, op, subject string, data []byte) (*nats.Msg, error) {
+	for {
+		m, err := c.request(ctx, subject, data)
+		if err != nil {
+			return nil, &Error{Op: op, Subject: c.subject(subject), Err: err}
+		}
+		e := m.Header.Get(HeaderError)
+		if e == "" {
+			return m, nil
+		}
+		if m.Header.Get(HeaderErrorCode) == CodeRateLimited && sleep(ctx, rateLimitPause) {
+			continue // the bus bounds request rates: ask again a little later
+		}
+		return nil, &Error{Op: op, Subject: c.subject(subject), Reply: e, Err: ErrRemote}
+	}
+}
+
+// Head asks the bus for the durable head. Rate-limit refusals are waited
+// out, other refusals are ErrRemote (read; TestHeadWaitsOutRateLimit).
 func (c *Client) Head(ctx context.Context) (HeadReply, error) {
-	m, err := c.request(ctx, HeadSubject, nil)
+	m, err := c.read(ctx, "head", HeadSubject, nil)
 	if err != nil {
-		return HeadReply{}, &Error{Op: "head", Subject: c.subject(HeadSubject), Err: err}
+		return HeadReply{}, err
 	}
 	var h HeadReply
 	if err := json.Unmarshal(m.Data, &h); err != nil {
@@ -84,14 +110,11 @@ func (f TailFilter) validate() error {
 	return nil
 }
 
-// replayRateLimitPause is how long Replay waits before asking again after
-// a rate-limit refusal (busclient.CodeRateLimited).
-const replayRateLimitPause = 100 * time.Millisecond
-
 // Replay calls fn with every stored event in [from, to] (to 0: the head at
 // the time of each request) that f selects, chunk by chunk, and returns the
 // next seq to ask for: one past the range it covered. An error of fn is
-// returned as it is; every other error is an *Error.
+// returned as it is; every other error is an *Error. Rate-limit refusals
+// are waited out, as Head does (read).
 func (c *Client) Replay(ctx context.Context, from, to events.Seq, f TailFilter, fn func(seq events.Seq, raw []byte) error) (events.Seq, error) {
 	if err := f.validate(); err != nil {
 		return from, &Error{Op: "replay", Subject: c.subject(ReplaySubject), Err: err}
@@ -99,15 +122,9 @@ func (c *Client) Replay(ctx context.Context, from, to events.Seq, f TailFilter, 
 	from = max(from, 1)
 	for {
 		req, _ := json.Marshal(ReplayRequest{From: from, To: to, Kind: f.Kind, Activation: f.Activation})
-		m, err := c.request(ctx, ReplaySubject, req)
+		m, err := c.read(ctx, "replay", ReplaySubject, req)
 		if err != nil {
-			return from, &Error{Op: "replay", Subject: c.subject(ReplaySubject), Err: err}
-		}
-		if e := m.Header.Get(HeaderError); e != "" {
-			if m.Header.Get(HeaderErrorCode) == CodeRateLimited && sleep(ctx, replayRateLimitPause) {
-				continue // the bus bounds request rates: ask again a little later
-			}
-			return from, &Error{Op: "replay", Subject: c.subject(ReplaySubject), Reply: e, Err: ErrRemote}
+			return from, err
 		}
 		next, err := strconv.ParseUint(m.Header.Get(HeaderNext), 10, 64)
 		if err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/leaseledger/leaseledger/ledger"
 	"github.com/leaseledger/leaseledger/ledger/bus"
 	"github.com/leaseledger/leaseledger/ledger/busclient"
+	"github.com/nats-io/nats.go"
 )
 
 func appendN(t *testing.T, l *ledger.Ledger, n int) {
@@ -140,4 +142,34 @@ func countBelow(l *ledger.Ledger, activation string, below ledger.Seq) int {
 	n := 0
 	_ = l.Scan(context.Background(), ledger.Query{Activation: activation, To: below - 1}, func(events.Seq, []byte) error { n++; return nil })
 	return n
+}
+
+// TestHeadWaitsOutRateLimit: a Head over the connection's request rate
+// waits out the bus's CodeRateLimited refusals (as Replay does) instead of
+// parsing the refusal as a reply; a refusal of another kind is ErrRemote.
+func TestHeadWaitsOutRateLimit(t *testing.T) {
+	l, b := startBus(t, bus.Options{Limits: bus.Limits{RequestRate: 20, RequestBurst: 5}})
+	appendN(t, l, 3)
+	c := busclient.NewClient(connect(t, b.ClientURL()))
+	ctx := context.Background()
+	for i := range 30 {
+		h, err := c.Head(ctx)
+		if err != nil || h.Seq != 3 {
+			t.Fatalf("head %d: %+v %v", i, h, err)
+		}
+	}
+	var asked atomic.Int32
+	refusing := scriptedOn(t, busclient.HeadSubject, func(m *nats.Msg) {
+		r := nats.NewMsg(m.Reply)
+		r.Header.Set(busclient.HeaderError, "bad request")
+		r.Header.Set(busclient.HeaderErrorCode, busclient.CodeBadRequest)
+		if asked.Add(1) == 1 {
+			r.Header.Set(busclient.HeaderErrorCode, busclient.CodeRateLimited)
+		}
+		_ = m.RespondMsg(r)
+	})
+	var e *busclient.Error
+	if _, err := refusing.Head(ctx); !errors.Is(err, busclient.ErrRemote) || !errors.As(err, &e) || e.Reply != "bad request" || asked.Load() != 2 {
+		t.Fatalf("a refused head: %v after %d requests", err, asked.Load())
+	}
 }
