@@ -4,9 +4,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/leaseledger/leaseledger/events"
@@ -64,25 +66,47 @@ var ErrRefused = errors.New("collector: host refused")
 // collector did not write.
 var ErrFindingTooLarge = errors.New("collector: finding too large")
 
+// ErrFindingNotRegular: a RefusedFile that is not a regular file (a FIFO,
+// a device, a directory, or a symlink to one), which the collector did not
+// write; reading it could block or never end.
+var ErrFindingNotRegular = errors.New("collector: finding is not a regular file")
+
 // ReadFinding returns the finding persisted in a host's mirror directory
 // (HostDir), nil when there is none. A file that does not parse is a
 // finding of ReasonUnreadableFinding (its presence alone refuses); one
-// larger than MaxFindingBytes is ErrFindingTooLarge (TestReadFinding).
+// larger than MaxFindingBytes is ErrFindingTooLarge (TestReadFinding); one
+// that is not a regular file (a FIFO, or a symlink to a device) is
+// ErrFindingNotRegular at once, never a blocked or endless read
+// (TestReadFindingFIFO, TestReadFindingDevice).
 func ReadFinding(dir string) (*Finding, error) {
 	p := filepath.Join(dir, RefusedFile)
-	st, err := os.Stat(p)
+	// O_NONBLOCK: opening a FIFO must not wait for a writer; on a regular
+	// file it changes nothing.
+	fh, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
 	}
+	defer fh.Close()
+	st, err := fh.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%w: %s is %v: remove it", ErrFindingNotRegular, p, st.Mode().Type())
+	}
 	if st.Size() > MaxFindingBytes {
 		return nil, fmt.Errorf("%w: %s is %d bytes, more than MaxFindingBytes=%d: remove or fix it", ErrFindingTooLarge, p, st.Size(), MaxFindingBytes)
 	}
-	b, err := os.ReadFile(p)
+	// Bounded even if the file grows after the Stat.
+	b, err := io.ReadAll(io.LimitReader(fh, MaxFindingBytes+1))
 	if err != nil {
 		return nil, err
+	}
+	if len(b) > MaxFindingBytes {
+		return nil, fmt.Errorf("%w: %s grew past MaxFindingBytes=%d while read: remove or fix it", ErrFindingTooLarge, p, MaxFindingBytes)
 	}
 	var f Finding
 	if err := json.Unmarshal(b, &f); err != nil {
