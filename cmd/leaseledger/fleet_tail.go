@@ -53,11 +53,12 @@ func fetchFleetStatus(ctx context.Context, nc *nats.Conn, user string) (collecto
 // tailFleet is `tail --fleet`: it follows every host a collector's fleet
 // bus serves (those its status names), each through a Tail of its own in
 // its host space — per host without gap or duplicate, holes filled by
-// replay — from seq from (0: each host's head when asked, so only new
-// events), and prints each event as {"host":"h1","event":<event>}, the
+// replay — from seq from when fromSet (--from-seq given; 0 as 1, as plain
+// tail), else from each host's head when asked, so only new events
+// (TestFleetTailFromSeqZero), and prints each event as {"host":"h1","event":<event>}, the
 // line of `--fleet export`, hosts interleaved as their events arrive. It
 // ends with ctx (nil) or with the first host's failure.
-func tailFleet(ctx context.Context, a *app, nc *nats.Conn, user string, from ledger.Seq, f busclient.TailFilter) error {
+func tailFleet(ctx context.Context, a *app, nc *nats.Conn, user string, from ledger.Seq, fromSet bool, f busclient.TailFilter) error {
 	st, err := fetchFleetStatus(ctx, nc, user)
 	if err != nil {
 		return err
@@ -66,7 +67,7 @@ func tailFleet(ctx context.Context, a *app, nc *nats.Conn, user string, from led
 	base := busclient.NewClient(nc)
 	starts := make([]ledger.Seq, len(hosts))
 	for i, h := range hosts {
-		if starts[i] = from; from == 0 {
+		if starts[i] = from; !fromSet {
 			head, err := base.WithHost(h).Head(ctx)
 			if err != nil {
 				return fmt.Errorf("host %s: %w", h, err)

@@ -85,7 +85,7 @@ host h's mirror; --fleet follows every host at once, each event printed as
 				if creds.host != "" {
 					return errors.New("tail --fleet follows every host of the fleet bus: it takes no --host-id")
 				}
-				err := tailFleet(cmd.Context(), a, nc, creds.user, from, busclient.TailFilter{Kind: events.Kind(kind), Activation: activation})
+				err := tailFleet(cmd.Context(), a, nc, creds.user, from, cmd.Flags().Changed("from-seq"), busclient.TailFilter{Kind: events.Kind(kind), Activation: activation})
 				if errors.Is(err, cmd.Context().Err()) {
 					return nil // interrupted: a normal end
 				}
