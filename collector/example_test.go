@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/leaseledger/leaseledger/collector"
@@ -48,25 +49,58 @@ func ExampleStart() {
 		return
 	}
 	defer c.Close()
-	for s := c.Status().Hosts["h1"]; s.Head < l.Head().Seq || s.State != collector.StateLive; s = c.Status().Hosts["h1"] {
+	// Bounded wait: a collector that never gets there prints its status,
+	// and the output then differs (a failure, not a hang).
+	deadline := time.Now().Add(exampleWait)
+	s := c.Status().Hosts["h1"]
+	for ; s.Head < l.Head().Seq || s.State != collector.StateLive; s = c.Status().Hosts["h1"] {
+		if time.Now().After(deadline) {
+			fmt.Printf("not mirrored after %v: %+v\n", exampleWait, s)
+			return
+		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	s := c.Status().Hosts["h1"]
 	fmt.Println("mirrored", s.Head, "events of h1; state", s.State, "lag", s.Lag)
 	// Output: mirrored 3 events of h1; state live lag 0
 }
 
-// Each mirror can be opened by the caller, here to log it; `collect` opens
-// each through projector/live so that a live projection follows the
-// mirror. The collector imports into the returned ledger and closes it
+// Each mirror can be opened by the caller, here to print it; `collect`
+// opens each through projector/live so that a live projection follows the
+// mirror. Start opens every mirror, in the order of Hosts, before it
+// returns; the collector imports into the returned ledger and closes it
 // through the returned closer (nil: the ledger's own Close).
 func ExampleOptions_openMirror() {
+	tmp, _ := os.MkdirTemp("", "collector-openmirror")
+	defer os.RemoveAll(tmp)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	opts := collector.Options{Dir: "/var/lib/ll/collector", Hosts: []string{"h1", "h2"}, Logger: logger,
+	peer, err := bus.StartPeer(bus.PeerOptions{Cluster: bus.ClusterOptions{Listen: "127.0.0.1:-1"}, Logger: logger})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer peer.Close()
+	nc, _ := peer.Connect()
+	defer nc.Close()
+
+	dir := filepath.Join(tmp, "collector")
+	c, err := collector.Start(collector.Options{Dir: dir, Hosts: []string{"h1", "h2"}, Conn: nc, Logger: logger,
 		OpenMirror: func(_ context.Context, host string, lo ledger.Options) (*ledger.Ledger, io.Closer, error) {
-			logger.Info("opening mirror", "host", host, "dir", lo.Dir)
+			rel, _ := filepath.Rel(dir, lo.Dir)
+			fmt.Println("opening mirror of", host, "in", filepath.ToSlash(rel), "mirror:", lo.Mirror)
 			l, err := ledger.Open(lo)
 			return l, nil, err
-		}}
-	_ = opts // with Conn set: collector.Start(opts)
+		}})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer c.Close()
+	fmt.Println("h1's mirror is open:", c.Mirror("h1") != nil)
+	// Output:
+	// opening mirror of h1 in hosts/h1 mirror: true
+	// opening mirror of h2 in hosts/h2 mirror: true
+	// h1's mirror is open: true
 }
+
+// exampleWait bounds an Example's wait for the collector.
+const exampleWait = 30 * time.Second
