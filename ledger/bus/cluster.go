@@ -33,14 +33,18 @@ import (
 //     own subjects of their own host (TestHostSpacesOnCluster).
 //   - Replies stay on their host: a host imports over routes none of its
 //     clients' reply inboxes (the anonymous _INBOX, each named user's
-//     busclient.InboxPrefix), and over leaf connections none of its named
-//     users', so a client of another host with a wildcard inbox
-//     subscription, or a user there of the same name, receives none of the
-//     host's replies, while the host's replies to a peer's requests still
-//     cross (TestInboxRepliesStayOnHost, TestPeerLeafOfHub). Over a leaf
-//     connection the anonymous _INBOX is not confined (see routeOnlyDeny):
-//     on a leaf fleet, a host allowing anonymous clients lets them receive
-//     anonymous-class replies crossing the hub.
+//     busclient.InboxPrefix) nor a Peer's (peerInboxPrefix), and over leaf
+//     connections none of its named users', so a client of another host
+//     with a wildcard inbox subscription, or a user there of the same name,
+//     receives none of the host's replies, while the host's replies to a
+//     peer's requests still cross (TestInboxRepliesStayOnHost,
+//     TestPeerLeafOfHub). Over a leaf connection the anonymous _INBOX is
+//     not confined (see routeOnlyDeny): on a leaf fleet, a host allowing
+//     anonymous clients lets them receive anonymous-class replies to other
+//     anonymous clients crossing the hub — but never a Peer's replies (the
+//     peer class's and the bare API's to a Peer's Connect), which go to the
+//     peer inbox prefix that no local client may subscribe to
+//     (TestPeerRepliesNotForLocalClients).
 //   - No route or leaf connection reaches a named user's request subjects
 //     (append, the control API, the named users' reads): over a route
 //     anyone could claim to be that user (hostDeny). Appends reach a host
@@ -200,9 +204,9 @@ func clusterConfig(sopts *server.Options, deny []string, c ClusterOptions, clien
 // What is left to peers is the bare, anonymous-class read API and the
 // peer class's replay and head (limits.go). It also
 // lists the reply inboxes of the host's clients (the anonymous _INBOX and
-// each named user's busclient.InboxPrefix): over routes the host imports
-// no reply to its clients, over leaf connections none to its named users
-// (routeOnlyDeny). The deny is on imports only: the host's replies to a
+// each named user's busclient.InboxPrefix) and a Peer's (peerInboxPrefix):
+// over routes the host imports no reply to its clients nor a peer's, over
+// leaf connections none to its named users (routeOnlyDeny). The deny is on imports only: the host's replies to a
 // peer's inbox (its export) still cross.
 func hostDeny(opts *Options) []string {
 	q := func(s string) string { return busclient.HostSubject(opts.HostID, s) }
@@ -215,8 +219,8 @@ func hostDeny(opts *Options) []string {
 	// ever needs to cross a route or leaf connection: importing their
 	// inboxes would deliver other hosts' replies (to a peer, or to a user
 	// of the same name there) to this host's clients. The anonymous inbox
-	// is denied on routes only (see routeOnlyDeny).
-	deny = append(deny, busclient.InboxPrefix("")+".>")
+	// and the peer's inboxes are denied on routes only (see routeOnlyDeny).
+	deny = append(deny, busclient.InboxPrefix("")+".>", peerInboxPrefix()+".>")
 	for _, user := range []string{opts.ReadOnlyUser, opts.WriterUser, opts.ControlUser} {
 		if user == "" {
 			continue
@@ -239,14 +243,17 @@ func leafDenyImports(deny []string) []string {
 }
 
 // routeOnlyDeny is how many of hostDeny's subjects come first and are
-// denied on routes only: the host's events and checkpoints, and the
-// anonymous clients' _INBOX. On a leaf connection NATS applies a denied
-// import to what the leaf sends as well (to a hub's subscriptions that
-// overlap it): denying the host's events there would stop their
-// publication to the hub, and denying _INBOX would stop the host's replies
-// to the hub's anonymous-class requesters (a Peer's among them). Named
+// denied on routes only: the host's events and checkpoints, the anonymous
+// clients' _INBOX and a Peer's inbox prefix. On a leaf connection NATS
+// applies a denied import to what the leaf sends as well (to a hub's
+// subscriptions that overlap it): denying the host's events there would
+// stop their publication to the hub, denying _INBOX would stop the host's
+// replies to the hub's anonymous-class requesters, and denying the peer
+// inbox would stop its replies to a Peer that is a leaf of the hub (checked:
+// TestPeerLeafOfHub and TestPeerClassOverLeaf then time out). No local
+// client may subscribe to the peer inbox, so none receives its replies. Named
 // users' inboxes are denied on both: a hub's requester never uses them.
-const routeOnlyDeny = 3
+const routeOnlyDeny = 4
 
 // tlsConfig loads files. peer: both ends verify each other (routes, leaf
 // remotes), the CA is also the root the other end's certificate must chain

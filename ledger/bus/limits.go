@@ -19,10 +19,11 @@ package bus
 //     the peer class, so a tiny request cannot return much;
 //   - request rates: each connection has a token bucket per its class
 //     (Limits.RequestRate/RequestBurst for anonymous, read-only and control users,
-//     WriterRequestRate/WriterRequestBurst for the writer and the peer class)
-//     and anonymous connections together share one more
-//     (Limits.AnonymousRate); a request over the limit gets an error reply
-//     (busclient.CodeRateLimited), never silence;
+//     WriterRequestRate/WriterRequestBurst for the writer), anonymous
+//     connections together share one more (Limits.AnonymousRate), and the
+//     peer class has one bucket for all its requests (PeerRequestRate/
+//     PeerRequestBurst, the writer's by default); a request over the limit
+//     gets an error reply (busclient.CodeRateLimited), never silence;
 //   - authentication: failures are answered after AuthFailureDelay, and
 //     each (source address, user) may fail at most AuthFailureBurst times
 //     and then once per AuthFailureInterval; beyond that its attempts are refused
@@ -50,17 +51,28 @@ package bus
 //   - The host's anonymous, read-only and writer clients, and a Peer's
 //     client-port clients, cannot publish a peer-class subject: a
 //     permission violation, no answer (TestPeerClassNotForLocalClients).
-//   - Its requests are charged to the writer's per-connection rate, never
-//     to the anonymous shared bucket: anonymous clients at their limit do
-//     not slow a peer down (TestPeerClassRateNotAnonymous).
+//   - Its requests are charged to one bucket of the bus, at the writer's
+//     rate unless Limits.PeerRequest* say otherwise, never to the anonymous
+//     shared bucket: anonymous clients at their limit do not slow a peer
+//     down (TestPeerClassRateNotAnonymous), and fresh reply inboxes or
+//     connections mint no fresh buckets, so whoever else can publish the
+//     class's subjects costs the host at most that bucket
+//     (TestPeerClassSharedBucket).
+//   - Its replies go only to the peer inbox prefix (peerInboxPrefix, which
+//     a Peer's Connect connections use) and no host's local client may
+//     subscribe to that prefix: on a leaf fleet, another host's anonymous
+//     client subscribed to the whole _INBOX receives none of them
+//     (TestPeerRepliesNotForLocalClients).
 //   - Read-only: replay and head only, no append or service; only a
 //     clustered bus serves the class, a standalone or fleet bus none
 //     (TestPeerClassOnlyClustered, TestPeerClassOverRoute).
 //
 // Who else can publish them: whatever connection a server of the cluster
 // admits with every permission (a Peer's Connect), and, on a leaf fleet,
-// the hub's clients allowed to publish the host's API subjects — the hub
-// account must admit only the fleet's members there (docs/fleet.md).
+// the hub's clients allowed to publish the host's API subjects and
+// subscribe to the peer inbox prefix. The class is for cluster members: the
+// hub account must admit only the fleet's members (docs/fleet.md); a hub
+// that admits others costs each host at most the peer bucket.
 
 import (
 	"strings"
@@ -130,6 +142,9 @@ type Limits struct {
 	RequestRate, RequestBurst float64
 	// WriterRequestRate and WriterRequestBurst: per writer connection.
 	WriterRequestRate, WriterRequestBurst float64
+	// PeerRequestRate and PeerRequestBurst: all peer-class requests
+	// together (one bucket per bus); the writer's when zero.
+	PeerRequestRate, PeerRequestBurst float64
 	// AnonymousRate: all anonymous connections together.
 	AnonymousRate float64
 	// Auth bounds password guessing (see auth.go).
@@ -166,6 +181,12 @@ func (l Limits) withDefaults(replayChunkBytes int) Limits {
 	}
 	if l.WriterRequestBurst <= 0 {
 		l.WriterRequestBurst = DefaultWriterRequestBurst
+	}
+	if l.PeerRequestRate <= 0 {
+		l.PeerRequestRate = l.WriterRequestRate
+	}
+	if l.PeerRequestBurst <= 0 {
+		l.PeerRequestBurst = l.WriterRequestBurst
 	}
 	if l.AnonymousRate <= 0 {
 		l.AnonymousRate = DefaultAnonymousRate
@@ -214,23 +235,37 @@ func (b *Bus) routes() []route {
 
 // peerRoute is the sender of a space's peer-class subjects
 // (busclient.PeerClass), and whether the bus serves them: a clustered bus
-// (routes or leaf remotes) only, where they can arrive. Its user is ""
-// because a peer's replies go to the anonymous _INBOX (a Peer's Connect
-// connection keeps the default inbox prefix).
+// (routes or leaf remotes) only, where they can arrive. Its user is
+// busclient.PeerClass: the class answers only replies to the peer inbox
+// prefix (peerInboxPrefix), which a Peer's Connect connections use.
 func (b *Bus) peerRoute() (route, bool) {
-	return route{class: classPeer}, b.opts.Cluster.enabled()
+	return route{class: classPeer, user: busclient.PeerClass}, b.opts.Cluster.enabled()
+}
+
+// peerInboxPrefix is the reply-inbox prefix of a Peer's Connect
+// connections ("_INBOX_~peer"). It is not under "_INBOX.", so the anonymous clients' "_INBOX.>" does not
+// match it, and no bus user is named PeerClass: no host's local client may
+// subscribe to it (TestPeerRepliesNotForLocalClients).
+func peerInboxPrefix() string { return busclient.InboxPrefix(busclient.PeerClass) }
+
+// ownInbox reports whether reply is an inbox of r's user: its own prefix,
+// and for the anonymous class also the peer inbox (a Peer's Connect
+// connection calls the bare, anonymous-class API too).
+func ownInbox(reply string, r route) bool {
+	return strings.HasPrefix(reply, busclient.InboxPrefix(r.user)+".") ||
+		r.class == classAnonymous && strings.HasPrefix(reply, peerInboxPrefix()+".")
 }
 
 // checkReply reports whether a request on r's subjects may be answered: its
-// reply subject must be an inbox of r's user (anonymous: the bare _INBOX).
-// NATS does not check reply subjects against permissions, so a request
-// whose reply claims another user's inbox is refused with an error reply
-// and no work; a reply subject that is no inbox at all is not answered.
+// reply subject must be an inbox of r's user (ownInbox). NATS does not
+// check reply subjects against permissions, so a request whose reply
+// claims another user's inbox is refused with an error reply and no work;
+// a reply subject that is no inbox at all is not answered.
 func (b *Bus) checkReply(m *nats.Msg, r route) bool {
 	if !isInbox(m.Reply) {
 		return false
 	}
-	if strings.HasPrefix(m.Reply, busclient.InboxPrefix(r.user)+".") {
+	if ownInbox(m.Reply, r) {
 		return true
 	}
 	b.limiter.mu.Lock()
@@ -291,6 +326,7 @@ type rateLimiter struct {
 	conns      map[string]*connBucket
 	overflow   [numClasses]bucket // per class: connections beyond the table share one
 	anonymous  bucket
+	peer       bucket    // every peer-class request of the bus
 	lastForget time.Time // of the last forgetIdle scan
 	limited    uint64
 	misrouted  uint64 // requests refused: reply inbox of another user
@@ -302,17 +338,16 @@ type connBucket struct {
 	rate, burst float64
 }
 
-// peerBucketPrefix keys a peer-class connection's bucket (no inbox
-// begins with it).
-const peerBucketPrefix = "peer\x00"
-
 // forgetInterval spaces the scans for idle buckets of a full table, so a
 // stream of new connection tokens costs no scan per request.
 const forgetInterval = time.Second
 
 func (r *rateLimiter) classRate(c class) (rate, burst float64) {
-	if c == classWriter || c == classPeer {
+	switch c {
+	case classWriter:
 		return r.lim.WriterRequestRate, r.lim.WriterRequestBurst
+	case classPeer:
+		return r.lim.PeerRequestRate, r.lim.PeerRequestBurst
 	}
 	return r.lim.RequestRate, r.lim.RequestBurst
 }
@@ -320,19 +355,17 @@ func (r *rateLimiter) classRate(c class) (rate, burst float64) {
 // allow takes a token for a request whose reply goes to reply. When the
 // table is full and nothing in it is idle, a new connection token is
 // charged to its class's shared overflow bucket (which runs dry) instead of
-// getting a full bucket of its own.
+// getting a full bucket of its own. Peer-class requests all take from one
+// bucket, whatever their inbox.
 func (r *rateLimiter) allow(reply string, c class, now time.Time) bool {
 	rate, burst := r.classRate(c)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	key := connToken(reply)
-	if c == classPeer {
-		// A peer's replies go to the anonymous _INBOX: its bucket is
-		// kept apart from that connection's anonymous-class one.
-		key = peerBucketPrefix + key
-	}
 	var k *bucket
-	if ck := r.conns[key]; ck != nil {
+	if c == classPeer {
+		k = &r.peer
+	} else if ck := r.conns[key]; ck != nil {
 		k = &ck.bucket
 	} else {
 		if len(r.conns) >= MaxRateTrackedConnections && now.Sub(r.lastForget) >= forgetInterval {

@@ -26,13 +26,17 @@ import (
 //     loopback client listener that refuses every client (the embedded
 //     NATS server starts routing only once its client listener is up)
 //     (TestPeerClientPortOff, TestPeerLeafOfHub).
+//   - Connect's connections receive their replies on the peer inbox prefix
+//     ("_INBOX_~peer", not under the default _INBOX), which no host's local
+//     client nor the peer's client-port clients may subscribe to
+//     (TestPeerRepliesNotForLocalClients).
 //   - The client port admits anonymous clients that may only read:
 //     subscribe to every host's events and checkpoints and call every
 //     host's bare replay and head API (TestPeerClientPortReadOnly). They
 //     share the default _INBOX, which the peer imports from every route:
-//     one subscribed to all of it also receives the replies to Connect's
-//     connections and the anonymous-class replies of every host (replay,
-//     head and AccessRead services), never a named user's.
+//     one subscribed to all of it also receives the anonymous-class
+//     replies of every host to the other client-port clients (replay, head
+//     and AccessRead services), never a named user's nor Connect's.
 
 // peerStartTimeout bounds how long StartPeer waits for the server to listen.
 const peerStartTimeout = 10 * time.Second
@@ -119,11 +123,16 @@ func StartPeer(opts PeerOptions) (*Peer, error) {
 // Connect opens an in-process connection to the peer with every
 // permission (subscribe to any host's events, call any host's API): the
 // connection the hosts' peer class is for (busclient.Client.WithPeerClass).
+// Its reply inboxes use the peer inbox prefix; an inbox option in opts is
+// overridden.
 func (p *Peer) Connect(opts ...nats.Option) (*nats.Conn, error) {
 	// A token, not a user name: busclient.NewClient takes a connection's
 	// user name for its request subjects, and a peer calls the hosts' bare
 	// or peer-class subjects, never a named user's.
+	// Replies come to the peer inbox prefix, which no host's local client
+	// may subscribe to (peerInboxPrefix); opts cannot change it.
 	all := append([]nats.Option{nats.InProcessServer(p.srv), nats.Token(p.token)}, opts...)
+	all = append(all, nats.CustomInboxPrefix(peerInboxPrefix()))
 	nc, err := nats.Connect("", all...)
 	if err != nil {
 		return nil, &Error{Op: "peer connect", Err: err}

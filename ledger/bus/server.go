@@ -55,7 +55,7 @@ func newServer(opts Options, g grants) (*Bus, error) {
 	// The API responder is a connection of its own that may publish only to
 	// inboxes: a request naming an event subject as its reply subject cannot
 	// make the ledger publish there.
-	apiPublish := []string{busclient.InboxPrefix("") + ".>"}
+	apiPublish := []string{busclient.InboxPrefix("") + ".>", peerInboxPrefix() + ".>"}
 	users := []*server.User{
 		{Username: internalUser, Password: internalPass, Permissions: &server.Permissions{
 			Publish:   &server.SubjectPermission{Allow: []string{q(busclient.EventSubjects()), q(busclient.CheckpointSubject)}},

@@ -279,7 +279,7 @@ func (b *Bus) serveService(m *nats.Msg, r route, s *Service) {
 // would publish into someone else's inbox, and it is not charged to the
 // rate limit of the inbox's connection, which did not send it.
 func (b *Bus) serviceReply(m *nats.Msg, r route) bool {
-	if isInbox(m.Reply) && strings.HasPrefix(m.Reply, busclient.InboxPrefix(r.user)+".") {
+	if isInbox(m.Reply) && ownInbox(m.Reply, r) {
 		return true
 	}
 	if isInbox(m.Reply) {
