@@ -20,7 +20,10 @@ import (
 // directory: a signed checkpoint of the head (also published on
 // busclient.CheckpointSubject), the RFC 6962 inclusion proof of one event
 // and the consistency proof between two tree sizes (see package
-// ledger/verify for their verification).
+// ledger/verify for their verification). A relay (NewCheckpointRelay)
+// signs nothing and hands out, byte for byte, the latest checkpoint
+// another signed — the collector's fleet bus serves each host's own so
+// (TestCheckpointRelay).
 
 // Subjects of the proof API (every bus user).
 const (
