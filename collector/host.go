@@ -25,13 +25,17 @@ type hostMirror struct {
 	opts      Options
 	host, dir string
 	l         *ledger.Ledger
-	closer    io.Closer         // closes l (Options.OpenMirror's)
-	client    *busclient.Client // the host's read-only API, in the peer class
+	closer    io.Closer // closes l (Options.OpenMirror's)
+	// client is the host's read-only API: peer, or bare for the rest of a
+	// session once the host served no peer class (run's own).
+	client, peer, bare *busclient.Client
+	loggedBare         bool // the switch to bare was logged (run's own)
 
 	mu          sync.Mutex
 	st          HostStatus         // Head and Lag are filled in by status
 	sub         *nats.Subscription // the live subscription, nil between sessions
 	droppedBase uint64             // drops of earlier subscriptions
+	heard       bool               // the host answered since it was last found unreachable
 
 	verifier    note.Verifier       // of the host's checkpoints, nil: checked by the mirror only
 	checkpoints []pendingCheckpoint // waiting for the mirror to reach their size (run's own)
@@ -49,7 +53,8 @@ type pendingCheckpoint struct {
 
 func newHostMirror(opts Options, host, dir string, l *ledger.Ledger) *hostMirror {
 	return &hostMirror{opts: opts, host: host, dir: dir, l: l,
-		client:   busclient.NewClient(opts.Conn).WithPeerClass().WithHost(host),
+		peer:     busclient.NewClient(opts.Conn).WithPeerClass().WithHost(host),
+		bare:     busclient.NewClient(opts.Conn).WithHost(host),
 		st:       HostStatus{State: StateCatchingUp},
 		verifier: opts.Verifiers[host]}
 }
@@ -84,6 +89,9 @@ func (hm *hostMirror) setState(state string, err error) {
 		hm.opts.Logger.Info("collector: host state", "host", hm.host, "from", hm.st.State, "to", state, "err", err)
 	}
 	hm.st.State = state
+	if state == StateUnreachable {
+		hm.heard = false
+	}
 	if err != nil {
 		hm.st.LastError = err.Error()
 	} else if state == StateLive {
@@ -94,6 +102,7 @@ func (hm *hostMirror) setState(state string, err error) {
 func (hm *hostMirror) sawHostHead(seq events.Seq) {
 	hm.mu.Lock()
 	hm.st.HostHead = max(hm.st.HostHead, seq)
+	hm.heard = true
 	hm.mu.Unlock()
 }
 
@@ -120,6 +129,7 @@ func (hm *hostMirror) run(ctx context.Context) {
 var errHole = errors.New("collector: hole before the batch")
 
 func (hm *hostMirror) session(ctx context.Context) error {
+	hm.client = hm.peer
 	ch := make(chan *nats.Msg, hm.opts.BufferLen)
 	subject := busclient.HostSubject(hm.host, busclient.EventSubjects())
 	sub, err := hm.opts.Conn.ChanSubscribe(subject, ch)
@@ -155,14 +165,20 @@ func (hm *hostMirror) session(ctx context.Context) error {
 	if err := hm.opts.Conn.FlushTimeout(busclient.DefaultRequestTimeout); err != nil {
 		return fmt.Errorf("flush: %w", err)
 	}
+	// The head is polled PollInterval after the last poll or confirmed
+	// import: live messages that import nothing (junk anyone may publish
+	// on the host's subjects) do not put the poll off, so a host that went
+	// away is found unreachable (TestJunkLiveDoesNotHoldStoppedHostLive).
 	idle := time.NewTimer(0) // the first poll: catch up at once
 	defer idle.Stop()
 	batch := make([]*nats.Msg, 0, hm.opts.ImportBatchEvents)
 	for {
+		polled, before := false, hm.l.Head().Seq
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-idle.C:
+			polled = true
 			if err := hm.catchUp(ctx); err != nil {
 				return err
 			}
@@ -192,6 +208,9 @@ func (hm *hostMirror) session(ctx context.Context) error {
 		if err := hm.checkCheckpoints(ctx); err != nil {
 			return err
 		}
+		if !polled && hm.l.Head().Seq == before {
+			continue // nothing confirmed: the poll stays due
+		}
 		if !idle.Stop() {
 			select {
 			case <-idle.C:
@@ -206,7 +225,12 @@ func (hm *hostMirror) session(ctx context.Context) error {
 // An unreachable host sets StateUnreachable and is not an error: the
 // session waits for the next poll or live event.
 func (hm *hostMirror) catchUp(ctx context.Context) error {
-	h, err := hm.client.Head(ctx)
+	var h busclient.HeadReply
+	err := hm.peerOrBare(func(c *busclient.Client) (bool, error) {
+		var err error
+		h, err = c.Head(ctx)
+		return false, err
+	})
 	if err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -225,6 +249,29 @@ func (hm *hostMirror) catchUp(ctx context.Context) error {
 	}
 	hm.settle()
 	return nil
+}
+
+// peerOrBare runs req in hm.client's class. When that is the peer class
+// and the host has no responder there (nats.ErrNoResponders) and req got
+// no answer at all — a host from before the peer class, in a rolling
+// upgrade — req is run again in the bare anonymous class; when the host
+// answers there, the session keeps to that class (logged once per host)
+// (TestHostWithoutPeerClassMirrored). A host that is down answers in
+// neither and stays in the peer class.
+func (hm *hostMirror) peerOrBare(req func(c *busclient.Client) (answered bool, err error)) error {
+	answered, err := req(hm.client)
+	if hm.client != hm.peer || answered || !errors.Is(err, nats.ErrNoResponders) {
+		return err
+	}
+	if _, berr := req(hm.bare); !errors.Is(berr, nats.ErrNoResponders) {
+		hm.client = hm.bare
+		if !hm.loggedBare {
+			hm.loggedBare = true
+			hm.opts.Logger.Warn("collector: host serves no peer class (an older host?): read in the anonymous class for this session", "host", hm.host)
+		}
+		return berr
+	}
+	return err
 }
 
 // checkHead compares a host head at or below the mirror's head with the
@@ -264,23 +311,27 @@ func (hm *hostMirror) fill(ctx context.Context, to events.Seq, hint [][]byte) er
 		return nil
 	}
 	var run [][]byte
-	_, err := hm.client.Replay(ctx, from, to, busclient.TailFilter{}, func(seq events.Seq, raw []byte) error {
-		hm.sawHostHead(seq)
-		if hint != nil {
-			h := hint
-			hint = nil
-			if seq != from || !bytes.Equal(raw, h[len(h)-1]) {
-				return errLiveRejected
+	err := hm.peerOrBare(func(c *busclient.Client) (answered bool, err error) {
+		_, err = c.Replay(ctx, from, to, busclient.TailFilter{}, func(seq events.Seq, raw []byte) error {
+			answered = true
+			hm.sawHostHead(seq)
+			if hint != nil {
+				h := hint
+				hint = nil
+				if seq != from || !bytes.Equal(raw, h[len(h)-1]) {
+					return errLiveRejected
+				}
+				return hm.importRun(ctx, h, false)
 			}
-			return hm.importRun(ctx, h, false)
-		}
-		run = append(run, raw)
-		if len(run) < hm.opts.ImportBatchEvents {
-			return nil
-		}
-		err := hm.importRun(ctx, run, true)
-		run = run[:0]
-		return err
+			run = append(run, raw)
+			if len(run) < hm.opts.ImportBatchEvents {
+				return nil
+			}
+			err := hm.importRun(ctx, run, true)
+			run = run[:0]
+			return err
+		})
+		return answered, err
 	})
 	if err == nil && hint != nil {
 		err = errLiveRejected // the host has no event at the hint's last seq
@@ -304,12 +355,16 @@ func (hm *hostMirror) fill(ctx context.Context, to events.Seq, hint [][]byte) er
 
 // settle marks the host live once the mirror holds every event the host
 // reported; otherwise the state stays (catching up, or unreachable after a
-// replay that failed) until a poll or a live event says more.
+// replay that failed) until a poll or a live event says more. An
+// unreachable host stays so until it answers again: live messages alone
+// (anyone may publish them) do not make it live
+// (TestJunkLiveDoesNotHoldStoppedHostLive).
 func (hm *hostMirror) settle() {
 	hm.mu.Lock()
 	behind := hm.st.HostHead > hm.l.Head().Seq
+	unheard := hm.st.State == StateUnreachable && !hm.heard
 	hm.mu.Unlock()
-	if !behind {
+	if !behind && !unheard {
 		hm.setState(StateLive, nil)
 	}
 }
