@@ -49,8 +49,9 @@ const rateLimitPause = 100 * time.Millisecond
 
 // read sends a read request (head, replay) and returns its reply once it
 // is no refusal: a rate-limit refusal (CodeRateLimited) is waited out
-// (rateLimitPause, until ctx ends) and asked again; any other refusal
-// (HeaderError) is an *Error wrapping ErrRemote with the bus's text.
+// (rateLimitPause) and asked again until ctx ends (then ErrRateLimited
+// with ErrRemote); any other refusal (HeaderError) is an *Error wrapping
+// ErrRemote with the bus's text.
 func (c *Client) read(ctx context.Context, op, subject string, data []byte) (*nats.Msg, error) {
 	for {
 		m, err := c.request(ctx, subject, data)
@@ -61,10 +62,14 @@ func (c *Client) read(ctx context.Context, op, subject string, data []byte) (*na
 		if e == "" {
 			return m, nil
 		}
-		if m.Header.Get(HeaderErrorCode) == CodeRateLimited && sleep(ctx, rateLimitPause) {
-			continue // the bus bounds request rates: ask again a little later
+		cause := ErrRemote
+		if m.Header.Get(HeaderErrorCode) == CodeRateLimited {
+			if sleep(ctx, rateLimitPause) {
+				continue // the bus bounds request rates: ask again a little later
+			}
+			cause = fmt.Errorf("%w: %w", ErrRemote, ErrRateLimited)
 		}
-		return nil, &Error{Op: op, Subject: c.subject(subject), Reply: e, Err: ErrRemote}
+		return nil, &Error{Op: op, Subject: c.subject(subject), Reply: e, Err: cause}
 	}
 }
 

@@ -172,4 +172,16 @@ func TestHeadWaitsOutRateLimit(t *testing.T) {
 	if _, err := refusing.Head(ctx); !errors.Is(err, busclient.ErrRemote) || !errors.As(err, &e) || e.Reply != "bad request" || asked.Load() != 2 {
 		t.Fatalf("a refused head: %v after %d requests", err, asked.Load())
 	}
+	// Rate limited until ctx ends: ErrRateLimited (with ErrRemote).
+	limited := scriptedOn(t, busclient.HeadSubject, func(m *nats.Msg) {
+		r := nats.NewMsg(m.Reply)
+		r.Header.Set(busclient.HeaderError, "rate limited")
+		r.Header.Set(busclient.HeaderErrorCode, busclient.CodeRateLimited)
+		_ = m.RespondMsg(r)
+	})
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if _, err := limited.Head(short); !errors.Is(err, busclient.ErrRemote) || !errors.Is(err, busclient.ErrRateLimited) {
+		t.Fatalf("a head rate limited until its context ended: %v", err)
+	}
 }

@@ -30,7 +30,8 @@ var (
 	ErrIdempotencyExpired = errors.New("busclient: idempotency key may have left the bus's window")
 	// ErrRateLimited (with ErrRemote): the bus refused the request because
 	// its sender exceeded the request rate limit; nothing was done.
-	// Appends retry it within their RetryPolicy.
+	// Appends retry it within their RetryPolicy; head and replay wait it
+	// out until their context ends.
 	ErrRateLimited = errors.New("busclient: rate limited")
 	// ErrReadOnlyClass: an append through a Client of a read-only request
 	// class (WithPeerClass); nothing was sent.
