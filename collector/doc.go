@@ -83,4 +83,12 @@
 //     is called once at Close (TestOpenMirrorHook).
 //   - Per-host lag and rejected live messages are exposed: Prometheus
 //     metrics and the /status JSON of Handler (TestStatusAndMetrics).
+//   - Junk on a host's event subjects never keeps a host that went away
+//     "live": the head is polled unless an import moved the mirror
+//     (TestJunkLiveDoesNotHoldStoppedHostLive).
+//   - A host that answers no peer-class request but answers the bare API
+//     is mirrored in the bare class (TestHostWithoutPeerClassMirrored).
+//   - A REFUSED.json that is not a regular file or is larger than
+//     MaxFindingBytes is an error, never a hang or an unbounded read
+//     (TestReadFindingFIFO, TestReadFindingDevice, TestReadFinding).
 package collector
