@@ -253,8 +253,9 @@ func (hm *hostMirror) catchUp(ctx context.Context) error {
 
 // peerOrBare runs req in hm.client's class. When that is the peer class
 // and the host has no responder there (nats.ErrNoResponders) and req got
-// no answer at all — a host from before the peer class, in a rolling
-// upgrade — req is run again in the bare anonymous class; when the host
+// no answer at all, req is run again in the bare anonymous class (a host
+// from before the peer class refuses the peer's reply prefix instead, so
+// hosts are upgraded before the collector: docs/fleet.md); when the host
 // answers there, the session keeps to that class (logged once per host)
 // (TestHostWithoutPeerClassMirrored). A host that is down answers in
 // neither and stays in the peer class.

@@ -124,11 +124,15 @@ func (hm *hostMirror) contradicted(ctx context.Context, seq events.Seq, stored [
 		return ctx.Err()
 	}
 	var replayed []byte
-	_, err := hm.client.Replay(ctx, seq, seq, busclient.TailFilter{}, func(s events.Seq, raw []byte) error {
-		if s == seq {
-			replayed = raw
-		}
-		return nil
+	err := hm.peerOrBare(func(c *busclient.Client) (answered bool, err error) {
+		_, err = c.Replay(ctx, seq, seq, busclient.TailFilter{}, func(s events.Seq, raw []byte) error {
+			answered = true
+			if s == seq {
+				replayed = raw
+			}
+			return nil
+		})
+		return answered, err
 	})
 	switch {
 	case ctx.Err() != nil:
