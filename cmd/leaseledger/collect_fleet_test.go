@@ -120,17 +120,7 @@ func waitOutput(t *testing.T, what string, out *lockedBuffer, ok func(string) bo
 // (recorded in FLEET_BUS_URL, removed at the stop).
 func TestCollectFleetBus(t *testing.T) {
 	ids := []string{"h1", "h2"}
-	ls := map[string]*ledger.Ledger{}
-	hostURLs := map[string]string{}
-	var routes []string
-	for _, id := range ids {
-		l, b, _ := collectHost(t, id)
-		defer l.Close()
-		defer b.Close()
-		ls[id] = l
-		hostURLs[id] = b.ClientURL()
-		routes = append(routes, b.ClusterURL())
-	}
+	ls, hostURLs, routes := startClusterHosts(t, ids...)
 	cdir := t.TempDir()
 	c := startCollect(t, cdir, routes, "--ws-port", "-1", "--hosts", "h1,h2")
 	ctx, cancel := context.WithCancel(context.Background())
@@ -199,15 +189,7 @@ func TestCollectFleetBus(t *testing.T) {
 		}
 	}
 	waitOutput(t, "tail --fleet", tout, func(s string) bool {
-		got := map[string]string{}
-		for line := range strings.SplitAfterSeq(s, "\n") {
-			var l struct {
-				Host string `json:"host"`
-			}
-			if json.Unmarshal([]byte(line), &l) == nil {
-				got[l.Host] += line
-			}
-		}
+		got := linesByHost(s)
 		return got["h1"] == want["h1"] && got["h2"] == want["h2"]
 	})
 	stopTail()
@@ -269,4 +251,35 @@ func TestCollectFleetBusAuth(t *testing.T) {
 	if code := c.stop(); code != 0 {
 		t.Fatalf("collect exit %d:\n%s", code, c.out.String())
 	}
+}
+
+// startClusterHosts starts a clustered host (collectHost) for each id and returns
+// their ledgers, their buses' client URLs and their route URLs, by id; the
+// buses and then the ledgers are closed when the test ends.
+func startClusterHosts(t *testing.T, ids ...string) (ls map[string]*ledger.Ledger, clientURLs map[string]string, routes []string) {
+	t.Helper()
+	ls, clientURLs = map[string]*ledger.Ledger{}, map[string]string{}
+	for _, id := range ids {
+		l, b, _ := collectHost(t, id)
+		t.Cleanup(func() { l.Close() })
+		t.Cleanup(func() { b.Close() })
+		ls[id], clientURLs[id] = l, b.ClientURL()
+		routes = append(routes, b.ClusterURL())
+	}
+	return ls, clientURLs, routes
+}
+
+// linesByHost groups `--fleet tail` or `--fleet export` output lines
+// ({"host":h,"event":…}) by host, each host's lines in their order.
+func linesByHost(s string) map[string]string {
+	got := map[string]string{}
+	for line := range strings.SplitAfterSeq(s, "\n") {
+		var l struct {
+			Host string `json:"host"`
+		}
+		if json.Unmarshal([]byte(line), &l) == nil {
+			got[l.Host] += line
+		}
+	}
+	return got
 }

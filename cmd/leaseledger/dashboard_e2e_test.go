@@ -17,7 +17,6 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/leaseledger/leaseledger/dashboard"
 	"github.com/leaseledger/leaseledger/events"
-	"github.com/leaseledger/leaseledger/ledger"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -464,15 +463,7 @@ func TestDashboardHostSpace(t *testing.T) {
 func TestDashboardFleet(t *testing.T) {
 	chromium := requireChromium(t)
 	ids := []string{"h1", "h2"}
-	ls := map[string]*ledger.Ledger{}
-	var routes []string
-	for _, id := range ids {
-		l, b, _ := collectHost(t, id)
-		defer l.Close()
-		defer b.Close()
-		ls[id] = l
-		routes = append(routes, b.ClusterURL())
-	}
+	ls, _, routes := startClusterHosts(t, ids...)
 	c := startCollect(t, t.TempDir(), routes, "--ws-port", "-1", "--hosts", strings.Join(ids, ","))
 	defer func() {
 		if code := c.stop(); code != 0 {

@@ -2,13 +2,11 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/leaseledger/leaseledger/collector"
-	"github.com/leaseledger/leaseledger/ledger"
 )
 
 // tail --fleet --from-seq 0 means what plain `tail --from-seq 0` means:
@@ -16,15 +14,7 @@ import (
 // events only" — only an absent --from-seq starts at each host's head.
 func TestFleetTailFromSeqZero(t *testing.T) {
 	ids := []string{"h1", "h2"}
-	ls := map[string]*ledger.Ledger{}
-	var routes []string
-	for _, id := range ids {
-		l, b, _ := collectHost(t, id)
-		defer l.Close()
-		defer b.Close()
-		ls[id] = l
-		routes = append(routes, b.ClusterURL())
-	}
+	ls, _, routes := startClusterHosts(t, ids...)
 	c := startCollect(t, t.TempDir(), routes, "--hosts", strings.Join(ids, ","))
 	for _, id := range ids {
 		want := ls[id].Head().Seq
@@ -47,15 +37,7 @@ func TestFleetTailFromSeqZero(t *testing.T) {
 		tailDone <- run(tctx, []string{"--fleet", "tail", "--nats", c.url, "--from-seq", "0"}, strings.NewReader(""), tout, &errb)
 	}()
 	waitOutput(t, "tail --fleet --from-seq 0 from each host's first event", tout, func(s string) bool {
-		got := map[string]string{}
-		for line := range strings.SplitAfterSeq(s, "\n") {
-			var l struct {
-				Host string `json:"host"`
-			}
-			if json.Unmarshal([]byte(line), &l) == nil {
-				got[l.Host] += line
-			}
-		}
+		got := linesByHost(s)
 		return got["h1"] == want["h1"] && got["h2"] == want["h2"]
 	})
 	stopTail()
