@@ -156,6 +156,13 @@ func (s *Session) requestClose(ctx context.Context) {
 		s.mu.Lock()
 		s.faults = append(s.faults, "close control frame not deliverable; sent SIGTERM to the helper")
 		s.mu.Unlock()
+		// Keep the helper's stdin open until it exits (Close closes it
+		// then). The write cut short above can leave a partial frame, and
+		// EOF after it reads as a protocol fault; the helper ranks the
+		// signal higher only when both are pending at once, but a signal
+		// reaches its channel asynchronously and can come second. Without
+		// the EOF the signal is the only request the helper sees.
+		return
 	default:
 		s.setCloseRequest(closeByNone)
 	}

@@ -191,7 +191,12 @@ func Main() int {
 		_ = h.sendStarted(err.Error())
 		return exitLaunchError
 	}
-	if err := h.sendStarted(""); err != nil {
+	err = h.sendStarted("")
+	// Only now relay the target's output: the host reads the started frame
+	// first and refuses any other, and a target that writes at once would
+	// otherwise race its first stdout frame ahead of it.
+	h.relayOutput()
+	if err != nil {
 		// The host is gone before it heard of the target: clean up anyway.
 		return h.finish(wire.TriggerHostEOF)
 	}
@@ -217,7 +222,7 @@ func (h *helper) sendStarted(errText string) error {
 }
 
 // start launches the target as our direct child on pipes we own, and the
-// goroutines that reap it and relay its stdio.
+// goroutines that reap it and feed its stdin (relayOutput relays its output).
 func (h *helper) start() error {
 	path := h.req.Command
 	if lp, err := exec.LookPath(path); err == nil {
@@ -288,9 +293,14 @@ func (h *helper) start() error {
 		h.exited <- exitInfo{state: st, err: err, at: time.Now().UTC()}
 	}()
 	go h.writeStdin()
-	go h.pump(outR, wire.FrameStdout, h.stdoutDone)
-	go h.pump(errR, wire.FrameStderr, h.stderrDone)
 	return nil
+}
+
+// relayOutput starts relaying the target's stdout and stderr to the host.
+// Main calls it once the started frame is written (see there).
+func (h *helper) relayOutput() {
+	go h.pump(h.stdoutR, wire.FrameStdout, h.stdoutDone)
+	go h.pump(h.stderrR, wire.FrameStderr, h.stderrDone)
 }
 
 func closeAll(fs ...*os.File) {
