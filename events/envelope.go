@@ -92,8 +92,19 @@ type Envelope struct {
 }
 
 // Prepare validates d and returns it with canonical payload bytes. Every
-// failure wraps [ErrInvalid].
-func Prepare(d Draft) (Prepared, error) {
+// failure wraps [ErrInvalid]. The payload is encoded by its generated
+// appender (encode_fast.go), not by reflection; the bytes and errors are
+// encoding/json's (TestPrepareFastMatchesReflect).
+func Prepare(d Draft) (Prepared, error) { return prepare(d, true) }
+
+// preparedBytes is the capacity Prepare first gives the one buffer holding
+// a Prepared's middle (and, inside it, its Data): room for the envelope
+// fields and a typical payload; a larger one grows it.
+const preparedBytes = 512
+
+// prepare is Prepare; fast false encodes the payload with encoding/json
+// (the reference the generated appenders are tested against).
+func prepare(d Draft, fast bool) (Prepared, error) {
 	if d.Payload == nil {
 		return Prepared{}, invalid("data", "missing payload")
 	}
@@ -107,15 +118,35 @@ func Prepare(d Draft) (Prepared, error) {
 	if err := d.Payload.Validate(); err != nil {
 		return Prepared{}, fmt.Errorf("%s: %w", kind, err)
 	}
+	if f, ok := d.Payload.(jsonAppender); ok && fast {
+		// One buffer: the middle, with Data a capped window onto it.
+		b := appendMiddleHead(make([]byte, 0, preparedBytes+len(d.Activation)+len(d.Session)+len(d.Server)),
+			kind, d.Activation, d.Session, d.Server)
+		at := len(b)
+		if b, ok = f.appendJSON(b); ok {
+			end := len(b)
+			if end-at > MaxDataBytes {
+				return Prepared{}, tooLarge(kind, end-at)
+			}
+			b = append(b, middleTail...)
+			return Prepared{Kind: kind, Activation: d.Activation, Session: d.Session, Server: d.Server,
+				Data: b[at:end:end], middle: b}, nil
+		}
+		// encoding/json refuses it too: take its error below.
+	}
 	data, err := json.Marshal(d.Payload)
 	if err != nil {
 		return Prepared{}, fmt.Errorf("%w: %s: encode payload: %v", ErrInvalid, kind, err)
 	}
 	if len(data) > MaxDataBytes {
-		return Prepared{}, fmt.Errorf("%w: %s payload is %d bytes, limit MaxDataBytes=%d", ErrTooLarge, kind, len(data), MaxDataBytes)
+		return Prepared{}, tooLarge(kind, len(data))
 	}
 	return Prepared{Kind: kind, Activation: d.Activation, Session: d.Session, Server: d.Server, Data: data,
 		middle: appendMiddle(make([]byte, 0, len(data)+200), kind, d.Activation, d.Session, d.Server, data)}, nil
+}
+
+func tooLarge(kind Kind, n int) error {
+	return fmt.Errorf("%w: %s payload is %d bytes, limit MaxDataBytes=%d", ErrTooLarge, kind, n, MaxDataBytes)
 }
 
 // Seal turns p into the envelope at seq, chained after prev. It is what the
@@ -130,16 +161,33 @@ func Seal(p Prepared, seq Seq, id ulid.ULID, t time.Time, prev Hash) (Envelope, 
 	if middle == nil { // a Prepared built by hand, not by Prepare
 		middle = appendMiddle(nil, p.Kind, p.Activation, p.Session, p.Server, p.Data)
 	}
-	body := appendLeading(make([]byte, 0, len(middle)+200), seq, id, e.Time)
+	// One allocation of the sealed size: the body without the hash is
+	// hashed in place, then `,"hash":"…"` is spliced over its final brace
+	// rather than encoding everything twice (TestSealAllocs).
+	body := appendLeading(make([]byte, 0, maxLeadingBytes+len(middle)+sealTailBytes), seq, id, e.Time)
 	body = append(body, middle...)
-	body = hex.AppendEncode(body, prev[:])
+	body = hexAppend(body, &prev)
 	body = append(body, `"}`...)
 	e.Hash = ChainHash(prev, body)
-	// The sealed form is the body with `,"hash":"…"` before the final brace;
-	// splice it in rather than encode everything twice.
 	raw := append(body[:len(body)-1], `,"hash":"`...)
-	raw = hex.AppendEncode(raw, e.Hash[:])
+	raw = hexAppend(raw, &e.Hash)
 	return e, append(raw, `"}`...)
+}
+
+// Sizes Seal reserves around the precomputed middle: maxLeadingBytes is the
+// longest `{"seq":…,"id":"…","time":"…` (a 20-digit seq), sealTailBytes
+// what follows the middle: prev, `","hash":"`, the hash and `"}`.
+const (
+	maxLeadingBytes = len(`{"seq":`) + 20 + len(`,"id":"`) + ulid.EncodedSize + len(`","time":"`) + len(TimeLayout)
+	sealTailBytes   = 2*sha256.Size + len(`","hash":"`) + 2*sha256.Size + len(`"}`)
+)
+
+// hexAppend appends the lowercase hex of h to b.
+func hexAppend(b []byte, h *Hash) []byte {
+	n := len(b)
+	b = append(b, make([]byte, 2*len(h))...)
+	hex.Encode(b[n:], h[:])
+	return b
 }
 
 // ChainHash is the chain rule: SHA-256(prev ‖ canonical bytes without hash).
@@ -162,10 +210,10 @@ const TimeLayout = "2006-01-02T15:04:05.000000000Z"
 func (e *Envelope) AppendCanonical(b []byte, withHash bool) []byte {
 	b = appendLeading(b, e.Seq, e.ID, e.Time)
 	b = appendMiddle(b, e.Kind, e.Activation, e.Session, e.Server, e.Data)
-	b = hex.AppendEncode(b, e.Prev[:])
+	b = hexAppend(b, &e.Prev)
 	if withHash {
 		b = append(b, `","hash":"`...)
-		b = hex.AppendEncode(b, e.Hash[:])
+		b = hexAppend(b, &e.Hash)
 	}
 	return append(b, `"}`...)
 }
@@ -179,13 +227,53 @@ func appendLeading(b []byte, seq Seq, id ulid.ULID, t time.Time) []byte {
 	_ = id.MarshalTextTo(ids[:])
 	b = append(b, ids[:]...)
 	b = append(b, `","time":"`...)
-	return t.UTC().AppendFormat(b, TimeLayout)
+	return appendTime(b, t)
+}
+
+// appendTime appends t in TimeLayout, as t.UTC().AppendFormat(b,
+// TimeLayout) does (TestAppendTimeTwin), without parsing the layout each
+// time; years outside 0…9999 take AppendFormat itself.
+func appendTime(b []byte, t time.Time) []byte {
+	t = t.UTC()
+	year, month, day := t.Date()
+	if year < 0 || year > 9999 {
+		return t.AppendFormat(b, TimeLayout)
+	}
+	hour, minute, sec := t.Clock()
+	ns := t.Nanosecond()
+	n := len(b)
+	b = append(b, TimeLayout...)
+	d := b[n:]
+	put := func(at, v, width int) {
+		for i := at + width - 1; i >= at; i-- {
+			d[i] = byte('0' + v%10)
+			v /= 10
+		}
+	}
+	put(0, year, 4)
+	put(5, int(month), 2)
+	put(8, day, 2)
+	put(11, hour, 2)
+	put(14, minute, 2)
+	put(17, sec, 2)
+	put(20, ns, 9)
+	return b
 }
 
 // appendMiddle writes everything from the kind up to the opening quote of
 // prev. It depends only on what the producer stated, so Prepare computes it
 // in the caller's goroutine and the committer only copies it.
 func appendMiddle(b []byte, kind Kind, activation, session, server string, data []byte) []byte {
+	b = appendMiddleHead(b, kind, activation, session, server)
+	b = append(b, data...)
+	return append(b, middleTail...)
+}
+
+// middleTail follows the data in the middle.
+const middleTail = `,"prev":"`
+
+// appendMiddleHead is appendMiddle up to the data.
+func appendMiddleHead(b []byte, kind Kind, activation, session, server string) []byte {
 	b = append(b, `","kind":"`...)
 	b = append(b, kind...)
 	b = append(b, `","v":`...)
@@ -193,9 +281,7 @@ func appendMiddle(b []byte, kind Kind, activation, session, server string, data 
 	b = appendID(b, "activation", activation)
 	b = appendID(b, "session", session)
 	b = appendID(b, "server", server)
-	b = append(b, `,"data":`...)
-	b = append(b, data...)
-	return append(b, `,"prev":"`...)
+	return append(b, `,"data":`...)
 }
 
 func appendID(b []byte, name, v string) []byte {

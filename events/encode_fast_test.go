@@ -1,0 +1,197 @@
+package events
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+)
+
+// genString draws strings that exercise every escaping rule: plain
+// identifiers and digests, HTML characters, quotes and backslashes,
+// control characters, U+2028/U+2029, other Unicode and invalid UTF-8.
+func genString() *rapid.Generator[string] {
+	return rapid.OneOf(
+		rapid.StringMatching(`[a-z0-9_.:/-]{0,40}`),
+		rapid.StringMatching(`[0-9a-f]{64}`),
+		rapid.SampledFrom([]string{"", "<", ">", "&", `"`, `\`, "\n", "\x00", "\x1f", "\x7f", "\u2028", "\u2029", "é", "\xff", "a\xc3", "verified", "ok"}),
+		rapid.String(),
+		rapid.Custom(func(t *rapid.T) string { return string(rapid.SliceOfN(rapid.Byte(), 0, 24).Draw(t, "bytes")) }),
+	)
+}
+
+// genInstant draws nil, valid instants in any zone, and instants outside
+// ValidTime (which encoding/json refuses).
+func genInstant(t *rapid.T, label string) *Instant {
+	switch rapid.IntRange(0, 3).Draw(t, label+"_case") {
+	case 0:
+		return nil
+	case 1:
+		sec := rapid.Int64Range(-80_000_000_000, 300_000_000_000).Draw(t, label+"_sec")
+		return At(time.Unix(sec, rapid.Int64Range(0, 999_999_999).Draw(t, label+"_ns")))
+	default:
+		sec := rapid.Int64Range(0, 253_402_300_799).Draw(t, label+"_sec")
+		zone := time.FixedZone("z", rapid.IntRange(-14*3600, 14*3600).Draw(t, label+"_zone"))
+		return At(time.Unix(sec, rapid.Int64Range(0, 999_999_999).Draw(t, label+"_ns")).In(zone))
+	}
+}
+
+// randomize sets every field of the payload v points to, or with keep
+// only some of them, to drawn values.
+func randomize(t *rapid.T, v reflect.Value, keep bool) {
+	v = v.Elem()
+	for i := range v.NumField() {
+		f, name := v.Field(i), v.Type().Field(i).Name
+		if keep && rapid.IntRange(0, 3).Draw(t, "change_"+name) != 0 {
+			continue
+		}
+		switch {
+		case f.Type() == reflect.TypeFor[*Instant]():
+			f.Set(reflect.ValueOf(genInstant(t, name)))
+		case f.Kind() == reflect.String:
+			f.SetString(genString().Draw(t, name))
+		case f.Kind() == reflect.Int || f.Kind() == reflect.Int64:
+			f.SetInt(rapid.OneOf(rapid.Int64Range(-3, 3), rapid.Int64()).Draw(t, name))
+		case f.Kind() == reflect.Bool:
+			f.SetBool(rapid.Bool().Draw(t, name))
+		case f.Type() == reflect.TypeFor[[]int]():
+			switch rapid.IntRange(0, 2).Draw(t, name+"_case") {
+			case 0:
+				f.Set(reflect.Zero(f.Type()))
+			case 1:
+				f.Set(reflect.ValueOf([]int{}))
+			default:
+				f.Set(reflect.ValueOf(rapid.SliceOfN(rapid.Int(), 1, 8).Draw(t, name)))
+			}
+		default:
+			t.Fatalf("field %s: no generator for %s", name, f.Type())
+		}
+	}
+}
+
+// Every kind's generated appender writes what encoding/json writes, byte
+// for byte after any prefix, and fails exactly where encoding/json does.
+func TestFastEncodersMatchEncodingJSON(t *testing.T) {
+	for _, mk := range kindList {
+		kind := mk().Kind()
+		t.Run(string(kind), func(t *testing.T) {
+			rapid.Check(t, func(t *rapid.T) {
+				p := mk()
+				randomize(t, reflect.ValueOf(p), false)
+				prefix := []byte(rapid.StringMatching(`[a-z,{]{0,3}`).Draw(t, "prefix"))
+				got, ok := p.(jsonAppender).appendJSON(bytes.Clone(prefix))
+				want, err := json.Marshal(p)
+				if ok != (err == nil) {
+					t.Fatalf("appender ok=%v, encoding/json err=%v", ok, err)
+				}
+				if ok && (!bytes.HasPrefix(got, prefix) || !bytes.Equal(got[len(prefix):], want)) {
+					t.Fatalf("appender wrote\n%q\nencoding/json\n%q", got, want)
+				}
+			})
+		})
+	}
+}
+
+// Prepare (generated appenders) and the encoding/json path agree on every
+// result and every error, starting from each kind's valid example with
+// some fields and identifiers redrawn.
+func TestPrepareFastMatchesReflect(t *testing.T) {
+	f, err := os.Open("../examples/events.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	examples := map[Kind][]byte{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var in Input
+		if err := json.Unmarshal(sc.Bytes(), &in); err != nil {
+			t.Fatal(err)
+		}
+		examples[in.Kind] = bytes.Clone(sc.Bytes())
+	}
+	for _, k := range InputKinds() {
+		line, ok := examples[k]
+		if !ok {
+			t.Fatalf("no example of %s", k)
+		}
+		t.Run(string(k), func(t *testing.T) {
+			rapid.Check(t, func(t *rapid.T) {
+				d, err := ParseInput(line)
+				if err != nil {
+					t.Fatal(err)
+				}
+				randomize(t, reflect.ValueOf(d.Payload), true)
+				if rapid.IntRange(0, 4).Draw(t, "ids") == 0 {
+					d.Activation = genString().Draw(t, "activation")
+				}
+				if rapid.IntRange(0, 9).Draw(t, "huge") == 0 {
+					// Over MaxDataBytes in a string field, if the kind has one.
+					v := reflect.ValueOf(d.Payload).Elem()
+					for i := range v.NumField() {
+						if v.Field(i).Kind() == reflect.String && v.Type().Field(i).Name != "Outcome" {
+							v.Field(i).SetString(strings.Repeat("a", MaxDataBytes))
+							break
+						}
+					}
+				}
+				fast, ferr := Prepare(d)
+				slow, serr := prepare(d, false)
+				if (ferr == nil) != (serr == nil) || ferr != nil && (ferr.Error() != serr.Error() ||
+					errors.Is(ferr, ErrInvalid) != errors.Is(serr, ErrInvalid) || errors.Is(ferr, ErrTooLarge) != errors.Is(serr, ErrTooLarge)) {
+					t.Fatalf("fast err %v, encoding/json err %v", ferr, serr)
+				}
+				if !reflect.DeepEqual(fast, slow) && !(bytes.Equal(fast.Data, slow.Data) && bytes.Equal(fast.middle, slow.middle) &&
+					fast.Kind == slow.Kind && fast.Activation == slow.Activation && fast.Session == slow.Session && fast.Server == slow.Server) {
+					t.Fatalf("fast %+v\nencoding/json %+v", fast, slow)
+				}
+			})
+		})
+	}
+}
+
+// appendTime writes what AppendFormat(TimeLayout) writes, for any instant
+// and zone, including years AppendFormat handles itself.
+func TestAppendTimeTwin(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		tm := time.Unix(rapid.Int64Range(-70_000_000_000, 400_000_000_000).Draw(t, "sec"), rapid.Int64Range(0, 999_999_999).Draw(t, "ns")).
+			In(time.FixedZone("z", rapid.IntRange(-14*3600, 14*3600).Draw(t, "zone")))
+		if got, want := appendTime([]byte("x"), tm), tm.UTC().AppendFormat([]byte("x"), TimeLayout); !bytes.Equal(got, want) {
+			t.Fatalf("appendTime %q, AppendFormat %q", got, want)
+		}
+	})
+}
+
+// Seal makes one allocation: the sealed bytes, sized up front.
+func TestSealAllocs(t *testing.T) {
+	p, err := Prepare(Draft{Activation: "act-1", Session: "s", Server: "srv",
+		Payload: &CallFinished{CallID: "c1", Tool: "echo", Outcome: CallOK, ArgsSHA256: strings.Repeat("ab", 32), ResultSHA256: strings.Repeat("cd", 32)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	var raw []byte
+	if n := testing.AllocsPerRun(100, func() { _, raw = Seal(p, Seq(1)<<62, [16]byte{1}, now, Hash{2}) }); n != 1 {
+		t.Fatalf("Seal: %v allocations, want 1", n)
+	}
+	if cap(raw) < len(raw) || cap(raw) > len(raw)+maxLeadingBytes {
+		t.Fatalf("sealed %d bytes in a %d-byte buffer", len(raw), cap(raw))
+	}
+}
+
+// An object with no member written (every field omitted) closes as {}.
+func TestCloseJSONObjectEmpty(t *testing.T) {
+	if got := closeJSONObject([]byte("x"), 1); string(got) != "x{}" {
+		t.Fatalf("got %q", got)
+	}
+	if got := closeJSONObject([]byte(`x,"a":1`), 1); string(got) != `x{"a":1}` {
+		t.Fatalf("got %q", got)
+	}
+}
