@@ -22,6 +22,10 @@ type space struct {
 	// logHost: its log records name its host (a fleet's spaces; a Bus's
 	// records stay as they were before fleets).
 	logHost bool
+	// pub is the message Committed reuses for every event: only the
+	// space's Watch goroutine touches it, and PublishMsg copies subject,
+	// header and data into the connection's buffer before it returns.
+	pub *nats.Msg
 }
 
 // subject is subject in the space (busclient.HostSubject).
@@ -53,16 +57,20 @@ func (b *Bus) spaceHandlers(sp *space, handlers map[string]nats.MsgHandler) {
 // delays an ack); a failure is logged, and subscribers recover through
 // replay.
 func (sp *space) Committed(batch []ledger.Record) {
+	if sp.pub == nil {
+		sp.pub = &nats.Msg{Header: nats.Header{busclient.HeaderMsgID: {""}, busclient.HeaderSeq: {""}}}
+	}
+	msg := sp.pub
+	id, seq := msg.Header[busclient.HeaderMsgID], msg.Header[busclient.HeaderSeq]
 	for i := range batch {
 		r := &batch[i]
-		msg := &nats.Msg{Subject: sp.subject(r.Env.Subject()), Data: r.Raw, Header: nats.Header{
-			busclient.HeaderMsgID: []string{r.Env.ID.String()},
-			busclient.HeaderSeq:   []string{strconv.FormatUint(uint64(r.Env.Seq), 10)},
-		}}
+		msg.Subject, msg.Data = sp.subject(r.Env.Subject()), r.Raw
+		id[0], seq[0] = r.Env.ID.String(), strconv.FormatUint(uint64(r.Env.Seq), 10)
 		if err := sp.b.nc.PublishMsg(msg); err != nil {
 			sp.b.opts.Logger.Warn("bus: publish failed", sp.logAttrs("seq", r.Env.Seq, "err", err)...)
 		}
 	}
+	msg.Data = nil // keep no event alive between batches
 }
 
 // Lagged implements ledger.Lagger (see Bus.Lagged).
