@@ -181,6 +181,9 @@ func TestSealAllocs(t *testing.T) {
 	if n := testing.AllocsPerRun(100, func() { _, raw = Seal(p, Seq(1)<<62, [16]byte{1}, now, Hash{2}) }); n != 1 {
 		t.Fatalf("Seal: %v allocations, want 1", n)
 	}
+	if e, _ := Decode(raw); !e.CheckHash() {
+		t.Fatal("sealed event does not check")
+	}
 	if cap(raw) < len(raw) || cap(raw) > len(raw)+maxLeadingBytes {
 		t.Fatalf("sealed %d bytes in a %d-byte buffer", len(raw), cap(raw))
 	}

@@ -161,17 +161,20 @@ func Seal(p Prepared, seq Seq, id ulid.ULID, t time.Time, prev Hash) (Envelope, 
 	if middle == nil { // a Prepared built by hand, not by Prepare
 		middle = appendMiddle(nil, p.Kind, p.Activation, p.Session, p.Server, p.Data)
 	}
-	// One allocation of the sealed size: the body without the hash is
-	// hashed in place, then `,"hash":"…"` is spliced over its final brace
-	// rather than encoding everything twice (TestSealAllocs).
-	body := appendLeading(make([]byte, 0, maxLeadingBytes+len(middle)+sealTailBytes), seq, id, e.Time)
-	body = append(body, middle...)
-	body = hexAppend(body, &prev)
-	body = append(body, `"}`...)
-	e.Hash = ChainHash(prev, body)
-	raw := append(body[:len(body)-1], `,"hash":"`...)
-	raw = hexAppend(raw, &e.Hash)
-	return e, append(raw, `"}`...)
+	// One allocation (TestSealAllocs): prev, then the body without the
+	// hash, hashed in place as the chain rule says (ChainHash); then
+	// `,"hash":"…"` is spliced over the body's final brace rather than
+	// encoding everything twice, and the sealed bytes follow prev.
+	buf := make([]byte, len(prev), len(prev)+maxLeadingBytes+len(middle)+sealTailBytes)
+	copy(buf, prev[:])
+	buf = appendLeading(buf, seq, id, e.Time)
+	buf = append(buf, middle...)
+	buf = hexAppend(buf, &prev)
+	buf = append(buf, `"}`...)
+	e.Hash = sha256.Sum256(buf)
+	buf = append(buf[:len(buf)-1], `,"hash":"`...)
+	buf = hexAppend(buf, &e.Hash)
+	return e, append(buf, `"}`...)[len(prev):]
 }
 
 // Sizes Seal reserves around the precomputed middle: maxLeadingBytes is the
