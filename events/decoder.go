@@ -190,6 +190,16 @@ func parseTime(b []byte) (time.Time, bool) {
 	return t, true
 }
 
+// idKeys are the keys of the envelope's identities, in their order, read
+// like a payload's field keys (fieldInfo.keyAt).
+var idKeys = func() (k [3]fieldInfo) {
+	for j, key := range [3]string{`,"activation":`, `,"session":`, `,"server":`} {
+		k[j].key = key
+		k[j].head, k[j].headMask, k[j].tail, k[j].tailMask = keyWords(key)
+	}
+	return k
+}()
+
 // fast reads the canonical envelope form
 //
 //	{"seq":N,"id":"<26>","time":"<30>","kind":"…","v":1[,"activation":"…"][,"session":"…"][,"server":"…"],"data":{…},"prev":"<64>","hash":"<64>"}
@@ -234,8 +244,9 @@ func (d *Decoder) fast(raw []byte, h *Header) (Payload, bool) {
 	}
 	i = n + len(`,"v":1`)
 	var ids [3]string
-	for j, name := range [3]string{`,"activation":`, `,"session":`, `,"server":`} {
-		if hasPrefixAt(raw, i, name) {
+	for j := range idKeys {
+		if k := &idKeys[j]; k.keyAt(raw, i) {
+			name := k.key
 			// Mostly the same identity as the last event's: already
 			// checked, so matching it is reading it.
 			if last := d.lastIDs[j]; last != "" && hasPrefixAt(raw, i+len(name), `"`) &&

@@ -57,9 +57,19 @@ func plainBytes(b []byte, i int) ([]byte, int, bool) {
 
 // plainRun returns the length of the longest prefix of b made of plainByte
 // bytes. Strings are mostly digests and identities, so it checks eight
-// bytes at a time, like isHex64Bytes: with each lane's top bit cleared
-// first, no lane carries into the next, and each test below sets a lane's
-// top bit exactly when the lane's byte is not plain.
+// bytes at a time, like isHex64Bytes. With each lane's top bit cleared
+// first (y), every lane is below 0x80, and each term below sets the top
+// bit of the first lane that is not plain for its reason: adding never
+// carries out of a lane, and subtracting one from each lane borrows only
+// out of a lane that was 0, so a term may also mark lanes after its first
+// (those a borrow reached) but never one before it. Only the first marked
+// lane of their union is read, and it is the first lane that is not plain.
+// The refused bytes pair up to save terms: 0x7f and every byte from 0x80
+// are "at least 0x7f"; '"' (0x22) and '&' (0x26) differ only in bit 2,
+// '<' (0x3c) and '>' (0x3e) only in bit 1, so setting that bit makes each
+// pair one value (and no other byte becomes it). TestPlainRunMatchesTable
+// checks every byte value at every position against the table, and
+// TestPlainRunManyRefused runs with several refused bytes.
 func plainRun(b []byte) int {
 	const (
 		ones = 0x0101010101010101
@@ -70,13 +80,11 @@ func plainRun(b []byte) int {
 	for ; len(b)-i >= 8; i += 8 {
 		x := binary.LittleEndian.Uint64(b[i:])
 		y := x & low
-		eq := func(c uint64) uint64 { // lanes of y equal to c
-			z := y ^ (c * ones)
-			return top &^ ((z + low) | z)
-		}
-		bad := x&top | // non-ASCII
-			top&^(y+(0x80-0x20)*ones) | // a control byte
-			eq(0x7f) | eq('"') | eq('\\') | eq('<') | eq('>') | eq('&')
+		bad := (x | (y + ones) | // at least 0x7f
+			^(y + (0x80-0x20)*ones) | // a control byte
+			((y | 0x04*ones) ^ ('&' * ones) - ones) | // '"' or '&'
+			((y | 0x02*ones) ^ ('>' * ones) - ones) | // '<' or '>'
+			(y ^ ('\\' * ones) - ones)) & top
 		if bad != 0 {
 			return i + bits.TrailingZeros64(bad)/8
 		}

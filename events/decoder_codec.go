@@ -2,6 +2,7 @@ package events
 
 import (
 	"encoding"
+	"encoding/binary"
 	"encoding/json"
 	"reflect"
 	"unsafe"
@@ -37,6 +38,9 @@ type fieldInfo struct {
 	// value; otherwise the field is always written. Canonical bytes
 	// therefore never hold a zero omitempty field and never lack another.
 	omitEmpty bool
+	// head and tail are the key's first sixteen bytes as little-endian
+	// words, and the masks their bytes of the key: see keyAt.
+	head, headMask, tail, tailMask uint64
 }
 
 type codec struct {
@@ -142,6 +146,7 @@ var codecs, lastSlots = func() (map[Kind]*codec, int) {
 			}
 			fi := fieldInfo{name: name, key: `"` + name + `":`, offset: f.Offset, typ: ft,
 				intern: ft == fString && internFields[name], omitEmpty: opts == "omitempty", slot: -1}
+			fi.head, fi.headMask, fi.tail, fi.tailMask = keyWords(fi.key)
 			switch {
 			case fi.intern:
 				fi.slot = slots
@@ -198,6 +203,35 @@ func codecFor(b []byte) *codec {
 		h++
 	}
 	return nil
+}
+
+// keyWords returns a field key's first sixteen bytes as two little-endian
+// words, and the masks of the bytes of each that belong to the key (the
+// rest of a shorter key's words are zero and not compared).
+func keyWords(key string) (head, headMask, tail, tailMask uint64) {
+	var b [16]byte
+	n := copy(b[:], key)
+	for j := range n {
+		if j < 8 {
+			headMask |= 0xff << (8 * j)
+		} else {
+			tailMask |= 0xff << (8 * (j - 8))
+		}
+	}
+	return binary.LittleEndian.Uint64(b[:8]), headMask, binary.LittleEndian.Uint64(b[8:]), tailMask
+}
+
+// keyAt is hasPrefixAt(data, i, f.key) for i >= 0, without a call to the
+// runtime's comparison for a key of up to sixteen bytes (nearly all):
+// with sixteen bytes to read at i, it compares two masked words. Near the
+// end of data, and for a longer key, it is hasPrefixAt itself.
+// TestKeyAtMatchesHasPrefixAt checks it against hasPrefixAt.
+func (f *fieldInfo) keyAt(data []byte, i int) bool {
+	if len(data)-i < 16 || len(f.key) > 16 {
+		return hasPrefixAt(data, i, f.key)
+	}
+	return binary.LittleEndian.Uint64(data[i:])&f.headMask == f.head &&
+		binary.LittleEndian.Uint64(data[i+8:])&f.tailMask == f.tail
 }
 
 func cutComma(s string) (string, string, bool) {
@@ -287,7 +321,7 @@ func (c *codec) decode(d *Decoder, data []byte, stored bool) (Payload, bool) {
 		// The key must be the next field in declaration order, skipping
 		// only fields the encoder may leave out; field names are plain, so
 		// matching `"name":` is reading a plain string equal to the name.
-		for fi < len(c.fields) && !hasPrefixAt(data, i, c.fields[fi].key) {
+		for fi < len(c.fields) && !c.fields[fi].keyAt(data, i) {
 			if !c.fields[fi].omitEmpty {
 				return nil, false // a field the encoder always writes is missing
 			}

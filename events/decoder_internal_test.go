@@ -108,3 +108,84 @@ func TestFastFieldTypeRefusesCustomDecoding(t *testing.T) {
 		}
 	}
 }
+
+// keyAt agrees with hasPrefixAt for the key of every field of every codec
+// and of the envelope's identities, on the key itself, on every one-byte
+// change of it, on every truncation and at every offset of a buffer
+// holding it, each both at the end of the buffer and followed by more.
+func TestKeyAtMatchesHasPrefixAt(t *testing.T) {
+	check := func(f *fieldInfo, data []byte, i int) {
+		t.Helper()
+		for _, b := range [][]byte{data, append(bytes.Clone(data), strings.Repeat("z", 20)...)} {
+			if got, want := f.keyAt(b, i), hasPrefixAt(b, i, f.key); got != want {
+				t.Fatalf("key %q in %q at %d: keyAt %v, hasPrefixAt %v", f.key, b, i, got, want)
+			}
+		}
+	}
+	mutate := func(f *fieldInfo) {
+		buf := []byte(`,` + f.key + `"x",`)
+		for i := range len(buf) + 1 {
+			check(f, buf, i)
+		}
+		for n := range len(f.key) + 1 {
+			check(f, []byte(f.key[:n]), 0)
+		}
+		for pos := range len(f.key) {
+			for _, c := range []byte{0, '"', ':', 'a', 'z', '_', 0xff, f.key[pos] ^ 1, f.key[pos] ^ 0x20} {
+				b := []byte(f.key)
+				b[pos] = c
+				check(f, b, 0)
+			}
+		}
+	}
+	seen := 0
+	all := [][]fieldInfo{idKeys[:]}
+	for _, c := range codecs {
+		all = append(all, c.fields)
+	}
+	for _, fields := range all {
+		for fi := range fields {
+			mutate(&fields[fi])
+			seen++
+		}
+	}
+	if seen == 0 {
+		t.Fatal("no codec fields")
+	}
+	// Keys of every length from the shortest: the word split's boundaries.
+	for n := 1; n <= 30; n++ {
+		f := &fieldInfo{key: `"` + strings.Repeat("k", n) + `":`}
+		f.head, f.headMask, f.tail, f.tailMask = keyWords(f.key)
+		mutate(f)
+	}
+}
+
+// plainRun finds the first refused byte when a word holds several: a
+// refused byte's borrow may mark the lanes after it, never one before.
+func TestPlainRunManyRefused(t *testing.T) {
+	refused := []byte{0, 1, 0x1f, '"', '&', '<', '>', '\\', 0x7f, 0x80, 0xff}
+	plain := []byte{' ', '!', '#', '\'', '=', '?', 'A', '[', ']', '~', 0x21, 0x25, 0x27, 0x3d, 0x3f}
+	ref := func(b []byte) int {
+		for i, c := range b {
+			if plainByte[c] == 0 {
+				return i
+			}
+		}
+		return len(b)
+	}
+	rnd := uint64(1)
+	next := func(n int) int { rnd = rnd*6364136223846793005 + 1442695040888963407; return int(rnd>>33) % n }
+	for range 200_000 {
+		b := make([]byte, 1+next(24))
+		for i := range b {
+			if next(4) == 0 {
+				b[i] = refused[next(len(refused))]
+			} else {
+				b[i] = plain[next(len(plain))]
+			}
+		}
+		if got, want := plainRun(b), ref(b); got != want {
+			t.Fatalf("%q: got %d, want %d", b, got, want)
+		}
+	}
+}
