@@ -190,15 +190,23 @@ func parseTime(b []byte) (time.Time, bool) {
 	return t, true
 }
 
-// idKeys are the keys of the envelope's identities, in their order, read
-// like a payload's field keys (fieldInfo.keyAt).
-var idKeys = func() (k [3]fieldInfo) {
-	for j, key := range [3]string{`,"activation":`, `,"session":`, `,"server":`} {
-		k[j].key = key
-		k[j].head, k[j].headMask, k[j].tail, k[j].tailMask = keyWords(key)
-	}
-	return k
-}()
+// idKeys are the keys of the envelope's identities, in their order, and
+// the separators below the other keys of more than eight bytes: matched
+// like a payload's field keys (fieldInfo.keyAt), as two masked words.
+var (
+	idKeys  = [3]fieldInfo{wordKey(`,"activation":`), wordKey(`,"session":`), wordKey(`,"server":`)}
+	timeSep = wordKey(`","time":"`)
+	kindSep = wordKey(`","kind":`)
+	prevSep = wordKey(`,"prev":"`)
+	hashSep = wordKey(`","hash":"`)
+)
+
+// wordKey returns key (at most sixteen bytes) ready for keyAt.
+func wordKey(key string) fieldInfo {
+	f := fieldInfo{key: key}
+	f.head, f.headMask, f.tail, f.tailMask = keyWords(key)
+	return f
+}
 
 // fast reads the canonical envelope form
 //
@@ -223,7 +231,7 @@ func (d *Decoder) fast(raw []byte, h *Header) (Payload, bool) {
 		return nil, false
 	}
 	i += ulid.EncodedSize
-	if !hasPrefixAt(raw, i, `","time":"`) {
+	if !timeSep.keyAt(raw, i) {
 		return nil, false
 	}
 	i += len(`","time":"`)
@@ -235,7 +243,7 @@ func (d *Decoder) fast(raw []byte, h *Header) (Payload, bool) {
 		return nil, false
 	}
 	i += 30
-	if !hasPrefixAt(raw, i, `","kind":`) {
+	if !kindSep.keyAt(raw, i) {
 		return nil, false
 	}
 	kindB, n, ok := plainBytes(raw, i+len(`","kind":`))
@@ -277,7 +285,7 @@ func (d *Decoder) fast(raw []byte, h *Header) (Payload, bool) {
 	end := len(raw) - suffix
 	hashAt := len(raw) - len(`"}`) - 64
 	prev, hash := raw[end+len(`,"prev":"`):end+len(`,"prev":"`)+64], raw[hashAt:hashAt+64]
-	if !hasPrefixAt(raw, i, `,"data":`) || !hasPrefixAt(raw, end, `,"prev":"`) || !hasPrefixAt(raw, hashAt-len(`","hash":"`), `","hash":"`) ||
+	if !hasPrefixAt(raw, i, `,"data":`) || !prevSep.keyAt(raw, end) || !hashSep.keyAt(raw, hashAt-len(hashSep.key)) ||
 		!hasPrefixAt(raw, len(raw)-2, `"}`) || !isHex64Bytes(hash) {
 		return nil, false
 	}

@@ -110,7 +110,7 @@ func TestFastFieldTypeRefusesCustomDecoding(t *testing.T) {
 }
 
 // keyAt agrees with hasPrefixAt for the key of every field of every codec
-// and of the envelope's identities, on the key itself, on every one-byte
+// and of the envelope's identities and separators, on the key itself, on every one-byte
 // change of it, on every truncation and at every offset of a buffer
 // holding it, each both at the end of the buffer and followed by more.
 func TestKeyAtMatchesHasPrefixAt(t *testing.T) {
@@ -139,7 +139,7 @@ func TestKeyAtMatchesHasPrefixAt(t *testing.T) {
 		}
 	}
 	seen := 0
-	all := [][]fieldInfo{idKeys[:]}
+	all := [][]fieldInfo{idKeys[:], {timeSep, kindSep, prevSep, hashSep}}
 	for _, c := range codecs {
 		all = append(all, c.fields)
 	}
@@ -154,9 +154,8 @@ func TestKeyAtMatchesHasPrefixAt(t *testing.T) {
 	}
 	// Keys of every length from the shortest: the word split's boundaries.
 	for n := 1; n <= 30; n++ {
-		f := &fieldInfo{key: `"` + strings.Repeat("k", n) + `":`}
-		f.head, f.headMask, f.tail, f.tailMask = keyWords(f.key)
-		mutate(f)
+		f := wordKey(`"` + strings.Repeat("k", n) + `":`)
+		mutate(&f)
 	}
 }
 
