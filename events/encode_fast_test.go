@@ -7,6 +7,7 @@ import (
 	"errors"
 	"os"
 	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -197,4 +198,52 @@ func TestCloseJSONObjectEmpty(t *testing.T) {
 	if got := closeJSONObject([]byte(`x,"a":1`), 1); string(got) != `x{"a":1}` {
 		t.Fatalf("got %q", got)
 	}
+}
+
+// BenchmarkPrepare prepares one event of every input kind (each kind's
+// example line) with the generated appenders and with the encoding/json
+// path in the same run, and reports fast over reflect time per event
+// (ratio-fast/reflect; below 1 is faster) and allocations of each.
+func BenchmarkPrepare(b *testing.B) {
+	f, err := os.ReadFile("../examples/events.jsonl")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var drafts []Draft
+	for line := range bytes.Lines(f) {
+		d, err := ParseInput(bytes.TrimSpace(line))
+		if err != nil {
+			b.Fatal(err)
+		}
+		drafts = append(drafts, d)
+	}
+	run := func(fast bool) (time.Duration, float64) {
+		var ms0, ms1 runtime.MemStats
+		runtime.ReadMemStats(&ms0)
+		start := time.Now()
+		for range b.N {
+			for _, d := range drafts {
+				if _, err := prepare(d, fast); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		elapsed := time.Since(start)
+		runtime.ReadMemStats(&ms1)
+		return elapsed, float64(ms1.Mallocs-ms0.Mallocs) / float64(b.N*len(drafts))
+	}
+	var fastT, slowT time.Duration
+	var fastA, slowA float64
+	for range 3 { // interleaved
+		t, a := run(true)
+		fastT, fastA = fastT+t, a
+		t, a = run(false)
+		slowT, slowA = slowT+t, a
+	}
+	n := float64(3 * b.N * len(drafts))
+	b.ReportMetric(float64(fastT)/n, "fast-ns/event")
+	b.ReportMetric(float64(slowT)/n, "reflect-ns/event")
+	b.ReportMetric(float64(fastT)/float64(slowT), "ratio-fast/reflect")
+	b.ReportMetric(fastA, "fast-allocs/event")
+	b.ReportMetric(slowA, "reflect-allocs/event")
 }
