@@ -341,17 +341,22 @@ func (c *codec) decode(d *Decoder, data []byte, stored bool) (Payload, bool) {
 		zero := false
 		switch f.typ {
 		case fString:
-			raw, n, ok := plainBytes(data, i)
-			if !ok {
+			// plainBytes, without its call: strings are most fields. The
+			// key's colon is data[i-1], so data[i] is in range.
+			if data[i] != '"' {
+				return nil, false
+			}
+			j := i + 1 + plainRun(data[i+1:])
+			if j >= len(data) || data[j] != '"' {
 				return nil, false
 			}
 			switch {
-			case len(raw) == 0:
+			case j == i+1:
 				zero = true
 			case keep:
-				*(*string)(at) = d.field(f, raw)
+				*(*string)(at) = d.field(f, data[i+1:j])
 			}
-			i = n
+			i = j + 1
 		case fInt, fInt64:
 			x, n, ok := plainInt(data, i)
 			if !ok {
