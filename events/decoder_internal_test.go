@@ -2,7 +2,9 @@ package events
 
 import (
 	"bytes"
+	"fmt"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -186,5 +188,70 @@ func TestPlainRunManyRefused(t *testing.T) {
 		if got, want := plainRun(b), ref(b); got != want {
 			t.Fatalf("%q: got %d, want %d", b, got, want)
 		}
+	}
+}
+
+// eightDigits reads every eight-digit string as strconv does and refuses
+// any with a non-digit byte, at every position and of every value.
+func TestEightDigits(t *testing.T) {
+	word := func(s string) uint64 {
+		var b [8]byte
+		copy(b[:], s)
+		return uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16 | uint64(b[3])<<24 |
+			uint64(b[4])<<32 | uint64(b[5])<<40 | uint64(b[6])<<48 | uint64(b[7])<<56
+	}
+	rnd := uint64(7)
+	for k := range 100_000 {
+		rnd = rnd*6364136223846793005 + 1442695040888963407
+		s := fmt.Sprintf("%08d", (rnd>>20)%100_000_000)
+		if k < 10 {
+			s = []string{"00000000", "99999999", "12345678", "00000001", "10000000", "09090909", "90909090", "00999999", "99000000", "50505050"}[k]
+		}
+		want, _ := strconv.ParseInt(s, 10, 64)
+		if got, ok := eightDigits(word(s)); !ok || got != want {
+			t.Fatalf("%q: got %d %v, want %d", s, got, ok, want)
+		}
+		if k < 20 {
+			for pos := range 8 {
+				for c := range 256 {
+					b := []byte(s)
+					b[pos] = byte(c)
+					_, ok := eightDigits(word(string(b)))
+					if want := '0' <= c && c <= '9'; ok != want {
+						t.Fatalf("%q: ok %v, want %v", b, ok, want)
+					}
+				}
+			}
+		}
+	}
+}
+
+// A warm decoder's time cache reads every time parseTime reads, alike,
+// and refuses the rest: each byte of a time in the cached second, of
+// every value, and times of other seconds and days.
+func TestParseTimeCachedMatchesParseTime(t *testing.T) {
+	var d Decoder
+	base := "2026-11-30T10:00:59.123456789Z"
+	if _, ok := d.parseTimeCached([]byte(base)); !ok {
+		t.Fatal("base refused")
+	}
+	check := func(b []byte) {
+		t.Helper()
+		got, gok := d.parseTimeCached(b)
+		want, wok := parseTime(b)
+		if gok != wok || !got.Equal(want) {
+			t.Fatalf("%q: cached %v %v, parseTime %v %v", b, got, gok, want, wok)
+		}
+	}
+	for pos := range len(base) {
+		for c := range 256 {
+			b := []byte(base)
+			b[pos] = byte(c)
+			check(b)
+			check([]byte(base)) // back in the cached second
+		}
+	}
+	for _, s := range []string{"2026-11-30T10:01:00.000000000Z", "2026-12-01T00:00:00.999999999Z", "2026-11-30T10:00:59.000000000Z", base} {
+		check([]byte(s))
 	}
 }
