@@ -51,7 +51,29 @@ const maxStatusBytes = 4096
 // SIGKILL pending on the whole process (ShdPnd). Wherever stat decides, it
 // says what status says. An idle stdio server's main thread sleeps, so an
 // admission normally reads stat alone (TestProcProbeTiersAgree).
+//
+// Concurrent admissions share reads: a caller that arrives while a read is
+// in progress waits for it to end and takes the verdict of the next read,
+// one that starts after it arrived (made by the first such caller for all
+// of them), never the verdict of a read that started before it arrived
+// (TestProcProbeSharesOnlyLaterReads). A verdict is thus always as recent
+// as the caller's own read would be, and a busy target (running, so stat
+// falls back to status: two reads) is read about once per probe duration
+// instead of once per admission.
 type procProbe struct {
+	// share orders the callers (see dying); mu is held by the one reading.
+	share sync.Mutex
+	cond  *sync.Cond // on share, created on first wait
+	// started and finished number the reads; reading is true while one is
+	// in progress; last is the verdict of read number finished.
+	started, finished uint64
+	reading, last     bool
+	// waiting counts callers waiting for a later read (tests).
+	waiting int
+	// afterRead, when set (tests), runs after each read, before its
+	// verdict is published.
+	afterRead func()
+
 	mu     sync.Mutex
 	stat   *os.File
 	status *os.File
@@ -70,8 +92,48 @@ type procProbe struct {
 // child killed while idle go to a fresh lease instead.
 func (g *guardianChild) dying() bool { return g.probe.dying(g.s.TargetPID(), g.s.HelperPID()) }
 
-// dying probes pid, which must be a child of parent.
+// dying probes pid, which must be a child of parent, with a read that
+// starts after the call: its own, or one shared with concurrent callers
+// (see procProbe).
 func (p *procProbe) dying(pid, parent int) bool {
+	p.share.Lock()
+	// Reads numbered need or later start after this point.
+	need := p.started + 1
+	for {
+		if p.finished >= need {
+			v := p.last
+			p.share.Unlock()
+			return v
+		}
+		if !p.reading {
+			p.reading = true
+			p.started++
+			n := p.started
+			p.share.Unlock()
+			v := p.read1(pid, parent)
+			if p.afterRead != nil {
+				p.afterRead()
+			}
+			p.share.Lock()
+			p.finished, p.last, p.reading = n, v, false
+			if p.cond != nil {
+				p.cond.Broadcast()
+			}
+			p.share.Unlock()
+			return v
+		}
+		if p.cond == nil {
+			p.cond = sync.NewCond(&p.share)
+		}
+		p.waiting++
+		p.cond.Wait()
+		p.waiting--
+	}
+}
+
+// read1 is one read of the probe (stat, then status when stat cannot
+// decide).
+func (p *procProbe) read1(pid, parent int) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	b, ok, dead := p.readStat(pid, parent)

@@ -221,3 +221,77 @@ func BenchmarkProcProbe(b *testing.B) {
 	b.ReportMetric(float64(tiered.statusReads)/float64(b.N), "status-fallbacks/op")
 	b.ReportMetric(0, "ns/op")
 }
+
+// Concurrent callers share a read only when it started after they arrived:
+// callers arriving while a read is held in progress (here: it read the
+// target alive, then the target is killed) wait, and one further read,
+// made after the kill, answers all of them (dying); the held read still
+// answers its own caller with what it read (alive).
+func TestProcProbeSharesOnlyLaterReads(t *testing.T) {
+	const waiters = 3
+	cmd := exec.Command(testserverBin.Out)
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = in.Close(); _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	pid, me := cmd.Process.Pid, os.Getpid()
+	var p procProbe
+	defer p.close()
+	// Wait until the idle child is read alive (through stat or status).
+	for deadline := time.Now().Add(10 * time.Second); p.dying(pid, me); {
+		if time.Now().After(deadline) {
+			t.Fatal("a live child probed dying")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	held, release := make(chan struct{}), make(chan struct{})
+	reads := 0
+	p.afterRead = func() {
+		reads++ // one read at a time: no race
+		if reads == 1 {
+			close(held)
+			<-release
+		}
+	}
+	first := make(chan bool)
+	go func() { first <- p.dying(pid, me) }()
+	select { // the first read is done (alive) and held before publishing
+	case <-held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the caller made no read")
+	}
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	later := make(chan bool, waiters)
+	for range waiters {
+		go func() { later <- p.dying(pid, me) }()
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		p.share.Lock()
+		n := p.waiting
+		p.share.Unlock()
+		if n == waiters {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d callers waiting", n, waiters)
+		}
+	}
+	close(release)
+	if <-first {
+		t.Fatal("the held read's caller got a verdict it did not read")
+	}
+	for range waiters {
+		if !<-later {
+			t.Fatal("a caller that arrived after the kill got the verdict of a read started before it")
+		}
+	}
+	if reads != 2 {
+		t.Fatalf("%d reads for 1 + %d callers, want 2 (the held one, one shared)", reads, waiters)
+	}
+}
