@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -294,4 +296,70 @@ func TestProcProbeSharesOnlyLaterReads(t *testing.T) {
 	if reads != 2 {
 		t.Fatalf("%d reads for 1 + %d callers, want 2 (the held one, one shared)", reads, waiters)
 	}
+}
+
+// BenchmarkProcProbeConcurrent compares, in one run, 16 admissions at once
+// probing one target with a read each (read1, as before reads were shared)
+// and through dying (reads shared with callers that arrived before each
+// read started), on an idle multi-threaded target (the go-sdk test
+// server); reads/op is how many reads the shared side made per probe.
+//
+//	go test -run '^$' -bench ProcProbeConcurrent ./runtime/
+func BenchmarkProcProbeConcurrent(b *testing.B) {
+	const callers = 16
+	cmd := exec.Command(testserverBin.Out)
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = in.Close(); _ = cmd.Wait() }()
+	pid, me := cmd.Process.Pid, os.Getpid()
+	var shared, own procProbe
+	defer shared.close()
+	defer own.close()
+	reads := 0
+	shared.afterRead = func() { reads++ }
+	time.Sleep(100 * time.Millisecond) // let it settle into its idle sleep
+	run := func(n int, probe func() bool) time.Duration {
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		var dying atomic.Bool
+		start := time.Now()
+		for range callers {
+			wg.Go(func() {
+				for next.Add(1) <= int64(n) {
+					if probe() {
+						dying.Store(true)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		if dying.Load() {
+			b.Fatal("a live idle child probed dying")
+		}
+		return time.Since(start)
+	}
+	ownProbe := func() bool { return own.read1(pid, me) }
+	sharedProbe := func() bool { return shared.dying(pid, me) }
+	run(callers, ownProbe)
+	run(callers, sharedProbe)
+	reads = 0
+	b.ResetTimer()
+	const chunk = 2000
+	var tOwn, tShared time.Duration
+	for done := 0; done < b.N; done += chunk {
+		n := min(chunk, b.N-done)
+		tOwn += run(n, ownProbe)
+		tShared += run(n, sharedProbe)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(tOwn.Nanoseconds())/float64(b.N), "own-read-ns")
+	b.ReportMetric(float64(tShared.Nanoseconds())/float64(b.N), "shared-ns")
+	b.ReportMetric(float64(tShared)/float64(tOwn), "ratio")
+	b.ReportMetric(float64(reads)/float64(b.N), "reads/op")
+	b.ReportMetric(0, "ns/op")
 }
