@@ -101,14 +101,7 @@ func TestProcProbeTiersAgree(t *testing.T) {
 func TestProcProbeSeesKillAtOnce(t *testing.T) {
 	const rounds = 30
 	for i := range rounds {
-		cmd := exec.Command(testserverBin.Out)
-		in, err := cmd.StdinPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
+		cmd := idleChild(t)
 		var p procProbe
 		// Idle: its main thread sleeps once it has started.
 		deadline := time.Now().Add(10 * time.Second)
@@ -136,7 +129,6 @@ func TestProcProbeSeesKillAtOnce(t *testing.T) {
 			t.Fatalf("round %d: probed alive after the reap", i)
 		}
 		p.close()
-		_ = in.Close()
 	}
 }
 
@@ -150,15 +142,7 @@ func TestProcProbeRejectsAnotherParent(t *testing.T) {
 	if !p.dying(1, os.Getpid()) {
 		t.Fatal("a process with another parent probed alive")
 	}
-	cmd := exec.Command(testserverBin.Out)
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = in.Close(); _ = cmd.Wait() }()
+	cmd := idleChild(t)
 	var q procProbe
 	defer q.close()
 	if q.dying(cmd.Process.Pid, os.Getpid()) {
@@ -176,16 +160,7 @@ func TestProcProbeRejectsAnotherParent(t *testing.T) {
 //
 //	go test -run '^$' -bench ProcProbe ./runtime/
 func BenchmarkProcProbe(b *testing.B) {
-	cmd := exec.Command(testserverBin.Out)
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	defer func() { _ = in.Close(); _ = cmd.Wait() }()
-	pid := cmd.Process.Pid
+	pid := idleChild(b).Process.Pid
 	var tiered, ref procProbe
 	defer tiered.close()
 	defer ref.close()
@@ -231,15 +206,7 @@ func BenchmarkProcProbe(b *testing.B) {
 // answers its own caller with what it read (alive).
 func TestProcProbeSharesOnlyLaterReads(t *testing.T) {
 	const waiters = 3
-	cmd := exec.Command(testserverBin.Out)
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = in.Close(); _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	cmd := idleChild(t)
 	pid, me := cmd.Process.Pid, os.Getpid()
 	var p procProbe
 	defer p.close()
@@ -307,16 +274,7 @@ func TestProcProbeSharesOnlyLaterReads(t *testing.T) {
 //	go test -run '^$' -bench ProcProbeConcurrent ./runtime/
 func BenchmarkProcProbeConcurrent(b *testing.B) {
 	const callers = 16
-	cmd := exec.Command(testserverBin.Out)
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	defer func() { _ = in.Close(); _ = cmd.Wait() }()
-	pid, me := cmd.Process.Pid, os.Getpid()
+	pid, me := idleChild(b).Process.Pid, os.Getpid()
 	var shared, own procProbe
 	defer shared.close()
 	defer own.close()
@@ -362,4 +320,20 @@ func BenchmarkProcProbeConcurrent(b *testing.B) {
 	b.ReportMetric(float64(tShared)/float64(tOwn), "ratio")
 	b.ReportMetric(float64(reads)/float64(b.N), "reads/op")
 	b.ReportMetric(0, "ns/op")
+}
+
+// idleChild starts the go-sdk test server (multi-threaded, idle until it
+// reads a request on its stdin); it is killed and reaped when tb ends.
+func idleChild(tb testing.TB) *exec.Cmd {
+	tb.Helper()
+	cmd := exec.Command(testserverBin.Out)
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = in.Close(); _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return cmd
 }
