@@ -128,7 +128,7 @@ func decodePayload(kind Kind, data []byte) (Payload, error) {
 		return nil, invalid("data", "missing")
 	}
 	if len(data) > MaxDataBytes {
-		return nil, fmt.Errorf("%w: %s payload is %d bytes, limit MaxDataBytes=%d", ErrTooLarge, kind, len(data), MaxDataBytes)
+		return nil, tooLarge(kind, len(data))
 	}
 	if err := strictUnmarshal(data, p); err != nil {
 		return nil, fmt.Errorf("%w: %s data: %v", ErrInvalid, kind, err)
