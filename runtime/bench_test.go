@@ -32,12 +32,11 @@ import (
 // the goal is lease ≤ 1.10 × plain + one fsync, reported as
 // "excess-over-fsync" = (lease − append p50) / plain, and against the mean
 // one-event append as "excess-over-mean-fsync". Those appends run back to
-// back, with the ledger's goroutines (and the disk) still busy from the
-// previous one; a call's admission follows a request to another process
-// instead, and pays more for the same append. So the same append is also
-// timed right after a call through the prepareOnly lease, as a call's own
-// append is made ("append-after-call-p50/mean-µs"), and the goal against
-// its mean (lease-µs/call is a mean too) is "excess-over-call-fsync".
+// back, while a call's admission follows a request to another process, so
+// the same append is also timed right after a call through the prepareOnly
+// lease, as a call's own append is made ("append-after-call-p50/mean-µs"),
+// and the goal against its mean (lease-µs/call is a mean too) is
+// "excess-over-call-fsync".
 //
 //	go test -run '^$' -bench CallOverhead -benchtime 2000x ./runtime/
 func BenchmarkCallOverhead(b *testing.B) {
