@@ -257,7 +257,7 @@ func (b *Bus) watch() error {
 	}
 	for _, sp := range b.spaces {
 		if sp.l != nil {
-			sp.unwatch = sp.l.Watch(sp)
+			sp.unwatch = sp.l.Watch(&spaceWatch{sp: sp, msg: newPubMsg()})
 		}
 	}
 	return nil
@@ -301,9 +301,12 @@ func (b *Bus) WebSocketURL() string {
 // embedding hosts: nats.Connect("", nats.InProcessServer(b.Server()))).
 func (b *Bus) Server() *server.Server { return b.srv }
 
-// Committed implements ledger.Observer: it publishes each event on its subject,
-// on the bus's own Watch goroutine (it never delays an ack); a failure is
-// logged, and subscribers recover through replay.
+// Committed implements ledger.Observer: it publishes each event on its
+// subject. The bus publishes its ledger's commits itself (on its own Watch
+// goroutine, never delaying an ack); a caller's Committed publishes with a
+// message of its own, so it may run from any goroutine concurrently with
+// that (TestCommittedConcurrentWithWatch). A failure is logged, and
+// subscribers recover through replay.
 func (b *Bus) Committed(batch []ledger.Record) { b.spaces[0].Committed(batch) }
 
 // PublishCheckpoint publishes a signed checkpoint on

@@ -22,10 +22,6 @@ type space struct {
 	// logHost: its log records name its host (a fleet's spaces; a Bus's
 	// records stay as they were before fleets).
 	logHost bool
-	// pub is the message Committed reuses for every event: only the
-	// space's Watch goroutine touches it, and PublishMsg copies subject,
-	// header and data into the connection's buffer before it returns.
-	pub *nats.Msg
 }
 
 // subject is subject in the space (busclient.HostSubject).
@@ -53,14 +49,36 @@ func (b *Bus) spaceHandlers(sp *space, handlers map[string]nats.MsgHandler) {
 }
 
 // Committed implements ledger.Observer: it publishes each event on its
-// subject in the space, on the space's own Watch goroutine (it never
-// delays an ack); a failure is logged, and subscribers recover through
-// replay.
-func (sp *space) Committed(batch []ledger.Record) {
-	if sp.pub == nil {
-		sp.pub = &nats.Msg{Header: nats.Header{busclient.HeaderMsgID: {""}, busclient.HeaderSeq: {""}}}
-	}
-	msg := sp.pub
+// subject in the space with a message of its own, so any goroutine may
+// call it (Bus.Committed); a failure is logged, and subscribers recover
+// through replay.
+func (sp *space) Committed(batch []ledger.Record) { sp.publish(batch, newPubMsg()) }
+
+// spaceWatch is the observer a space's Watch runs (Bus.watch): the
+// space's publication reusing one message and its header map for every
+// event. Only its Watch goroutine calls it, and PublishMsg copies
+// subject, header and data into the connection's buffer before it
+// returns (TestCommittedConcurrentWithWatch).
+type spaceWatch struct {
+	sp  *space
+	msg *nats.Msg
+}
+
+// Committed implements ledger.Observer on the Watch goroutine.
+func (w *spaceWatch) Committed(batch []ledger.Record) { w.sp.publish(batch, w.msg) }
+
+// Lagged implements ledger.Lagger (see Bus.Lagged).
+func (w *spaceWatch) Lagged(from, to ledger.Seq) { w.sp.Lagged(from, to) }
+
+// newPubMsg is a message with the two headers publish sets per event.
+func newPubMsg() *nats.Msg {
+	return &nats.Msg{Header: nats.Header{busclient.HeaderMsgID: {""}, busclient.HeaderSeq: {""}}}
+}
+
+// publish publishes each event of batch on its subject in the space
+// through msg (from newPubMsg), which the caller owns for the call; a
+// failure is logged, and subscribers recover through replay.
+func (sp *space) publish(batch []ledger.Record, msg *nats.Msg) {
 	id, seq := msg.Header[busclient.HeaderMsgID], msg.Header[busclient.HeaderSeq]
 	for i := range batch {
 		r := &batch[i]
