@@ -41,7 +41,23 @@ func TestGeneratedEncoders(t *testing.T) {
 	}
 }
 
-// The generator refuses what it cannot encode exactly.
+// ownJSON and ownText are payload-shaped types with their own marshaler,
+// which encoding/json calls instead of encoding the fields.
+type (
+	ownJSON struct {
+		X string `json:"x"`
+	}
+	ownText struct {
+		X string `json:"x"`
+	}
+)
+
+func (ownJSON) MarshalJSON() ([]byte, error)  { return []byte(`"own"`), nil }
+func (*ownText) MarshalText() ([]byte, error) { return []byte("own"), nil }
+
+// The generator refuses what it cannot encode exactly: unsupported field
+// types, untagged fields, fields or payload types with their own
+// marshaler, and duplicate JSON names.
 func TestGeneratorRefusesUnsupported(t *testing.T) {
 	type float struct {
 		X float64 `json:"x"`
@@ -53,10 +69,16 @@ func TestGeneratorRefusesUnsupported(t *testing.T) {
 	type slice struct {
 		X []int `json:"x"`
 	}
-	for _, v := range []any{float{}, untagged{}, marshaler{}, slice{}} {
+	// Two fields named "x" (built by reflection: vet refuses the literal).
+	duplicate := reflect.StructOf([]reflect.StructField{
+		{Name: "X", Type: reflect.TypeFor[string](), Tag: `json:"x"`},
+		{Name: "Y", Type: reflect.TypeFor[string](), Tag: `json:"x"`},
+	})
+	for _, typ := range []reflect.Type{reflect.TypeOf(float{}), reflect.TypeOf(untagged{}), reflect.TypeOf(marshaler{}),
+		reflect.TypeOf(slice{}), duplicate, reflect.TypeOf(ownJSON{}), reflect.TypeOf(ownText{})} {
 		var g bytes.Buffer
-		if err := generateType(&g, reflect.TypeOf(v)); err == nil {
-			t.Errorf("%T: generated", v)
+		if err := generateType(&g, typ); err == nil {
+			t.Errorf("%v: generated", typ)
 		}
 	}
 }
@@ -81,8 +103,19 @@ var (
 	textType      = reflect.TypeFor[encoding.TextMarshaler]()
 )
 
+// hasMarshaler reports whether t or *t implements json.Marshaler or
+// encoding.TextMarshaler (encoding/json would call it).
+func hasMarshaler(t reflect.Type) bool {
+	p := reflect.PointerTo(t)
+	return t.Implements(marshalerType) || t.Implements(textType) || p.Implements(marshalerType) || p.Implements(textType)
+}
+
 func generateType(g *bytes.Buffer, t reflect.Type) error {
+	if hasMarshaler(t) {
+		return fmt.Errorf("%s: has its own marshaler", t.Name())
+	}
 	var body strings.Builder
+	names := map[string]bool{}
 	for i := range t.NumField() {
 		f := t.Field(i)
 		tag, ok := f.Tag.Lookup("json")
@@ -90,11 +123,14 @@ func generateType(g *bytes.Buffer, t reflect.Type) error {
 		if !ok || !jsonName.MatchString(name) || (opts != "" && opts != "omitempty") || f.Anonymous || !f.IsExported() {
 			return fmt.Errorf("%s.%s: want a plain json tag", t.Name(), f.Name)
 		}
+		if names[name] { // encoding/json would drop both fields
+			return fmt.Errorf("%s.%s: duplicate json name %q", t.Name(), f.Name, name)
+		}
+		names[name] = true
 		omit := opts == "omitempty"
 		key := fmt.Sprintf("`,%q:`", name)
 		v := "p." + f.Name
-		if f.Type != instantType && (f.Type.Implements(marshalerType) || f.Type.Implements(textType) ||
-			reflect.PointerTo(f.Type).Implements(marshalerType) || reflect.PointerTo(f.Type).Implements(textType)) {
+		if f.Type != instantType && hasMarshaler(f.Type) {
 			return fmt.Errorf("%s.%s: type %s has its own marshaler", t.Name(), f.Name, f.Type)
 		}
 		// enc appends the member, key included, to b.
