@@ -96,7 +96,7 @@ func (d *Decoder) DecodePayload(kind Kind, data []byte) (Payload, error) {
 func (d *Decoder) parseTimeCached(b []byte) (time.Time, bool) {
 	// Events come many to a second: then only the nanoseconds are new.
 	// The second's nineteen bytes compare as three overlapping words, and
-	// the first eight digits of the nanoseconds read as one (nanoDigits).
+	// the first eight digits of the nanoseconds read as one (eightDigits).
 	if len(b) == len(TimeLayout) && d.secOK && b[19] == '.' && b[29] == 'Z' &&
 		binary.LittleEndian.Uint64(b) == binary.LittleEndian.Uint64(d.second[:]) &&
 		binary.LittleEndian.Uint64(b[8:]) == binary.LittleEndian.Uint64(d.second[8:]) &&
@@ -214,8 +214,9 @@ func parseTime(b []byte) (time.Time, bool) {
 }
 
 // idKeys are the keys of the envelope's identities, in their order, and
-// the separators below the other keys of more than eight bytes: matched
-// like a payload's field keys (fieldInfo.keyAt), as two masked words.
+// the separators after them the envelope's other keys of more than eight
+// bytes: each is matched like a payload's field key (fieldInfo.keyAt), as
+// two masked words.
 var (
 	idKeys  = [3]fieldInfo{wordKey(`,"activation":`), wordKey(`,"session":`), wordKey(`,"server":`)}
 	timeSep = wordKey(`","time":"`)

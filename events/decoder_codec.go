@@ -39,7 +39,8 @@ type fieldInfo struct {
 	// therefore never hold a zero omitempty field and never lack another.
 	omitEmpty bool
 	// head and tail are the key's first sixteen bytes as little-endian
-	// words, and the masks their bytes of the key: see keyAt.
+	// words; their masks select the bytes that belong to the key (see
+	// keyAt).
 	head, headMask, tail, tailMask uint64
 }
 
