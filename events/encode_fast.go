@@ -12,6 +12,9 @@ package events
 //     invalid instants): TestFastEncodersMatchEncodingJSON;
 //   - Prepare's result and errors equal the encoding/json path's:
 //     TestPrepareFastMatchesReflect;
+//   - Prepare takes only each kind's own payload type, so no other type
+//     (one embedding it, one with its own MarshalJSON) inherits its
+//     appender: TestPrepareRefusesOtherTypes;
 //   - payloads_json.go is what the generator writes from the current types,
 //     and the generator refuses field types it cannot encode exactly:
 //     TestGeneratedEncoders;

@@ -247,3 +247,34 @@ func BenchmarkPrepare(b *testing.B) {
 	b.ReportMetric(fastA, "fast-allocs/event")
 	b.ReportMetric(slowA, "reflect-allocs/event")
 }
+
+// wrappedAdmitted embeds a catalogue payload and adds a field: it
+// inherits CallAdmitted's Kind, Validate and generated appender.
+type wrappedAdmitted struct {
+	*CallAdmitted
+	Note string `json:"note"`
+}
+
+// ownMarshalAdmitted embeds a catalogue payload and has its own
+// MarshalJSON, which the generated appender would bypass.
+type ownMarshalAdmitted struct{ *CallAdmitted }
+
+func (ownMarshalAdmitted) MarshalJSON() ([]byte, error) { return []byte(`{"own":true}`), nil }
+
+// Prepare refuses a payload whose Go type is not its kind's own type,
+// naming the kind and the type it wants, instead of encoding only the
+// embedded part.
+func TestPrepareRefusesOtherTypes(t *testing.T) {
+	admitted := func() *CallAdmitted {
+		return &CallAdmitted{CallID: "call-1", Tool: "search", Digest: strings.Repeat("ab", 32)}
+	}
+	if _, err := Prepare(Draft{Payload: admitted()}); err != nil {
+		t.Fatalf("own type refused: %v", err)
+	}
+	for _, p := range []Payload{wrappedAdmitted{CallAdmitted: admitted(), Note: "lost"}, ownMarshalAdmitted{admitted()}} {
+		_, err := Prepare(Draft{Payload: p})
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "call.admitted") || !strings.Contains(err.Error(), "*events.CallAdmitted") {
+			t.Errorf("%T: err %v, want ErrInvalid naming call.admitted and *events.CallAdmitted", p, err)
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -92,10 +93,23 @@ type Envelope struct {
 }
 
 // Prepare validates d and returns it with canonical payload bytes. Every
-// failure wraps [ErrInvalid]. The payload is encoded by its generated
+// failure wraps [ErrInvalid]. The payload must be of its kind's own type
+// (the one [New] returns): a type embedding it or wrapping it is refused
+// (TestPrepareRefusesOtherTypes). The payload is encoded by its generated
 // appender (encode_fast.go), not by reflection; the bytes and errors are
 // encoding/json's (TestPrepareFastMatchesReflect).
 func Prepare(d Draft) (Prepared, error) { return prepare(d, true) }
+
+// payloadTypes maps each kind to the Go type of its payload (registry's
+// constructors' type), the only type Prepare accepts for it. Built once,
+// never written afterwards.
+var payloadTypes = func() map[Kind]reflect.Type {
+	m := make(map[Kind]reflect.Type, len(registry))
+	for k, mk := range registry {
+		m[k] = reflect.TypeOf(mk())
+	}
+	return m
+}()
 
 // preparedBytes is the capacity Prepare first gives the one buffer holding
 // a Prepared's middle (and, inside it, its Data): room for the envelope
@@ -111,6 +125,12 @@ func prepare(d Draft, fast bool) (Prepared, error) {
 	kind := d.Payload.Kind()
 	if _, ok := registry[kind]; !ok {
 		return Prepared{}, fmt.Errorf("%w: %q", ErrUnknownKind, kind)
+	}
+	// Only the kind's own type: another type (one embedding it, or with
+	// its own MarshalJSON) would inherit its generated appender and have
+	// its extra fields or marshaler silently ignored.
+	if want := payloadTypes[kind]; reflect.TypeOf(d.Payload) != want {
+		return Prepared{}, fmt.Errorf("%w: %s payload has Go type %T, want %v", ErrInvalid, kind, d.Payload, want)
 	}
 	if err := validateIDs(d.Activation, d.Session, d.Server); err != nil {
 		return Prepared{}, err
