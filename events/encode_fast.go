@@ -1,8 +1,9 @@
 package events
 
 // Payload encoding without reflection. Every payload type has a generated
-// appendJSON method (payloads_json.go, written by TestGeneratedEncoders from
-// the types themselves) that appends exactly what encoding/json.Marshal
+// appendJSON method (in X_json.go beside the file X.go declaring the type:
+// payloads_json.go, payloads_http_json.go, …, written by
+// TestGeneratedEncoders from the types themselves) that appends exactly what encoding/json.Marshal
 // writes for it; Prepare uses it and falls back to encoding/json only where
 // that would fail (an Instant outside ValidTime), so errors stay the same.
 //
@@ -15,8 +16,9 @@ package events
 //   - Prepare takes only each kind's own payload type, so no other type
 //     (one embedding it, one with its own MarshalJSON) inherits its
 //     appender: TestPrepareRefusesOtherTypes;
-//   - payloads_json.go is what the generator writes from the current types,
-//     and the generator refuses field types it cannot encode exactly:
+//   - every generated file is what the generator writes from the current
+//     types, none is missing and no other generated file exists, and the
+//     generator refuses field types it cannot encode exactly:
 //     TestGeneratedEncoders;
 //   - an object whose members are all omitted closes as {}:
 //     TestCloseJSONObjectEmpty.

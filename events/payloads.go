@@ -9,8 +9,8 @@ package events
 // kindList is every payload type, one constructor per kind. Adding a kind
 // means adding its type here, its schema in schemas/, an example line in
 // examples/events.jsonl and its entry in docs/events.md; tests fail until
-// all four exist. Its generated encoder in payloads_json.go follows with
-// `go test ./events/ -run TestGeneratedEncoders -update`.
+// all four exist. Its generated encoder (in X_json.go beside the file X.go
+// declaring it) follows with `go test ./events/ -run TestGeneratedEncoders -update`.
 var kindList = []func() Payload{
 	func() Payload { return new(LeaseAcquiring) },
 	func() Payload { return new(LeaseAcquired) },
