@@ -13,6 +13,9 @@ package events
 //     invalid instants): TestFastEncodersMatchEncodingJSON;
 //   - Prepare's result and errors equal the encoding/json path's:
 //     TestPrepareFastMatchesReflect;
+//   - the too-large refusal and the fallback to encoding/json's error
+//     where an appender declines give the same errors on both paths:
+//     TestEncodePreparedLimitAndFallback;
 //   - Prepare takes only each kind's own payload type, so no other type
 //     (one embedding it, one with its own MarshalJSON) inherits its
 //     appender: TestPrepareRefusesOtherTypes;

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"reflect"
 	"runtime"
@@ -133,18 +134,8 @@ func TestPrepareFastMatchesReflect(t *testing.T) {
 				if rapid.IntRange(0, 4).Draw(t, "ids") == 0 {
 					d.Activation = genString().Draw(t, "activation")
 				}
-				if rapid.IntRange(0, 9).Draw(t, "huge") == 0 {
-					// Over MaxDataBytes in a string field, if the kind has one.
-					v := reflect.ValueOf(d.Payload).Elem()
-					for i := range v.NumField() {
-						if v.Field(i).Kind() == reflect.String && v.Type().Field(i).Name != "Outcome" {
-							v.Field(i).SetString(strings.Repeat("a", MaxDataBytes))
-							break
-						}
-					}
-				}
 				fast, ferr := Prepare(d)
-				slow, serr := prepare(d, false)
+				slow, serr := prepare(d, false, MaxDataBytes)
 				if (ferr == nil) != (serr == nil) || ferr != nil && (ferr.Error() != serr.Error() ||
 					errors.Is(ferr, ErrInvalid) != errors.Is(serr, ErrInvalid) || errors.Is(ferr, ErrTooLarge) != errors.Is(serr, ErrTooLarge)) {
 					t.Fatalf("fast err %v, encoding/json err %v", ferr, serr)
@@ -156,6 +147,73 @@ func TestPrepareFastMatchesReflect(t *testing.T) {
 			})
 		})
 	}
+}
+
+// exampleDrafts parses every line of examples/events.jsonl.
+func exampleDrafts(tb testing.TB) []Draft {
+	tb.Helper()
+	f, err := os.ReadFile("../examples/events.jsonl")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var drafts []Draft
+	for line := range bytes.Lines(f) {
+		d, err := ParseInput(bytes.TrimSpace(line))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		drafts = append(drafts, d)
+	}
+	return drafts
+}
+
+// sameOutcome fails unless the generated-appender and encoding/json
+// results of encodePrepared are equal: both errors with the same text and
+// the same sentinels, or both equal Prepared values.
+func sameOutcome(t *testing.T, what string, fast Prepared, ferr error, slow Prepared, serr error) {
+	t.Helper()
+	if (ferr == nil) != (serr == nil) || ferr != nil && (ferr.Error() != serr.Error() ||
+		errors.Is(ferr, ErrInvalid) != errors.Is(serr, ErrInvalid) || errors.Is(ferr, ErrTooLarge) != errors.Is(serr, ErrTooLarge)) {
+		t.Fatalf("%s: fast err %v, encoding/json err %v", what, ferr, serr)
+	}
+	if ferr == nil && (!bytes.Equal(fast.Data, slow.Data) || !bytes.Equal(fast.middle, slow.middle)) {
+		t.Fatalf("%s: fast %+v\nencoding/json %+v", what, fast, slow)
+	}
+}
+
+// Both encodings refuse a payload over the limit with the same
+// ErrTooLarge error (a limit one byte under each example's payload) and
+// accept it at exactly the limit; where the generated appender declines
+// (an instant outside ValidTime, which Validate refuses before encoding,
+// so only encodePrepared reaches it) the fast path returns encoding/json's
+// error.
+func TestEncodePreparedLimitAndFallback(t *testing.T) {
+	for _, d := range exampleDrafts(t) {
+		kind := d.Payload.Kind()
+		full, err := json.Marshal(d.Payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, limit := range []int{len(full) - 1, len(full)} {
+			fast, ferr := encodePrepared(d, kind, true, limit)
+			slow, serr := encodePrepared(d, kind, false, limit)
+			sameOutcome(t, fmt.Sprintf("%s limit %d", kind, limit), fast, ferr, slow, serr)
+			if tooBig := limit < len(full); tooBig != errors.Is(ferr, ErrTooLarge) {
+				t.Fatalf("%s: %d bytes at limit %d: err %v", kind, len(full), limit, ferr)
+			}
+		}
+	}
+	bad := &GuardianSignal{At: At(time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC))}
+	if _, ok := bad.appendJSON(nil); ok {
+		t.Fatal("the appender took an instant outside ValidTime")
+	}
+	d := Draft{Payload: bad}
+	fast, ferr := encodePrepared(d, bad.Kind(), true, MaxDataBytes)
+	slow, serr := encodePrepared(d, bad.Kind(), false, MaxDataBytes)
+	if !errors.Is(ferr, ErrInvalid) {
+		t.Fatalf("fallback: err %v, want ErrInvalid", ferr)
+	}
+	sameOutcome(t, "fallback", fast, ferr, slow, serr)
 }
 
 // appendTime writes what AppendFormat(TimeLayout) writes, for any instant
@@ -205,25 +263,14 @@ func TestCloseJSONObjectEmpty(t *testing.T) {
 // path in the same run, and reports fast over reflect time per event
 // (ratio-fast/reflect; below 1 is faster) and allocations of each.
 func BenchmarkPrepare(b *testing.B) {
-	f, err := os.ReadFile("../examples/events.jsonl")
-	if err != nil {
-		b.Fatal(err)
-	}
-	var drafts []Draft
-	for line := range bytes.Lines(f) {
-		d, err := ParseInput(bytes.TrimSpace(line))
-		if err != nil {
-			b.Fatal(err)
-		}
-		drafts = append(drafts, d)
-	}
+	drafts := exampleDrafts(b)
 	run := func(fast bool) (time.Duration, float64) {
 		var ms0, ms1 runtime.MemStats
 		runtime.ReadMemStats(&ms0)
 		start := time.Now()
 		for range b.N {
 			for _, d := range drafts {
-				if _, err := prepare(d, fast); err != nil {
+				if _, err := prepare(d, fast, MaxDataBytes); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -98,7 +98,7 @@ type Envelope struct {
 // (TestPrepareRefusesOtherTypes). The payload is encoded by its generated
 // appender (encode_fast.go), not by reflection; the bytes and errors are
 // encoding/json's (TestPrepareFastMatchesReflect).
-func Prepare(d Draft) (Prepared, error) { return prepare(d, true) }
+func Prepare(d Draft) (Prepared, error) { return prepare(d, true, MaxDataBytes) }
 
 // payloadTypes maps each kind to the Go type of its payload (registry's
 // constructors' type), the only type Prepare accepts for it. Built once,
@@ -116,9 +116,11 @@ var payloadTypes = func() map[Kind]reflect.Type {
 // fields and a typical payload; a larger one grows it.
 const preparedBytes = 512
 
-// prepare is Prepare; fast false encodes the payload with encoding/json
-// (the reference the generated appenders are tested against).
-func prepare(d Draft, fast bool) (Prepared, error) {
+// prepare is Prepare with the payload bound as a parameter (Prepare passes
+// MaxDataBytes; tests a small one to reach it); fast false encodes the
+// payload with encoding/json (the reference the generated appenders are
+// tested against).
+func prepare(d Draft, fast bool, limit int) (Prepared, error) {
 	if d.Payload == nil {
 		return Prepared{}, invalid("data", "missing payload")
 	}
@@ -138,6 +140,15 @@ func prepare(d Draft, fast bool) (Prepared, error) {
 	if err := d.Payload.Validate(); err != nil {
 		return Prepared{}, fmt.Errorf("%s: %w", kind, err)
 	}
+	return encodePrepared(d, kind, fast, limit)
+}
+
+// encodePrepared is prepare after validation: it encodes d's payload of
+// kind (with its generated appender, or with fast false encoding/json)
+// and refuses one over limit bytes. Both ways give the same result and
+// the same errors, also where the appender declines and encoding/json's
+// error is taken (TestEncodePreparedLimitAndFallback).
+func encodePrepared(d Draft, kind Kind, fast bool, limit int) (Prepared, error) {
 	if f, ok := d.Payload.(jsonAppender); ok && fast {
 		// One buffer: the middle, with Data a capped window onto it.
 		b := appendMiddleHead(make([]byte, 0, preparedBytes+len(d.Activation)+len(d.Session)+len(d.Server)),
@@ -145,8 +156,8 @@ func prepare(d Draft, fast bool) (Prepared, error) {
 		at := len(b)
 		if b, ok = f.appendJSON(b); ok {
 			end := len(b)
-			if end-at > MaxDataBytes {
-				return Prepared{}, tooLarge(kind, end-at)
+			if end-at > limit {
+				return Prepared{}, tooLarge(kind, end-at, limit)
 			}
 			b = append(b, middleTail...)
 			return Prepared{Kind: kind, Activation: d.Activation, Session: d.Session, Server: d.Server,
@@ -158,15 +169,17 @@ func prepare(d Draft, fast bool) (Prepared, error) {
 	if err != nil {
 		return Prepared{}, fmt.Errorf("%w: %s: encode payload: %v", ErrInvalid, kind, err)
 	}
-	if len(data) > MaxDataBytes {
-		return Prepared{}, tooLarge(kind, len(data))
+	if len(data) > limit {
+		return Prepared{}, tooLarge(kind, len(data), limit)
 	}
 	return Prepared{Kind: kind, Activation: d.Activation, Session: d.Session, Server: d.Server, Data: data,
 		middle: appendMiddle(make([]byte, 0, len(data)+200), kind, d.Activation, d.Session, d.Server, data)}, nil
 }
 
-func tooLarge(kind Kind, n int) error {
-	return fmt.Errorf("%w: %s payload is %d bytes, limit MaxDataBytes=%d", ErrTooLarge, kind, n, MaxDataBytes)
+// tooLarge is the error for a payload of kind that is n bytes, over limit
+// (MaxDataBytes outside tests).
+func tooLarge(kind Kind, n, limit int) error {
+	return fmt.Errorf("%w: %s payload is %d bytes, limit MaxDataBytes=%d", ErrTooLarge, kind, n, limit)
 }
 
 // Seal turns p into the envelope at seq, chained after prev. It is what the

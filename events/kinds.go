@@ -128,7 +128,7 @@ func decodePayload(kind Kind, data []byte) (Payload, error) {
 		return nil, invalid("data", "missing")
 	}
 	if len(data) > MaxDataBytes {
-		return nil, tooLarge(kind, len(data))
+		return nil, tooLarge(kind, len(data), MaxDataBytes)
 	}
 	if err := strictUnmarshal(data, p); err != nil {
 		return nil, fmt.Errorf("%w: %s data: %v", ErrInvalid, kind, err)
