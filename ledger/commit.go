@@ -42,6 +42,12 @@ package ledger
 //     durable and through BeforeAck, never sealed again (idempotency.go).
 //   - The Merkle node index is written in the batch of the events whose
 //     nodes it holds, with m/tree (tree.go).
+//   - Sealing allocates per event only what events.Seal and the Merkle
+//     index do: keys are built in a reused buffer (TestSetEventKeysTwin),
+//     ULIDs drawn without allocation, identical to ulid.New's
+//     (TestSealAllocs, TestNewIDTwin), small calls' Acks cut from a slab
+//     whose slots are each handed out once (TestTakeAcks), and a batch's
+//     records allocated as large as the last batch's (TestRecordsPrealloc).
 //
 // The commit pipeline is classic group commit in three overlapped stages,
 // each on its own goroutine:
@@ -286,29 +292,6 @@ func (l *Ledger) committer(syncerDone <-chan struct{}) {
 	}
 }
 
-// committerLocal is the committer's own bookkeeping across batches.
-type committerLocal struct {
-	// batchBytes is the size of the last batch closed that wrote events:
-	// the next one is allocated after it up front (batchPrealloc), since
-	// batches under a steady load are alike, rather than grown by doubling
-	// and copying (a tenth of the committer's time with thousands of events
-	// per batch).
-	batchBytes int
-	// flushed are the records of the last batch flushed that wrote events:
-	// an Import compares re-delivered events with them while that batch
-	// may not be durable yet (sealedRaw).
-	flushed []Record
-}
-
-// batchPrealloc is the size an open batch is allocated with, given the
-// size of the last one: a quarter more, so that a batch slightly larger
-// than the last (half of them, under a steady load) is not grown by
-// doubling and copying, and at most maxBatchPrealloc, so that one huge
-// call does not inflate every later batch.
-func batchPrealloc(last int) int {
-	return min(last+last/4, maxBatchPrealloc)
-}
-
 // newPending starts an open batch. Its Pebble batch is allocated when the
 // first event is sealed into it (add): a batch of retries writes nothing.
 func (l *Ledger) newPending(*committerLocal) *pending {
@@ -393,12 +376,13 @@ func (l *Ledger) add(c *committerLocal, open *pending, r *appendReq) *pending {
 	}
 	if open.batch == nil {
 		open.batch = l.db.NewBatchWithSize(batchPrealloc(c.batchBytes))
+		open.records = make([]Record, 0, max(len(r.prepared), recordsPrealloc(c.batchEvents, l.opts.MaxBatchEvents)))
 	}
 	open.reqs = append(open.reqs, r)
 	open.events += len(r.prepared)
-	r.acks = make([]Ack, len(r.prepared))
+	r.acks = c.takeAcks(len(r.prepared))
 	for i, ev := range r.prepared {
-		env, raw := l.seal(ev, t)
+		env, raw := l.seal(c, ev, t)
 		l.treeAppend(open.batch, raw) // its Merkle nodes, in its batch (tree.go)
 		r.acks[i] = Ack{Seq: Seq(env.Seq), ID: env.ID, Hash: env.Hash}
 		open.records = append(open.records, Record{Env: env, Raw: raw})
@@ -429,6 +413,7 @@ func (l *Ledger) flush(c *committerLocal, p *pending) {
 	}
 	if len(p.records) > 0 {
 		c.flushed = p.records
+		c.batchEvents = len(p.records)
 	}
 	if h := l.opts.hooks; h != nil && h[hookInlineApply] != nil {
 		if p.batch != nil {
@@ -479,10 +464,11 @@ func (l *Ledger) applyBatch(p *pending) bool {
 }
 
 // seal assigns the next seq, a ULID and time t (checked by add) to p and
-// chains it after the tail.
-func (l *Ledger) seal(p events.Prepared, t time.Time) (events.Envelope, []byte) {
+// chains it after the tail. It allocates nothing beyond events.Seal
+// (TestSealAllocs).
+func (l *Ledger) seal(c *committerLocal, p events.Prepared, t time.Time) (events.Envelope, []byte) {
 	l.lastT = t
-	id, err := ulid.New(ulid.Timestamp(t), l.entropy)
+	id, err := newID(l.entropy, &c.idEntropy, ulid.Timestamp(t))
 	if err != nil {
 		// Monotonic entropy overflows only after 2^80 IDs in one
 		// millisecond; fall back to fresh entropy rather than fail.

@@ -36,8 +36,9 @@ func BenchmarkCommitterSeal(b *testing.B) {
 			batch := l.db.NewBatch()
 			t := time.Now()
 			n := 0
+			c := &committerLocal{}
 			for b.Loop() {
-				env, raw := l.seal(p, t)
+				env, raw := l.seal(c, p, t)
 				if index {
 					l.treeAppend(batch, raw)
 				}
