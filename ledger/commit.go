@@ -45,9 +45,10 @@ package ledger
 //   - Sealing allocates per event only what events.Seal and the Merkle
 //     index do: keys are built in a reused buffer (TestSetEventKeysTwin),
 //     ULIDs drawn without allocation, identical to ulid.New's
-//     (TestSealAllocs, TestNewIDTwin), small calls' Acks cut from a slab
+//     (TestSealIDAllocs, TestNewIDTwin), small calls' Acks cut from a slab
 //     whose slots are each handed out once (TestTakeAcks), and a batch's
-//     records allocated as large as the last batch's (TestRecordsPrealloc).
+//     records allocated up front a quarter more than the last batch's
+//     (TestRecordsPrealloc).
 //
 // The commit pipeline is classic group commit in three overlapped stages,
 // each on its own goroutine:
@@ -465,7 +466,7 @@ func (l *Ledger) applyBatch(p *pending) bool {
 
 // seal assigns the next seq, a ULID and time t (checked by add) to p and
 // chains it after the tail. It allocates nothing beyond events.Seal
-// (TestSealAllocs).
+// (TestSealIDAllocs).
 func (l *Ledger) seal(c *committerLocal, p events.Prepared, t time.Time) (events.Envelope, []byte) {
 	l.lastT = t
 	id, err := newID(l.entropy, &c.idEntropy, ulid.Timestamp(t))

@@ -34,7 +34,7 @@ func TestNewIDTwin(t *testing.T) {
 
 // seal allocates nothing beyond events.Seal: the ULID it draws costs no
 // allocation.
-func TestSealAllocs(t *testing.T) {
+func TestSealIDAllocs(t *testing.T) {
 	p, err := events.Prepare(pipeDraft(1))
 	if err != nil {
 		t.Fatal(err)
