@@ -372,13 +372,22 @@ func TestLockedDirectory(t *testing.T) {
 }
 
 func TestCloseDrainsQueue(t *testing.T) {
-	// Hold the first batch in BeforeAck until every appender is queued or
-	// blocked on the full queue, so that Close certainly meets a full queue.
+	// Hold the first batch in BeforeAck until the whole pipeline is full
+	// (see TestQueueBackpressure's count), so that Close certainly meets a
+	// full pipeline and a full queue. A full queue alone is not enough: an
+	// appender can find it full while the committer, not yet blocked, is
+	// about to take from it (then fewer calls are in flight than counted).
 	obs := &blockingObserver{release: make(chan struct{}), entered: make(chan struct{})}
-	var queueFull sync.Once
-	full := make(chan struct{})
+	var stuckOnce sync.Once
+	stuck := make(chan struct{})
 	l, err := ledger.Open(ledger.WithHooks(ledger.Options{Dir: t.TempDir(), QueueLen: 8, MaxBatchEvents: 1, BeforeAck: obs},
-		ledger.Hooks{QueueFull: func() { queueFull.Do(func() { close(full) }) }}))
+		ledger.Hooks{TokenWait: func() {
+			select {
+			case <-obs.entered:
+				stuckOnce.Do(func() { close(stuck) })
+			default:
+			}
+		}}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -398,6 +407,17 @@ func TestCloseDrainsQueue(t *testing.T) {
 			}
 		})
 	}
+	waitFor(t, "the committer to block for good", stuck)
+	// Once stuck, the queue only fills.
+	full := make(chan struct{})
+	polling, stopPoll := context.WithCancel(ctx)
+	t.Cleanup(stopPoll) // ends the poll if waitFor fails
+	go func() {
+		defer close(full)
+		for l.Stats().Queued < 8 && polling.Err() == nil {
+			runtime.Gosched()
+		}
+	}()
 	waitFor(t, "the queue to fill", full)
 	closed := make(chan error, 1)
 	go func() { closed <- l.Close() }()
