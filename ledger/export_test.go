@@ -9,11 +9,13 @@ type Hooks struct {
 	TokenWait func()
 	// CloseWaitsReaders: Close is about to wait for reads in progress.
 	CloseWaitsReaders func()
+	// Sealed: the committer has sealed a call's events into the open batch.
+	Sealed func()
 }
 
 // WithHooks returns o with h installed.
 func WithHooks(o Options, h Hooks) Options {
-	o.hooks = &testHooks{hookQueueFull: h.QueueFull, hookTokenWait: h.TokenWait, hookCloseWaitsReaders: h.CloseWaitsReaders}
+	o.hooks = &testHooks{hookQueueFull: h.QueueFull, hookTokenWait: h.TokenWait, hookCloseWaitsReaders: h.CloseWaitsReaders, hookSealed: h.Sealed}
 	return o
 }
 

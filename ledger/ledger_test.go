@@ -250,6 +250,29 @@ func (b *blockingObserver) Committed([]ledger.Record) {
 	<-b.release
 }
 
+// stuckHooks returns hooks that close stuck once the committer of a ledger
+// with MaxBatchEvents 1 whose BeforeAck holds the first batch has blocked
+// for good: it waits for a token with 2+InflightBatches events sealed
+// (the held batch, the batches in flight and the open batch). Only then
+// can no token come back: with fewer sealed, the first batch still holds
+// its token or has just returned it, and the committer may take it. (Its
+// observer entering BeforeAck is no sign: the syncer returns the token
+// just before, and the committer can take it and wait again before the
+// observer runs.)
+func stuckHooks() (ledger.Hooks, <-chan struct{}) {
+	var sealed atomic.Int64
+	var once sync.Once
+	stuck := make(chan struct{})
+	return ledger.Hooks{
+		Sealed: func() { sealed.Add(1) },
+		TokenWait: func() {
+			if sealed.Load() == 2+ledger.InflightBatches {
+				once.Do(func() { close(stuck) })
+			}
+		},
+	}, stuck
+}
+
 // TestQueueBackpressure fills the pipeline and counts exactly how many
 // Append calls it takes in before an appender blocks: with one event per
 // batch and the syncer held in BeforeAck, that is
@@ -267,25 +290,16 @@ func TestQueueBackpressure(t *testing.T) {
 	const queueLen = 2
 	capacity := 1 + ledger.InflightBatches + 1 + 1 + queueLen
 	obs := &blockingObserver{release: make(chan struct{}), entered: make(chan struct{})}
-	// stuck: the committer waits for a token after the syncer entered the
-	// observer, so no token will ever come back and nothing leaves the
-	// queue. full: after that, an appender found the queue full.
-	stuck, full := make(chan struct{}), make(chan struct{})
-	var stuckOnce, fullOnce sync.Once
+	// stuck: the committer blocked for good (stuckHooks), so nothing
+	// leaves the queue. full: after that, an appender found the queue full.
+	hooks, stuck := stuckHooks()
+	full := make(chan struct{})
+	var fullOnce sync.Once
 	var probing atomicBool
-	hooks := ledger.Hooks{
-		TokenWait: func() {
-			select {
-			case <-obs.entered:
-				stuckOnce.Do(func() { close(stuck) })
-			default:
-			}
-		},
-		QueueFull: func() {
-			if probing.Load() {
-				fullOnce.Do(func() { close(full) })
-			}
-		},
+	hooks.QueueFull = func() {
+		if probing.Load() {
+			fullOnce.Do(func() { close(full) })
+		}
 	}
 	l, err := ledger.Open(ledger.WithHooks(ledger.Options{Dir: t.TempDir(), QueueLen: queueLen, MaxBatchEvents: 1, BeforeAck: obs}, hooks))
 	if err != nil {
@@ -378,16 +392,8 @@ func TestCloseDrainsQueue(t *testing.T) {
 	// appender can find it full while the committer, not yet blocked, is
 	// about to take from it (then fewer calls are in flight than counted).
 	obs := &blockingObserver{release: make(chan struct{}), entered: make(chan struct{})}
-	var stuckOnce sync.Once
-	stuck := make(chan struct{})
-	l, err := ledger.Open(ledger.WithHooks(ledger.Options{Dir: t.TempDir(), QueueLen: 8, MaxBatchEvents: 1, BeforeAck: obs},
-		ledger.Hooks{TokenWait: func() {
-			select {
-			case <-obs.entered:
-				stuckOnce.Do(func() { close(stuck) })
-			default:
-			}
-		}}))
+	hooks, stuck := stuckHooks()
+	l, err := ledger.Open(ledger.WithHooks(ledger.Options{Dir: t.TempDir(), QueueLen: 8, MaxBatchEvents: 1, BeforeAck: obs}, hooks))
 	if err != nil {
 		t.Fatal(err)
 	}
