@@ -58,10 +58,15 @@ func crashChild() {
 	wg.Wait()
 }
 
-// TestCrashDurability kills a 64-writer appender with SIGKILL at random
-// moments, many times over the same directory. After each kill every
-// acknowledged seq must be present with its ULID, the chain must verify and
-// there must be no gap. LEASELEDGER_CRASH_ROUNDS raises the round count.
+// crashChildStartBound bounds how long TestCrashDurability waits for a
+// child's first acknowledgement before it kills the child and fails.
+const crashChildStartBound = 30 * time.Second
+
+// TestCrashDurability kills a 64-writer appender with SIGKILL at a random
+// moment after its first acknowledgement, many times over the same
+// directory. After each kill every acknowledged seq must be present with
+// its ULID, the chain must verify and there must be no gap.
+// LEASELEDGER_CRASH_ROUNDS raises the round count.
 func TestCrashDurability(t *testing.T) {
 	rounds := 10
 	if v, err := strconv.Atoi(os.Getenv("LEASELEDGER_CRASH_ROUNDS")); err == nil && v > 0 {
@@ -93,8 +98,13 @@ func TestCrashDurability(t *testing.T) {
 				lines <- sc.Text()
 			}
 		}()
+		// The kill comes at a random point after the child's first
+		// acknowledgement, not after its start: a loaded machine can take
+		// longer than the whole window to start a race-built child, and a
+		// round killed before any ack proves nothing.
 		killAfter := time.Duration(20+rng.IntN(300)) * time.Millisecond
-		deadline := time.After(killAfter)
+		var deadline <-chan time.Time
+		noAck := time.After(crashChildStartBound)
 	read:
 		for {
 			select {
@@ -103,10 +113,21 @@ func TestCrashDurability(t *testing.T) {
 					break read
 				}
 				addAck(t, acked, line)
+				if noAck != nil && len(acked) > 0 {
+					noAck, deadline = nil, time.After(killAfter)
+				}
+			case <-noAck:
+				_ = cmd.Process.Signal(syscall.SIGKILL)
+				noAck = nil
+				t.Errorf("round %d: no acknowledgement within %v of the child's start", round, crashChildStartBound)
 			case <-deadline:
 				_ = cmd.Process.Signal(syscall.SIGKILL)
 				deadline = nil
 			}
+		}
+		if t.Failed() {
+			_ = cmd.Wait()
+			t.FailNow()
 		}
 		err = cmd.Wait()
 		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
