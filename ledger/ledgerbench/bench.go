@@ -60,6 +60,12 @@ type Side struct {
 	Elapsed time.Duration
 	// Commits is the number of Pebble commits (ledger side only).
 	Commits int
+	// CPU is the CPU time the whole process used while the side's writers
+	// ran (from the first append to the last ack; 0 where it cannot be
+	// read). Sides run one after the other, so it is this side's work and
+	// whatever of it runs concurrently (a serve side's bus, subscriber and
+	// Pebble's background work), not the set-up or the drain after.
+	CPU time.Duration
 }
 
 // Rate is events per second.
@@ -68,6 +74,56 @@ func (s Side) Rate() float64 {
 		return 0
 	}
 	return float64(s.Events) / s.Elapsed.Seconds()
+}
+
+// CPUPerEvent is the process CPU time per event written (0 without CPU
+// readings). Where throughput is noisy on a shared machine, the ratio of two
+// sides' CPU per event is the steadier figure of their relative cost.
+func (s Side) CPUPerEvent() time.Duration {
+	if s.Events <= 0 {
+		return 0
+	}
+	return s.CPU / time.Duration(s.Events)
+}
+
+// Cores is the mean number of cores the process kept busy while the side
+// ran (CPU over elapsed time). Well under the machine's cores, the side
+// was bound by waiting (fsync, wake-ups), not by CPU.
+func (s Side) Cores() float64 {
+	if s.Elapsed <= 0 {
+		return 0
+	}
+	return s.CPU.Seconds() / s.Elapsed.Seconds()
+}
+
+// cpuRatio is b's CPU per event over a's: like ratio, above 1 when a is
+// the cheaper; 0 without CPU readings.
+func cpuRatio(a, b Side) float64 {
+	if a.CPUPerEvent() <= 0 || b.CPUPerEvent() <= 0 {
+		return 0
+	}
+	return float64(b.CPUPerEvent()) / float64(a.CPUPerEvent())
+}
+
+// startCPU starts a CPU reading: the function returned gives the process
+// CPU time used since (0 where it cannot be read).
+func startCPU() func() time.Duration {
+	start, ok := processCPU()
+	return func() time.Duration {
+		now, ok2 := processCPU()
+		if !ok || !ok2 {
+			return 0
+		}
+		return now - start
+	}
+}
+
+// cpuCell prints a side's CPU per event and cores busy.
+func cpuCell(s Side) string {
+	if s.CPU <= 0 {
+		return ""
+	}
+	return fmt.Sprintf("  cpu %6.2f us/event on %.2f cores", float64(s.CPUPerEvent())/1e3, s.Cores())
 }
 
 // Result is a finished run.
@@ -88,6 +144,9 @@ func (r Result) Ratio() float64 { return ratio(r.Ledger, r.RawSame) }
 // e/ records only.
 func (r Result) RecordsRatio() float64 { return ratio(r.Ledger, r.RawRecords) }
 
+// CPURatio is raw Pebble's CPU per event (same keys) over the ledger's.
+func (r Result) CPURatio() float64 { return cpuRatio(r.Ledger, r.RawSame) }
+
 func ratio(a, b Side) float64 {
 	if b.Rate() == 0 {
 		return 0
@@ -95,18 +154,20 @@ func ratio(a, b Side) float64 {
 	return a.Rate() / b.Rate()
 }
 
-// String prints r as a table: the configuration, the three rates, their
-// ratios and the group-commit factor.
+// String prints r as a table: the configuration, the three rates with
+// their CPU cost, the ratios and the group-commit factor.
 func (r Result) String() string {
 	return fmt.Sprintf("concurrency=%d batch=%d events/round=%d rounds=%d event_bytes=%d\n"+
-		"ledger.Append (durable, acked after fsync): %10.0f events/s\n"+
-		"raw pebble Sync, same keys and values:      %10.0f events/s\n"+
-		"raw pebble Sync, e/ records only:           %10.0f events/s\n"+
+		"ledger.Append (durable, acked after fsync): %10.0f events/s%s\n"+
+		"raw pebble Sync, same keys and values:      %10.0f events/s%s\n"+
+		"raw pebble Sync, e/ records only:           %10.0f events/s%s\n"+
 		"ratio ledger / raw same keys:               %10.3f\n"+
 		"ratio ledger / raw records only:            %10.3f\n"+
+		"cpu ratio raw same keys / ledger per event: %10.3f\n"+
 		"ledger events per Pebble commit:            %10.1f",
 		r.Config.Concurrency, r.Config.Batch, r.Config.Events, r.Config.Rounds, r.EventBytes,
-		r.Ledger.Rate(), r.RawSame.Rate(), r.RawRecords.Rate(), r.Ratio(), r.RecordsRatio(), float64(r.Ledger.Events)/float64(max(1, r.Ledger.Commits)))
+		r.Ledger.Rate(), cpuCell(r.Ledger), r.RawSame.Rate(), cpuCell(r.RawSame), r.RawRecords.Rate(), cpuCell(r.RawRecords),
+		r.Ratio(), r.RecordsRatio(), r.CPURatio(), float64(r.Ledger.Events)/float64(max(1, r.Ledger.Commits)))
 }
 
 // sampleDraft is the event both sides write: a call.finished with digests,
@@ -185,6 +246,7 @@ func (s *Side) add(o Side) {
 	s.Events += o.Events
 	s.Elapsed += o.Elapsed
 	s.Commits += o.Commits
+	s.CPU += o.CPU
 }
 
 // work hands out batches until cfg.Events are written.
@@ -192,6 +254,7 @@ func work(ctx context.Context, cfg Config, fn func(first, n int) error) (Side, e
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, cfg.Concurrency)
+	cpu := startCPU()
 	start := time.Now()
 	for range cfg.Concurrency {
 		wg.Go(func() {
@@ -208,7 +271,7 @@ func work(ctx context.Context, cfg Config, fn func(first, n int) error) (Side, e
 		})
 	}
 	wg.Wait()
-	elapsed := time.Since(start)
+	elapsed, used := time.Since(start), cpu()
 	close(errs)
 	if err := <-errs; err != nil {
 		return Side{}, err
@@ -216,7 +279,7 @@ func work(ctx context.Context, cfg Config, fn func(first, n int) error) (Side, e
 	if err := ctx.Err(); err != nil {
 		return Side{}, err
 	}
-	return Side{Events: cfg.Events, Elapsed: elapsed}, nil
+	return Side{Events: cfg.Events, Elapsed: elapsed, CPU: used}, nil
 }
 
 func runLedger(ctx context.Context, dir string, cfg Config) (Side, error) {

@@ -22,7 +22,7 @@ func TestRunSmall(t *testing.T) {
 }
 
 func benchmarkRatio(b *testing.B, concurrency, batch int) {
-	var sum, records float64
+	var sum, records, cpu float64
 	for b.Loop() {
 		res, err := Run(context.Background(), Config{Dir: b.TempDir(), Concurrency: concurrency, Batch: batch, Events: 50000 * batch / max(1, batch/8), Rounds: 1})
 		if err != nil {
@@ -33,9 +33,12 @@ func benchmarkRatio(b *testing.B, concurrency, batch int) {
 		b.ReportMetric(res.RawSame.Rate(), "raw-same-events/s")
 		b.ReportMetric(res.RawRecords.Rate(), "raw-records-events/s")
 		records += res.RecordsRatio()
+		cpu += res.CPURatio()
 		b.ReportMetric(float64(res.Ledger.Events)/float64(max(1, res.Ledger.Commits)), "events/commit")
+		b.ReportMetric(res.Ledger.Cores(), "ledger-cores")
 	}
 	b.ReportMetric(sum/float64(b.N), "ratio-same")
+	b.ReportMetric(cpu/float64(b.N), "cpu-ratio-same")
 	b.ReportMetric(records/float64(b.N), "ratio-records")
 }
 
@@ -60,6 +63,9 @@ func TestRunServeSmall(t *testing.T) {
 		res.Snapshots.Snapshots != 1 || res.Serve.Snapshots != 0 ||
 		res.Ratio() <= 0 || res.P99Ratio() <= 0 || res.Serve.Latency.P50 <= 0 || res.RawLat.P99 <= 0 {
 		t.Fatalf("result %+v", res)
+	}
+	if _, ok := processCPU(); ok && (res.Serve.CPU <= 0 || res.Snapshots.CPU <= 0 || res.Raw.CPU <= 0 || res.CPURatio() <= 0) {
+		t.Fatalf("CPU not read on every side: %+v", res)
 	}
 }
 
@@ -92,7 +98,7 @@ func TestWriterStreams(t *testing.T) {
 }
 
 func benchmarkServe(b *testing.B, concurrency, batch int) {
-	var sum, p99 float64
+	var sum, p99, cpu float64
 	for b.Loop() {
 		res, err := RunServe(context.Background(), Config{Dir: b.TempDir(), Concurrency: concurrency, Batch: batch, Events: 50000, Rounds: 1, SnapshotEvery: 50000 / 8})
 		if err != nil {
@@ -100,10 +106,15 @@ func benchmarkServe(b *testing.B, concurrency, batch int) {
 		}
 		sum += res.Ratio()
 		p99 += res.P99Ratio()
+		cpu += res.CPURatio()
 		b.ReportMetric(res.Serve.Rate(), "serve-events/s")
 		b.ReportMetric(res.Raw.Rate(), "raw-same-events/s")
+		b.ReportMetric(res.Serve.Cores(), "serve-cores")
+		b.ReportMetric(float64(res.Serve.CPUPerEvent().Nanoseconds()), "serve-cpu-ns/event")
+		b.ReportMetric(float64(res.Raw.CPUPerEvent().Nanoseconds()), "raw-cpu-ns/event")
 	}
 	b.ReportMetric(sum/float64(b.N), "ratio-same")
+	b.ReportMetric(cpu/float64(b.N), "cpu-ratio-same")
 	b.ReportMetric(p99/float64(b.N), "p99-snapshot-ratio")
 }
 
@@ -116,6 +127,38 @@ func BenchmarkServe64(b *testing.B) { benchmarkServe(b, 64, 1) }
 // BenchmarkServeBatch256 is BenchmarkServe64 with 256 events per call
 // (goal ≥ 0.6).
 func BenchmarkServeBatch256(b *testing.B) { benchmarkServe(b, 64, 256) }
+
+// TestSideCPU: a side's CPU per event, cores and the CPU ratio follow from
+// its readings (zero without them), and a real run reads the process's CPU
+// for every side while its writers run.
+func TestSideCPU(t *testing.T) {
+	a := Side{Events: 1000, Elapsed: time.Second, CPU: 1500 * time.Millisecond}
+	b := Side{Events: 1000, Elapsed: time.Second, CPU: 500 * time.Millisecond}
+	if a.CPUPerEvent() != 1500*time.Microsecond || a.Cores() != 1.5 {
+		t.Fatalf("cpu/event %v cores %v", a.CPUPerEvent(), a.Cores())
+	}
+	if got := cpuRatio(a, b); got != 1.0/3 {
+		t.Fatalf("cpuRatio %v, want 1/3", got)
+	}
+	if cpuRatio(a, Side{Events: 1}) != 0 || (Side{}).CPUPerEvent() != 0 || (Side{}).Cores() != 0 || cpuCell(Side{}) != "" {
+		t.Fatal("a side without readings must read zero")
+	}
+	if _, ok := processCPU(); !ok {
+		t.Skip("no process CPU readings on this platform")
+	}
+	res, err := Run(context.Background(), Config{Dir: t.TempDir(), Concurrency: 4, Batch: 3, Events: 3000, Rounds: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, s := range map[string]Side{"ledger": res.Ledger, "raw same": res.RawSame, "raw records": res.RawRecords} {
+		if s.CPU <= 0 || s.Cores() <= 0 {
+			t.Fatalf("%s side: no CPU read (%+v)", name, s)
+		}
+	}
+	if res.CPURatio() <= 0 {
+		t.Fatalf("cpu ratio %v", res.CPURatio())
+	}
+}
 
 // TestLatencyPercentiles: p50 and p99 are read at their ranks of the sorted
 // durations, whatever their order, and an empty set reads zero.

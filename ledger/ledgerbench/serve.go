@@ -128,6 +128,12 @@ func (r ServeResult) Ratio() float64 { return ratio(r.Serve.Side, r.Raw) }
 // SnapshotRatio is the serve path with snapshots over raw Pebble.
 func (r ServeResult) SnapshotRatio() float64 { return ratio(r.Snapshots.Side, r.Raw) }
 
+// CPURatio is raw Pebble's CPU per event over the serve path's (no
+// snapshots): where throughput is noisy, the steadier figure of the serve
+// path's cost; with Serve.Cores well under the machine's cores the serve
+// path was bound by waiting, not CPU, and Ratio falls below it.
+func (r ServeResult) CPURatio() float64 { return cpuRatio(r.Serve.Side, r.Raw) }
+
 // P99Ratio is the acknowledgement p99 with snapshots running over the p99
 // without (goal ≤ 2).
 func (r ServeResult) P99Ratio() float64 {
@@ -141,18 +147,19 @@ func (r ServeResult) P99Ratio() float64 {
 func (r ServeResult) String() string {
 	ms := func(d time.Duration) float64 { return float64(d) / 1e6 }
 	return fmt.Sprintf("path=serve concurrency=%d batch=%d events/round=%d rounds=%d snapshot_every=%d event_bytes=%d\n"+
-		"serve (projection + bus + subscriber):      %10.0f events/s  ack p50 %7.2f ms  p99 %7.2f ms  max %7.2f ms  delivered %d/%d%s\n"+
-		"serve with periodic snapshots:              %10.0f events/s  ack p50 %7.2f ms  p99 %7.2f ms  max %7.2f ms  delivered %d/%d  snapshots seen %d/%d rounds%s\n"+
-		"raw pebble Sync, same keys and values:      %10.0f events/s  ack p50 %7.2f ms  p99 %7.2f ms\n"+
+		"serve (projection + bus + subscriber):      %10.0f events/s  ack p50 %7.2f ms  p99 %7.2f ms  max %7.2f ms  delivered %d/%d%s%s\n"+
+		"serve with periodic snapshots:              %10.0f events/s  ack p50 %7.2f ms  p99 %7.2f ms  max %7.2f ms  delivered %d/%d  snapshots seen %d/%d rounds%s%s\n"+
+		"raw pebble Sync, same keys and values:      %10.0f events/s  ack p50 %7.2f ms  p99 %7.2f ms%s\n"+
 		"ratio serve / raw same keys:                %10.3f\n"+
+		"cpu ratio raw / serve per event:            %10.3f\n"+
 		"ratio serve with snapshots / raw:           %10.3f\n"+
 		"ack p99 with snapshots / without:           %10.3f\n"+
 		"serve events per Pebble commit:             %10.1f",
 		r.Config.Concurrency, r.Config.Batch, r.Config.Events, r.Config.Rounds, r.Config.SnapshotEvery, r.EventBytes,
-		r.Serve.Rate(), ms(r.Serve.Latency.P50), ms(r.Serve.Latency.P99), ms(r.Serve.Latency.Max), r.Serve.Delivered, r.Serve.Events, redelivered(r.Serve),
-		r.Snapshots.Rate(), ms(r.Snapshots.Latency.P50), ms(r.Snapshots.Latency.P99), ms(r.Snapshots.Latency.Max), r.Snapshots.Delivered, r.Snapshots.Events, r.Snapshots.Snapshots, r.Config.Rounds, redelivered(r.Snapshots),
-		r.Raw.Rate(), ms(r.RawLat.P50), ms(r.RawLat.P99),
-		r.Ratio(), r.SnapshotRatio(), r.P99Ratio(), float64(r.Serve.Events)/float64(max(1, r.Serve.Commits)))
+		r.Serve.Rate(), ms(r.Serve.Latency.P50), ms(r.Serve.Latency.P99), ms(r.Serve.Latency.Max), r.Serve.Delivered, r.Serve.Events, redelivered(r.Serve), cpuCell(r.Serve.Side),
+		r.Snapshots.Rate(), ms(r.Snapshots.Latency.P50), ms(r.Snapshots.Latency.P99), ms(r.Snapshots.Latency.Max), r.Snapshots.Delivered, r.Snapshots.Events, r.Snapshots.Snapshots, r.Config.Rounds, redelivered(r.Snapshots), cpuCell(r.Snapshots.Side),
+		r.Raw.Rate(), ms(r.RawLat.P50), ms(r.RawLat.P99), cpuCell(r.Raw),
+		r.Ratio(), r.CPURatio(), r.SnapshotRatio(), r.P99Ratio(), float64(r.Serve.Events)/float64(max(1, r.Serve.Commits)))
 }
 
 // redelivered says how many deliveries repeated a seq, when any did.
@@ -401,6 +408,7 @@ func runServe(ctx context.Context, dir string, cfg Config, streams [][]events.Dr
 	var wg sync.WaitGroup
 	lats := make([][]time.Duration, len(streams))
 	errs := make(chan error, len(streams))
+	cpu := startCPU()
 	start := time.Now()
 	for w, s := range streams {
 		wg.Go(func() {
@@ -415,7 +423,7 @@ func runServe(ctx context.Context, dir string, cfg Config, streams [][]events.Dr
 		})
 	}
 	wg.Wait()
-	elapsed := time.Since(start)
+	elapsed, used := time.Since(start), cpu()
 	close(errs)
 	if err := <-errs; err != nil {
 		return ServeSide{}, nil, err
@@ -429,7 +437,7 @@ func runServe(ctx context.Context, dir string, cfg Config, streams [][]events.Dr
 	if err := awaitDelivery(ctx, all, &delivered); err != nil {
 		return ServeSide{}, nil, err
 	}
-	side := ServeSide{Side: Side{Events: cfg.Events, Elapsed: elapsed, Commits: int(l.Stats().Commits)}, Delivered: int(delivered.Load()), Redelivered: int(redelivered.Load())}
+	side := ServeSide{Side: Side{Events: cfg.Events, Elapsed: elapsed, Commits: int(l.Stats().Commits), CPU: used}, Delivered: int(delivered.Load()), Redelivered: int(redelivered.Load())}
 	if seq, _, err := l.LoadSnapshot(live.DefaultSnapshotName); err == nil && seq > 0 && snapshotEvery > 0 {
 		side.Snapshots = 1
 	}
