@@ -51,8 +51,9 @@ func BenchmarkAppend64(b *testing.B) { benchmarkRatio(b, 64, 1) }
 func BenchmarkAppendBatch256(b *testing.B) { benchmarkRatio(b, 4, 256) }
 
 // TestRunServeSmall runs the serve path on a tiny workload: every side
-// writes every event, the subscriber receives them all, the side with
-// snapshots stored one and the side without none, and latencies are read.
+// writes every event, the subscribers (the bus's and the bare NATS side's)
+// receive them all, the side with snapshots stored one and the side
+// without none, and latencies and CPU are read.
 func TestRunServeSmall(t *testing.T) {
 	res, err := RunServe(context.Background(), Config{Dir: t.TempDir(), Concurrency: 4, Batch: 2, Events: 400, Rounds: 1, SnapshotEvery: 50})
 	if err != nil {
@@ -63,6 +64,9 @@ func TestRunServeSmall(t *testing.T) {
 		res.Snapshots.Snapshots != 1 || res.Serve.Snapshots != 0 ||
 		res.Ratio() <= 0 || res.P99Ratio() <= 0 || res.Serve.Latency.P50 <= 0 || res.RawLat.P99 <= 0 {
 		t.Fatalf("result %+v", res)
+	}
+	if res.RawBus.Events != 400 || res.RawBus.Delivered != 400 || res.BusFloorRatio() <= 0 || res.RawBusLat.P50 <= 0 {
+		t.Fatalf("raw + bare NATS side %+v (latency %+v)", res.RawBus, res.RawBusLat)
 	}
 	if _, ok := processCPU(); ok && (res.Serve.CPU <= 0 || res.Snapshots.CPU <= 0 || res.Raw.CPU <= 0 || res.CPURatio() <= 0) {
 		t.Fatalf("CPU not read on every side: %+v", res)
@@ -98,7 +102,7 @@ func TestWriterStreams(t *testing.T) {
 }
 
 func benchmarkServe(b *testing.B, concurrency, batch int) {
-	var sum, p99, cpu float64
+	var sum, p99, cpu, floor float64
 	for b.Loop() {
 		res, err := RunServe(context.Background(), Config{Dir: b.TempDir(), Concurrency: concurrency, Batch: batch, Events: 50000, Rounds: 1, SnapshotEvery: 50000 / 8})
 		if err != nil {
@@ -107,6 +111,7 @@ func benchmarkServe(b *testing.B, concurrency, batch int) {
 		sum += res.Ratio()
 		p99 += res.P99Ratio()
 		cpu += res.CPURatio()
+		floor += res.BusFloorRatio()
 		b.ReportMetric(res.Serve.Rate(), "serve-events/s")
 		b.ReportMetric(res.Raw.Rate(), "raw-same-events/s")
 		b.ReportMetric(res.Serve.Cores(), "serve-cores")

@@ -9,12 +9,15 @@ package ledgerbench
 // own activations through their lifecycle (lease, guardian, connection,
 // HTTP requests, call.admitted/call.finished pairs, barriers, close).
 //
-// Three sides run each round, interleaved like Run's:
+// Four sides run each round, interleaved like Run's:
 //
 //   - serve: the full path, periodic snapshots off (SnapshotEvery < 0);
 //   - serve+snapshots: the same with a snapshot every Config.SnapshotEvery
 //     events, so that snapshots run during the measurement;
-//   - raw: raw Pebble Sync commits of the same keys and values.
+//   - raw: raw Pebble Sync commits of the same keys and values;
+//   - raw+NATS: raw's commits, each followed by the bare NATS publication
+//     of its events to one subscriber (rawbus.go): the floor of storing and
+//     fanning out the same bytes, without the ledger's own work.
 //
 // Besides rates and ratios it reports acknowledgement latency (one Append
 // call, from call to return) p50 and p99 of each side, and the p99 of the
@@ -118,6 +121,10 @@ type ServeResult struct {
 	Snapshots ServeSide // full path, a snapshot every Config.SnapshotEvery events
 	Raw       Side      // raw Pebble Sync commits of the same keys and values
 	RawLat    Latency
+	// RawBus is raw's commits with the bare NATS publication of their
+	// events (rawbus.go), and RawBusLat its latency per commit and publish.
+	RawBus    ServeSide
+	RawBusLat Latency
 	// EventBytes is the mean size of one stored event.
 	EventBytes int
 }
@@ -127,6 +134,11 @@ func (r ServeResult) Ratio() float64 { return ratio(r.Serve.Side, r.Raw) }
 
 // SnapshotRatio is the serve path with snapshots over raw Pebble.
 func (r ServeResult) SnapshotRatio() float64 { return ratio(r.Snapshots.Side, r.Raw) }
+
+// BusFloorRatio is the serve path (no snapshots) over raw Pebble with the
+// bare NATS publication of the same events: what is left of the gap to
+// raw Pebble once the fan-out of every event is charged to both.
+func (r ServeResult) BusFloorRatio() float64 { return ratio(r.Serve.Side, r.RawBus.Side) }
 
 // CPURatio is raw Pebble's CPU per event over the serve path's (no
 // snapshots): where throughput is noisy, the steadier figure of the serve
@@ -150,8 +162,11 @@ func (r ServeResult) String() string {
 		"serve (projection + bus + subscriber):      %10.0f events/s  ack p50 %7.2f ms  p99 %7.2f ms  max %7.2f ms  delivered %d/%d%s%s\n"+
 		"serve with periodic snapshots:              %10.0f events/s  ack p50 %7.2f ms  p99 %7.2f ms  max %7.2f ms  delivered %d/%d  snapshots seen %d/%d rounds%s%s\n"+
 		"raw pebble Sync, same keys and values:      %10.0f events/s  ack p50 %7.2f ms  p99 %7.2f ms%s\n"+
+		"raw pebble Sync + bare NATS publication:    %10.0f events/s  ack p50 %7.2f ms  p99 %7.2f ms  delivered %d/%d%s\n"+
 		"ratio serve / raw same keys:                %10.3f\n"+
+		"ratio serve / raw + bare NATS:              %10.3f\n"+
 		"cpu ratio raw / serve per event:            %10.3f\n"+
+		"cpu ratio raw + bare NATS / serve:          %10.3f\n"+
 		"ratio serve with snapshots / raw:           %10.3f\n"+
 		"ack p99 with snapshots / without:           %10.3f\n"+
 		"serve events per Pebble commit:             %10.1f",
@@ -159,7 +174,8 @@ func (r ServeResult) String() string {
 		r.Serve.Rate(), ms(r.Serve.Latency.P50), ms(r.Serve.Latency.P99), ms(r.Serve.Latency.Max), r.Serve.Delivered, r.Serve.Events, redelivered(r.Serve), cpuCell(r.Serve.Side),
 		r.Snapshots.Rate(), ms(r.Snapshots.Latency.P50), ms(r.Snapshots.Latency.P99), ms(r.Snapshots.Latency.Max), r.Snapshots.Delivered, r.Snapshots.Events, r.Snapshots.Snapshots, r.Config.Rounds, redelivered(r.Snapshots), cpuCell(r.Snapshots.Side),
 		r.Raw.Rate(), ms(r.RawLat.P50), ms(r.RawLat.P99), cpuCell(r.Raw),
-		r.Ratio(), r.CPURatio(), r.SnapshotRatio(), r.P99Ratio(), float64(r.Serve.Events)/float64(max(1, r.Serve.Commits)))
+		r.RawBus.Rate(), ms(r.RawBusLat.P50), ms(r.RawBusLat.P99), r.RawBus.Delivered, r.RawBus.Events, cpuCell(r.RawBus.Side),
+		r.Ratio(), r.BusFloorRatio(), r.CPURatio(), cpuRatio(r.Serve.Side, r.RawBus.Side), r.SnapshotRatio(), r.P99Ratio(), float64(r.Serve.Events)/float64(max(1, r.Serve.Commits)))
 }
 
 // redelivered says how many deliveries repeated a seq, when any did.
@@ -257,6 +273,7 @@ func RunServe(ctx context.Context, cfg Config) (ServeResult, error) {
 	// The raw side writes the bytes the ledger stores for the same drafts,
 	// sealed up front so that sealing is not charged to it.
 	same := make([][]kv, 0, cfg.Events)
+	pubs := make([]publication, 0, cfg.Events)
 	var prev events.Hash
 	total := 0
 	for _, s := range streams {
@@ -277,12 +294,13 @@ func RunServe(ctx context.Context, cfg Config) (ServeResult, error) {
 				w = append(w, kv{k, v})
 			}
 			same = append(same, w)
+			pubs = append(pubs, newPublication(&env, raw))
 		}
 	}
 	res.EventBytes = total / max(1, len(same))
 	head := kv{[]byte(keys.Head), keys.EncodeHead(0, events.Hash{})}
 
-	var serveLat, snapLat, rawLat []time.Duration
+	var serveLat, snapLat, rawLat, busLat []time.Duration
 	for round := range cfg.Rounds {
 		sides := []func() error{
 			func() error {
@@ -303,6 +321,12 @@ func RunServe(ctx context.Context, cfg Config) (ServeResult, error) {
 				rawLat = append(rawLat, lat...)
 				return err
 			},
+			func() error {
+				s, lat, err := runRawBus(ctx, filepath.Join(cfg.Dir, fmt.Sprintf("raw-bus-%d", round)), cfg, same, pubs, &head)
+				res.RawBus.add(s)
+				busLat = append(busLat, lat...)
+				return err
+			},
 		}
 		for i := range sides {
 			if err := sides[(i+round)%len(sides)](); err != nil {
@@ -310,7 +334,7 @@ func RunServe(ctx context.Context, cfg Config) (ServeResult, error) {
 			}
 		}
 	}
-	res.Serve.Latency, res.Snapshots.Latency, res.RawLat = latency(serveLat), latency(snapLat), latency(rawLat)
+	res.Serve.Latency, res.Snapshots.Latency, res.RawLat, res.RawBusLat = latency(serveLat), latency(snapLat), latency(rawLat), latency(busLat)
 	return res, nil
 }
 
