@@ -22,6 +22,9 @@ package ledger
 //     A keyed retry is a batch's appender too: it is answered only once
 //     BeforeAck has seen the original's events (the acknowledged head;
 //     TestRetryWaitsForBeforeAck).
+//   - BeforeAck gets each Append/AppendAcks draft's payload in
+//     Record.Payload, and the syncer clears it before the Watch observers
+//     get the batch (TestBeforeAckPayload).
 //   - No Watch observer delays an ack: the syncer only queues a batch for
 //     each, bounded, dropping the oldest and telling it (observe.go).
 //   - A context error before enqueueing means "not written"; after it,
@@ -98,6 +101,10 @@ const maxBatchPrealloc = 8 << 20
 
 type appendReq struct {
 	prepared []events.Prepared
+	// payloads, when not nil, are the typed payloads of prepared (one
+	// each, from the drafts AppendAcks prepared): the committer hands
+	// them to BeforeAck in Record.Payload.
+	payloads []events.Payload
 	acks     []Ack
 	err      error
 	done     chan struct{}
@@ -159,7 +166,10 @@ func setEvent(b *pebble.Batch, buf []byte, env *events.Envelope, raw []byte) []b
 
 // Append validates drafts, appends them as consecutive events and returns
 // their seqs once they are durable. Invalid drafts are refused with an error
-// wrapping events.ErrInvalid and nothing of the call is written.
+// wrapping events.ErrInvalid and nothing of the call is written. The
+// drafts' payloads are handed to BeforeAck (Record.Payload): a caller must
+// not modify one until its events are committed, also when the call
+// returns ErrUnacknowledged first.
 func (l *Ledger) Append(ctx context.Context, drafts ...events.Draft) ([]Seq, error) {
 	acks, err := l.AppendAcks(ctx, drafts...)
 	if err != nil {
@@ -181,18 +191,15 @@ func (l *Ledger) AppendAcks(ctx context.Context, drafts ...events.Draft) ([]Ack,
 		return nil, &Error{Op: "append", Err: fmt.Errorf("%w: %d, limit MaxAppendEvents=%d", ErrTooManyEvents, len(drafts), MaxAppendEvents)}
 	}
 	prepared := make([]events.Prepared, len(drafts))
+	payloads := make([]events.Payload, len(drafts))
 	for i, d := range drafts {
 		p, err := events.Prepare(d)
 		if err != nil {
 			return nil, &Error{Op: "append", Err: fmt.Errorf("event %d of %d: %w", i, len(drafts), err)}
 		}
-		prepared[i] = p
+		prepared[i], payloads[i] = p, d.Payload
 	}
-	return l.appendPrepared(ctx, prepared)
-}
-
-func (l *Ledger) appendPrepared(ctx context.Context, prepared []events.Prepared) ([]Ack, error) {
-	return l.await(ctx, &appendReq{prepared: prepared, done: make(chan struct{})})
+	return l.await(ctx, &appendReq{prepared: prepared, payloads: payloads, done: make(chan struct{})})
 }
 
 // await enqueues req and waits for its acknowledgement.
@@ -386,7 +393,11 @@ func (l *Ledger) add(c *committerLocal, open *pending, r *appendReq) *pending {
 		env, raw := l.seal(c, ev, t)
 		l.treeAppend(open.batch, raw) // its Merkle nodes, in its batch (tree.go)
 		r.acks[i] = Ack{Seq: Seq(env.Seq), ID: env.ID, Hash: env.Hash}
-		open.records = append(open.records, Record{Env: env, Raw: raw})
+		rec := Record{Env: env, Raw: raw}
+		if r.payloads != nil {
+			rec.Payload = r.payloads[i]
+		}
+		open.records = append(open.records, rec)
 		open.keyBuf = setEvent(open.batch, open.keyBuf, &env, raw)
 	}
 	if r.key != "" {
@@ -520,6 +531,11 @@ func (l *Ledger) syncer(done chan<- struct{}) {
 		l.token <- struct{}{}
 		if l.opts.BeforeAck != nil && len(p.records) > 0 {
 			l.opts.BeforeAck.Committed(p.records)
+		}
+		// Once acknowledged the payloads are their appenders' again: Watch
+		// observers, which run after, never see them (Record.Payload).
+		for i := range p.records {
+			p.records[i].Payload = nil
 		}
 		// After BeforeAck: the committer answers a retry of these events at
 		// once only from now on (add).

@@ -65,6 +65,10 @@ type Ack struct {
 type Record struct {
 	Env events.Envelope
 	Raw []byte
+	// Payload, for BeforeAck only, is the draft payload given to Append or
+	// AppendAcks (Env.Data encodes it); nil otherwise and for Watch
+	// observers. Do not modify it or keep what it points to (commit.go).
+	Payload events.Payload
 }
 
 // Observer receives every committed batch, after its fsync, in seq order.

@@ -68,6 +68,66 @@ func (s *State) Apply(env *events.Envelope) error {
 	return nil
 }
 
+// ApplyPayload folds one committed event into the state as Apply does, but
+// with its payload already decoded: p is the payload whose canonical
+// encoding is env.Data (the draft the ledger hands BeforeAck in
+// ledger.Record.Payload), so env.Data is not decoded again. The result is
+// the same as Apply's (TestApplyPayloadTwin). The state keeps nothing p
+// points to: the payload stays its owner's (ownPayload copies the facts
+// the reducer keeps; TestApplyPayloadKeepsNoReference).
+func (s *State) ApplyPayload(env *events.Envelope, p events.Payload) error {
+	if uint64(env.Seq) <= s.seq {
+		return &SeqError{Got: uint64(env.Seq), Last: s.seq}
+	}
+	if p == nil || p.Kind() != env.Kind {
+		return fmt.Errorf("%w: seq %d: payload %T is not of kind %s", ErrDecode, env.Seq, p, env.Kind)
+	}
+	e := event{seq: uint64(env.Seq), time: env.Time, kind: env.Kind, activation: env.Activation,
+		session: env.Session, server: env.Server, payload: ownPayload(p)}
+	if s.lastAct != nil && s.lastAct.ID == env.Activation {
+		e.act = s.lastAct
+	}
+	if err := s.resolve(&e); err != nil {
+		return err
+	}
+	s.apply(&e)
+	return nil
+}
+
+// ownPayload returns p, or for the kinds whose facts the reducer keeps by
+// pointer (the guardian's *events.Instant fields) a shallow copy whose
+// instants are the state's own, in UTC as decoding yields them.
+func ownPayload(p events.Payload) events.Payload {
+	switch v := p.(type) {
+	case *events.GuardianSignal:
+		c := *v
+		c.At = ownInstant(v.At)
+		return &c
+	case *events.GuardianReaped:
+		c := *v
+		c.At = ownInstant(v.At)
+		return &c
+	case *events.GuardianReceipt:
+		c := *v
+		c.StdinClosedAt, c.StdoutClosedAt, c.StderrClosedAt = ownInstant(v.StdinClosedAt), ownInstant(v.StdoutClosedAt), ownInstant(v.StderrClosedAt)
+		c.TermSentAt, c.KillSentAt = ownInstant(v.TermSentAt), ownInstant(v.KillSentAt)
+		return &c
+	case *events.GuardianLost:
+		c := *v
+		c.StdinClosedAt, c.StdoutClosedAt, c.StderrClosedAt = ownInstant(v.StdinClosedAt), ownInstant(v.StdoutClosedAt), ownInstant(v.StderrClosedAt)
+		return &c
+	}
+	return p
+}
+
+// ownInstant is a copy of i in UTC (nil for nil).
+func ownInstant(i *events.Instant) *events.Instant {
+	if i == nil {
+		return nil
+	}
+	return &events.Instant{Time: i.UTC()}
+}
+
 // ApplyRaw folds the stored bytes of one ledger record into the state. It
 // decodes them with events.Decoder (the canonical fast path, falling back
 // to the strict decoder for anything unusual) and does not check the hash

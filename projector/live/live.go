@@ -224,6 +224,10 @@ func (p *Projection) restore(ctx context.Context) error {
 	return err
 }
 
+// committed applies a committed batch (BeforeAck). An event appended from
+// a draft comes with its payload (ledger.Record.Payload), applied as it is
+// (projector.State.ApplyPayload) rather than decoded again from the
+// envelope; the others (imported, host binding, prepared) are decoded.
 func (p *Projection) committed(batch []ledger.Record) {
 	p.mu.Lock()
 	for i := range batch {
@@ -235,7 +239,13 @@ func (p *Projection) committed(batch []ledger.Record) {
 			p.err = fmt.Errorf("%w: expected seq %d, got %d", ErrGap, p.state.Seq()+1, env.Seq)
 			continue
 		}
-		if err := p.state.Apply(env); err != nil {
+		var err error
+		if pl := batch[i].Payload; pl != nil {
+			err = p.state.ApplyPayload(env, pl)
+		} else {
+			err = p.state.Apply(env)
+		}
+		if err != nil {
 			p.err = fmt.Errorf("live: apply seq %d: %w", env.Seq, err)
 			continue
 		}
