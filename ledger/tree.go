@@ -111,8 +111,30 @@ func (c *treeCache) warnOnce() bool {
 
 // committerHasher computes the RFC 6962 hashes of the committer's compact
 // range with one reused SHA-256 state: the shared hasher allocates a state
-// for every hash, a third of the index's cost to the committer.
-type committerHasher struct{ h hash.Hash }
+// for every hash, a third of the index's cost to the committer. The hashes
+// it returns are cut from slabs of hashSlabLen (out), each slot handed out
+// once with capacity sha256.Size, so that hashing allocates once per
+// hashSlabLen hashes instead of once per hash (TestCommitterHasherTwin,
+// TestCommitterHasherAllocs).
+type committerHasher struct {
+	h    hash.Hash
+	slab []byte // the unused rest of the last slab
+}
+
+// hashSlabLen is how many hashes one slab of committerHasher holds. The
+// compact range keeps at most one hash per level (64), each of which may
+// keep its slab alive: at most 64·hashSlabLen·32 bytes (128 KiB).
+const hashSlabLen = 64
+
+// out returns a fresh empty slice with room for one hash.
+func (c *committerHasher) out() []byte {
+	if len(c.slab) < sha256.Size {
+		c.slab = make([]byte, hashSlabLen*sha256.Size)
+	}
+	b := c.slab[:0:sha256.Size]
+	c.slab = c.slab[sha256.Size:]
+	return b
+}
 
 var (
 	leafPrefix = []byte{rfc6962.RFC6962LeafHashPrefix}
@@ -123,7 +145,7 @@ func (c *committerHasher) leaf(b []byte) []byte {
 	c.h.Reset()
 	c.h.Write(leafPrefix)
 	c.h.Write(b)
-	return c.h.Sum(nil)
+	return c.h.Sum(c.out())
 }
 
 func (c *committerHasher) children(l, r []byte) []byte {
@@ -131,7 +153,7 @@ func (c *committerHasher) children(l, r []byte) []byte {
 	c.h.Write(nodePrefix)
 	c.h.Write(l)
 	c.h.Write(r)
-	return c.h.Sum(nil)
+	return c.h.Sum(c.out())
 }
 
 // newCommitterRange is the committer's compact range over [0, size) with
