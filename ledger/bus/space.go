@@ -2,10 +2,13 @@ package bus
 
 import (
 	"strconv"
+	"unsafe"
 
+	"github.com/leaseledger/leaseledger/events"
 	"github.com/leaseledger/leaseledger/ledger"
 	"github.com/leaseledger/leaseledger/ledger/busclient"
 	"github.com/nats-io/nats.go"
+	"github.com/oklog/ulid/v2"
 )
 
 // A space is one ledger a server carries in its host's subject space
@@ -55,13 +58,13 @@ func (b *Bus) spaceHandlers(sp *space, handlers map[string]nats.MsgHandler) {
 func (sp *space) Committed(batch []ledger.Record) { sp.publish(batch, newPubMsg()) }
 
 // spaceWatch is the observer a space's Watch runs (Bus.watch): the
-// space's publication reusing one message and its header map for every
-// event. Only its Watch goroutine calls it, and PublishMsg copies
-// subject, header and data into the connection's buffer before it
-// returns (TestCommittedConcurrentWithWatch).
+// space's publication reusing one message, its header map and its scratch
+// buffer for every event. Only its Watch goroutine calls it, and
+// PublishMsg copies subject, header and data into the connection's buffer
+// before it returns (TestCommittedConcurrentWithWatch).
 type spaceWatch struct {
 	sp  *space
-	msg *nats.Msg
+	msg *pubMsg
 }
 
 // Committed implements ledger.Observer on the Watch goroutine.
@@ -70,25 +73,68 @@ func (w *spaceWatch) Committed(batch []ledger.Record) { w.sp.publish(batch, w.ms
 // Lagged implements ledger.Lagger (see Bus.Lagged).
 func (w *spaceWatch) Lagged(from, to ledger.Seq) { w.sp.Lagged(from, to) }
 
+// pubMsg is a message with the two headers publish sets per event, and
+// the scratch buffer that holds, for one event at a time, the bytes of
+// its subject and header values.
+type pubMsg struct {
+	msg     *nats.Msg
+	id, seq []string // the header values, msg.Header's own slices
+	buf     []byte
+}
+
 // newPubMsg is a message with the two headers publish sets per event.
-func newPubMsg() *nats.Msg {
-	return &nats.Msg{Header: nats.Header{busclient.HeaderMsgID: {""}, busclient.HeaderSeq: {""}}}
+func newPubMsg() *pubMsg {
+	m := &nats.Msg{Header: nats.Header{busclient.HeaderMsgID: {""}, busclient.HeaderSeq: {""}}}
+	return &pubMsg{msg: m, id: m.Header[busclient.HeaderMsgID], seq: m.Header[busclient.HeaderSeq]}
+}
+
+// set makes the message r's: the subject prefix (sp.subject of
+// events.SubjectPrefix) then r's kind and activation, as
+// sp.subject(r.Env.Subject()) is, the ULID and the seq as headers, the
+// stored bytes as data. Subject and header values are views of m.buf,
+// built without allocating (TestPubMsgTwin, TestPubMsgAllocs): they are
+// valid until the next set or clear, which is enough for PublishMsg,
+// which copies them before it returns.
+func (m *pubMsg) set(prefix string, r *ledger.Record) {
+	act := r.Env.Activation
+	if act == "" {
+		act = events.NoActivation
+	}
+	// An event subject is the prefix, then <family>.<action>.<activation>
+	// (events.Subject; a sealed event's kind is never empty).
+	b := append(append(m.buf[:0], prefix...), r.Env.Kind.Family()...)
+	b = append(append(append(append(b, '.'), r.Env.Kind.Action()...), '.'), act...)
+	subj := len(b)
+	var id [ulid.EncodedSize]byte
+	_ = r.Env.ID.MarshalTextTo(id[:]) // never fails: the buffer is EncodedSize long
+	b = append(b, id[:]...)
+	b = strconv.AppendUint(b, uint64(r.Env.Seq), 10)
+	m.buf = b
+	m.msg.Subject = unsafe.String(&b[0], subj)
+	m.id[0] = unsafe.String(&b[subj], ulid.EncodedSize)
+	m.seq[0] = unsafe.String(&b[subj+ulid.EncodedSize], len(b)-subj-ulid.EncodedSize)
+	m.msg.Data = r.Raw
+}
+
+// clear leaves no view of the scratch buffer in the message, and keeps no
+// event alive between batches.
+func (m *pubMsg) clear() {
+	m.msg.Subject, m.id[0], m.seq[0], m.msg.Data = "", "", "", nil
 }
 
 // publish publishes each event of batch on its subject in the space
 // through msg (from newPubMsg), which the caller owns for the call; a
 // failure is logged, and subscribers recover through replay.
-func (sp *space) publish(batch []ledger.Record, msg *nats.Msg) {
-	id, seq := msg.Header[busclient.HeaderMsgID], msg.Header[busclient.HeaderSeq]
+func (sp *space) publish(batch []ledger.Record, msg *pubMsg) {
+	prefix := sp.subject(events.SubjectPrefix)
 	for i := range batch {
 		r := &batch[i]
-		msg.Subject, msg.Data = sp.subject(r.Env.Subject()), r.Raw
-		id[0], seq[0] = r.Env.ID.String(), strconv.FormatUint(uint64(r.Env.Seq), 10)
-		if err := sp.b.nc.PublishMsg(msg); err != nil {
+		msg.set(prefix, r)
+		if err := sp.b.nc.PublishMsg(msg.msg); err != nil {
 			sp.b.opts.Logger.Warn("bus: publish failed", sp.logAttrs("seq", r.Env.Seq, "err", err)...)
 		}
 	}
-	msg.Data = nil // keep no event alive between batches
+	msg.clear()
 }
 
 // Lagged implements ledger.Lagger (see Bus.Lagged).
