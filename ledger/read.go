@@ -88,6 +88,10 @@ func (l *Ledger) GetRaw(seq Seq) ([]byte, error) {
 // the first seq not yet handed to fn to the end of the query, narrowed to
 // the damaged file's events when Pebble names them); the events before it
 // have been handed to fn.
+//
+// Scan runs the iteration and fn one after the other on the caller's
+// goroutine; ScanAhead gives the same calls with the iteration running
+// ahead on a goroutine of its own.
 func (l *Ledger) Scan(ctx context.Context, q Query, fn func(seq Seq, raw []byte) error) error {
 	if err := q.Validate(); err != nil {
 		return err
@@ -97,6 +101,11 @@ func (l *Ledger) Scan(ctx context.Context, q Query, fn func(seq Seq, raw []byte)
 		return err
 	}
 	defer end()
+	return l.scan(ctx, q, fn)
+}
+
+// scan is Scan's iteration, for a validated query under a registered read.
+func (l *Ledger) scan(ctx context.Context, q Query, fn func(seq Seq, raw []byte) error) error {
 	head := l.Head().Seq
 	from, to := max(q.From, 1), q.To
 	if to == 0 || to > head {
