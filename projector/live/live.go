@@ -199,7 +199,9 @@ func (p *Projection) restore(ctx context.Context) error {
 		p.archive.off.Store(true)
 	}
 	var since uint64
-	err = p.l.Scan(ctx, ledger.Query{From: ledger.Seq(p.state.Seq() + 1)}, func(seq ledger.Seq, raw []byte) error {
+	// ScanAhead: the log is read (and each event copied) on a goroutine of
+	// its own while this one applies, the two halves of a replay's cost.
+	err = p.l.ScanAhead(ctx, ledger.Query{From: ledger.Seq(p.state.Seq() + 1)}, func(seq ledger.Seq, raw []byte) error {
 		if uint64(seq) != p.state.Seq()+1 {
 			return fmt.Errorf("%w: replay expected seq %d, got %d", ErrGap, p.state.Seq()+1, seq)
 		}
