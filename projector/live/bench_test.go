@@ -44,7 +44,9 @@ import (
 //     RUSAGE_SELF) around each pass: both of the replay's threads and the
 //     garbage collector, the replay's full CPU cost.
 //
-//     go test -run '^$' -bench ReplayVsPebble -benchtime 3x ./projector/live/
+// Run it with:
+//
+//	go test -run '^$' -bench ReplayVsPebble -benchtime 3x ./projector/live/
 func BenchmarkReplayVsPebble(b *testing.B) {
 	n := 1_000_000
 	if v, err := strconv.Atoi(os.Getenv("LEASELEDGER_BENCH_EVENTS")); err == nil && v > 0 {
