@@ -345,7 +345,8 @@ func orNone(s string) string {
 // settlements of retired activations (see settleRetired).
 const auditSettleEvery = 4096
 
-// auditAll replays the whole log and summarises every activation. Memory
+// auditAll replays the whole log (ledger.ScanAhead) and summarises every
+// activation. Memory
 // follows live state and the activations listed, not history: every
 // auditSettleEvery events, each retired activation (closed, no lease names
 // it) that the activation index shows no later event for has its final
@@ -362,7 +363,10 @@ func auditAll(cmd *cobra.Command, a *app, l *ledger.Ledger, asJSON bool, limit i
 	head := uint64(l.Head().Seq)
 	pb := newProgress(a.stderr, "audit")
 	var done uint64
-	err := l.Scan(cmd.Context(), ledger.Query{}, func(seq ledger.Seq, raw []byte) error {
+	// The log is read ahead on a goroutine of its own while this one
+	// applies and settles (settleRetired's indexed scans are reads of
+	// their own).
+	err := l.ScanAhead(cmd.Context(), ledger.Query{}, func(seq ledger.Seq, raw []byte) error {
 		if err := s.ApplyRaw(raw); err != nil {
 			return fmt.Errorf("seq %d: %w", seq, err)
 		}

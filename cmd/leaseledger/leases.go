@@ -86,13 +86,15 @@ stay in the table until their session ends; --live shows only live ones.`,
 	return cmd
 }
 
+// scanDataDir replays the whole log of --data-dir into fn, the log read
+// ahead on a goroutine of its own (ledger.ScanAhead) while fn applies.
 func scanDataDir(ctx context.Context, a *app, fn func(ledger.Seq, []byte) error) error {
 	l, err := openReadOnly(a)
 	if err != nil {
 		return err
 	}
 	defer l.Close()
-	return l.Scan(ctx, ledger.Query{}, fn)
+	return l.ScanAhead(ctx, ledger.Query{}, fn)
 }
 
 func printLeases(w io.Writer, seq uint64, rows []*projector.Lease) error {
