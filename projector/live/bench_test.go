@@ -31,18 +31,21 @@ import (
 //
 // Opening and closing are outside the timings.
 //
-// It reports both rates and their ratio (goal ≥ 0.5), and two CPU ratios,
-// raw over projector, steadier on a loaded machine than ratio:
+// It reports both rates and their ratio (goal ≥ 0.5), two CPU ratios (raw
+// over projector, steadier on a loaded machine than ratio) and how many
+// threads the replay kept busy:
 //
 //   - cpu_ratio: from the CPU time of this goroutine's thread, which runs
 //     the whole raw pass but only the applying half of the projector pass
 //     (ScanAhead's reader runs on another thread): it measures the
 //     applying thread alone, not the replay's cost, and leaves out the
 //     garbage collector's background work;
-//
 //   - proc_cpu_ratio: from the whole process's CPU time (getrusage
 //     RUSAGE_SELF) around each pass: both of the replay's threads and the
-//     garbage collector, the replay's full CPU cost.
+//     garbage collector, the replay's full CPU cost;
+//   - proj_cpu_per_wall: the replay pass's process CPU time over its
+//     wall-clock time, how many threads ran at once on average (above 1
+//     only when the machine had a core to spare for the reader).
 //
 // Run it with:
 //
@@ -130,6 +133,7 @@ func BenchmarkReplayVsPebble(b *testing.B) {
 	b.ReportMetric(projRate/rawRate, "ratio")
 	b.ReportMetric(rawCPU.Seconds()/projCPU.Seconds(), "cpu_ratio")
 	b.ReportMetric(rawProc.Seconds()/projProc.Seconds(), "proc_cpu_ratio")
+	b.ReportMetric(projProc.Seconds()/projDur.Seconds(), "proj_cpu_per_wall")
 }
 
 // threadCPU is the CPU time (user and system) of the calling thread.
