@@ -23,8 +23,9 @@ package ledger
 //     BeforeAck has seen the original's events (the acknowledged head;
 //     TestRetryWaitsForBeforeAck).
 //   - BeforeAck gets each Append/AppendAcks draft's payload in
-//     Record.Payload, and the syncer clears it before the Watch observers
-//     get the batch (TestBeforeAckPayload).
+//     Record.Payload while its appender waits, never after it gave up, and
+//     the syncer clears it before the Watch observers get the batch
+//     (payload.go).
 //   - No Watch observer delays an ack: the syncer only queues a batch for
 //     each, bounded, dropping the oldest and telling it (observe.go).
 //   - A context error before enqueueing means "not written"; after it,
@@ -80,6 +81,7 @@ import (
 	crand "crypto/rand"
 	"encoding/binary"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -103,11 +105,13 @@ type appendReq struct {
 	prepared []events.Prepared
 	// payloads, when not nil, are the typed payloads of prepared (one
 	// each, from the drafts AppendAcks prepared): the committer hands
-	// them to BeforeAck in Record.Payload.
-	payloads []events.Payload
-	acks     []Ack
-	err      error
-	done     chan struct{}
+	// them to BeforeAck in Record.Payload while the appender waits
+	// (payloadState; payload.go).
+	payloads     []events.Payload
+	payloadState atomic.Int32
+	acks         []Ack
+	err          error
+	done         chan struct{}
 
 	key      string   // idempotency key; "" for none
 	digest   [32]byte // of prepared, when keyed
@@ -167,9 +171,9 @@ func setEvent(b *pebble.Batch, buf []byte, env *events.Envelope, raw []byte) []b
 // Append validates drafts, appends them as consecutive events and returns
 // their seqs once they are durable. Invalid drafts are refused with an error
 // wrapping events.ErrInvalid and nothing of the call is written. The
-// drafts' payloads are handed to BeforeAck (Record.Payload): a caller must
-// not modify one until its events are committed, also when the call
-// returns ErrUnacknowledged first.
+// drafts' payloads are handed to BeforeAck (Record.Payload) only while the
+// call waits: once it has returned, whatever it returned, they are the
+// caller's again (payload.go).
 func (l *Ledger) Append(ctx context.Context, drafts ...events.Draft) ([]Seq, error) {
 	acks, err := l.AppendAcks(ctx, drafts...)
 	if err != nil {
@@ -214,6 +218,15 @@ func (l *Ledger) await(ctx context.Context, req *appendReq) ([]Ack, error) {
 		}
 		return req.acks, nil
 	case <-ctx.Done():
+		if !req.abandonPayloads() {
+			// BeforeAck has this call's payloads, after its fsync: the
+			// call is acknowledged as soon as BeforeAck returns them.
+			<-req.done
+			if req.err != nil {
+				return nil, &Error{Op: "append", Err: req.err}
+			}
+			return req.acks, nil
+		}
 		return nil, &Error{Op: "append", Err: fmt.Errorf("%w: %w", ErrUnacknowledged, ctx.Err())}
 	}
 }
@@ -395,7 +408,7 @@ func (l *Ledger) add(c *committerLocal, open *pending, r *appendReq) *pending {
 		r.acks[i] = Ack{Seq: Seq(env.Seq), ID: env.ID, Hash: env.Hash}
 		rec := Record{Env: env, Raw: raw}
 		if r.payloads != nil {
-			rec.Payload = r.payloads[i]
+			rec.Payload, rec.owner = r.payloads[i], r
 		}
 		open.records = append(open.records, rec)
 		open.keyBuf = setEvent(open.batch, open.keyBuf, &env, raw)
@@ -530,13 +543,12 @@ func (l *Ledger) syncer(done chan<- struct{}) {
 		// Pebble's WAL, and this goroutine acknowledges batches in order.
 		l.token <- struct{}{}
 		if l.opts.BeforeAck != nil && len(p.records) > 0 {
+			handPayloads(p.records) // only those of calls still waiting (payload.go)
 			l.opts.BeforeAck.Committed(p.records)
 		}
 		// Once acknowledged the payloads are their appenders' again: Watch
-		// observers, which run after, never see them (Record.Payload).
-		for i := range p.records {
-			p.records[i].Payload = nil
-		}
+		// observers, which run after, never see them (payload.go).
+		takePayloads(p.records)
 		// After BeforeAck: the committer answers a retry of these events at
 		// once only from now on (add).
 		l.acked.Store(uint64(head.Seq))

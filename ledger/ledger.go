@@ -60,26 +60,6 @@ type Ack struct {
 	Hash events.Hash
 }
 
-// Record is a committed event as handed to observers: decoded envelope and
-// the exact stored bytes.
-type Record struct {
-	Env events.Envelope
-	Raw []byte
-	// Payload, for BeforeAck only, is the draft payload given to Append or
-	// AppendAcks (Env.Data encodes it); nil otherwise and for Watch
-	// observers. Do not modify it or keep what it points to (commit.go).
-	Payload events.Payload
-}
-
-// Observer receives every committed batch, after its fsync, in seq order.
-// As Options.BeforeAck it runs on the committer's side of the pipeline and
-// must not block for long (it delays acknowledgements); as a Watch observer
-// it runs on its own goroutine behind a bounded queue (observe.go). It must
-// not call Append, and must not modify the batch.
-type Observer interface {
-	Committed(batch []Record)
-}
-
 // Bounds and defaults.
 const (
 	// DefaultQueueLen bounds the number of Append calls waiting for the

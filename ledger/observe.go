@@ -16,7 +16,35 @@ package ledger
 //     stops the goroutine; Close delivers everything queued, then stops
 //     every goroutine.
 
-import "sync"
+import (
+	"sync"
+
+	"github.com/leaseledger/leaseledger/events"
+)
+
+// Record is a committed event as handed to observers: decoded envelope and
+// the exact stored bytes.
+type Record struct {
+	Env events.Envelope
+	Raw []byte
+	// Payload, for BeforeAck only, is the draft payload given to Append or
+	// AppendAcks (Env.Data encodes it), while that call still waits for its
+	// acknowledgement; nil otherwise (also when the call returned
+	// ErrUnacknowledged first: payload.go) and for Watch observers. Do not
+	// modify it or keep what it points to.
+	Payload events.Payload
+	// owner is the call Payload comes from (payload.go); nil with it.
+	owner *appendReq
+}
+
+// Observer receives every committed batch, after its fsync, in seq order.
+// As Options.BeforeAck it runs on the committer's side of the pipeline and
+// must not block for long (it delays acknowledgements); as a Watch observer
+// it runs on its own goroutine behind a bounded queue (observe.go). It must
+// not call Append, and must not modify the batch.
+type Observer interface {
+	Committed(batch []Record)
+}
 
 // ObserverQueueLen bounds the committed batches queued for one Watch
 // observer. A batch holds at most DefaultMaxBatchEvents events (or
