@@ -3,10 +3,10 @@ package ledger_test
 import (
 	"context"
 	"crypto/sha256"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/leaseledger/leaseledger/internal/cputime"
 	"github.com/leaseledger/leaseledger/ledger"
 )
 
@@ -50,9 +50,9 @@ func BenchmarkScanAhead(b *testing.B) {
 
 // processCPU is the CPU time (user and system) of the whole process.
 func processCPU(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+	d, err := cputime.Process()
+	if err != nil {
 		b.Fatal(err)
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return d
 }

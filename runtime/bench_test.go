@@ -10,11 +10,11 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/leaseledger/leaseledger/events"
+	"github.com/leaseledger/leaseledger/internal/cputime"
 	"github.com/leaseledger/leaseledger/ledger"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -320,11 +320,11 @@ func BenchmarkCallOverheadConcurrent(b *testing.B) {
 
 // processCPU is the user and system CPU time this process has used.
 func processCPU(b testing.TB) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+	d, err := cputime.Process()
+	if err != nil {
 		b.Fatal(err)
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return d
 }
 
 // BenchmarkReadResourceOverhead measures resources/read through a handle

@@ -12,9 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/leaseledger/leaseledger/guardian/internal/wire"
+	"github.com/leaseledger/leaseledger/internal/cputime"
 )
 
 // relayRig runs readHost and writeStdin of a test helper between two real
@@ -391,9 +390,9 @@ func BenchmarkStdinRelay(b *testing.B) {
 
 // processCPU is the CPU time (user and system) this process has used.
 func processCPU(b *testing.B) time.Duration {
-	var ru unix.Rusage
-	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
+	d, err := cputime.Process()
+	if err != nil {
 		b.Fatal(err)
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return d
 }

@@ -29,6 +29,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/leaseledger/leaseledger/events"
+	"github.com/leaseledger/leaseledger/internal/cputime"
 	"github.com/leaseledger/leaseledger/ledger"
 	"github.com/leaseledger/leaseledger/ledger/internal/keys"
 )
@@ -108,10 +109,10 @@ func cpuRatio(a, b Side) float64 {
 // startCPU starts a CPU reading: the function returned gives the process
 // CPU time used since (0 where it cannot be read).
 func startCPU() func() time.Duration {
-	start, ok := processCPU()
+	start, err := cputime.Process()
 	return func() time.Duration {
-		now, ok2 := processCPU()
-		if !ok || !ok2 {
+		now, err2 := cputime.Process()
+		if err != nil || err2 != nil {
 			return 0
 		}
 		return now - start

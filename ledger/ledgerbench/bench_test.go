@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/leaseledger/leaseledger/events"
+	"github.com/leaseledger/leaseledger/internal/cputime"
 	"github.com/leaseledger/leaseledger/ledger"
 	"github.com/leaseledger/leaseledger/projector/live"
 )
@@ -68,7 +69,7 @@ func TestRunServeSmall(t *testing.T) {
 	if res.RawBus.Events != 400 || res.RawBus.Delivered != 400 || res.BusFloorRatio() <= 0 || res.RawBusLat.P50 <= 0 {
 		t.Fatalf("raw + bare NATS side %+v (latency %+v)", res.RawBus, res.RawBusLat)
 	}
-	if _, ok := processCPU(); ok && (res.Serve.CPU <= 0 || res.Snapshots.CPU <= 0 || res.Raw.CPU <= 0 || res.CPURatio() <= 0) {
+	if _, err := cputime.Process(); err == nil && (res.Serve.CPU <= 0 || res.Snapshots.CPU <= 0 || res.Raw.CPU <= 0 || res.CPURatio() <= 0) {
 		t.Fatalf("CPU not read on every side: %+v", res)
 	}
 }
@@ -148,7 +149,7 @@ func TestSideCPU(t *testing.T) {
 	if cpuRatio(a, Side{Events: 1}) != 0 || (Side{}).CPUPerEvent() != 0 || (Side{}).Cores() != 0 || cpuCell(Side{}) != "" {
 		t.Fatal("a side without readings must read zero")
 	}
-	if _, ok := processCPU(); !ok {
+	if _, err := cputime.Process(); err != nil {
 		t.Skip("no process CPU readings on this platform")
 	}
 	res, err := Run(context.Background(), Config{Dir: t.TempDir(), Concurrency: 4, Batch: 3, Events: 3000, Rounds: 1})

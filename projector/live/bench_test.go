@@ -6,11 +6,11 @@ import (
 	"os"
 	"runtime"
 	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/leaseledger/leaseledger/internal/cputime"
 	"github.com/leaseledger/leaseledger/ledger"
 	"github.com/leaseledger/leaseledger/projector"
 	"github.com/leaseledger/leaseledger/projector/internal/eventgen"
@@ -138,24 +138,21 @@ func BenchmarkReplayVsPebble(b *testing.B) {
 
 // threadCPU is the CPU time (user and system) of the calling thread.
 func threadCPU(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(rusageThread, &ru); err != nil {
+	d, err := cputime.Thread()
+	if err != nil {
 		b.Fatal(err)
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return d
 }
 
 // processCPU is the CPU time (user and system) of the whole process.
 func processCPU(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+	d, err := cputime.Process()
+	if err != nil {
 		b.Fatal(err)
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return d
 }
-
-// rusageThread is RUSAGE_THREAD (Linux).
-const rusageThread = 1
 
 // quiet keeps Pebble's informational logs out of benchmark output.
 type quiet struct{}
