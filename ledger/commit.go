@@ -29,7 +29,9 @@ package ledger
 //   - No Watch observer delays an ack: the syncer only queues a batch for
 //     each, bounded, dropping the oldest and telling it (observe.go).
 //   - A context error before enqueueing means "not written"; after it,
-//     ErrUnacknowledged means "in doubt".
+//     ErrUnacknowledged means "in doubt" — but a call whose payloads
+//     BeforeAck holds (durable, being applied) waits for BeforeAck and is
+//     acknowledged instead (payload.go; TestQueueBackpressure).
 //   - Memory is bounded: beyond the QueueLen calls waiting in the queue
 //     there are only one call in the committer's hand, one open batch of at
 //     most max(MaxBatchEvents, MaxAppendEvents) events (a call larger than

@@ -83,7 +83,9 @@ var (
 	// ErrTooManyEvents is returned when one Append exceeds MaxAppendEvents.
 	ErrTooManyEvents = errors.New("ledger: too many events in one append")
 	// ErrUnacknowledged is returned when the caller's context ended after its
-	// events were queued: they may or may not be committed.
+	// events were queued: they may or may not be committed. (A call whose
+	// events BeforeAck is applying when its context ends waits for it and
+	// is acknowledged instead: payload.go.)
 	ErrUnacknowledged = errors.New("ledger: append not acknowledged")
 	// ErrFailed is returned after a storage failure; the ledger refuses all
 	// further appends because its in-memory chain state can no longer be

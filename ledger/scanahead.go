@@ -12,6 +12,9 @@ package ledger
 //   - fn's error, a panic in fn or ctx's cancellation ends the reader
 //     before ScanAhead returns (no goroutine outlives it: the package's
 //     TestMain runs goleak): TestScanAheadStops.
+//   - A context that ends leaves Scan's result: nil when no event is left
+//     to visit, the context's error after the same calls otherwise:
+//     TestScanAheadContextTwin.
 //   - Close waits for a ScanAhead in progress: TestScanAheadCloseWaits.
 //   - No more than ScanAheadChunks chunks of ScanAheadChunkBytes exist per
 //     call, none grows, and one event larger than a chunk is copied into
@@ -215,19 +218,15 @@ func (r *readAhead) send() {
 	r.cur = nil
 }
 
-// consume runs fn over the chunks in order, returning each after use.
+// consume runs fn over the chunks in order, returning each after use. It
+// checks ctx before each event, as Scan does, and not while it waits for a
+// chunk: the reader checks ctx before each event too and then ends (every
+// chunk is in full or free meanwhile, so it never waits for one), and so
+// a context that ends after the last event leaves Scan's result, nil,
+// unchanged (TestScanAheadContextTwin).
 func (r *readAhead) consume(ctx context.Context, fn func(seq Seq, raw []byte) error) error {
-	done := ctx.Done()
 	for {
-		var (
-			c  *aheadChunk
-			ok bool
-		)
-		select {
-		case c, ok = <-r.full:
-		case <-done:
-			return &Error{Op: "scan", Err: ctx.Err()}
-		}
+		c, ok := <-r.full
 		if !ok {
 			return r.err
 		}

@@ -267,6 +267,58 @@ func TestScanAheadStops(t *testing.T) {
 	})
 }
 
+// TestScanAheadContextTwin: a context that ends leaves ScanAhead with
+// Scan's result: nil for a range with no events left (already cancelled,
+// or cancelled by fn at the last event), the context's error after the
+// same calls when events remain.
+func TestScanAheadContextTwin(t *testing.T) {
+	const n = 700
+	l := aheadLog(t, n)
+	type outcome struct {
+		calls    int
+		err      error
+		canceled bool
+	}
+	scans := map[string]func(context.Context, ledger.Query, func(ledger.Seq, []byte) error) error{"Scan": l.Scan, "ScanAhead": l.ScanAhead}
+	run := func(name string, q ledger.Query, cancelAt int, cancelFirst bool) outcome {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		if cancelFirst {
+			cancel()
+		}
+		calls := 0
+		err := scans[name](ctx, q, func(ledger.Seq, []byte) error {
+			if calls++; calls == cancelAt {
+				cancel()
+			}
+			return nil
+		})
+		return outcome{calls, err, errors.Is(err, context.Canceled)}
+	}
+	cases := []struct {
+		name        string
+		q           ledger.Query
+		cancelAt    int
+		cancelFirst bool
+		want        outcome
+	}{
+		{"cancelled, nothing in range", ledger.Query{From: n + 5}, 0, true, outcome{0, nil, false}},
+		{"cancelled by fn at the last event", ledger.Query{}, n, false, outcome{n, nil, false}},
+		{"cancelled by fn at the last event of a range", ledger.Query{From: 100, To: 300}, 201, false, outcome{201, nil, false}},
+		{"cancelled by fn midway", ledger.Query{}, 350, false, outcome{350, nil, true}},
+	}
+	for _, c := range cases {
+		for range 30 { // the reader may be ahead or behind: try both
+			for _, name := range []string{"Scan", "ScanAhead"} {
+				got := run(name, c.q, c.cancelAt, c.cancelFirst)
+				if got.calls != c.want.calls || got.canceled != c.want.canceled || (got.err == nil) != (c.want.err == nil && !c.want.canceled) {
+					t.Fatalf("%s, %s: %d calls, error %v; want %d calls, canceled %v", c.name, name, got.calls, got.err, c.want.calls, c.want.canceled)
+				}
+			}
+		}
+	}
+}
+
 // A closed ledger refuses ScanAhead as it refuses Scan.
 func TestScanAheadClosed(t *testing.T) {
 	l := open(t, t.TempDir())
