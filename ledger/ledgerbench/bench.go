@@ -61,12 +61,17 @@ type Side struct {
 	Elapsed time.Duration
 	// Commits is the number of Pebble commits (ledger side only).
 	Commits int
-	// CPU is the CPU time the whole process used while the side's writers
-	// ran (from the first append to the last ack; 0 where it cannot be
-	// read). Sides run one after the other, so it is this side's work and
-	// whatever of it runs concurrently (a serve side's bus, subscriber and
-	// Pebble's background work), not the set-up or the drain after.
+	// CPU is the CPU time the whole process used over CPUWindow (0 where
+	// it cannot be read): from the first append to the last ack, and on the
+	// sides with a subscriber (serve, raw + bare NATS) on until it received
+	// every event, so that both charge the whole fan-out. Sides run one
+	// after the other, so it is this side's work and what of it runs
+	// concurrently (a serve side's bus, subscriber and Pebble's background
+	// work), not the set-up.
 	CPU time.Duration
+	// CPUWindow is the wall-clock time CPU was read over; zero means
+	// Elapsed.
+	CPUWindow time.Duration
 }
 
 // Rate is events per second.
@@ -88,13 +93,14 @@ func (s Side) CPUPerEvent() time.Duration {
 }
 
 // Cores is the mean number of cores the process kept busy while the side
-// ran (CPU over elapsed time). Well under the machine's cores, the side
+// ran (CPU over CPUWindow). Well under the machine's cores, the side
 // was bound by waiting (fsync, wake-ups), not by CPU.
 func (s Side) Cores() float64 {
-	if s.Elapsed <= 0 {
+	w := s.window()
+	if w <= 0 {
 		return 0
 	}
-	return s.CPU.Seconds() / s.Elapsed.Seconds()
+	return s.CPU.Seconds() / w.Seconds()
 }
 
 // cpuRatio is b's CPU per event over a's: like ratio, above 1 when a is
@@ -248,6 +254,15 @@ func (s *Side) add(o Side) {
 	s.Elapsed += o.Elapsed
 	s.Commits += o.Commits
 	s.CPU += o.CPU
+	s.CPUWindow += o.window()
+}
+
+// window is s.CPUWindow, or Elapsed when that is unset.
+func (s Side) window() time.Duration {
+	if s.CPUWindow > 0 {
+		return s.CPUWindow
+	}
+	return s.Elapsed
 }
 
 // work hands out batches until cfg.Events are written.

@@ -121,6 +121,7 @@ func benchmarkServe(b *testing.B, concurrency, batch int) {
 	}
 	b.ReportMetric(sum/float64(b.N), "ratio-same")
 	b.ReportMetric(cpu/float64(b.N), "cpu-ratio-same")
+	b.ReportMetric(floor/float64(b.N), "ratio-raw-bus")
 	b.ReportMetric(p99/float64(b.N), "p99-snapshot-ratio")
 }
 
@@ -142,6 +143,9 @@ func TestSideCPU(t *testing.T) {
 	b := Side{Events: 1000, Elapsed: time.Second, CPU: 500 * time.Millisecond}
 	if a.CPUPerEvent() != 1500*time.Microsecond || a.Cores() != 1.5 {
 		t.Fatalf("cpu/event %v cores %v", a.CPUPerEvent(), a.Cores())
+	}
+	if w := (Side{Events: 1, Elapsed: time.Second, CPU: time.Second, CPUWindow: 2 * time.Second}); w.Cores() != 0.5 {
+		t.Fatalf("cores over a 2 s CPU window: %v, want 0.5", w.Cores())
 	}
 	if got := cpuRatio(a, b); got != 1.0/3 {
 		t.Fatalf("cpuRatio %v, want 1/3", got)

@@ -79,8 +79,13 @@ func runRawBus(ctx context.Context, dir string, cfg Config, writes [][]kv, pubs 
 		return ServeSide{}, nil, err
 	}
 
-	var lat []time.Duration
+	var (
+		lat   []time.Duration
+		cpu   func() time.Duration
+		start time.Time
+	)
 	side, err := runRawWith(ctx, dir, cfg, writes, head, func(commit func(first, n int) error) (Side, error) {
+		cpu, start = startCPU(), time.Now()
 		s, l, err := timedWork(ctx, cfg, func(first, n int) error {
 			if err := commit(first, n); err != nil {
 				return err
@@ -104,5 +109,8 @@ func runRawBus(ctx context.Context, dir string, cfg Config, writes [][]kv, pubs 
 	if err := awaitDelivery(ctx, all, &delivered); err != nil {
 		return ServeSide{}, nil, err
 	}
+	// As on the serve side, the CPU window runs on until the subscriber
+	// has every event (Side.CPU).
+	side.CPU, side.CPUWindow = cpu(), time.Since(start)
 	return ServeSide{Side: side, Delivered: int(delivered.Load())}, lat, nil
 }

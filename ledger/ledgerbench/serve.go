@@ -447,7 +447,7 @@ func runServe(ctx context.Context, dir string, cfg Config, streams [][]events.Dr
 		})
 	}
 	wg.Wait()
-	elapsed, used := time.Since(start), cpu()
+	elapsed := time.Since(start)
 	close(errs)
 	if err := <-errs; err != nil {
 		return ServeSide{}, nil, err
@@ -461,7 +461,8 @@ func runServe(ctx context.Context, dir string, cfg Config, streams [][]events.Dr
 	if err := awaitDelivery(ctx, all, &delivered); err != nil {
 		return ServeSide{}, nil, err
 	}
-	side := ServeSide{Side: Side{Events: cfg.Events, Elapsed: elapsed, Commits: int(l.Stats().Commits), CPU: used}, Delivered: int(delivered.Load()), Redelivered: int(redelivered.Load())}
+	used, window := cpu(), time.Since(start)
+	side := ServeSide{Side: Side{Events: cfg.Events, Elapsed: elapsed, Commits: int(l.Stats().Commits), CPU: used, CPUWindow: window}, Delivered: int(delivered.Load()), Redelivered: int(redelivered.Load())}
 	if seq, _, err := l.LoadSnapshot(live.DefaultSnapshotName); err == nil && seq > 0 && snapshotEvery > 0 {
 		side.Snapshots = 1
 	}
