@@ -41,7 +41,7 @@ func genDraft(t *rapid.T) events.Draft {
 	outcome := func(name string, vs ...string) string { return rapid.SampledFrom(vs).Draw(t, name) }
 	var p events.Payload
 	// Weighted: evidence events (which drive the ring) are most frequent.
-	switch k := rapid.IntRange(0, 42).Draw(t, "kind"); k {
+	switch k := rapid.IntRange(0, 44).Draw(t, "kind"); k {
 	case 0:
 		p = &events.LeaseAcquiring{KeySession: sess, Fingerprint: eventgen.Digest, Shared: rapid.Bool().Draw(t, "shared")}
 	case 1:
@@ -119,6 +119,10 @@ func genDraft(t *rapid.T) events.Draft {
 			Transport: pick(t, "st", events.SessionEmbedded, events.SessionMCPHTTP)}}
 	case 42:
 		return events.Draft{Payload: &events.HostBound{Host: pick(t, "host", "h1", "h2")}}
+	case 43:
+		p = &events.LeaseReaped{IdleNS: 5e9, IdleMaxNS: 4e9}
+	case 44:
+		p = &events.LeaseStaleReplaced{OldFingerprint: eventgen.Digest, NewFingerprint: eventgen.Digest, NewActivation: pick(t, "newact", "", "act-9")}
 	}
 	return events.Draft{Activation: act, Session: sess, Server: srv, Payload: p}
 }
