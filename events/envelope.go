@@ -427,18 +427,22 @@ const Wildcard = "*"
 // activation and [NoActivation] for events without one. Callers validate
 // kind and activation first (both are subject tokens).
 func Subject(kind Kind, activation string) string {
+	b := make([]byte, 0, len(SubjectPrefix)+len(kind)+len(activation)+4)
+	return string(AppendSubjectTokens(append(b, SubjectPrefix...), kind, activation))
+}
+
+// AppendSubjectTokens appends to dst what [Subject] puts after
+// [SubjectPrefix] — family, action and activation, dot-separated — for a
+// caller that builds subjects without allocating, under another prefix
+// (a host's subject space).
+func AppendSubjectTokens(dst []byte, kind Kind, activation string) []byte {
 	fam, act := Wildcard, Wildcard
 	if kind != "" {
 		fam, act = kind.Family(), kind.Action()
 	}
-	b := make([]byte, 0, len(SubjectPrefix)+len(kind)+len(activation)+4)
-	b = append(b, SubjectPrefix...)
-	b = append(b, fam...)
-	b = append(b, '.')
-	b = append(b, act...)
-	b = append(b, '.')
-	b = append(b, activation...)
-	return string(b)
+	dst = append(append(dst, fam...), '.')
+	dst = append(append(dst, act...), '.')
+	return append(dst, activation...)
 }
 
 // Input is the JSON Lines input form that `leaseledger append` reads and

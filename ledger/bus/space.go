@@ -100,10 +100,7 @@ func (m *pubMsg) set(prefix string, r *ledger.Record) {
 	if act == "" {
 		act = events.NoActivation
 	}
-	// An event subject is the prefix, then <family>.<action>.<activation>
-	// (events.Subject; a sealed event's kind is never empty).
-	b := append(append(m.buf[:0], prefix...), r.Env.Kind.Family()...)
-	b = append(append(append(append(b, '.'), r.Env.Kind.Action()...), '.'), act...)
+	b := events.AppendSubjectTokens(append(m.buf[:0], prefix...), r.Env.Kind, act)
 	subj := len(b)
 	var id [ulid.EncodedSize]byte
 	_ = r.Env.ID.MarshalTextTo(id[:]) // never fails: the buffer is EncodedSize long
