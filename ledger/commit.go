@@ -215,22 +215,18 @@ func (l *Ledger) await(ctx context.Context, req *appendReq) ([]Ack, error) {
 	}
 	select {
 	case <-req.done:
-		if req.err != nil {
-			return nil, &Error{Op: "append", Err: req.err}
-		}
-		return req.acks, nil
 	case <-ctx.Done():
-		if !req.abandonPayloads() {
-			// BeforeAck has this call's payloads, after its fsync: the
-			// call is acknowledged as soon as BeforeAck returns them.
-			<-req.done
-			if req.err != nil {
-				return nil, &Error{Op: "append", Err: req.err}
-			}
-			return req.acks, nil
+		if req.abandonPayloads() {
+			return nil, &Error{Op: "append", Err: fmt.Errorf("%w: %w", ErrUnacknowledged, ctx.Err())}
 		}
-		return nil, &Error{Op: "append", Err: fmt.Errorf("%w: %w", ErrUnacknowledged, ctx.Err())}
+		// BeforeAck has this call's payloads, after its fsync: the call is
+		// acknowledged as soon as BeforeAck returns them.
+		<-req.done
 	}
+	if req.err != nil {
+		return nil, &Error{Op: "append", Err: req.err}
+	}
+	return req.acks, nil
 }
 
 // enqueue hands req to the committer. Its error (ErrReservedKind, ErrClosed,
