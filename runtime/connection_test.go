@@ -5,6 +5,7 @@ package runtime
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"reflect"
 	"sync/atomic"
@@ -480,22 +481,39 @@ func (e *env) envelopes() []events.Envelope {
 }
 
 // A close whose caller's deadline has already passed gets the smallest
-// budget, never the default: the one budget never outlives ctx.
+// budget, never the default: the one budget never outlives ctx. Every step
+// then reports past the deadline, and each records timeout: a step's report
+// and the deadline are both ready, and the outcome must not depend on which
+// one a select picks (eight closes make a lucky pass of the old coin toss
+// unlikely: one in 8^8).
 func TestConnCloseExpiredDeadline(t *testing.T) {
 	p := newLossyEnv(t, nil) // no post-test audit: this close cannot confirm
 	s := p.open("s1")
 	ctx := context.Background()
-	if _, err := s.Capability().OpenConnection(ctx, "fs", ConnectionOptions{Activation: "act-x1"}); err != nil {
-		t.Fatal(err)
+	var reps []ConnectionReport
+	for i := range 8 {
+		act := fmt.Sprintf("act-x%d", i)
+		if _, err := s.Capability().OpenConnection(ctx, "fs", ConnectionOptions{Activation: act}); err != nil {
+			t.Fatal(err)
+		}
+		expired, cancel := context.WithDeadline(ctx, time.Now().Add(-time.Second))
+		rep, _ := p.m.CloseConnection(expired, ConnectionRef{Activation: act}, 5*time.Second)
+		cancel()
+		if rep.BudgetNS <= 0 || rep.BudgetNS > int64(time.Millisecond) {
+			t.Fatalf("budget %v with an expired deadline, want at most 1ms: %+v", time.Duration(rep.BudgetNS), rep)
+		}
+		if rep.Confirmed() {
+			t.Fatalf("a close with no budget left confirmed: %+v", rep)
+		}
+		for _, o := range rep.Obligations {
+			if o.Name != events.ObligationHTTPRequests && o.Outcome != events.BarrierTimeout {
+				t.Fatalf("%s: obligation %s %s (%s) past the deadline, want timeout: %+v", act, o.Name, o.Outcome, o.Detail, rep)
+			}
+		}
+		reps = append(reps, rep)
 	}
-	expired, cancel := context.WithDeadline(ctx, time.Now().Add(-time.Second))
-	defer cancel()
-	rep, _ := p.m.CloseConnection(expired, ConnectionRef{Activation: "act-x1"}, 5*time.Second)
-	if rep.BudgetNS <= 0 || rep.BudgetNS > int64(time.Millisecond) {
-		t.Fatalf("budget %v with an expired deadline, want at most 1ms: %+v", time.Duration(rep.BudgetNS), rep)
+	envs := p.l.envelopes()
+	for _, rep := range reps {
+		agree(t, envs, rep)
 	}
-	if rep.Confirmed() {
-		t.Fatalf("a close with no budget left confirmed: %+v", rep)
-	}
-	agree(t, p.l.envelopes(), rep)
 }

@@ -347,6 +347,9 @@ func (l *lease) closeSteps(ctx context.Context, budget time.Duration, rep Connec
 			transport = events.BarrierTimeout
 		}
 	}
+	if transport == events.BarrierOK && late(deadline) {
+		transport, transportDetail = events.BarrierTimeout, detailAfterDeadline
+	}
 	if isHTTP && hc.lost() != "" {
 		// The remote session was lost before the close (its DELETE, if
 		// sent, could not succeed): say how it was detected.
@@ -366,11 +369,15 @@ func (l *lease) closeSteps(ctx context.Context, budget time.Duration, rep Connec
 	case <-until(deadline):
 		workers, workersDetail = events.BarrierTimeout, "transport_worker_running"
 	}
+	if workers == events.BarrierOK && late(deadline) {
+		workers, workersDetail = events.BarrierTimeout, detailAfterDeadline
+	}
 	tWorkers := time.Since(t1)
 	// 3. supervisor
 	t2 := time.Now()
 	cctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 	l.cleanup = l.child.close(cctx)
+	supervisorLate := late(deadline)
 	l.flushStderr() // the session's reader is gone: no more stderr
 	cancel()
 	tSupervisor := time.Since(t2)
@@ -399,6 +406,10 @@ func (l *lease) closeSteps(ctx context.Context, budget time.Duration, rep Connec
 		var receipted bool
 		facts, receipted = guardianCleanupFacts(l.activation, l.key.session, l.key.server, l.cleanup)
 		switch {
+		case receipted && supervisorLate:
+			// The receipt's facts are recorded; they came too late to
+			// confirm the close.
+			supervisor, supervisorDetail = events.BarrierTimeout, detailAfterDeadline
 		case receipted:
 		case l.cleanup.Reason == guardian.ReasonDeadline:
 			supervisor = events.BarrierTimeout
@@ -432,6 +443,17 @@ func (l *lease) closeSteps(ctx context.Context, budget time.Duration, rep Connec
 	facts = append(facts, l.draft(&events.ConnectionClosed{ElapsedNS: int64(elapsed)}))
 	return facts, rep
 }
+
+// detailAfterDeadline is a close step's barrier detail when the step's
+// report was observed at or past the close's deadline.
+const detailAfterDeadline = "after_deadline"
+
+// late reports whether the close's deadline has passed. A step whose report
+// is observed then records timeout, not ok: a deadline's expiry leaves the
+// close unconfirmed. Without it the outcome would be a coin toss whenever a
+// step's report and the deadline are both ready, since select picks either
+// (and so does the guardian's own wait under the same deadline).
+func late(deadline time.Time) bool { return !time.Now().Before(deadline) }
 
 // until returns a channel that is ready at t (at once when t has passed).
 // The timer is collected once fired or unreferenced (Go 1.23 timers).
