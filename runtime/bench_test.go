@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/leaseledger/leaseledger/events"
+	"github.com/leaseledger/leaseledger/guardian"
 	"github.com/leaseledger/leaseledger/internal/cputime"
 	"github.com/leaseledger/leaseledger/ledger"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -36,7 +37,12 @@ import (
 // the same append is also timed right after a call through the prepareOnly
 // lease, as a call's own append is made ("append-after-call-p50/mean-µs"),
 // and the goal against its mean (lease-µs/call is a mean too) is
-// "excess-over-call-fsync".
+// "excess-over-call-fsync". Its floor is measured too: a plain go-sdk
+// client through a guardian of its own (relaySession: the relay and nothing
+// else of the lease path) as "relay-µs/call" and "ratio-relay" (relay /
+// plain), which the 10 % allowance must cover before the runtime or the
+// ledger adds anything; "excess-over-relay-call-fsync" is
+// (lease − append after a call) / relay.
 //
 //	go test -run '^$' -bench CallOverhead -benchtime 2000x ./runtime/
 func BenchmarkCallOverhead(b *testing.B) {
@@ -44,6 +50,7 @@ func BenchmarkCallOverhead(b *testing.B) {
 	ctx := context.Background()
 
 	plain := plainSession(b, ctx, cfg)
+	relay := relaySession(b, ctx, cfg)
 	l := benchLedger(b)
 	capa, req := benchLease(b, ctx, cfg, l)
 	plainArgs := map[string]any{"message": "benchmark"}
@@ -83,17 +90,27 @@ func BenchmarkCallOverhead(b *testing.B) {
 			b.Fatal("plain call failed", err)
 		}
 	}
+	relayCall := func() {
+		if res, err := relay.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: plainArgs}); err != nil || res.IsError {
+			b.Fatal("relay call failed", err)
+		}
+	}
 	for i := 0; i < 50; i++ { // warm both paths (JIT, page cache, pools)
 		leaseCall()
 		plainCall()
 		noLedgerCall()
 		syncCall()
+		relayCall()
 	}
 	b.ResetTimer()
-	var tLease, tPlain, tNoLedger, tSync time.Duration
+	var tLease, tPlain, tNoLedger, tSync, tRelay time.Duration
 	const chunk = 50
 	for done := 0; done < b.N; {
 		n := min(chunk, b.N-done)
+		tr := time.Now()
+		for i := 0; i < n; i++ {
+			relayCall()
+		}
 		t0 := time.Now()
 		for i := 0; i < n; i++ {
 			plainCall()
@@ -118,6 +135,7 @@ func BenchmarkCallOverhead(b *testing.B) {
 			noLedgerCall() // not counted: the append after it is
 			timedAppend(&afterCall)
 		}
+		tRelay += t0.Sub(tr)
 		tPlain += t1.Sub(t0)
 		tLease += t2.Sub(t1)
 		tNoLedger += t3.Sub(t2)
@@ -145,6 +163,11 @@ func BenchmarkCallOverhead(b *testing.B) {
 	b.ReportMetric(callP50/1e3, "append-after-call-p50-µs")
 	b.ReportMetric(callMean/1e3, "append-after-call-mean-µs")
 	b.ReportMetric((perLease-callMean)/perPlain, "excess-over-call-fsync")
+	// The floor: what the guardian relay alone leaves of the 10 % allowance.
+	perRelay := float64(tRelay.Nanoseconds()) / float64(b.N)
+	b.ReportMetric(perRelay/1e3, "relay-µs/call")
+	b.ReportMetric(perRelay/perPlain, "ratio-relay")
+	b.ReportMetric((perLease-callMean)/perRelay, "excess-over-relay-call-fsync")
 	b.ReportMetric(0, "ns/op") // the per-call figures above are the result
 }
 
@@ -168,6 +191,36 @@ func plainSession(b testing.TB, ctx context.Context, cfg ServerConfig) *mcp.Clie
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { s.Close() })
+	return s
+}
+
+// relaySession connects a plain go-sdk client to the server of cfg through
+// a guardian session of its own (guardian.Launch, the go-sdk's IOTransport
+// over the session's stream): no runtime and no ledger, only the relay the
+// architecture puts between a lease and its server. It is the floor of
+// the lease path; the benchmarks report the lease against it as well as
+// against plain. The guardian's cleanup runs when the benchmark ends.
+func relaySession(b testing.TB, ctx context.Context, cfg ServerConfig) *mcp.ClientSession {
+	b.Helper()
+	sp := guardian.Spec{Command: cfg.Command, Args: cfg.Args, ActivationID: "bench-relay", HelperPath: helperBin.Out}
+	g, err := guardian.Launch(ctx, sp)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		cctx, cancel := context.WithTimeout(context.Background(), sp.CleanupBudget())
+		defer cancel()
+		if r := g.Close(cctx); !r.Confirmed {
+			b.Errorf("relay's guardian cleanup unconfirmed: %s", r.Reason)
+		}
+	})
+	c := mcp.NewClient(&mcp.Implementation{Name: "relay", Version: "0"}, &mcp.ClientOptions{Capabilities: &mcp.ClientCapabilities{}})
+	st := g.Stream()
+	s, err := c.Connect(ctx, &mcp.IOTransport{Reader: st, Writer: st, MaxLineLength: MaxMessageBytes}, &mcp.ClientSessionOptions{ProtocolVersion: ProtocolVersion})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() }) // runs before the guardian's cleanup
 	return s
 }
 
@@ -223,10 +276,12 @@ func (prepareOnly) Append(ctx context.Context, drafts ...events.Draft) ([]ledger
 // at once on each side (one lease, one plain session; both servers take
 // concurrent calls): the ledger's group commit then shares each fsync among
 // the calls in flight, so this is the per-call overhead a busy host sees,
-// where the sequential benchmark shows the latency floor of two fsyncs.
+// where the sequential benchmark shows a call's latency with its own fsync.
 // It also reports the CPU time of this process (the host: client, runtime,
 // ledger; not the helper or the server) per call on each side and their
-// ratio, which another job on the machine moves far less than wall time.
+// ratio, which another job on the machine moves far less than wall time,
+// and the same 16 callers through relaySession, the floor: "ratio-relay"
+// (relay / plain) and "lease-over-relay".
 //
 //	go test -run '^$' -bench CallOverheadConcurrent -benchtime 4000x ./runtime/
 func BenchmarkCallOverheadConcurrent(b *testing.B) {
@@ -234,10 +289,18 @@ func BenchmarkCallOverheadConcurrent(b *testing.B) {
 	cfg := everything(b)
 	ctx := context.Background()
 	plain := plainSession(b, ctx, cfg)
+	relay := relaySession(b, ctx, cfg)
 	l := benchLedger(b)
 	capa, req := benchLease(b, ctx, cfg, l)
 	capaSync, _ := benchLease(b, ctx, cfg, syncOnly{l}) // both appends awaited
 	args := map[string]any{"message": "benchmark"}
+	relayCall := func() error {
+		res, err := relay.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: args})
+		if err == nil && res.IsError {
+			err = errors.New("tool error")
+		}
+		return err
+	}
 	leaseCall := func() error {
 		res, err := capa.Call(ctx, req)
 		if err == nil && res.IsError {
@@ -293,14 +356,16 @@ func BenchmarkCallOverheadConcurrent(b *testing.B) {
 	run(200, leaseCall)
 	run(200, plainCall)
 	run(200, syncCall)
+	run(200, relayCall)
 	b.ResetTimer()
-	var tLease, tPlain, tSync, cLease, cPlain time.Duration
+	var tLease, tPlain, tSync, tRelay, cLease, cPlain, cRelay time.Duration
 	const chunk = 400
 	for done := 0; done < b.N; done += chunk {
 		n := min(chunk, b.N-done)
 		tPlain += cpu(&cPlain, n, plainCall)
 		tLease += cpu(&cLease, n, leaseCall)
 		tSync += run(n, syncCall)
+		tRelay += cpu(&cRelay, n, relayCall)
 	}
 	b.StopTimer()
 	perPlain := float64(tPlain.Nanoseconds()) / float64(b.N)
@@ -315,6 +380,13 @@ func BenchmarkCallOverheadConcurrent(b *testing.B) {
 	b.ReportMetric(float64(cPlain.Nanoseconds())/float64(b.N)/1e3, "plain-cpu-µs/call")
 	b.ReportMetric(float64(cLease.Nanoseconds())/float64(b.N)/1e3, "lease-cpu-µs/call")
 	b.ReportMetric(float64(cLease)/float64(max(1, cPlain)), "ratio-cpu")
+	// The floor: plain go-sdk through the guardian relay, no runtime or
+	// ledger (its host CPU excludes the helper process's, as lease's does).
+	perRelay := float64(tRelay.Nanoseconds()) / float64(b.N)
+	b.ReportMetric(perRelay/1e3, "relay-µs/call")
+	b.ReportMetric(perRelay/perPlain, "ratio-relay")
+	b.ReportMetric(perLease/perRelay, "lease-over-relay")
+	b.ReportMetric(float64(cRelay.Nanoseconds())/float64(b.N)/1e3, "relay-cpu-µs/call")
 	b.ReportMetric(0, "ns/op")
 }
 
