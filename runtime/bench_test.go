@@ -3,8 +3,11 @@
 package runtime
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
+	"fmt"
 	"os/exec"
 	"slices"
 	"strconv"
@@ -13,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/leaseledger/leaseledger/events"
 	"github.com/leaseledger/leaseledger/guardian"
 	"github.com/leaseledger/leaseledger/internal/cputime"
@@ -224,6 +228,47 @@ func relaySession(b testing.TB, ctx context.Context, cfg ServerConfig) *mcp.Clie
 	return s
 }
 
+// rawDurable is the storage half of a call's floor: raw Pebble, opened
+// with the ledger's defaults, where each call commits one admission-sized
+// record with Sync before its request (as call.admitted is durable before
+// the request) and one outcome-sized record without (it rides the next
+// Sync commit's fsync, as a deferred call.finished rides the next
+// admission). No sealing, chain, tree or encoding: only the durable write.
+type rawDurable struct {
+	db   *pebble.DB
+	next atomic.Uint64
+	val  []byte
+}
+
+// rawEventBytes approximates one sealed call event's raw size.
+const rawEventBytes = 512
+
+func newRawDurable(b testing.TB) *rawDurable {
+	b.Helper()
+	po := ledger.DefaultPebbleOptions()
+	po.Logger = quietPebble{}
+	db, err := pebble.Open(b.TempDir(), po)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { db.Close() })
+	return &rawDurable{db: db, val: bytes.Repeat([]byte("x"), rawEventBytes)}
+}
+
+// write sets one record under a fresh key with the given durability.
+func (r *rawDurable) write(opts *pebble.WriteOptions) error {
+	return r.db.Set(binary.BigEndian.AppendUint64(nil, r.next.Add(1)), r.val, opts)
+}
+
+// quietPebble drops Pebble's informational log lines.
+type quietPebble struct{}
+
+func (quietPebble) Infof(string, ...any)  {}
+func (quietPebble) Errorf(string, ...any) {}
+func (quietPebble) Fatalf(format string, args ...any) {
+	panic(fmt.Sprintf(format, args...)) // Pebble's contract: Fatalf does not return
+}
+
 // benchLease opens a manager over appender, a session "bench" and a lease on
 // cfg as "everything"; it returns the capability and an echo request with
 // the pinned digest. Everything is closed when the benchmark ends.
@@ -281,7 +326,9 @@ func (prepareOnly) Append(ctx context.Context, drafts ...events.Draft) ([]ledger
 // ledger; not the helper or the server) per call on each side and their
 // ratio, which another job on the machine moves far less than wall time,
 // and the same 16 callers through relaySession, the floor: "ratio-relay"
-// (relay / plain) and "lease-over-relay".
+// (relay / plain) and "lease-over-relay"; and through relaySession with
+// each call's durable admission written to raw Pebble (rawDurable), the
+// floor with storage: "ratio-relay-raw" and "lease-over-relay-raw".
 //
 //	go test -run '^$' -bench CallOverheadConcurrent -benchtime 4000x ./runtime/
 func BenchmarkCallOverheadConcurrent(b *testing.B) {
@@ -300,6 +347,18 @@ func BenchmarkCallOverheadConcurrent(b *testing.B) {
 			err = errors.New("tool error")
 		}
 		return err
+	}
+	raw := newRawDurable(b)
+	// The floor with storage: the relay call between a durable raw write
+	// and a deferred one (rawDurable).
+	durableRelayCall := func() error {
+		if err := raw.write(pebble.Sync); err != nil {
+			return err
+		}
+		if err := relayCall(); err != nil {
+			return err
+		}
+		return raw.write(pebble.NoSync)
 	}
 	leaseCall := func() error {
 		res, err := capa.Call(ctx, req)
@@ -357,8 +416,9 @@ func BenchmarkCallOverheadConcurrent(b *testing.B) {
 	run(200, plainCall)
 	run(200, syncCall)
 	run(200, relayCall)
+	run(200, durableRelayCall)
 	b.ResetTimer()
-	var tLease, tPlain, tSync, tRelay, cLease, cPlain, cRelay time.Duration
+	var tLease, tPlain, tSync, tRelay, tDurable, cLease, cPlain, cRelay, cDurable time.Duration
 	const chunk = 400
 	for done := 0; done < b.N; done += chunk {
 		n := min(chunk, b.N-done)
@@ -366,6 +426,7 @@ func BenchmarkCallOverheadConcurrent(b *testing.B) {
 		tLease += cpu(&cLease, n, leaseCall)
 		tSync += run(n, syncCall)
 		tRelay += cpu(&cRelay, n, relayCall)
+		tDurable += cpu(&cDurable, n, durableRelayCall)
 	}
 	b.StopTimer()
 	perPlain := float64(tPlain.Nanoseconds()) / float64(b.N)
@@ -387,6 +448,12 @@ func BenchmarkCallOverheadConcurrent(b *testing.B) {
 	b.ReportMetric(perRelay/perPlain, "ratio-relay")
 	b.ReportMetric(perLease/perRelay, "lease-over-relay")
 	b.ReportMetric(float64(cRelay.Nanoseconds())/float64(b.N)/1e3, "relay-cpu-µs/call")
+	// The floor with the durable admission: relay + raw Pebble.
+	perDurable := float64(tDurable.Nanoseconds()) / float64(b.N)
+	b.ReportMetric(perDurable/1e3, "relay-raw-µs/call")
+	b.ReportMetric(perDurable/perPlain, "ratio-relay-raw")
+	b.ReportMetric(perLease/perDurable, "lease-over-relay-raw")
+	b.ReportMetric(float64(cDurable.Nanoseconds())/float64(b.N)/1e3, "relay-raw-cpu-µs/call")
 	b.ReportMetric(0, "ns/op")
 }
 
