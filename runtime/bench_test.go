@@ -231,13 +231,16 @@ func relaySession(b testing.TB, ctx context.Context, cfg ServerConfig) *mcp.Clie
 // rawDurable is the storage half of a call's floor: raw Pebble, opened
 // with the ledger's defaults, where each call commits one admission-sized
 // record with Sync before its request (as call.admitted is durable before
-// the request) and one outcome-sized record without (it rides the next
-// Sync commit's fsync, as a deferred call.finished rides the next
-// admission). No sealing, chain, tree or encoding: only the durable write.
+// the request), and its outcome-sized record is carried by the next call's
+// Sync commit (as a deferred call.finished rides the next admission's
+// batch). No sealing, chain, tree or encoding: only the durable writes.
 type rawDurable struct {
 	db   *pebble.DB
 	next atomic.Uint64
 	val  []byte
+	mu   sync.Mutex
+	// carried counts outcome records waiting for the next admission.
+	carried int
 }
 
 // rawEventBytes approximates one sealed call event's raw size.
@@ -255,9 +258,28 @@ func newRawDurable(b testing.TB) *rawDurable {
 	return &rawDurable{db: db, val: bytes.Repeat([]byte("x"), rawEventBytes)}
 }
 
-// write sets one record under a fresh key with the given durability.
-func (r *rawDurable) write(opts *pebble.WriteOptions) error {
-	return r.db.Set(binary.BigEndian.AppendUint64(nil, r.next.Add(1)), r.val, opts)
+// admit commits one admission record, and the outcome records carried so
+// far, in one Sync batch.
+func (r *rawDurable) admit() error {
+	r.mu.Lock()
+	n := r.carried + 1
+	r.carried = 0
+	r.mu.Unlock()
+	batch := r.db.NewBatch()
+	defer batch.Close()
+	for range n {
+		if err := batch.Set(binary.BigEndian.AppendUint64(nil, r.next.Add(1)), r.val, nil); err != nil {
+			return err
+		}
+	}
+	return batch.Commit(pebble.Sync)
+}
+
+// finish leaves one outcome record for the next admission to carry.
+func (r *rawDurable) finish() {
+	r.mu.Lock()
+	r.carried++
+	r.mu.Unlock()
 }
 
 // quietPebble drops Pebble's informational log lines.
@@ -349,16 +371,15 @@ func BenchmarkCallOverheadConcurrent(b *testing.B) {
 		return err
 	}
 	raw := newRawDurable(b)
-	// The floor with storage: the relay call between a durable raw write
-	// and a deferred one (rawDurable).
+	// The floor with storage: the relay call after its durable admission,
+	// its outcome carried by the next (rawDurable).
 	durableRelayCall := func() error {
-		if err := raw.write(pebble.Sync); err != nil {
+		if err := raw.admit(); err != nil {
 			return err
 		}
-		if err := relayCall(); err != nil {
-			return err
-		}
-		return raw.write(pebble.NoSync)
+		err := relayCall()
+		raw.finish()
+		return err
 	}
 	leaseCall := func() error {
 		res, err := capa.Call(ctx, req)
