@@ -5,6 +5,7 @@ package runtime
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -492,6 +493,58 @@ func TestHTTPRemoteServerKilledReplaced(t *testing.T) {
 		t.Fatalf("call after the session was rejected: %v", err)
 	}
 	checkLost(old, lostSessionRejected)
+}
+
+// TestHTTPCloseExpiredDeadline: an HTTP connection closed with its
+// caller's deadline already passed records timeout for every step whose
+// report it awaits, http_requests included (observed settled, but past the
+// deadline), whichever of a report and the deadline a wait saw first (see
+// TestConnCloseExpiredDeadline), and the projector agrees.
+func TestHTTPCloseExpiredDeadline(t *testing.T) {
+	p := newLossyEnv(t, nil)
+	endpoint, _, srv := goSDKHTTPServer(t)
+	// With no budget the session DELETE is cut off: the remote sessions stay on the
+	// server until ended from its side, so their goroutines exit.
+	t.Cleanup(func() {
+		var ss []*mcp.ServerSession
+		for s := range srv.Sessions() {
+			ss = append(ss, s)
+		}
+		for _, s := range ss {
+			_ = s.Close()
+		}
+	})
+	p.cfg.Set("remote", ServerConfig{URL: endpoint})
+	s := p.open("s1")
+	ctx := ctxT(t, 60*time.Second)
+	var reps []ConnectionReport
+	for i := range 4 {
+		act := fmt.Sprintf("act-h%d", i)
+		if _, err := s.Capability().OpenConnection(ctx, "remote", ConnectionOptions{Activation: act}); err != nil {
+			t.Fatal(err)
+		}
+		expired, cancel := context.WithDeadline(ctx, time.Now().Add(-time.Second))
+		rep, _ := p.m.CloseConnection(expired, ConnectionRef{Activation: act}, 5*time.Second)
+		cancel()
+		if rep.Confirmed() {
+			t.Fatalf("%s: a close with no budget left confirmed: %+v", act, rep)
+		}
+		for _, o := range rep.Obligations {
+			if o.Name == events.ObligationSupervisor {
+				// No local process: a fact known up front, not a report
+				// awaited (ok, no_local_process).
+				continue
+			}
+			if o.Outcome != events.BarrierTimeout {
+				t.Fatalf("%s: obligation %s %s (%s) past the deadline, want timeout: %+v", act, o.Name, o.Outcome, o.Detail, rep)
+			}
+		}
+		reps = append(reps, rep)
+	}
+	envs := p.l.envelopes()
+	for _, rep := range reps {
+		agree(t, envs, rep)
+	}
 }
 
 // TestHTTPLostAtDeadline: a request whose barrier cannot return before the

@@ -392,6 +392,9 @@ func (l *lease) closeSteps(ctx context.Context, budget time.Duration, rep Connec
 	if isHTTP {
 		t3 := time.Now()
 		out, detail, rest := hc.ev.finish(deadline)
+		if out == events.BarrierOK && late(deadline) {
+			out, detail = events.BarrierTimeout, detailAfterDeadline
+		}
 		facts = rest
 		httpObs = ObligationReport{Name: events.ObligationHTTPRequests, Outcome: out, Detail: detail, ElapsedNS: int64(time.Since(t3))}
 	}
