@@ -488,25 +488,35 @@ func (e *env) envelopes() []events.Envelope {
 // unlikely: one in 8^8).
 func TestConnCloseExpiredDeadline(t *testing.T) {
 	p := newLossyEnv(t, nil) // no post-test audit: this close cannot confirm
+	closeExpired(t, p, "fs", 8, events.ObligationHTTPRequests)
+}
+
+// closeExpired opens n connections to server in a session of p and closes
+// each with its caller's deadline already passed: each gets at most 1 ms
+// of budget, is unconfirmed, and records timeout for every obligation but
+// unawaited (the one whose outcome is not awaited by the close); the
+// projector agrees with every report.
+func closeExpired(t *testing.T, p *policyEnv, server string, n int, unawaited events.Obligation) {
+	t.Helper()
 	s := p.open("s1")
-	ctx := context.Background()
+	ctx := ctxT(t, 60*time.Second)
 	var reps []ConnectionReport
-	for i := range 8 {
+	for i := range n {
 		act := fmt.Sprintf("act-x%d", i)
-		if _, err := s.Capability().OpenConnection(ctx, "fs", ConnectionOptions{Activation: act}); err != nil {
+		if _, err := s.Capability().OpenConnection(ctx, server, ConnectionOptions{Activation: act}); err != nil {
 			t.Fatal(err)
 		}
 		expired, cancel := context.WithDeadline(ctx, time.Now().Add(-time.Second))
 		rep, _ := p.m.CloseConnection(expired, ConnectionRef{Activation: act}, 5*time.Second)
 		cancel()
 		if rep.BudgetNS <= 0 || rep.BudgetNS > int64(time.Millisecond) {
-			t.Fatalf("budget %v with an expired deadline, want at most 1ms: %+v", time.Duration(rep.BudgetNS), rep)
+			t.Fatalf("%s: budget %v with an expired deadline, want at most 1ms: %+v", act, time.Duration(rep.BudgetNS), rep)
 		}
 		if rep.Confirmed() {
-			t.Fatalf("a close with no budget left confirmed: %+v", rep)
+			t.Fatalf("%s: a close with no budget left confirmed: %+v", act, rep)
 		}
 		for _, o := range rep.Obligations {
-			if o.Name != events.ObligationHTTPRequests && o.Outcome != events.BarrierTimeout {
+			if o.Name != unawaited && o.Outcome != events.BarrierTimeout {
 				t.Fatalf("%s: obligation %s %s (%s) past the deadline, want timeout: %+v", act, o.Name, o.Outcome, o.Detail, rep)
 			}
 		}

@@ -5,7 +5,6 @@ package runtime
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -503,8 +502,9 @@ func TestHTTPRemoteServerKilledReplaced(t *testing.T) {
 func TestHTTPCloseExpiredDeadline(t *testing.T) {
 	p := newLossyEnv(t, nil)
 	endpoint, _, srv := goSDKHTTPServer(t)
-	// With no budget the session DELETE is cut off: the remote sessions stay on the
-	// server until ended from its side, so their goroutines exit.
+	// With no budget the session DELETE is cut off: the remote sessions
+	// stay on the server until ended from its side, so their goroutines
+	// exit.
 	t.Cleanup(func() {
 		var ss []*mcp.ServerSession
 		for s := range srv.Sessions() {
@@ -515,36 +515,9 @@ func TestHTTPCloseExpiredDeadline(t *testing.T) {
 		}
 	})
 	p.cfg.Set("remote", ServerConfig{URL: endpoint})
-	s := p.open("s1")
-	ctx := ctxT(t, 60*time.Second)
-	var reps []ConnectionReport
-	for i := range 4 {
-		act := fmt.Sprintf("act-h%d", i)
-		if _, err := s.Capability().OpenConnection(ctx, "remote", ConnectionOptions{Activation: act}); err != nil {
-			t.Fatal(err)
-		}
-		expired, cancel := context.WithDeadline(ctx, time.Now().Add(-time.Second))
-		rep, _ := p.m.CloseConnection(expired, ConnectionRef{Activation: act}, 5*time.Second)
-		cancel()
-		if rep.Confirmed() {
-			t.Fatalf("%s: a close with no budget left confirmed: %+v", act, rep)
-		}
-		for _, o := range rep.Obligations {
-			if o.Name == events.ObligationSupervisor {
-				// No local process: a fact known up front, not a report
-				// awaited (ok, no_local_process).
-				continue
-			}
-			if o.Outcome != events.BarrierTimeout {
-				t.Fatalf("%s: obligation %s %s (%s) past the deadline, want timeout: %+v", act, o.Name, o.Outcome, o.Detail, rep)
-			}
-		}
-		reps = append(reps, rep)
-	}
-	envs := p.l.envelopes()
-	for _, rep := range reps {
-		agree(t, envs, rep)
-	}
+	// No local process: supervisor is a fact known up front (ok,
+	// no_local_process), not a report the close awaits.
+	closeExpired(t, p, "remote", 4, events.ObligationSupervisor)
 }
 
 // TestHTTPLostAtDeadline: a request whose barrier cannot return before the
