@@ -82,16 +82,8 @@ func (s *State) ApplyPayload(env *events.Envelope, p events.Payload) error {
 	if p == nil || p.Kind() != env.Kind {
 		return fmt.Errorf("%w: seq %d: payload %T is not of kind %s", ErrDecode, env.Seq, p, env.Kind)
 	}
-	e := event{seq: uint64(env.Seq), time: env.Time, kind: env.Kind, activation: env.Activation,
-		session: env.Session, server: env.Server, payload: ownPayload(p)}
-	if s.lastAct != nil && s.lastAct.ID == env.Activation {
-		e.act = s.lastAct
-	}
-	if err := s.resolve(&e); err != nil {
-		return err
-	}
-	s.apply(&e)
-	return nil
+	return s.foldCached(&event{seq: uint64(env.Seq), time: env.Time, kind: env.Kind, activation: env.Activation,
+		session: env.Session, server: env.Server, payload: ownPayload(p)})
 }
 
 // ownPayload returns p, or for the kinds whose facts the reducer keeps by
@@ -147,15 +139,21 @@ func (s *State) ApplyRaw(raw []byte) error {
 	if uint64(h.Seq) <= s.seq {
 		return &SeqError{Got: uint64(h.Seq), Last: s.seq}
 	}
-	e := event{seq: uint64(h.Seq), time: h.Time, kind: h.Kind, activation: h.Activation,
-		session: h.Session, server: h.Server, payload: p}
-	if s.lastAct != nil && s.lastAct.ID == h.Activation {
+	return s.foldCached(&event{seq: uint64(h.Seq), time: h.Time, kind: h.Kind, activation: h.Activation,
+		session: h.Session, server: h.Server, payload: p})
+}
+
+// foldCached resolves and applies e, the fast paths' tail (ApplyPayload,
+// ApplyRaw): an event of the activation the previous event touched reuses
+// it instead of a map lookup. Apply, the reference, looks it up each time.
+func (s *State) foldCached(e *event) error {
+	if s.lastAct != nil && s.lastAct.ID == e.activation {
 		e.act = s.lastAct
 	}
-	if err := s.resolve(&e); err != nil {
+	if err := s.resolve(e); err != nil {
 		return err
 	}
-	s.apply(&e)
+	s.apply(e)
 	return nil
 }
 
