@@ -484,8 +484,8 @@ func (e *env) envelopes() []events.Envelope {
 // budget, never the default: the one budget never outlives ctx. Every step
 // then reports past the deadline, and each records timeout: a step's report
 // and the deadline are both ready, and the outcome must not depend on which
-// one a select picks (eight closes make a lucky pass of the old coin toss
-// unlikely: one in 8^8).
+// one a select picks (eight closes: any wait that picks the report fails
+// the test).
 func TestConnCloseExpiredDeadline(t *testing.T) {
 	p := newLossyEnv(t, nil) // no post-test audit: this close cannot confirm
 	closeExpired(t, p, "fs", 8, events.ObligationHTTPRequests)
