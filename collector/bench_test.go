@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leaseledger/leaseledger/bus/bustest"
 	"github.com/leaseledger/leaseledger/collector"
 	"github.com/leaseledger/leaseledger/events"
 	"github.com/leaseledger/leaseledger/ledger"
-	"github.com/leaseledger/leaseledger/ledger/bus/bustest"
 )
 
 // benchEvents is the backlog of BenchmarkCatchUp: LEASELEDGER_BENCH_EVENTS,

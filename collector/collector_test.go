@@ -17,10 +17,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leaseledger/leaseledger/bus/busclient"
 	"github.com/leaseledger/leaseledger/collector"
 	"github.com/leaseledger/leaseledger/events"
 	"github.com/leaseledger/leaseledger/ledger"
-	"github.com/leaseledger/leaseledger/ledger/busclient"
 	"github.com/leaseledger/leaseledger/ledger/ledgertest"
 	"github.com/nats-io/nats.go"
 	"golang.org/x/mod/sumdb/note"

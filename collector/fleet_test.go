@@ -11,11 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leaseledger/leaseledger/bus"
+	"github.com/leaseledger/leaseledger/bus/bustest"
 	"github.com/leaseledger/leaseledger/collector"
 	"github.com/leaseledger/leaseledger/events"
 	"github.com/leaseledger/leaseledger/ledger"
-	"github.com/leaseledger/leaseledger/ledger/bus"
-	"github.com/leaseledger/leaseledger/ledger/bus/bustest"
 	"github.com/nats-io/nats.go"
 	"go.uber.org/goleak"
 )

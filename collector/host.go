@@ -11,9 +11,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/leaseledger/leaseledger/bus/busclient"
 	"github.com/leaseledger/leaseledger/events"
 	"github.com/leaseledger/leaseledger/ledger"
-	"github.com/leaseledger/leaseledger/ledger/busclient"
 	"github.com/leaseledger/leaseledger/ledger/verify"
 	"github.com/nats-io/nats.go"
 	"golang.org/x/mod/sumdb/note"

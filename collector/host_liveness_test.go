@@ -9,9 +9,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/leaseledger/leaseledger/bus/busclient"
 	"github.com/leaseledger/leaseledger/collector"
 	"github.com/leaseledger/leaseledger/events"
-	"github.com/leaseledger/leaseledger/ledger/busclient"
 )
 
 // bareHost serves host's chain (h's ledger) over the bare head and replay

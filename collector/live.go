@@ -8,8 +8,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/leaseledger/leaseledger/bus/busclient"
 	"github.com/leaseledger/leaseledger/events"
-	"github.com/leaseledger/leaseledger/ledger/busclient"
 	"github.com/nats-io/nats.go"
 )
 

@@ -1,6 +1,6 @@
 // Package control owns the runtime control, projection and proof APIs on
 // the ledger's NATS bus: their subjects, request and reply types, their server
-// handlers (bus services, see package ledger/bus) and a client.
+// handlers (bus services, see package bus) and a client.
 //
 // The control API (leaseledger.api.runtime.…) lists the live leases,
 // revokes a lease (optionally denying it), ends a session and reaps idle
@@ -28,8 +28,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/leaseledger/leaseledger/ledger/bus"
-	"github.com/leaseledger/leaseledger/ledger/busclient"
+	"github.com/leaseledger/leaseledger/bus"
+	"github.com/leaseledger/leaseledger/bus/busclient"
 	"github.com/leaseledger/leaseledger/projector"
 	"github.com/leaseledger/leaseledger/projector/audit"
 )

@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leaseledger/leaseledger/bus"
 	"github.com/leaseledger/leaseledger/control"
 	"github.com/leaseledger/leaseledger/events"
 	"github.com/leaseledger/leaseledger/ledger"
-	"github.com/leaseledger/leaseledger/ledger/bus"
 	"github.com/leaseledger/leaseledger/projector"
 	"github.com/leaseledger/leaseledger/projector/audit"
 	"github.com/leaseledger/leaseledger/projector/live"

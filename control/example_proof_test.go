@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/leaseledger/leaseledger/bus"
 	"github.com/leaseledger/leaseledger/control"
 	"github.com/leaseledger/leaseledger/ledger"
-	"github.com/leaseledger/leaseledger/ledger/bus"
 	"github.com/leaseledger/leaseledger/ledger/verify"
 	"github.com/nats-io/nats.go"
 	"golang.org/x/mod/sumdb/note"

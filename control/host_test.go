@@ -5,8 +5,8 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/leaseledger/leaseledger/bus"
 	"github.com/leaseledger/leaseledger/control"
-	"github.com/leaseledger/leaseledger/ledger/bus"
 )
 
 // On a bus with a host id, a control client made WithHost(host) calls

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/leaseledger/leaseledger/bus"
 	"github.com/leaseledger/leaseledger/ledger"
-	"github.com/leaseledger/leaseledger/ledger/bus"
 	"github.com/leaseledger/leaseledger/projector"
 	"github.com/leaseledger/leaseledger/projector/audit"
 	"github.com/leaseledger/leaseledger/projector/live"

@@ -8,9 +8,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/leaseledger/leaseledger/bus"
 	"github.com/leaseledger/leaseledger/events"
 	"github.com/leaseledger/leaseledger/ledger"
-	"github.com/leaseledger/leaseledger/ledger/bus"
 	"github.com/leaseledger/leaseledger/ledger/verify"
 	"golang.org/x/mod/sumdb/note"
 )

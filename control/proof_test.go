@@ -7,10 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leaseledger/leaseledger/bus"
+	"github.com/leaseledger/leaseledger/bus/busclient"
 	"github.com/leaseledger/leaseledger/control"
 	"github.com/leaseledger/leaseledger/ledger"
-	"github.com/leaseledger/leaseledger/ledger/bus"
-	"github.com/leaseledger/leaseledger/ledger/busclient"
 	"github.com/leaseledger/leaseledger/ledger/verify"
 	"github.com/leaseledger/leaseledger/schemas"
 	"golang.org/x/mod/sumdb/note"

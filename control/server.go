@@ -12,10 +12,10 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/leaseledger/leaseledger/bus"
+	"github.com/leaseledger/leaseledger/bus/busclient"
 	"github.com/leaseledger/leaseledger/events"
 	"github.com/leaseledger/leaseledger/ledger"
-	"github.com/leaseledger/leaseledger/ledger/bus"
-	"github.com/leaseledger/leaseledger/ledger/busclient"
 	"github.com/leaseledger/leaseledger/projector"
 	"github.com/leaseledger/leaseledger/projector/audit"
 	"github.com/leaseledger/leaseledger/projector/live"

@@ -4,7 +4,7 @@
 // security headers they are served with, and the small configuration the
 // page reads at start (where the bus's NATS WebSocket is, whether it needs
 // credentials). The page talks to the bus only, with read-only rights: it
-// follows the events (package ledger/busclient's replay protocol) and asks
+// follows the events (package bus/busclient's replay protocol) and asks
 // the projection API (package control) for state. Nothing is fetched from
 // elsewhere at run time and no secret is ever in what this package serves:
 // credentials, when the bus needs them, are typed into the page and kept

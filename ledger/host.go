@@ -20,7 +20,7 @@ package ledger
 //   - Import still stores host.bound verbatim: a mirror holds the host's
 //     chain as it is (TestImportKeepsHostBound).
 //   - Outside this package the same rule holds: the bus's raw append answers
-//     bad-request (ledger/bus TestAppendHostBoundRefused) and `leaseledger
+//     bad-request (bus TestAppendHostBoundRefused) and `leaseledger
 //     append` refuses the line (TestAppendRefusesHostBoundLine).
 
 import (

@@ -10,9 +10,9 @@
 // and mirror ledgers, which Import fills with another ledger's events
 // verbatim through the same commit pipeline (import.go).
 //
-// Around it, and not linked by it: ledger/bus publishes committed events on
+// Around it, and not linked by it: bus publishes committed events on
 // an embedded NATS server and serves replay, head and append over it, whose
-// protocol and clients are ledger/busclient (which links no ledger);
+// protocol and clients are bus/busclient (which links no ledger);
 // ledger/verify re-checks a whole log and makes and checks signed
 // checkpoints; ledger/ledgermetrics exports Stats to Prometheus.
 //

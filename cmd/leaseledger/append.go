@@ -9,9 +9,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/leaseledger/leaseledger/bus/busclient"
 	"github.com/leaseledger/leaseledger/events"
 	"github.com/leaseledger/leaseledger/ledger"
-	"github.com/leaseledger/leaseledger/ledger/busclient"
 	"github.com/nats-io/nats.go"
 	"github.com/oklog/ulid/v2"
 	"github.com/spf13/cobra"

@@ -10,8 +10,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/leaseledger/leaseledger/bus"
 	"github.com/leaseledger/leaseledger/collector"
-	"github.com/leaseledger/leaseledger/ledger/bus"
 	"github.com/nats-io/nats.go"
 	"golang.org/x/mod/sumdb/note"
 )

@@ -14,10 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leaseledger/leaseledger/bus"
 	"github.com/leaseledger/leaseledger/collector"
 	"github.com/leaseledger/leaseledger/events"
 	"github.com/leaseledger/leaseledger/ledger"
-	"github.com/leaseledger/leaseledger/ledger/bus"
 )
 
 // collectHost is an in-process fleet host: a ledger bound to id and its

@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leaseledger/leaseledger/bus"
 	"github.com/leaseledger/leaseledger/control"
 	"github.com/leaseledger/leaseledger/events"
 	"github.com/leaseledger/leaseledger/ledger"
-	"github.com/leaseledger/leaseledger/ledger/bus"
 	"github.com/leaseledger/leaseledger/projector/live"
 )
 

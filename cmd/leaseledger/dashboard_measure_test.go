@@ -17,7 +17,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/nats-io/nats.go"
 
-	"github.com/leaseledger/leaseledger/ledger/busclient"
+	"github.com/leaseledger/leaseledger/bus/busclient"
 )
 
 const (

@@ -22,8 +22,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/nats-io/nats.go"
 
+	"github.com/leaseledger/leaseledger/bus/busclient"
 	"github.com/leaseledger/leaseledger/internal/netproxy"
-	"github.com/leaseledger/leaseledger/ledger/busclient"
 )
 
 // Helpers of the fleet end-to-end tests (fleet_e2e_test.go): a cluster of

@@ -14,9 +14,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/leaseledger/leaseledger/bus/busclient"
 	"github.com/leaseledger/leaseledger/events"
 	"github.com/leaseledger/leaseledger/internal/testproc"
-	"github.com/leaseledger/leaseledger/ledger/busclient"
 )
 
 // fleetLagWait bounds the wait for one appended event to reach a bus.

@@ -15,8 +15,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/leaseledger/leaseledger/bus/busclient"
 	"github.com/leaseledger/leaseledger/control"
-	"github.com/leaseledger/leaseledger/ledger/busclient"
 )
 
 // fleetURL is the collector's fleet bus URL, as it printed it.

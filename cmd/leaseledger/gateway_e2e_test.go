@@ -21,10 +21,10 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/nats-io/nats.go"
 
+	"github.com/leaseledger/leaseledger/bus/busclient"
 	"github.com/leaseledger/leaseledger/control"
 	"github.com/leaseledger/leaseledger/gateway"
 	"github.com/leaseledger/leaseledger/internal/testproc"
-	"github.com/leaseledger/leaseledger/ledger/busclient"
 )
 
 // End-to-end tests of `leaseledger serve --config`: the real binary, real

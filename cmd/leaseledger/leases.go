@@ -7,8 +7,8 @@ import (
 	"io"
 	"text/tabwriter"
 
+	"github.com/leaseledger/leaseledger/bus/busclient"
 	"github.com/leaseledger/leaseledger/ledger"
-	"github.com/leaseledger/leaseledger/ledger/busclient"
 	"github.com/leaseledger/leaseledger/projector"
 	"github.com/spf13/cobra"
 )

@@ -19,10 +19,10 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/leaseledger/leaseledger/bus/busclient"
 	"github.com/leaseledger/leaseledger/events"
 	"github.com/leaseledger/leaseledger/internal/testproc"
 	"github.com/leaseledger/leaseledger/ledger"
-	"github.com/leaseledger/leaseledger/ledger/busclient"
 	"github.com/nats-io/nats.go"
 )
 

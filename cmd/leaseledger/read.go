@@ -8,10 +8,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/leaseledger/leaseledger/bus"
+	"github.com/leaseledger/leaseledger/bus/busclient"
 	"github.com/leaseledger/leaseledger/events"
 	"github.com/leaseledger/leaseledger/ledger"
-	"github.com/leaseledger/leaseledger/ledger/bus"
-	"github.com/leaseledger/leaseledger/ledger/busclient"
 	"github.com/leaseledger/leaseledger/ledger/verify"
 	"github.com/spf13/cobra"
 )

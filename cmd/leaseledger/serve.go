@@ -9,10 +9,10 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/leaseledger/leaseledger/bus"
 	"github.com/leaseledger/leaseledger/control"
 	"github.com/leaseledger/leaseledger/dashboard"
 	"github.com/leaseledger/leaseledger/ledger"
-	"github.com/leaseledger/leaseledger/ledger/bus"
 	"github.com/leaseledger/leaseledger/ledger/ledgermetrics"
 	"github.com/leaseledger/leaseledger/projector/live"
 	"github.com/spf13/cobra"

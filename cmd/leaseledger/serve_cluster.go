@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/leaseledger/leaseledger/bus"
 	"github.com/leaseledger/leaseledger/events"
 	"github.com/leaseledger/leaseledger/ledger"
-	"github.com/leaseledger/leaseledger/ledger/bus"
 	"github.com/spf13/cobra"
 )
 

@@ -9,11 +9,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/leaseledger/leaseledger/bus"
+	"github.com/leaseledger/leaseledger/bus/busclient"
 	"github.com/leaseledger/leaseledger/control"
 	"github.com/leaseledger/leaseledger/gateway"
 	"github.com/leaseledger/leaseledger/ledger"
-	"github.com/leaseledger/leaseledger/ledger/bus"
-	"github.com/leaseledger/leaseledger/ledger/busclient"
 	"github.com/leaseledger/leaseledger/ledger/verify"
 	"github.com/leaseledger/leaseledger/projector/live"
 	"github.com/leaseledger/leaseledger/runtime"

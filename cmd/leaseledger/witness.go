@@ -9,11 +9,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/leaseledger/leaseledger/bus"
+	"github.com/leaseledger/leaseledger/bus/busclient"
 	"github.com/leaseledger/leaseledger/control"
 	"github.com/leaseledger/leaseledger/events"
 	"github.com/leaseledger/leaseledger/ledger"
-	"github.com/leaseledger/leaseledger/ledger/bus"
-	"github.com/leaseledger/leaseledger/ledger/busclient"
 	"github.com/leaseledger/leaseledger/ledger/witness"
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"

@@ -16,10 +16,10 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/leaseledger/leaseledger/bus"
 	"github.com/leaseledger/leaseledger/control"
 	"github.com/leaseledger/leaseledger/events"
 	"github.com/leaseledger/leaseledger/ledger"
-	"github.com/leaseledger/leaseledger/ledger/bus"
 	"github.com/leaseledger/leaseledger/ledger/ledgertest"
 	"github.com/leaseledger/leaseledger/ledger/verify"
 	"golang.org/x/mod/sumdb/note"

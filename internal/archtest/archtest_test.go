@@ -33,7 +33,7 @@ func goList(t *testing.T, args ...string) []string {
 }
 
 // graph is package → its direct, non-test imports inside the module, with
-// the module prefix dropped ("ledger/bus", "cmd/leaseledger").
+// the module prefix dropped ("bus", "cmd/leaseledger").
 type graph map[string][]string
 
 func realGraph(t *testing.T) graph {
@@ -139,12 +139,13 @@ func TestLayers(t *testing.T) {
 		"schemas":   {},
 		"guardian":  {},
 		"ledger":    {"events", "schemas"},
+		"bus":       {"events", "ledger"}, // the embedded NATS server over the log, and its client
 		"projector": {"events", "ledger"}, // only projector/live may tie the reducer to the log
 		"runtime":   {"events", "guardian"},
-		"gateway":   {"events", "runtime"},             // the MCP endpoint over the runtime
-		"control":   {"events", "ledger", "projector"}, // the bus APIs over the projection; the runtime through an interface
-		"collector": {"events", "ledger"},              // the fleet's mirror: mirror ledgers fed over the bus protocol
-		"dashboard": {},                                // the browser page: it speaks to the bus from the browser, links nothing of ours
+		"gateway":   {"events", "runtime"},                    // the MCP endpoint over the runtime
+		"control":   {"events", "ledger", "bus", "projector"}, // the bus APIs over the projection; the runtime through an interface
+		"collector": {"events", "ledger", "bus"},              // the fleet's mirror: mirror ledgers fed over the bus protocol
+		"dashboard": {},                                       // the browser page: it speaks to the bus from the browser, links nothing of ours
 		"internal":  {},
 	}
 	for pkg, deps := range realGraph(t) {
@@ -196,14 +197,14 @@ func TestRuntimeDependencies(t *testing.T) {
 // metrics, nor the log: a host that appends to a running serve over NATS
 // needs only the client side of the protocol.
 func TestBusClientDependencies(t *testing.T) {
-	for _, dep := range goList(t, "-deps", "./ledger/busclient") {
+	for _, dep := range goList(t, "-deps", "./bus/busclient") {
 		for _, banned := range []string{"nats-server", "cockroachdb/pebble", "prometheus"} {
 			if strings.Contains(dep, banned) {
-				t.Errorf("ledger/busclient depends on %s", dep)
+				t.Errorf("bus/busclient depends on %s", dep)
 			}
 		}
-		if dep == module+"/ledger" || strings.HasPrefix(dep, module+"/ledger/") && dep != module+"/ledger/busclient" {
-			t.Errorf("ledger/busclient depends on %s", dep)
+		if dep == module+"/ledger" || strings.HasPrefix(dep, module+"/ledger/") || dep == module+"/bus" {
+			t.Errorf("bus/busclient depends on %s", dep)
 		}
 	}
 }

@@ -3,7 +3,7 @@ package ledgerbench
 // The serve path: what `leaseledger serve` runs behind an acknowledgement,
 // not only the bare log. A side of this benchmark opens the ledger through
 // projector/live (the projection as the BeforeAck observer, periodic
-// snapshots), starts the embedded NATS bus (ledger/bus, publishing every
+// snapshots), starts the embedded NATS bus (bus, publishing every
 // committed event) with one real subscriber connected over TCP following
 // every event (busclient's Tail, as clients do), and appends a gateway's traffic: each writer drives its
 // own activations through their lifecycle (lease, guardian, connection,
@@ -36,10 +36,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/leaseledger/leaseledger/bus"
+	"github.com/leaseledger/leaseledger/bus/busclient"
 	"github.com/leaseledger/leaseledger/events"
 	"github.com/leaseledger/leaseledger/ledger"
-	"github.com/leaseledger/leaseledger/ledger/bus"
-	"github.com/leaseledger/leaseledger/ledger/busclient"
 	"github.com/leaseledger/leaseledger/ledger/internal/keys"
 	"github.com/leaseledger/leaseledger/projector/live"
 	"github.com/nats-io/nats.go"

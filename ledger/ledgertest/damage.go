@@ -2,7 +2,7 @@
 // whose events are flushed into a Pebble sstable, in which the data block
 // holding a chosen event is then overwritten, so that reading it fails
 // Pebble's block checksum exactly as a bad disk or a careless hand would.
-// It is used by the tests of ledger, ledger/verify, ledger/bus and the CLI;
+// It is used by the tests of ledger, ledger/verify, bus and the CLI;
 // nothing else links it.
 package ledgertest
 
