@@ -31,7 +31,6 @@ package ledger
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 
@@ -122,8 +121,9 @@ func (l *Ledger) Import(ctx context.Context, raws [][]byte) (Head, error) {
 	return l.Head(), nil
 }
 
-// checkImport decodes every raw strictly (importRecord), recomputes its
-// hash and checks that the batch is one contiguous chain. The records hold
+// checkImport decodes every raw strictly and recomputes its hash
+// (events.Decoder.DecodeSealed, which reads the canonical layout so that
+// the ledger does not) and checks that the batch is one contiguous chain. The records hold
 // copies of raws: the caller may reuse its buffers once Import returns.
 func (l *Ledger) checkImport(raws [][]byte) ([]Record, error) {
 	d, _ := l.decoders.Get().(*events.Decoder)
@@ -134,7 +134,7 @@ func (l *Ledger) checkImport(raws [][]byte) ([]Record, error) {
 	recs := make([]Record, len(raws))
 	for i, raw := range raws {
 		raw = bytes.Clone(raw)
-		env, err := importRecord(d, raw)
+		env, err := d.DecodeSealed(raw)
 		if err != nil {
 			seq, _ := events.PeekSeq(raw)
 			return nil, &Error{Op: "import", Seq: seq, Err: fmt.Errorf("%w: event %d of %d: %w", ErrChainBroken, i, len(raws), err)}
@@ -154,64 +154,6 @@ func (l *Ledger) checkImport(raws [][]byte) ([]Record, error) {
 		recs[i] = Record{Env: env, Raw: raw}
 	}
 	return recs, nil
-}
-
-// errNoHash is importRecord's error for an event whose hash does not
-// recompute.
-var errNoHash = errors.New("the hash does not recompute")
-
-// The canonical envelope ends with `,"prev":"<64 hex>","hash":"<64 hex>"}`.
-const (
-	tailLen   = len(`,"prev":"`) + 64 + len(`","hash":"`) + 64 + len(`"}`)
-	hashField = len(`,"hash":"`) + 64 + len(`"}`) // what the hash is computed without
-)
-
-// importRecord is strictRecord, faster: events.Decoder checks the bytes
-// (its fast path never accepts what events.Decode refuses and reads what it
-// accepts identically, events' twin fuzz test), and the fields the Header
-// lacks are sliced from the bytes, canonical once decoded. The hash is
-// recomputed over the bytes themselves. TestImportRecordTwin holds it equal
-// to strictRecord, accepting and refusing alike.
-func importRecord(d *events.Decoder, raw []byte) (events.Envelope, error) {
-	var h events.Header
-	if _, err := d.Decode(raw, &h); err != nil {
-		return events.Envelope{}, err
-	}
-	env := events.Envelope{Seq: h.Seq, Time: h.Time, Kind: h.Kind, V: events.Version,
-		Activation: h.Activation, Session: h.Session, Server: h.Server}
-	n := len(raw)
-	data := bytes.Index(raw, []byte(`,"data":`))
-	idAt := bytes.Index(raw, []byte(`,"id":"`))
-	if data < 0 || idAt < 0 || n < tailLen || data+len(`,"data":`) > n-tailLen || idAt+7+26 > n ||
-		env.Prev.UnmarshalText(raw[n-tailLen+9:n-tailLen+73]) != nil ||
-		env.Hash.UnmarshalText(raw[n-66:n-2]) != nil ||
-		env.ID.UnmarshalText(raw[idAt+7:idAt+7+26]) != nil {
-		return strictRecord(raw) // not where the canonical layout puts them: let Decode say why
-	}
-	env.Data = raw[data+len(`,"data":`) : n-tailLen]
-	sum := sha256.New()
-	sum.Write(env.Prev[:])
-	sum.Write(raw[:n-hashField])
-	sum.Write([]byte{'}'})
-	var got events.Hash
-	sum.Sum(got[:0])
-	if got != env.Hash {
-		return events.Envelope{}, errNoHash
-	}
-	return env, nil
-}
-
-// strictRecord is the reference of importRecord: events.Decode, then the
-// hash recomputed from the decoded envelope.
-func strictRecord(raw []byte) (events.Envelope, error) {
-	env, err := events.Decode(raw)
-	if err != nil {
-		return events.Envelope{}, err
-	}
-	if !env.CheckHash() {
-		return events.Envelope{}, errNoHash
-	}
-	return env, nil
 }
 
 // addImport (committer only) checks r's events against the sealed chain
