@@ -4,13 +4,24 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/leaseledger/leaseledger/cmd/leaseledger/internal/servebench"
 	"github.com/leaseledger/leaseledger/ledger/ledgerbench"
 	"github.com/spf13/cobra"
 )
 
+// What `bench append --path` selects.
+const (
+	benchPathLedger = "ledger" // the bare log: ledgerbench.Run
+	benchPathServe  = "serve"  // serve's whole path: servebench.RunServe
+)
+
 func newBenchCmd(a *app) *cobra.Command {
 	bench := &cobra.Command{Use: "bench", Short: "Measure leaseledger against baselines in the same run"}
-	var cfg ledgerbench.Config
+	var (
+		cfg           ledgerbench.Config
+		path          string
+		snapshotEvery int
+	)
 	appendCmd := &cobra.Command{
 		Use:   "append",
 		Short: "Durable Append throughput against raw Pebble Sync commits, as ratios",
@@ -40,20 +51,21 @@ subscriber received, and the p99 with snapshots over the p99 without.`,
 			defer os.RemoveAll(dir)
 			c := cfg
 			c.Dir = dir
-			switch c.Path {
-			case ledgerbench.PathLedger:
-			case ledgerbench.PathServe:
-				if c.SnapshotEvery <= 0 {
-					c.SnapshotEvery = max(c.Events/8, 1)
+			switch path {
+			case benchPathLedger:
+			case benchPathServe:
+				every := snapshotEvery
+				if every <= 0 {
+					every = max(c.Events/8, 1)
 				}
-				res, err := ledgerbench.RunServe(cmd.Context(), c)
+				res, err := servebench.RunServe(cmd.Context(), servebench.Config{Config: c, SnapshotEvery: every})
 				if err != nil {
 					return err
 				}
 				fmt.Fprintln(a.stdout, res)
 				return nil
 			default:
-				return fmt.Errorf("bench append: --path %q: want %s or %s", c.Path, ledgerbench.PathLedger, ledgerbench.PathServe)
+				return fmt.Errorf("bench append: --path %q: want %s or %s", path, benchPathLedger, benchPathServe)
 			}
 			res, err := ledgerbench.Run(cmd.Context(), c)
 			if err != nil {
@@ -68,15 +80,15 @@ subscriber received, and the p99 with snapshots over the p99 without.`,
 	f.IntVar(&cfg.Batch, "batch", 1, "events per Append call and per raw batch")
 	f.IntVar(&cfg.Events, "events", 100000, "events per side per round")
 	f.IntVar(&cfg.Rounds, "rounds", 3, "rounds, alternating the sides")
-	f.StringVar(&cfg.Path, "path", ledgerbench.PathLedger, "what is measured: ledger (the bare log) or serve (projection, bus and a subscriber; see above)")
-	f.IntVar(&cfg.SnapshotEvery, "snapshot-every", 0, "--path serve: events between snapshots on the side with snapshots (default: --events/8)")
+	f.StringVar(&path, "path", benchPathLedger, "what is measured: ledger (the bare log) or serve (projection, bus and a subscriber; see above)")
+	f.IntVar(&snapshotEvery, "snapshot-every", 0, "--path serve: events between snapshots on the side with snapshots (default: --events/8)")
 	f.StringVar(&cfg.Dir, "dir", "", "scratch directory (default: the system temp dir)")
 	bench.AddCommand(appendCmd, newBenchGrowCmd(a))
 	return bench
 }
 
 func newBenchGrowCmd(a *app) *cobra.Command {
-	var cfg ledgerbench.GrowConfig
+	var cfg servebench.GrowConfig
 	cmd := &cobra.Command{
 		Use:   "grow",
 		Short: "Write --events events of gateway traffic into --data-dir as serve writes them",
@@ -90,7 +102,7 @@ events yet. It keeps the directory.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg.Dir, cfg.Logger = a.dataDir, a.logger
-			h, err := ledgerbench.Grow(cmd.Context(), cfg)
+			h, err := servebench.Grow(cmd.Context(), cfg)
 			if err != nil {
 				return err
 			}

@@ -3,8 +3,9 @@
 // Pebble Sync commits from the same number of goroutines, measured in one
 // run, interleaved round by round, reported as ratios. Absolute rates on a
 // shared machine are noise; the ratios are the figures. Run measures the
-// bare log; RunServe (serve.go, `bench append --path serve`) the full path
-// `serve` runs: projection, bus, a subscriber, snapshots, ack latency.
+// bare log. Benchmarks of whole paths above the log (serve's, with its
+// projection and bus) measure against the same raw floor through Seal and
+// RunRaw: only a package under ledger/ may write the ledger's own keys.
 //
 // There are two raw baselines, both with the ledger's Pebble options:
 //
@@ -47,12 +48,6 @@ type Config struct {
 	Events int
 	// Rounds alternates the sides this many times; rates are totals.
 	Rounds int
-	// Path is PathLedger (the bare log, Run; also when empty) or PathServe
-	// (the full serve path, RunServe).
-	Path string
-	// SnapshotEvery is, for RunServe, the events between periodic
-	// snapshots on the side that measures acknowledgements while they run.
-	SnapshotEvery int
 }
 
 // Side is the measurement of one side.
@@ -103,18 +98,18 @@ func (s Side) Cores() float64 {
 	return s.CPU.Seconds() / w.Seconds()
 }
 
-// cpuRatio is b's CPU per event over a's: like ratio, above 1 when a is
+// CPURatio is b's CPU per event over a's: like Ratio, above 1 when a is
 // the cheaper; 0 without CPU readings.
-func cpuRatio(a, b Side) float64 {
+func CPURatio(a, b Side) float64 {
 	if a.CPUPerEvent() <= 0 || b.CPUPerEvent() <= 0 {
 		return 0
 	}
 	return float64(b.CPUPerEvent()) / float64(a.CPUPerEvent())
 }
 
-// startCPU starts a CPU reading: the function returned gives the process
+// StartCPU starts a CPU reading: the function returned gives the process
 // CPU time used since (0 where it cannot be read).
-func startCPU() func() time.Duration {
+func StartCPU() func() time.Duration {
 	start, err := cputime.Process()
 	return func() time.Duration {
 		now, err2 := cputime.Process()
@@ -125,8 +120,9 @@ func startCPU() func() time.Duration {
 	}
 }
 
-// cpuCell prints a side's CPU per event and cores busy.
-func cpuCell(s Side) string {
+// CPUCell prints a side's CPU per event and cores busy, as a table cell
+// ("" without CPU readings).
+func CPUCell(s Side) string {
 	if s.CPU <= 0 {
 		return ""
 	}
@@ -145,16 +141,17 @@ type Result struct {
 
 // Ratio is ledger throughput over raw Pebble throughput writing the same
 // keys and values.
-func (r Result) Ratio() float64 { return ratio(r.Ledger, r.RawSame) }
+func (r Result) Ratio() float64 { return Ratio(r.Ledger, r.RawSame) }
 
 // RecordsRatio is ledger throughput over raw Pebble throughput writing the
 // e/ records only.
-func (r Result) RecordsRatio() float64 { return ratio(r.Ledger, r.RawRecords) }
+func (r Result) RecordsRatio() float64 { return Ratio(r.Ledger, r.RawRecords) }
 
 // CPURatio is raw Pebble's CPU per event (same keys) over the ledger's.
-func (r Result) CPURatio() float64 { return cpuRatio(r.Ledger, r.RawSame) }
+func (r Result) CPURatio() float64 { return CPURatio(r.Ledger, r.RawSame) }
 
-func ratio(a, b Side) float64 {
+// Ratio is a's throughput over b's (0 when b has none).
+func Ratio(a, b Side) float64 {
 	if b.Rate() == 0 {
 		return 0
 	}
@@ -173,7 +170,7 @@ func (r Result) String() string {
 		"cpu ratio raw same keys / ledger per event: %10.3f\n"+
 		"ledger events per Pebble commit:            %10.1f",
 		r.Config.Concurrency, r.Config.Batch, r.Config.Events, r.Config.Rounds, r.EventBytes,
-		r.Ledger.Rate(), cpuCell(r.Ledger), r.RawSame.Rate(), cpuCell(r.RawSame), r.RawRecords.Rate(), cpuCell(r.RawRecords),
+		r.Ledger.Rate(), CPUCell(r.Ledger), r.RawSame.Rate(), CPUCell(r.RawSame), r.RawRecords.Rate(), CPUCell(r.RawRecords),
 		r.Ratio(), r.RecordsRatio(), r.CPURatio(), float64(r.Ledger.Events)/float64(max(1, r.Ledger.Commits)))
 }
 
@@ -196,27 +193,21 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	res := Result{Config: cfg}
 	// The raw sides write exactly the bytes the ledger stores for the same
 	// drafts; seal them up front so that sealing is not charged to them.
-	same := make([][]kv, cfg.Events)
+	drafts := make([]events.Draft, cfg.Events)
+	for i := range drafts {
+		drafts[i] = sampleDraft(i)
+	}
+	sealed, err := Seal(drafts)
+	if err != nil {
+		return res, err
+	}
+	res.EventBytes = sealed.MeanEventBytes()
+	same := sealed.writes
 	records := make([][]kv, cfg.Events)
-	var prev events.Hash
-	for i := range cfg.Events {
-		p, err := events.Prepare(sampleDraft(i))
-		if err != nil {
-			return res, err
-		}
-		env, raw := events.Seal(p, events.Seq(i+1), [16]byte{}, time.Now(), prev)
-		prev = env.Hash
-		res.EventBytes = len(raw)
-		for j, k := range keys.For(&env) {
-			v := []byte(nil)
-			if j == 0 {
-				v = raw
-			}
-			same[i] = append(same[i], kv{k, v})
-		}
+	for i := range records {
 		records[i] = same[i][:1]
 	}
-	head := kv{[]byte(keys.Head), keys.EncodeHead(0, events.Hash{})}
+	head := sealed.head
 
 	for round := range cfg.Rounds {
 		// Alternate which side goes first, so that neither always meets a
@@ -224,17 +215,17 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		sides := []func() error{
 			func() error {
 				l, err := runLedger(ctx, filepath.Join(cfg.Dir, fmt.Sprintf("ledger-%d", round)), cfg)
-				res.Ledger.add(l)
+				res.Ledger.Add(l)
 				return err
 			},
 			func() error {
 				r, err := runRaw(ctx, filepath.Join(cfg.Dir, fmt.Sprintf("raw-same-%d", round)), cfg, same, &head)
-				res.RawSame.add(r)
+				res.RawSame.Add(r)
 				return err
 			},
 			func() error {
 				r, err := runRaw(ctx, filepath.Join(cfg.Dir, fmt.Sprintf("raw-records-%d", round)), cfg, records, nil)
-				res.RawRecords.add(r)
+				res.RawRecords.Add(r)
 				return err
 			},
 		}
@@ -249,7 +240,8 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 
 type kv struct{ k, v []byte }
 
-func (s *Side) add(o Side) {
+// Add adds o's measurement to s: rounds of one side sum up.
+func (s *Side) Add(o Side) {
 	s.Events += o.Events
 	s.Elapsed += o.Elapsed
 	s.Commits += o.Commits
@@ -270,7 +262,7 @@ func work(ctx context.Context, cfg Config, fn func(first, n int) error) (Side, e
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, cfg.Concurrency)
-	cpu := startCPU()
+	cpu := StartCPU()
 	start := time.Now()
 	for range cfg.Concurrency {
 		wg.Go(func() {
@@ -355,3 +347,102 @@ type silent struct{}
 func (silent) Infof(string, ...any)           {}
 func (silent) Errorf(string, ...any)          {}
 func (silent) Fatalf(format string, a ...any) { panic(fmt.Sprintf(format, a...)) }
+
+// Sealed is a workload sealed as the ledger seals it (seqs from 1, one hash
+// chain), ready for the raw Pebble floor: each event's envelope, its stored
+// bytes, and the keys and values the ledger writes for it. Sealing happens
+// up front so that it is not charged to the raw side.
+type Sealed struct {
+	// Envelopes are the events as sealed, in seq order.
+	Envelopes []events.Envelope
+	// Raw are their stored bytes, Raw[i] of Envelopes[i].
+	Raw    [][]byte
+	writes [][]kv // event i's keys and values (the e/ record first)
+	head   kv     // the m/head record every ledger commit rewrites
+}
+
+// Seal seals drafts in order as the ledger would store them at seqs 1…n.
+// An invalid draft is an error naming its index.
+func Seal(drafts []events.Draft) (*Sealed, error) {
+	s := &Sealed{
+		Envelopes: make([]events.Envelope, 0, len(drafts)),
+		Raw:       make([][]byte, 0, len(drafts)),
+		writes:    make([][]kv, 0, len(drafts)),
+		head:      kv{[]byte(keys.Head), keys.EncodeHead(0, events.Hash{})},
+	}
+	var prev events.Hash
+	for i, d := range drafts {
+		p, err := events.Prepare(d)
+		if err != nil {
+			return nil, fmt.Errorf("ledgerbench: draft %d: %w", i, err)
+		}
+		env, raw := events.Seal(p, events.Seq(i+1), [16]byte{}, time.Now(), prev)
+		prev = env.Hash
+		var w []kv
+		for j, k := range keys.For(&env) {
+			v := []byte(nil)
+			if j == 0 {
+				v = raw
+			}
+			w = append(w, kv{k, v})
+		}
+		s.Envelopes = append(s.Envelopes, env)
+		s.Raw = append(s.Raw, raw)
+		s.writes = append(s.writes, w)
+	}
+	return s, nil
+}
+
+// MeanEventBytes is the mean size of one stored event (0 for none).
+func (s *Sealed) MeanEventBytes() int {
+	total := 0
+	for _, r := range s.Raw {
+		total += len(r)
+	}
+	return total / max(1, len(s.Raw))
+}
+
+// RunRaw is the raw Pebble floor of a path above the log: a fresh Pebble
+// at dir with the ledger's options, cfg.Concurrency goroutines committing
+// s's events' keys and values and the head record with pebble.Sync,
+// cfg.Batch events per commit (cfg.Events is len(s.Raw)). When after is not
+// nil, each writer calls it after each commit with the batch's range
+// [first, first+n): the raw + NATS floor publishes there. It returns the
+// side and each batch's latency, commit and after together; dir is removed.
+func RunRaw(ctx context.Context, dir string, cfg Config, s *Sealed, after func(first, n int) error) (Side, []time.Duration, error) {
+	cfg.Events = len(s.writes)
+	if cfg.Concurrency <= 0 || cfg.Batch <= 0 || cfg.Events == 0 {
+		return Side{}, nil, errors.New("ledgerbench: RunRaw needs Concurrency, Batch and events")
+	}
+	var lat []time.Duration
+	side, err := runRawWith(ctx, dir, cfg, s.writes, &s.head, func(commit func(first, n int) error) (Side, error) {
+		side, l, err := timedWork(ctx, cfg, func(first, n int) error {
+			if err := commit(first, n); err != nil {
+				return err
+			}
+			if after == nil {
+				return nil
+			}
+			return after(first, n)
+		})
+		lat = l
+		return side, err
+	})
+	return side, lat, err
+}
+
+// timedWork is work recording each call's latency.
+func timedWork(ctx context.Context, cfg Config, fn func(first, n int) error) (Side, []time.Duration, error) {
+	var mu sync.Mutex
+	lat := make([]time.Duration, 0, cfg.Events/cfg.Batch+1)
+	side, err := work(ctx, cfg, func(first, n int) error {
+		start := time.Now()
+		err := fn(first, n)
+		d := time.Since(start)
+		mu.Lock()
+		lat = append(lat, d)
+		mu.Unlock()
+		return err
+	})
+	return side, lat, err
+}

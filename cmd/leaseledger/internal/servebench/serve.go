@@ -1,4 +1,12 @@
-package ledgerbench
+// Package servebench measures the path `leaseledger serve` runs behind an
+// acknowledgement — the log opened through the live projection, the
+// embedded bus publishing every event, a subscriber following them — against
+// ledgerbench's raw Pebble floor of the same bytes, alone and followed by a
+// bare NATS publication, in one run and as ratios (RunServe, `leaseledger
+// bench append --path serve`); and grows ledgers of gateway traffic as serve
+// writes them (Grow, `leaseledger bench grow`). It sits above the layers,
+// like cmd: it ties the projection, the bus and the log together.
+package servebench
 
 // The serve path: what `leaseledger serve` runs behind an acknowledgement,
 // not only the bare log. A side of this benchmark opens the ledger through
@@ -9,7 +17,7 @@ package ledgerbench
 // own activations through their lifecycle (lease, guardian, connection,
 // HTTP requests, call.admitted/call.finished pairs, barriers, close).
 //
-// Four sides run each round, interleaved like Run's:
+// Four sides run each round, interleaved like ledgerbench.Run's:
 //
 //   - serve: the full path, periodic snapshots off (SnapshotEvery < 0);
 //   - serve+snapshots: the same with a snapshot every Config.SnapshotEvery
@@ -40,18 +48,20 @@ import (
 	"github.com/leaseledger/leaseledger/bus/busclient"
 	"github.com/leaseledger/leaseledger/events"
 	"github.com/leaseledger/leaseledger/ledger"
-	"github.com/leaseledger/leaseledger/ledger/internal/keys"
+	"github.com/leaseledger/leaseledger/ledger/ledgerbench"
 	"github.com/leaseledger/leaseledger/projector/live"
 	"github.com/nats-io/nats.go"
 )
 
-// Paths Config.Path selects.
-const (
-	// PathLedger is the bare log: ledger.Append against raw Pebble (Run).
-	PathLedger = "ledger"
-	// PathServe is the full serve path (RunServe).
-	PathServe = "serve"
-)
+// Config describes one RunServe: ledgerbench's sides and rounds, and the
+// snapshot interval of the side that measures acknowledgements while
+// snapshots run.
+type Config struct {
+	ledgerbench.Config
+	// SnapshotEvery is the events between periodic snapshots on the side
+	// with snapshots; it must be positive.
+	SnapshotEvery int
+}
 
 // activationEvents is the number of events of one generated activation's
 // lifecycle (6 opening, the body, 11 closing).
@@ -99,7 +109,7 @@ type Latency struct {
 
 // ServeSide is one serve-path side's measurement.
 type ServeSide struct {
-	Side
+	ledgerbench.Side
 	Latency Latency
 	// Delivered is how many events the bus subscriber (busclient Tail:
 	// live publication, holes filled by replay) received within
@@ -117,9 +127,9 @@ type ServeSide struct {
 // ServeResult is a finished RunServe.
 type ServeResult struct {
 	Config    Config
-	Serve     ServeSide // full path, no periodic snapshots
-	Snapshots ServeSide // full path, a snapshot every Config.SnapshotEvery events
-	Raw       Side      // raw Pebble Sync commits of the same keys and values
+	Serve     ServeSide        // full path, no periodic snapshots
+	Snapshots ServeSide        // full path, a snapshot every Config.SnapshotEvery events
+	Raw       ledgerbench.Side // raw Pebble Sync commits of the same keys and values
 	RawLat    Latency
 	// RawBus is raw's commits with the bare NATS publication of their
 	// events (rawbus.go), and RawBusLat its latency per commit and publish.
@@ -130,21 +140,21 @@ type ServeResult struct {
 }
 
 // Ratio is the serve path (no snapshots) over raw Pebble, same keys.
-func (r ServeResult) Ratio() float64 { return ratio(r.Serve.Side, r.Raw) }
+func (r ServeResult) Ratio() float64 { return ledgerbench.Ratio(r.Serve.Side, r.Raw) }
 
 // SnapshotRatio is the serve path with snapshots over raw Pebble.
-func (r ServeResult) SnapshotRatio() float64 { return ratio(r.Snapshots.Side, r.Raw) }
+func (r ServeResult) SnapshotRatio() float64 { return ledgerbench.Ratio(r.Snapshots.Side, r.Raw) }
 
 // BusFloorRatio is the serve path (no snapshots) over raw Pebble with the
 // bare NATS publication of the same events: what is left of the gap to
 // raw Pebble once the fan-out of every event is charged to both.
-func (r ServeResult) BusFloorRatio() float64 { return ratio(r.Serve.Side, r.RawBus.Side) }
+func (r ServeResult) BusFloorRatio() float64 { return ledgerbench.Ratio(r.Serve.Side, r.RawBus.Side) }
 
 // CPURatio is raw Pebble's CPU per event over the serve path's (no
 // snapshots): where throughput is noisy, the steadier figure of the serve
 // path's cost; with Serve.Cores well under the machine's cores the serve
 // path was bound by waiting, not CPU, and Ratio falls below it.
-func (r ServeResult) CPURatio() float64 { return cpuRatio(r.Serve.Side, r.Raw) }
+func (r ServeResult) CPURatio() float64 { return ledgerbench.CPURatio(r.Serve.Side, r.Raw) }
 
 // P99Ratio is the acknowledgement p99 with snapshots running over the p99
 // without (goal ≤ 2).
@@ -171,11 +181,11 @@ func (r ServeResult) String() string {
 		"ack p99 with snapshots / without:           %10.3f\n"+
 		"serve events per Pebble commit:             %10.1f",
 		r.Config.Concurrency, r.Config.Batch, r.Config.Events, r.Config.Rounds, r.Config.SnapshotEvery, r.EventBytes,
-		r.Serve.Rate(), ms(r.Serve.Latency.P50), ms(r.Serve.Latency.P99), ms(r.Serve.Latency.Max), r.Serve.Delivered, r.Serve.Events, redelivered(r.Serve), cpuCell(r.Serve.Side),
-		r.Snapshots.Rate(), ms(r.Snapshots.Latency.P50), ms(r.Snapshots.Latency.P99), ms(r.Snapshots.Latency.Max), r.Snapshots.Delivered, r.Snapshots.Events, r.Snapshots.Snapshots, r.Config.Rounds, redelivered(r.Snapshots), cpuCell(r.Snapshots.Side),
-		r.Raw.Rate(), ms(r.RawLat.P50), ms(r.RawLat.P99), cpuCell(r.Raw),
-		r.RawBus.Rate(), ms(r.RawBusLat.P50), ms(r.RawBusLat.P99), r.RawBus.Delivered, r.RawBus.Events, cpuCell(r.RawBus.Side),
-		r.Ratio(), r.BusFloorRatio(), r.CPURatio(), cpuRatio(r.Serve.Side, r.RawBus.Side), r.SnapshotRatio(), r.P99Ratio(), float64(r.Serve.Events)/float64(max(1, r.Serve.Commits)))
+		r.Serve.Rate(), ms(r.Serve.Latency.P50), ms(r.Serve.Latency.P99), ms(r.Serve.Latency.Max), r.Serve.Delivered, r.Serve.Events, redelivered(r.Serve), ledgerbench.CPUCell(r.Serve.Side),
+		r.Snapshots.Rate(), ms(r.Snapshots.Latency.P50), ms(r.Snapshots.Latency.P99), ms(r.Snapshots.Latency.Max), r.Snapshots.Delivered, r.Snapshots.Events, r.Snapshots.Snapshots, r.Config.Rounds, redelivered(r.Snapshots), ledgerbench.CPUCell(r.Snapshots.Side),
+		r.Raw.Rate(), ms(r.RawLat.P50), ms(r.RawLat.P99), ledgerbench.CPUCell(r.Raw),
+		r.RawBus.Rate(), ms(r.RawBusLat.P50), ms(r.RawBusLat.P99), r.RawBus.Delivered, r.RawBus.Events, ledgerbench.CPUCell(r.RawBus.Side),
+		r.Ratio(), r.BusFloorRatio(), r.CPURatio(), ledgerbench.CPURatio(r.Serve.Side, r.RawBus.Side), r.SnapshotRatio(), r.P99Ratio(), float64(r.Serve.Events)/float64(max(1, r.Serve.Commits)))
 }
 
 // redelivered says how many deliveries repeated a seq, when any did.
@@ -263,42 +273,28 @@ func writerStreams(n, writers int) [][]events.Draft {
 // cfg.SnapshotEvery must be positive.
 func RunServe(ctx context.Context, cfg Config) (ServeResult, error) {
 	if cfg.Concurrency <= 0 || cfg.Batch <= 0 || cfg.Events <= 0 || cfg.Rounds <= 0 || cfg.Dir == "" || cfg.SnapshotEvery <= 0 {
-		return ServeResult{}, errors.New("ledgerbench: Dir, Concurrency, Batch, Events, Rounds and SnapshotEvery must be set")
+		return ServeResult{}, errors.New("servebench: Dir, Concurrency, Batch, Events, Rounds and SnapshotEvery must be set")
 	}
 	if cfg.Batch > ledger.MaxAppendEvents {
-		return ServeResult{}, fmt.Errorf("ledgerbench: batch %d over MaxAppendEvents=%d", cfg.Batch, ledger.MaxAppendEvents)
+		return ServeResult{}, fmt.Errorf("servebench: batch %d over MaxAppendEvents=%d", cfg.Batch, ledger.MaxAppendEvents)
 	}
 	res := ServeResult{Config: cfg}
 	streams := writerStreams(cfg.Events, cfg.Concurrency)
-	// The raw side writes the bytes the ledger stores for the same drafts,
-	// sealed up front so that sealing is not charged to it.
-	same := make([][]kv, 0, cfg.Events)
-	pubs := make([]publication, 0, cfg.Events)
-	var prev events.Hash
-	total := 0
+	// The raw sides write the bytes the ledger stores for the same drafts,
+	// sealed up front so that sealing is not charged to them.
+	var all []events.Draft
 	for _, s := range streams {
-		for _, d := range s {
-			p, err := events.Prepare(d)
-			if err != nil {
-				return res, err
-			}
-			env, raw := events.Seal(p, events.Seq(len(same)+1), [16]byte{}, time.Now(), prev)
-			prev = env.Hash
-			total += len(raw)
-			var w []kv
-			for j, k := range keys.For(&env) {
-				v := []byte(nil)
-				if j == 0 {
-					v = raw
-				}
-				w = append(w, kv{k, v})
-			}
-			same = append(same, w)
-			pubs = append(pubs, newPublication(&env, raw))
-		}
+		all = append(all, s...)
 	}
-	res.EventBytes = total / max(1, len(same))
-	head := kv{[]byte(keys.Head), keys.EncodeHead(0, events.Hash{})}
+	sealed, err := ledgerbench.Seal(all)
+	if err != nil {
+		return res, err
+	}
+	res.EventBytes = sealed.MeanEventBytes()
+	pubs := make([]publication, len(sealed.Envelopes))
+	for i := range pubs {
+		pubs[i] = newPublication(&sealed.Envelopes[i], sealed.Raw[i])
+	}
 
 	var serveLat, snapLat, rawLat, busLat []time.Duration
 	for round := range cfg.Rounds {
@@ -316,13 +312,13 @@ func RunServe(ctx context.Context, cfg Config) (ServeResult, error) {
 				return err
 			},
 			func() error {
-				s, lat, err := runRawTimed(ctx, filepath.Join(cfg.Dir, fmt.Sprintf("raw-same-%d", round)), cfg, same, &head)
-				res.Raw.add(s)
+				s, lat, err := ledgerbench.RunRaw(ctx, filepath.Join(cfg.Dir, fmt.Sprintf("raw-same-%d", round)), cfg.Config, sealed, nil)
+				res.Raw.Add(s)
 				rawLat = append(rawLat, lat...)
 				return err
 			},
 			func() error {
-				s, lat, err := runRawBus(ctx, filepath.Join(cfg.Dir, fmt.Sprintf("raw-bus-%d", round)), cfg, same, pubs, &head)
+				s, lat, err := runRawBus(ctx, filepath.Join(cfg.Dir, fmt.Sprintf("raw-bus-%d", round)), cfg.Config, sealed, pubs)
 				res.RawBus.add(s)
 				busLat = append(busLat, lat...)
 				return err
@@ -339,7 +335,7 @@ func RunServe(ctx context.Context, cfg Config) (ServeResult, error) {
 }
 
 func (s *ServeSide) add(o ServeSide) {
-	s.Side.add(o.Side)
+	s.Side.Add(o.Side)
 	s.Delivered += o.Delivered
 	s.Redelivered += o.Redelivered
 	s.Snapshots += o.Snapshots
@@ -353,32 +349,6 @@ func latency(ds []time.Duration) Latency {
 	slices.Sort(ds)
 	at := func(q float64) time.Duration { return ds[min(len(ds)-1, int(q*float64(len(ds))))] }
 	return Latency{P50: at(0.50), P99: at(0.99), Max: ds[len(ds)-1]}
-}
-
-// timedWork is work recording each call's latency.
-func timedWork(ctx context.Context, cfg Config, fn func(first, n int) error) (Side, []time.Duration, error) {
-	var mu sync.Mutex
-	lat := make([]time.Duration, 0, cfg.Events/cfg.Batch+1)
-	side, err := work(ctx, cfg, func(first, n int) error {
-		start := time.Now()
-		err := fn(first, n)
-		d := time.Since(start)
-		mu.Lock()
-		lat = append(lat, d)
-		mu.Unlock()
-		return err
-	})
-	return side, lat, err
-}
-
-func runRawTimed(ctx context.Context, dir string, cfg Config, writes [][]kv, head *kv) (Side, []time.Duration, error) {
-	var lat []time.Duration
-	side, err := runRawWith(ctx, dir, cfg, writes, head, func(fn func(first, n int) error) (Side, error) {
-		s, l, err := timedWork(ctx, cfg, fn)
-		lat = l
-		return s, err
-	})
-	return side, lat, err
 }
 
 // runServe runs one serve-path side: snapshotEvery < 0 turns periodic
@@ -399,7 +369,7 @@ func runServe(ctx context.Context, dir string, cfg Config, streams [][]events.Dr
 	defer b.Close()
 	nc, err := nats.Connect(b.ClientURL())
 	if err != nil {
-		return ServeSide{}, nil, fmt.Errorf("ledgerbench: subscriber: %w", err)
+		return ServeSide{}, nil, fmt.Errorf("servebench: subscriber: %w", err)
 	}
 	defer nc.Close()
 	// The subscriber follows like a real client: busclient's Tail, which
@@ -432,7 +402,7 @@ func runServe(ctx context.Context, dir string, cfg Config, streams [][]events.Dr
 	var wg sync.WaitGroup
 	lats := make([][]time.Duration, len(streams))
 	errs := make(chan error, len(streams))
-	cpu := startCPU()
+	cpu := ledgerbench.StartCPU()
 	start := time.Now()
 	for w, s := range streams {
 		wg.Go(func() {
@@ -456,13 +426,13 @@ func runServe(ctx context.Context, dir string, cfg Config, streams [][]events.Dr
 		return ServeSide{}, nil, err
 	}
 	if err := proj.Err(); err != nil {
-		return ServeSide{}, nil, fmt.Errorf("ledgerbench: projection: %w", err)
+		return ServeSide{}, nil, fmt.Errorf("servebench: projection: %w", err)
 	}
 	if err := awaitDelivery(ctx, all, &delivered); err != nil {
 		return ServeSide{}, nil, err
 	}
 	used, window := cpu(), time.Since(start)
-	side := ServeSide{Side: Side{Events: cfg.Events, Elapsed: elapsed, Commits: int(l.Stats().Commits), CPU: used, CPUWindow: window}, Delivered: int(delivered.Load()), Redelivered: int(redelivered.Load())}
+	side := ServeSide{Side: ledgerbench.Side{Events: cfg.Events, Elapsed: elapsed, Commits: int(l.Stats().Commits), CPU: used, CPUWindow: window}, Delivered: int(delivered.Load()), Redelivered: int(redelivered.Load())}
 	if seq, _, err := l.LoadSnapshot(live.DefaultSnapshotName); err == nil && seq > 0 && snapshotEvery > 0 {
 		side.Snapshots = 1
 	}

@@ -1,4 +1,4 @@
-package ledgerbench
+package servebench
 
 // The raw Pebble + bare NATS side of the serve-path benchmark: the floor of
 // what the serve path does per event without any of the ledger's own
@@ -19,6 +19,7 @@ import (
 
 	"github.com/leaseledger/leaseledger/bus/busclient"
 	"github.com/leaseledger/leaseledger/events"
+	"github.com/leaseledger/leaseledger/ledger/ledgerbench"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 )
@@ -39,25 +40,25 @@ func newPublication(env *events.Envelope, raw []byte) publication {
 }
 
 // runRawBus runs the raw Pebble + bare NATS side (see the top of this
-// file): writes[i] are event i's keys and values, pubs[i] its publication.
-func runRawBus(ctx context.Context, dir string, cfg Config, writes [][]kv, pubs []publication, head *kv) (ServeSide, []time.Duration, error) {
+// file): sealed holds the events' bytes, pubs[i] event i's publication.
+func runRawBus(ctx context.Context, dir string, cfg ledgerbench.Config, sealed *ledgerbench.Sealed, pubs []publication) (ServeSide, []time.Duration, error) {
 	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, NoLog: true, NoSigs: true})
 	if err != nil {
-		return ServeSide{}, nil, fmt.Errorf("ledgerbench: bare NATS: %w", err)
+		return ServeSide{}, nil, fmt.Errorf("servebench: bare NATS: %w", err)
 	}
 	go ns.Start()
 	defer ns.Shutdown()
 	if !ns.ReadyForConnections(natsReadyWait) {
-		return ServeSide{}, nil, fmt.Errorf("ledgerbench: bare NATS not ready within %v", natsReadyWait)
+		return ServeSide{}, nil, fmt.Errorf("servebench: bare NATS not ready within %v", natsReadyWait)
 	}
 	pub, err := nats.Connect(ns.ClientURL())
 	if err != nil {
-		return ServeSide{}, nil, fmt.Errorf("ledgerbench: bare NATS publisher: %w", err)
+		return ServeSide{}, nil, fmt.Errorf("servebench: bare NATS publisher: %w", err)
 	}
 	defer pub.Close()
 	subc, err := nats.Connect(ns.ClientURL())
 	if err != nil {
-		return ServeSide{}, nil, fmt.Errorf("ledgerbench: bare NATS subscriber: %w", err)
+		return ServeSide{}, nil, fmt.Errorf("servebench: bare NATS subscriber: %w", err)
 	}
 	defer subc.Close()
 	var delivered atomic.Int64
@@ -68,7 +69,7 @@ func runRawBus(ctx context.Context, dir string, cfg Config, writes [][]kv, pubs 
 		}
 	})
 	if err != nil {
-		return ServeSide{}, nil, fmt.Errorf("ledgerbench: bare NATS subscribe: %w", err)
+		return ServeSide{}, nil, fmt.Errorf("servebench: bare NATS subscribe: %w", err)
 	}
 	// Hold what arrives rather than drop it: this side measures the
 	// fan-out's cost, not a slow consumer's losses.
@@ -79,38 +80,26 @@ func runRawBus(ctx context.Context, dir string, cfg Config, writes [][]kv, pubs 
 		return ServeSide{}, nil, err
 	}
 
-	var (
-		lat   []time.Duration
-		cpu   func() time.Duration
-		start time.Time
-	)
-	side, err := runRawWith(ctx, dir, cfg, writes, head, func(commit func(first, n int) error) (Side, error) {
-		cpu, start = startCPU(), time.Now()
-		s, l, err := timedWork(ctx, cfg, func(first, n int) error {
-			if err := commit(first, n); err != nil {
-				return err
+	side, lat, err := ledgerbench.RunRaw(ctx, dir, cfg, sealed, func(first, n int) error {
+		msg := nats.Msg{Header: nats.Header{busclient.HeaderMsgID: {""}, busclient.HeaderSeq: {""}}}
+		for _, p := range pubs[first : first+n] {
+			msg.Subject, msg.Data = p.subject, p.data
+			msg.Header[busclient.HeaderMsgID][0], msg.Header[busclient.HeaderSeq][0] = p.id, p.seq
+			if err := pub.PublishMsg(&msg); err != nil {
+				return fmt.Errorf("servebench: bare NATS publish: %w", err)
 			}
-			msg := nats.Msg{Header: nats.Header{busclient.HeaderMsgID: {""}, busclient.HeaderSeq: {""}}}
-			for _, p := range pubs[first : first+n] {
-				msg.Subject, msg.Data = p.subject, p.data
-				msg.Header[busclient.HeaderMsgID][0], msg.Header[busclient.HeaderSeq][0] = p.id, p.seq
-				if err := pub.PublishMsg(&msg); err != nil {
-					return fmt.Errorf("ledgerbench: bare NATS publish: %w", err)
-				}
-			}
-			return nil
-		})
-		lat = l
-		return s, err
+		}
+		return nil
 	})
 	if err != nil {
 		return ServeSide{}, nil, err
 	}
+	cpu, since := ledgerbench.StartCPU(), time.Now()
 	if err := awaitDelivery(ctx, all, &delivered); err != nil {
 		return ServeSide{}, nil, err
 	}
 	// As on the serve side, the CPU window runs on until the subscriber
-	// has every event (Side.CPU).
-	side.CPU, side.CPUWindow = cpu(), time.Since(start)
+	// has every event (Side.CPU): the writers' window, then the wait.
+	side.CPU, side.CPUWindow = side.CPU+cpu(), side.Elapsed+time.Since(since)
 	return ServeSide{Side: side, Delivered: int(delivered.Load())}, lat, nil
 }

@@ -1,4 +1,4 @@
-package ledgerbench
+package servebench
 
 // Growing a ledger: the history the scale figures are measured on. Grow
 // writes a gateway's traffic (the serve path's gatewayLifecycle) into a data
@@ -42,7 +42,7 @@ type GrowConfig struct {
 // ErrNotEmpty reports that Grow was pointed at a directory whose ledger
 // already holds events: its activations would collide with the generated
 // ones.
-var ErrNotEmpty = errors.New("ledgerbench: the ledger is not empty")
+var ErrNotEmpty = errors.New("servebench: the ledger is not empty")
 
 // Grow writes cfg.Events events of gateway traffic into cfg.Dir through the
 // live projection (periodic snapshots at their default interval, a final
@@ -50,7 +50,7 @@ var ErrNotEmpty = errors.New("ledgerbench: the ledger is not empty")
 // returns the head it left.
 func Grow(ctx context.Context, cfg GrowConfig) (ledger.Head, error) {
 	if cfg.Dir == "" || cfg.Events <= 0 || cfg.Concurrency <= 0 || cfg.Batch <= 0 || cfg.Batch > ledger.MaxAppendEvents {
-		return ledger.Head{}, fmt.Errorf("ledgerbench: grow needs Dir, Events > 0, Concurrency > 0 and 0 < Batch <= %d", ledger.MaxAppendEvents)
+		return ledger.Head{}, fmt.Errorf("servebench: grow needs Dir, Events > 0, Concurrency > 0 and 0 < Batch <= %d", ledger.MaxAppendEvents)
 	}
 	logger := cfg.Logger
 	if logger == nil {

@@ -1,10 +1,11 @@
-package ledgerbench_test
+package servebench_test
 
 import (
 	"context"
 	"fmt"
 	"os"
 
+	"github.com/leaseledger/leaseledger/cmd/leaseledger/internal/servebench"
 	"github.com/leaseledger/leaseledger/ledger/ledgerbench"
 )
 
@@ -12,14 +13,14 @@ import (
 // 2 events per call, a snapshot every 100 events on the side that measures
 // acknowledgements while snapshots run. Print res for the table.
 func ExampleRunServe() {
-	dir, err := os.MkdirTemp("", "ledgerbench-example-*")
+	dir, err := os.MkdirTemp("", "servebench-example-*")
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
 	defer os.RemoveAll(dir)
-	res, err := ledgerbench.RunServe(context.Background(), ledgerbench.Config{
-		Dir: dir, Concurrency: 4, Batch: 2, Events: 400, Rounds: 1, SnapshotEvery: 100})
+	res, err := servebench.RunServe(context.Background(), servebench.Config{
+		Config: ledgerbench.Config{Dir: dir, Concurrency: 4, Batch: 2, Events: 400, Rounds: 1}, SnapshotEvery: 100})
 	if err != nil {
 		fmt.Println(err)
 		return
