@@ -54,6 +54,14 @@ var kindList = []func() Payload{
 
 // ---- lease: session-scoped runtime leases ----
 
+// SharedSessionKey is the session component of the lease key of servers
+// configured "shared": true (LeaseAcquiring.KeySession, and the session of
+// their events). It is never a real session's id: the runtime refuses to
+// open a session under it. It is part of the vocabulary because readers of
+// the log (crash recovery in projector/live) must tell shared leases from
+// a session's own without importing the runtime.
+const SharedSessionKey = "_shared"
+
 // LeaseAcquiring records the start of a single-flight acquisition for the
 // lease key (session or the shared key, server) under a config fingerprint.
 type LeaseAcquiring struct {

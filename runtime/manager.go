@@ -30,8 +30,10 @@ const (
 	DefaultAcquireTimeout = 30 * time.Second
 	// SharedSessionKey is the session component of the lease key of
 	// servers configured "shared": true. It is never a real session's key
-	// (OpenSession refuses it), and session end skips it explicitly.
-	SharedSessionKey = "_shared"
+	// (OpenSession refuses it), and session end skips it explicitly. Its
+	// value is the vocabulary's (events.SharedSessionKey), which readers
+	// of the log use.
+	SharedSessionKey = events.SharedSessionKey
 	// factTimeout bounds appending facts after the step they record
 	// (termination, call finished), which must not depend on the caller's
 	// context still being live.
