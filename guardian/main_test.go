@@ -65,19 +65,6 @@ func childrenOf(pid int) []int { return testproc.ChildrenOf(pid) }
 // procStat reads ppid and state of pid from /proc.
 func procStat(pid int) (ppid int, state byte, ok bool) { return testproc.Stat(pid) }
 
-// waitFor polls cond, which watches another process or the kernel, until
-// it holds; the test fails if it does not within the bound.
-func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %s", within, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // pipeFill returns how many bytes are queued in the pipe behind fd and the
 // pipe's capacity (FIONREAD works on either end of a pipe).
 func pipeFill(fd int) (queued, capacity int, ok bool) {
@@ -132,7 +119,7 @@ func waitStdinStuck(t *testing.T, s *Session) {
 		queued  int
 	}
 	last, still := state{relayed: -1}, 0
-	waitFor(t, 10*time.Second, "stdin pipes full", func() bool {
+	testproc.Eventually(t, "stdin pipes full", func() bool {
 		s.mu.Lock()
 		now := state{relayed: s.stdinBytes}
 		s.mu.Unlock()
@@ -148,10 +135,10 @@ func waitStdinStuck(t *testing.T, s *Session) {
 	})
 }
 
-// waitGone polls until pid is no longer running.
-func waitGone(t *testing.T, pid int, within time.Duration) {
+// waitGone waits until pid is no longer running.
+func waitGone(t *testing.T, pid int) {
 	t.Helper()
-	waitFor(t, within, fmt.Sprintf("pid %d gone", pid), func() bool { return !running(pid) })
+	testproc.Eventually(t, fmt.Sprintf("pid %d gone", pid), func() bool { return !running(pid) })
 }
 
 // spec returns a Spec for the test target in mode, with short graces.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/leaseledger/leaseledger/guardian/internal/wire"
+	"github.com/leaseledger/leaseledger/internal/testproc"
 )
 
 // A target that never reads stdin, and a host that relayed more than the
@@ -42,25 +43,23 @@ func TestUnreadStdinBacklogStillClosesByControlFrame(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(testproc.HangBound):
 		t.Fatal("writing the backlog did not complete: pipes smaller than this test assumes")
 	}
 
-	start := time.Now()
+	// The close's context is the budget: a close that waited on the
+	// backlog (which the target never drains) would reach it and be
+	// unconfirmed.
 	r := closeWithin(t, s, sp.CleanupBudget())
-	elapsed := time.Since(start)
 	requireConfirmed(t, r)
 	rc := r.Receipt
 	if r.CloseRequest != "control" || rc.Trigger != "close" {
 		t.Fatalf("close request %q trigger %q (faults %q)", r.CloseRequest, rc.Trigger, r.Faults)
 	}
-	// Prompt: TERM one EOF grace after stdin closed, and the whole close well
-	// within the budget.
-	if term, ok := rc.TermSentAt(); !ok || term.Sub(rc.Stdin.ClosedAt) > sp.EOFGrace+200*time.Millisecond {
+	// The EOF grace ran from stdin's close and ended in a TERM (the
+	// target dies on it): the backlog held up neither.
+	if term, ok := rc.TermSentAt(); !ok || term.Before(rc.Stdin.ClosedAt) {
 		t.Fatalf("TERM %v (sent %v) after stdin close %v", term, ok, rc.Stdin.ClosedAt)
-	}
-	if elapsed > sp.CleanupBudget()-500*time.Millisecond {
-		t.Fatalf("close took %s", elapsed)
 	}
 	// What the target never took is a recorded fact, not silently lost.
 	if rc.StdinDroppedBytes <= 0 || rc.StdinDroppedBytes > r.StdinBytes {
@@ -137,7 +136,7 @@ func TestCloseDuringControlWriteKeepsItsBound(t *testing.T) {
 		if r.CloseRequest != "signal" {
 			t.Fatalf("close request %q, want signal (the frame could not be delivered)", r.CloseRequest)
 		}
-	case <-time.After(6 * time.Second):
+	case <-time.After(testproc.HangBound): // without its bound, Close blocks for good
 		_ = syscall.Kill(s.HelperPID(), syscall.SIGKILL) // unblock the stuck write
 		<-closed
 		t.Fatal("Close blocked past its context: its close frame was written without a deadline")
@@ -158,7 +157,10 @@ func TestCloseFrameNotActedOnGetsLateSIGTERM(t *testing.T) {
 	if r.CloseRequest != "signal" || r.KilledHelper || len(r.Faults) != 1 || !strings.Contains(r.Faults[0], "not acted on") {
 		t.Fatalf("close request %q killed %v faults %q", r.CloseRequest, r.KilledHelper, r.Faults)
 	}
-	if d := time.Since(start); d < sp.EOFGrace || d > sp.EOFGrace+lateTermMargin+time.Second {
-		t.Fatalf("close took %s", d)
+	// Not before the EOF grace had passed (a lower bound: slowness cannot
+	// break it). A TERM that never came would leave the helper to the
+	// deadline's SIGKILL, which KilledHelper above rules out.
+	if d := time.Since(start); d < sp.EOFGrace {
+		t.Fatalf("close took %s, less than the EOF grace", d)
 	}
 }

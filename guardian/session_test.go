@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/leaseledger/leaseledger/guardian/internal/wire"
+	"github.com/leaseledger/leaseledger/internal/testproc"
 )
 
 func TestEchoCleanExitConfirmedWithoutSignals(t *testing.T) {
@@ -44,10 +45,11 @@ func TestEchoCleanExitConfirmedWithoutSignals(t *testing.T) {
 			t.Fatalf("echo: %q, %v", got, err)
 		}
 	}
-	start := time.Now()
 	r := closeWithin(t, s, 5*time.Second)
 	requireConfirmed(t, r)
 	rc := r.Receipt
+	// Prompt without a clock: no signal was needed and the target's exit
+	// came inside the EOF grace.
 	if len(rc.Signals) != 0 {
 		t.Fatalf("signals sent to a target that exits on EOF: %v", signals(rc))
 	}
@@ -65,9 +67,6 @@ func TestEchoCleanExitConfirmedWithoutSignals(t *testing.T) {
 	}
 	if r.HelperExitCode != 0 || r.TargetPID != s.TargetPID() || rc.HelperVersion != wire.HelperVersion {
 		t.Fatalf("result %+v", r)
-	}
-	if time.Since(start) > time.Second {
-		t.Fatalf("clean close took %s", time.Since(start))
 	}
 	if running(s.TargetPID()) || running(s.HelperPID()) {
 		t.Fatal("target or helper still running after Close")
@@ -136,7 +135,7 @@ func TestEarlyExitNonZeroStillConfirms(t *testing.T) {
 	}
 	select {
 	case <-s.Done():
-	case <-time.After(5 * time.Second):
+	case <-time.After(testproc.HangBound):
 		t.Fatal("Done not closed after the target exited")
 	}
 	r := closeWithin(t, s, 5*time.Second)
@@ -166,14 +165,13 @@ func TestOrphanHoldingStdoutIsBoundedAndReported(t *testing.T) {
 	orphan := orphanPID(t, s)
 	t.Cleanup(func() { _ = syscall.Kill(orphan, syscall.SIGKILL) })
 
-	start := time.Now()
+	// Bounded without a clock: a close that waited for the orphan (which
+	// holds stdout for good) would end only at the context's deadline,
+	// unconfirmed; a confirmed one with stdout forced ended at the pipe
+	// deadline.
 	r := closeWithin(t, s, 5*time.Second)
-	elapsed := time.Since(start)
 	requireConfirmed(t, r)
 	rc := r.Receipt
-	if elapsed > sp.CleanupBudget() {
-		t.Fatalf("close took %s, budget %s", elapsed, sp.CleanupBudget())
-	}
 	if !rc.Stdout.Forced {
 		t.Fatalf("stdout should have been force-closed at the pipe deadline: %+v", rc.Stdout)
 	}
@@ -254,7 +252,7 @@ func TestHelperKilledIsUnconfirmedAndTargetDies(t *testing.T) {
 		t.Fatalf("helper signal %q receipt %v", r.HelperSignal, r.Receipt)
 	}
 	// PR_SET_PDEATHSIG(SIGKILL) on the target.
-	waitGone(t, target, 5*time.Second)
+	waitGone(t, target)
 }
 
 func TestHostKilledHelperCleansUpTarget(t *testing.T) {
@@ -293,8 +291,8 @@ func TestHostKilledHelperCleansUpTarget(t *testing.T) {
 	_ = cmd.Process.Kill()
 	_ = cmd.Wait()
 	// EOFGrace 100ms + TermGrace 100ms (ignored) + KILL.
-	waitGone(t, target, 5*time.Second)
-	waitGone(t, helper, 5*time.Second)
+	waitGone(t, target)
+	waitGone(t, helper)
 }
 
 func TestDeadlineKillsHelperAndIsUnconfirmed(t *testing.T) {
@@ -304,13 +302,16 @@ func TestDeadlineKillsHelperAndIsUnconfirmed(t *testing.T) {
 	readLine(t, s, "ready\n")
 	start := time.Now()
 	r := closeWithin(t, s, 300*time.Millisecond)
-	if time.Since(start) > 2*time.Second {
-		t.Fatalf("Close overran its deadline: %s", time.Since(start))
+	// Against the behaviour it rules out, not a timing: a Close that
+	// ignored its deadline would wait out the graces (an EOF grace of 10 s
+	// before anything else), some thirty times the deadline.
+	if d := time.Since(start); d >= sp.EOFGrace {
+		t.Fatalf("Close took %s, the whole EOF grace: it overran its deadline", d)
 	}
 	if r.Confirmed || r.Reason != ReasonDeadline || !r.KilledHelper || !errors.Is(r.Err(), ErrDeadline) {
 		t.Fatalf("result: confirmed %v reason %q killed %v", r.Confirmed, r.Reason, r.KilledHelper)
 	}
-	waitGone(t, r.TargetPID, 5*time.Second)
+	waitGone(t, r.TargetPID)
 }
 
 func TestFloodingTargetCleansUp(t *testing.T) {
@@ -386,7 +387,7 @@ func TestMalformedHostFrameEndsSessionWithRecordedFact(t *testing.T) {
 	}
 	select {
 	case <-s.Done():
-	case <-time.After(5 * time.Second):
+	case <-time.After(testproc.HangBound):
 		t.Fatal("helper did not end the session")
 	}
 	r := closeWithin(t, s, 5*time.Second)
@@ -521,13 +522,14 @@ func TestUnsupportedHelpersAreTypedAndStartNothing(t *testing.T) {
 			sp.HelperPath = fakeBin.Out
 			sp.HelloTimeout = 300 * time.Millisecond
 			t.Setenv("LEASELEDGER_FAKE_HELPER", mode)
-			start := time.Now()
-			_, err := Launch(context.Background(), sp)
-			if !errors.Is(err, ErrHelperUnsupported) {
+			// A Launch that did not bound the hello by HelloTimeout
+			// would wait on the silent helper until this context ends,
+			// and its error would then carry the context's.
+			ctx, cancel := context.WithTimeout(context.Background(), testproc.HangBound)
+			defer cancel()
+			_, err := Launch(ctx, sp)
+			if !errors.Is(err, ErrHelperUnsupported) || errors.Is(err, context.DeadlineExceeded) {
 				t.Fatalf("got %v", err)
-			}
-			if time.Since(start) > 2*time.Second {
-				t.Fatalf("Launch took %s", time.Since(start))
 			}
 			requireNoMarker(t, marker)
 		})
