@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/leaseledger/leaseledger/internal/testproc"
 )
 
 // subreaper makes the test process a child subreaper, as the helper is,
@@ -143,19 +145,13 @@ func onOtherThread(t testing.TB) int {
 	return r.pid
 }
 
-// waitState polls until pid's state is want.
+// waitState waits until pid's state is want.
 func waitState(t testing.TB, pid int, want byte) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if _, st, ok := procStat(pid); ok && st == want {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("pid %d not in state %c within 5s", pid, want)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testproc.Eventually(t, fmt.Sprintf("pid %d in state %c", pid, want), func() bool {
+		_, st, ok := procStat(pid)
+		return ok && st == want
+	})
 }
 
 // needChildrenFiles skips a test on a kernel without the children files
@@ -334,14 +330,12 @@ func TestPollReapsExitedOrphan(t *testing.T) {
 	if err := unix.Kill(orphan, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for !slices.Contains(d.reaped, orphan) {
-		if time.Now().After(deadline) {
-			t.Fatalf("exited orphan %d not reaped by poll: seen %v", orphan, d.order)
+	testproc.Eventually(t, fmt.Sprintf("exited orphan %d reaped by poll", orphan), func() error {
+		if d.poll(); !slices.Contains(d.reaped, orphan) {
+			return fmt.Errorf("seen %v reaped %v", d.order, d.reaped)
 		}
-		time.Sleep(scanEvery / 10)
-		d.poll()
-	}
+		return nil
+	})
 	if _, _, ok := procStat(orphan); ok {
 		t.Fatalf("orphan %d still in /proc after reaping", orphan)
 	}
@@ -360,19 +354,14 @@ func TestKillAllFindsOrphanPollDidNotScan(t *testing.T) {
 	})
 	d.poll() // the first poll: registers for SIGCHLD, finds nothing
 	// A grandchild orphaned by its parent's exit: the parent is our child,
-	// so its own exit is a SIGCHLD; drain it to stand for a tick that
-	// already scanned it.
+	// so its own exit is a SIGCHLD. A tick that already consumed it stands
+	// here as a poll that no SIGCHLD reaches from now on: its channel is
+	// swapped for one nothing signals. (Draining the real one could not
+	// rule out a later SIGCHLD, from this or another child of the test
+	// process, making poll scan.)
 	orphan := makeOrphan(t)
-	select {
-	case <-d.chld:
-	case <-time.After(5 * time.Second):
-		t.Fatal("no SIGCHLD for the target's exit")
-	}
-	time.Sleep(20 * time.Millisecond)
-	select {
-	case <-d.chld: // a late duplicate: consumed, as a tick would have
-	default:
-	}
+	signal.Stop(d.chld)
+	d.chld = make(chan os.Signal, 1)
 	d.poll()
 	if len(d.order) != 0 {
 		t.Fatalf("poll scanned without a SIGCHLD: seen %v", d.order)

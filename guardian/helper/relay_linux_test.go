@@ -4,6 +4,7 @@ package helper
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"os"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/leaseledger/leaseledger/guardian/internal/wire"
 	"github.com/leaseledger/leaseledger/internal/cputime"
+	"github.com/leaseledger/leaseledger/internal/testproc"
 )
 
 // relayRig runs readHost and writeStdin of a test helper between two real
@@ -88,13 +90,12 @@ func (r *relayRig) stop(t testing.TB) {
 // for them before it hangs up.
 func waitRead(t *testing.T, read *atomic.Int64, want int) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for read.Load() < int64(want) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the target read %d of the %d bytes sent", read.Load(), want)
+	testproc.Eventually(t, fmt.Sprintf("the target to read the %d bytes sent", want), func() error {
+		if n := read.Load(); n < int64(want) {
+			return fmt.Errorf("read %d", n)
 		}
-		time.Sleep(time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // The relay's fast path (writeDirect, straight from readHost) and its
@@ -221,13 +222,12 @@ func TestRelayDropsASuffixOnceStdinBreaks(t *testing.T) {
 // waitDropped waits until h has dropped want bytes.
 func waitDropped(t *testing.T, h *helper, want int) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for h.stdinDropped.Load() < int64(want) {
-		if time.Now().After(deadline) {
-			t.Fatalf("dropped %d of the %d bytes", h.stdinDropped.Load(), want)
+	testproc.Eventually(t, fmt.Sprintf("%d bytes dropped", want), func() error {
+		if n := h.stdinDropped.Load(); n < int64(want) {
+			return fmt.Errorf("dropped %d", n)
 		}
-		time.Sleep(time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // A chunk dropped because the host hung up on a full queue makes every
