@@ -2,11 +2,13 @@ package bus_test
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/leaseledger/leaseledger/bus"
 	"github.com/leaseledger/leaseledger/bus/busclient"
+	"github.com/leaseledger/leaseledger/internal/testproc"
 	"github.com/nats-io/nats.go"
 )
 
@@ -41,13 +43,12 @@ func TestCheckpointSubject(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = ro.Flush()
-	deadline := time.Now().Add(5 * time.Second)
-	for !errors.Is(ro.LastError(), nats.ErrPermissionViolation) && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if !errors.Is(ro.LastError(), nats.ErrPermissionViolation) {
-		t.Fatalf("publishing a checkpoint as a client: %v", ro.LastError())
-	}
+	testproc.Eventually(t, "the server refuses a client's checkpoint", func() error {
+		if err := ro.LastError(); !errors.Is(err, nats.ErrPermissionViolation) {
+			return fmt.Errorf("last error %v", err)
+		}
+		return nil
+	})
 	if m, err := subs[0].NextMsg(200 * time.Millisecond); err == nil {
 		t.Fatalf("a client's publication arrived: %q", m.Data)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/leaseledger/leaseledger/bus"
 	"github.com/leaseledger/leaseledger/bus/busclient"
 	"github.com/leaseledger/leaseledger/events"
+	"github.com/leaseledger/leaseledger/internal/testproc"
 	"github.com/leaseledger/leaseledger/ledger"
 	"github.com/nats-io/nats.go"
 )
@@ -21,7 +22,7 @@ const interestSettle = 500 * time.Millisecond
 // spyWait bounds how long a spy subscription is watched for a leaked reply.
 const spyWait = 2 * time.Second
 
-// errNotYet is what eventually's conditions return until they hold.
+// errNotYet is what testproc.Eventually's conditions return until they hold.
 var errNotYet = errors.New("not yet")
 
 // noLeak fails the test when sub receives a message holding secret within
@@ -67,7 +68,7 @@ func TestInboxRepliesStayOnHost(t *testing.T) {
 	l1, b1 := startBus(t, bus.Options{HostID: "h1", Cluster: co(), DenyAnonymous: true, ReadOnlyUser: "reader", ReadOnlyPassword: "pw1"})
 	_, b2 := startBus(t, bus.Options{HostID: "h2", Cluster: co(b1.ClusterURL()), ReadOnlyUser: "reader", ReadOnlyPassword: "pw2"})
 	appendActivation(t, l1, 3, "secret-h1")
-	eventually(t, "route h1-h2", func() error {
+	testproc.Eventually(t, "route h1-h2", func() error {
 		if b1.Server().NumRoutes() == 0 {
 			return errNotYet
 		}
@@ -131,7 +132,7 @@ func TestPeerLeafOfHub(t *testing.T) {
 	}
 	fromPeer := busclient.NewClient(pc).WithHost("h1")
 	headIs(t, fromPeer, 0)
-	eventually(t, "the peer's subscription reaches h1", func() error {
+	testproc.Eventually(t, "the peer's subscription reaches h1", func() error {
 		if !b1.Server().GlobalAccount().SubscriptionInterest(busclient.HostSubject("h1", events.Subject("call.admitted", "x"))) {
 			return errNotYet
 		}

@@ -22,30 +22,16 @@ import (
 	"github.com/leaseledger/leaseledger/bus/busclient"
 	"github.com/leaseledger/leaseledger/bus/bustest"
 	"github.com/leaseledger/leaseledger/events"
+	"github.com/leaseledger/leaseledger/internal/testproc"
 	"github.com/leaseledger/leaseledger/ledger"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 )
 
-// clusterWait bounds how long a test waits for routes and interest to
-// propagate.
-const clusterWait = 15 * time.Second
-
-// eventually retries fn until it succeeds or clusterWait passes.
-func eventually(t *testing.T, what string, fn func() error) {
-	t.Helper()
-	deadline := time.Now().Add(clusterWait)
-	for {
-		err := fn()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %v", what, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
+// clusterWait bounds how long a test waits for a message to cross a
+// route or a leaf connection: a hang bound, not a timing (see
+// testproc.HangBound).
+const clusterWait = testproc.HangBound
 
 // startPeer starts a peer and connects to it in process; both are closed
 // when the test ends.
@@ -54,7 +40,7 @@ var startPeer = bustest.StartPeer
 // headIs waits until c sees want as the head of its host.
 func headIs(t *testing.T, c *busclient.Client, want events.Seq) {
 	t.Helper()
-	eventually(t, "head", func() error {
+	testproc.Eventually(t, "head", func() error {
 		h, err := c.Head(context.Background())
 		if err != nil {
 			return err
@@ -124,7 +110,7 @@ func TestHostSpacesOnCluster(t *testing.T) {
 	}
 	// The fleet subscription's interest must have reached every host before
 	// they publish.
-	eventually(t, "fleet interest", func() error {
+	testproc.Eventually(t, "fleet interest", func() error {
 		for _, b := range []*bus.Bus{b1, b2, b3} {
 			if !b.Server().GlobalAccount().SubscriptionInterest(busclient.HostSubject(b.HostID(), events.Subject("call.admitted", "x"))) {
 				return errors.New(b.HostID() + " does not see the peer's subscription")
@@ -240,7 +226,7 @@ func TestRoutesCannotPublishIntoHostSpace(t *testing.T) {
 		t.Fatal(err)
 	}
 	fake := busclient.HostSubject("h1", events.Subject("call.admitted", "forged"))
-	eventually(t, "route interest", func() error {
+	testproc.Eventually(t, "route interest", func() error {
 		if err := pc.Publish(fake, []byte(`{"seq":1}`)); err != nil {
 			return err
 		}
@@ -271,7 +257,7 @@ func TestLeafNodeHost(t *testing.T) {
 	}
 	c := busclient.NewClient(hc).WithHost("h1")
 	headIs(t, c, 0)
-	eventually(t, "the hub's subscription reaches the leaf", func() error {
+	testproc.Eventually(t, "the hub's subscription reaches the leaf", func() error {
 		if !b1.Server().GlobalAccount().SubscriptionInterest(busclient.HostSubject("h1", events.Subject("call.admitted", "x"))) {
 			return errors.New("no interest yet")
 		}

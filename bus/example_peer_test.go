@@ -38,7 +38,7 @@ func ExampleStartPeer() {
 		Payload: &events.CallAdmitted{CallID: "c1", Tool: "echo", Digest: fp}})
 
 	h1 := busclient.NewClient(nc).WithHost("h1")
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		if head, err := h1.Head(context.Background()); err == nil { // once the route is up
 			fmt.Println("h1 head:", head.Seq)
 			break

@@ -95,7 +95,7 @@ func ExampleClient_WithPeerClass() {
 	}
 
 	c := busclient.NewClient(nc).WithHost("h1").WithPeerClass()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		if _, err := c.Head(context.Background()); err == nil { // once the route is up
 			break
 		}
