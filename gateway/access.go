@@ -1,7 +1,9 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
+	"io"
 	"net"
 	"net/http"
 	"net/netip"
@@ -131,10 +133,20 @@ func principalOf(ti *auth.TokenInfo) (name, hash string) {
 
 // serveSession binds requests to their sessions: a session is used only
 // with the token that opened it, DELETE ends it here, POSTs keep it from
-// idling, and a request opening a session holds a slot under the caps
-// until the session ends (or released at once when none opened).
+// idling, and a request opening a session — a whole, valid initialize,
+// read within Options.BodyReadTimeout — holds a slot under the caps until the
+// session ends (or released at once when none opened).
 func (g *Gateway) serveSession(w http.ResponseWriter, r *http.Request, inner http.Handler) {
 	principal, hash := principalOf(auth.TokenInfoFromContext(r.Context()))
+	if r.Method == http.MethodPost {
+		// The whole body is read and checked first (screenPost), so that
+		// a slot below is taken only for a complete, valid initialize.
+		body, ok := screenPost(w, r, g.opts.BodyReadTimeout)
+		if !ok {
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+	}
 	if id := r.Header.Get(headerSessionID); id != "" {
 		g.mu.Lock()
 		s := g.sessions[id]

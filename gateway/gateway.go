@@ -69,6 +69,9 @@ type Options struct {
 	// SessionIdleTimeout ends idle sessions; DefaultSessionIdleTimeout
 	// when zero.
 	SessionIdleTimeout time.Duration
+	// BodyReadTimeout bounds reading one POST body (408 beyond it);
+	// DefaultBodyReadTimeout when zero.
+	BodyReadTimeout time.Duration
 	// RequestBudget is the budget of each resource request handle;
 	// runtime.DefaultRequestBudget when zero, at most
 	// runtime.MaxRequestBudget.
@@ -113,7 +116,7 @@ func New(opts Options) (*Gateway, error) {
 	bad := func(kind error, server string) error { return &Error{Op: "new", Server: server, Err: kind} }
 	switch {
 	case opts.Manager == nil, len(opts.Servers) > MaxServers,
-		opts.MaxSessions < 0, opts.MaxSessionsPerToken < 0, opts.SessionIdleTimeout < 0,
+		opts.MaxSessions < 0, opts.MaxSessionsPerToken < 0, opts.SessionIdleTimeout < 0, opts.BodyReadTimeout < 0,
 		opts.RequestBudget < 0, opts.RequestBudget > runtime.MaxRequestBudget:
 		return nil, bad(ErrInvalidOptions, "")
 	}
@@ -128,6 +131,9 @@ func New(opts Options) (*Gateway, error) {
 	}
 	if opts.RequestBudget == 0 {
 		opts.RequestBudget = runtime.DefaultRequestBudget
+	}
+	if opts.BodyReadTimeout == 0 {
+		opts.BodyReadTimeout = DefaultBodyReadTimeout
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
@@ -167,7 +173,11 @@ func New(opts Options) (*Gateway, error) {
 		h = auth.RequireBearerToken(g.verifyToken, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(h)
 		g.unsub = opts.Tokens.subscribe(g.tokensReloaded)
 	}
-	g.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { g.serveAccess(w, r, h) })
+	g.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		a := &answerWriter{ResponseWriter: w}
+		defer a.finish()
+		g.serveAccess(a, r, h)
+	})
 	return g, nil
 }
 
