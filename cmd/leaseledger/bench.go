@@ -36,12 +36,14 @@ the ledger opened through the live projection (BeforeAck) with the
 embedded NATS bus publishing every event to one real subscriber, each
 writer appending a gateway's traffic (activations through their
 lifecycle: lease, guardian, HTTP requests, call.admitted/call.finished,
-barriers, close). Three sides alternate round by round: serve without
+barriers, close). Four sides alternate round by round: serve without
 periodic snapshots, serve with a snapshot every --snapshot-every events
-(so snapshots run during the measurement), and raw Pebble Sync commits of
-the same keys and values. It prints the rates, the ratios to raw Pebble,
-acknowledgement latency p50/p99/max of each side, how many events the
-subscriber received, and the p99 with snapshots over the p99 without.`,
+(so snapshots run during the measurement), raw Pebble Sync commits of the
+same keys and values, and those commits each followed by the bare NATS
+publication of their events to one subscriber. It prints the rates, the
+ratios to raw Pebble and to raw Pebble + bare NATS, acknowledgement latency
+p50/p99/max of each side, how many events the subscriber received, and the
+p99 with snapshots over the p99 without.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			dir, err := os.MkdirTemp(cfg.Dir, "leaseledger-bench-*")
