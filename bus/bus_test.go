@@ -41,7 +41,7 @@ func TestBusPublishesAfterCommit(t *testing.T) {
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	acks, err := l.AppendAcks(context.Background(), draft("act-1", "s", 1), events.Draft{Payload: &events.LeaseTerminated{Reason: "x"}})
+	acks, err := l.AppendAcks(context.Background(), draft("act-1", "s", 1), events.Draft{Payload: &events.LeaseTerminated{Reason: events.TerminatedRevoked}})
 	if err != nil {
 		t.Fatal(err)
 	}

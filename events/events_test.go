@@ -84,9 +84,9 @@ func TestDecodeRefusesNonCanonical(t *testing.T) {
 func TestPrepareRefusesInvalid(t *testing.T) {
 	cases := map[string]events.Draft{
 		"nil payload":     {},
-		"bad activation":  {Activation: "a/b", Payload: &events.LeaseTerminated{Reason: "x"}},
-		"long session":    {Session: strings.Repeat("s", 129), Payload: &events.LeaseTerminated{Reason: "x"}},
-		"reserved act":    {Activation: "_", Payload: &events.LeaseTerminated{Reason: "x"}},
+		"bad activation":  {Activation: "a/b", Payload: &events.LeaseTerminated{Reason: events.TerminatedRevoked}},
+		"long session":    {Session: strings.Repeat("s", 129), Payload: &events.LeaseTerminated{Reason: events.TerminatedRevoked}},
+		"reserved act":    {Activation: "_", Payload: &events.LeaseTerminated{Reason: events.TerminatedRevoked}},
 		"bad digest":      {Payload: &events.LeaseAcquired{Fingerprint: "xyz"}},
 		"negative":        {Payload: &events.LeaseAcquired{Fingerprint: digestA, DurationNS: -1}},
 		"bad enum":        {Payload: &events.CallFinished{CallID: "c1", Tool: "echo", Outcome: "maybe", ArgsSHA256: digestA}},
@@ -95,6 +95,9 @@ func TestPrepareRefusesInvalid(t *testing.T) {
 		"too many pids":   {Payload: &events.GuardianReceipt{HelperVersion: "1", TargetPID: 1, DescendantsSeen: make([]int, events.MaxPIDList+1)}},
 		"too long text":   {Payload: &events.HTTPRegistered{Ref: "r", Scope: "request", Method: "GET", Origin: strings.Repeat("o", events.MaxTextLen+1)}},
 		"poison reason":   {Payload: &events.LeasePoisoned{CallID: "c", Reason: "other", Tool: "echo", ExpectedDigest: digestA}},
+		"end reason":      {Payload: &events.LeaseTerminated{Reason: "forged"}},
+		"refusal reason":  {Payload: &events.CallRefused{CallID: "c", Tool: "echo", Reason: "other"}},
+		"phase active":    {Payload: &events.ConnectionPhase{Phase: events.PhaseActive}},
 		"tool name space": {Payload: &events.CallAdmitted{CallID: "c", Tool: "ec ho", Digest: digestA}},
 		"invalid utf-8":   {Payload: &events.HTTPRegistered{Ref: "r", Scope: "request", Method: "GET", Origin: "https://x\xff.example"}},
 		"year 10000":      {Payload: &events.GuardianSignal{TargetPID: 3, Signal: "TERM", At: events.At(time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC))}},

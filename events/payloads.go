@@ -214,14 +214,14 @@ func (p *LeaseReaped) Validate() error {
 // LeaseTerminated records that a lease left the table and its child was
 // told to stop. Cleanup evidence follows as guardian.* events.
 type LeaseTerminated struct {
-	Reason string `json:"reason"` // revoked, poisoned, reaped, session_ended, terminate_all, stale_config, child_exited, ...
+	Reason TerminationReason `json:"reason"`
 }
 
 // Kind implements [Payload].
 func (*LeaseTerminated) Kind() Kind { return "lease.terminated" }
 
 // Validate implements [Payload].
-func (p *LeaseTerminated) Validate() error { return code("reason", p.Reason) }
+func (p *LeaseTerminated) Validate() error { return member("reason", p.Reason) }
 
 // ---- call: the per-lease call gate ----
 
@@ -242,9 +242,9 @@ func (p *CallAdmitted) Validate() error {
 
 // CallRefused records a call the gate did not let through.
 type CallRefused struct {
-	CallID string `json:"call_id"`
-	Tool   string `json:"tool"`
-	Reason string `json:"reason"` // cancelled, poisoned, terminated, name_mismatch, digest_mismatch
+	CallID string        `json:"call_id"`
+	Tool   string        `json:"tool"`
+	Reason RefusalReason `json:"reason"`
 }
 
 // Kind implements [Payload].
@@ -252,7 +252,7 @@ func (*CallRefused) Kind() Kind { return "call.refused" }
 
 // Validate implements [Payload].
 func (p *CallRefused) Validate() error {
-	return checks{id("call_id", p.CallID), toolName("tool", p.Tool), code("reason", p.Reason)}.first()
+	return checks{id("call_id", p.CallID), toolName("tool", p.Tool), member("reason", p.Reason)}.first()
 }
 
 // CallFinished records the end of an admitted call: sizes and digests of

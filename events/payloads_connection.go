@@ -28,7 +28,7 @@ func (*ConnectionPhase) Kind() Kind { return "connection.phase" }
 
 // Validate implements [Payload].
 func (p *ConnectionPhase) Validate() error {
-	return checks{member("phase", p.Phase), nonNegative("budget_ns", p.BudgetNS)}.first()
+	return checks{recordedPhase("phase", p.Phase), nonNegative("budget_ns", p.BudgetNS)}.first()
 }
 
 // ConnectionBarrier records what one close obligation observed.

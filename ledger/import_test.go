@@ -48,9 +48,9 @@ func appendVaried(t testing.TB, l *ledger.Ledger, from, n int) {
 			case 0:
 				ds[j] = draft(a, fmt.Sprintf("s%d", (i+j)%4), i+j)
 			case 1:
-				ds[j] = events.Draft{Activation: a, Payload: &events.LeaseTerminated{Reason: "done"}}
+				ds[j] = events.Draft{Activation: a, Payload: &events.LeaseTerminated{Reason: events.TerminatedSessionEnded}}
 			default:
-				ds[j] = events.Draft{Payload: &events.LeaseTerminated{Reason: "other"}}
+				ds[j] = events.Draft{Payload: &events.LeaseTerminated{Reason: events.TerminatedAll}}
 			}
 		}
 		if _, err := l.Append(context.Background(), ds...); err != nil {

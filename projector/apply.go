@@ -177,7 +177,7 @@ func (s *State) apply(e *event) {
 		a = s.activations[e.activation]
 		if a == nil {
 			a = &Activation{ID: e.activation, Session: e.session, Server: e.server, FirstSeq: e.seq}
-			a.Connection.Phase = PhaseActive
+			a.Connection.Phase = events.PhaseActive
 			s.activations[e.activation] = a
 		}
 	}
@@ -253,11 +253,11 @@ func (s *State) apply(e *event) {
 		}
 	case *events.LeaseReaped:
 		if l := s.leaseFor(e); l != nil && l.Reason == "" {
-			l.Reason = "reaped"
+			l.Reason = string(events.TerminatedReaped)
 		}
 	case *events.LeaseTerminated:
 		if l := s.leaseFor(e); l != nil {
-			s.endLease(l, e, p.Reason)
+			s.endLease(l, e, string(p.Reason))
 		}
 	case *events.CallAdmitted:
 		if l := s.leaseFor(e); l != nil {
@@ -344,7 +344,7 @@ func (s *State) apply(e *event) {
 			break
 		}
 		c := &a.Connection
-		if c.Opened || c.Phase != PhaseActive {
+		if c.Opened || c.Phase != events.PhaseActive {
 			c.Regressions++
 			break
 		}
@@ -355,8 +355,8 @@ func (s *State) apply(e *event) {
 			break
 		}
 		c := &a.Connection
-		next := Phase(p.Phase)
-		if next.rank() <= c.Phase.rank() {
+		next := p.Phase
+		if phaseRank(next) <= phaseRank(c.Phase) {
 			if next != c.Phase {
 				c.Regressions++
 			}
@@ -366,7 +366,7 @@ func (s *State) apply(e *event) {
 		if p.BudgetNS != 0 {
 			c.BudgetNS = p.BudgetNS
 		}
-		if next == PhaseClosed && c.Report == nil {
+		if next == events.PhaseClosed && c.Report == nil {
 			a.close(e, 0, true)
 		}
 	case *events.ConnectionBarrier:
@@ -399,7 +399,7 @@ func (s *State) apply(e *event) {
 			c.Report.CloseCalls++
 			break
 		}
-		c.Phase = PhaseClosed
+		c.Phase = events.PhaseClosed
 		a.close(e, p.ElapsedNS, c.Opened && !p.Repeat)
 		c.Report.CloseCalls = 1
 

@@ -281,7 +281,7 @@ func closedActivation(act, sess string) []events.Draft {
 		d(&events.LeaseAcquired{Fingerprint: eventgen.Digest, DurationNS: 5}),
 		d(&events.ConnectionOpened{Transport: events.TransportStdio, Cleanup: events.CleanupBestEffort}),
 		d(&events.ConnectionClosed{ElapsedNS: 9}),
-		d(&events.LeaseTerminated{Reason: "closed"}),
+		d(&events.LeaseTerminated{Reason: events.TerminatedConnectionClosed}),
 	}
 }
 

@@ -2,29 +2,21 @@ package projector
 
 import "github.com/leaseledger/leaseledger/events"
 
-// Phase is a connection's phase. It only moves forward.
-type Phase string
-
-// Phases, in order.
-const (
-	PhaseActive  Phase = "active"
-	PhaseClosing Phase = Phase(events.PhaseClosing)
-	PhaseClosed  Phase = Phase(events.PhaseClosed)
-)
-
-func (p Phase) rank() int {
+// phaseRank orders a connection's phases: a phase only moves forward
+// (events.Phase). An unknown phase ranks with active.
+func phaseRank(p events.Phase) int {
 	switch p {
-	case PhaseClosing:
+	case events.PhaseClosing:
 		return 1
-	case PhaseClosed:
+	case events.PhaseClosed:
 		return 2
 	}
 	return 0
 }
 
-// Obligations lists the close obligations in report order.
-var Obligations = [4]events.Obligation{events.ObligationTransport, events.ObligationWorkers,
-	events.ObligationSupervisor, events.ObligationHTTPRequests}
+// Obligations lists the close obligations in report order
+// (events.CloseObligations), the order of Connection.Barriers.
+var Obligations = events.CloseObligations()
 
 func obligationIndex(name events.Obligation) int {
 	for i, o := range Obligations {
@@ -34,13 +26,6 @@ func obligationIndex(name events.Obligation) int {
 	}
 	return -1
 }
-
-// Obligation statuses in a close report, besides pending, confirmed,
-// missing and unsupported.
-const (
-	// StatusFailed: the obligation's barrier returned error or timeout.
-	StatusFailed Status = "failed"
-)
 
 // Observation is the last connection.barrier recorded for one obligation.
 type Observation struct {
@@ -57,7 +42,7 @@ type Connection struct {
 	Transport events.Transport `json:"transport,omitempty"`
 	Cleanup   events.Cleanup   `json:"cleanup,omitempty"`
 	OneShot   bool             `json:"one_shot,omitempty"`
-	Phase     Phase            `json:"phase"`
+	Phase     events.Phase     `json:"phase"`
 	BudgetNS  int64            `json:"budget_ns,omitempty"`
 	// Barriers holds the last observation per obligation, in the order of
 	// Obligations.
@@ -77,14 +62,15 @@ type ObligationReport struct {
 	Last   Observation       `json:"last"`
 }
 
-// Close report results.
+// Close report results and verdicts, as the strings the projector's
+// reports, maps and JSON carry them in; the values are events.Result's.
 const (
-	ResultConfirmed   = "confirmed"
-	ResultUnconfirmed = "unconfirmed"
+	ResultConfirmed   = string(events.ResultConfirmed)
+	ResultUnconfirmed = string(events.ResultUnconfirmed)
 	// ResultNeverStarted is the verdict of an activation whose acquisition
 	// was refused or failed before anything was started: no resource, so
 	// no cleanup to confirm.
-	ResultNeverStarted = "never_started"
+	ResultNeverStarted = string(events.ResultNeverStarted)
 )
 
 // CloseReport is the retained version-1 result of closing an activation's

@@ -357,15 +357,10 @@ func (a *Activation) obligations(rs *reasons) []ObligationReport {
 	out := make([]ObligationReport, len(Obligations))
 	for i, name := range Obligations {
 		o := ObligationReport{Name: name, Last: c.Barriers[i]}
-		switch outcome := c.Barriers[i].Outcome; outcome {
-		case "":
+		if outcome := c.Barriers[i].Outcome; outcome == "" {
 			o.Status, o.Reason = StatusMissing, "no_barrier_observed"
-		case events.BarrierOK:
-			o.Status = StatusConfirmed
-		case events.BarrierError, events.BarrierTimeout:
-			o.Status, o.Reason = StatusFailed, "barrier_"+string(outcome)
-		default: // missing, unsupported, pending
-			o.Status, o.Reason = Status(outcome), "barrier_"+string(outcome)
+		} else if o.Status = outcome.Status(); o.Status != StatusConfirmed { // the runtime's close report applies the same rule
+			o.Reason = "barrier_" + string(outcome)
 		}
 		switch name {
 		case events.ObligationSupervisor:

@@ -266,7 +266,7 @@ func TestConfirmedClose(t *testing.T) {
 		t.Fatalf("verdict %s %q", v, reasons)
 	}
 	a, _ := f.s.Activation("act-1")
-	if a.Connection.Phase != projector.PhaseClosed {
+	if a.Connection.Phase != events.PhaseClosed {
 		t.Fatalf("phase %s", a.Connection.Phase)
 	}
 }
@@ -357,7 +357,7 @@ func TestPhaseNeverMovesBackwards(t *testing.T) {
 	f.apply(opened("act-1"), d("act-1", &events.ConnectionPhase{Phase: "closing"}), d("act-1", &events.ConnectionPhase{Phase: "closed"}),
 		d("act-1", &events.ConnectionPhase{Phase: "closing"}), opened("act-1"))
 	a, _ := f.s.Activation("act-1")
-	if a.Connection.Phase != projector.PhaseClosed || a.Connection.Regressions != 2 || a.Connection.Report == nil {
+	if a.Connection.Phase != events.PhaseClosed || a.Connection.Regressions != 2 || a.Connection.Report == nil {
 		t.Fatalf("connection %+v", a.Connection)
 	}
 }

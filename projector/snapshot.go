@@ -140,7 +140,7 @@ func restoreActivation(id string, aw *activationWire) (*Activation, error) {
 	if a.CallsLost < 0 {
 		return nil, corrupt("activation %s: calls lost", id)
 	}
-	if a.Connection.Phase.rank() == 0 && a.Connection.Phase != PhaseActive {
+	if phaseRank(a.Connection.Phase) == 0 && a.Connection.Phase != events.PhaseActive {
 		return nil, corrupt("activation %s: phase", id)
 	}
 	ew := &aw.Evidence

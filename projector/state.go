@@ -26,26 +26,21 @@ const (
 	ReportVersion = 1
 )
 
-// Status is the cleanup status of one owned resource.
-type Status string
-
-// Resource statuses. Only StatusConfirmed counts towards a confirmed
+// Status is the cleanup status of one owned resource or close obligation;
+// its values, and the rule from a barrier outcome to an obligation's, are
+// events' (events.Status, events.BarrierOutcome.Status), shared with the
+// runtime's close report. Only StatusConfirmed counts towards a confirmed
 // result; every other status blocks it.
+type Status = events.Status
+
+// Statuses, as events defines them.
 const (
-	// StatusPending: the resource is tracked and its evidence is not
-	// complete yet (no barrier, or no observed worker end).
-	StatusPending Status = "pending"
-	// StatusConfirmed: the evidence proves release (see docs/projector.md).
-	StatusConfirmed Status = "confirmed"
-	// StatusMissing: evidence was asked for and did not come back complete
-	// (a barrier that errored or timed out, a receipt lacking facts).
-	StatusMissing Status = "missing"
-	// StatusUnsupported: release cannot be observed for this resource (a
-	// barrier that answered unsupported, a best-effort child).
-	StatusUnsupported Status = "unsupported"
-	// StatusLost: evidence can no longer be obtained (http.lost,
-	// guardian.lost, a helper that did not exit 0).
-	StatusLost Status = "lost"
+	StatusPending     = events.StatusPending
+	StatusConfirmed   = events.StatusConfirmed
+	StatusFailed      = events.StatusFailed
+	StatusMissing     = events.StatusMissing
+	StatusUnsupported = events.StatusUnsupported
+	StatusLost        = events.StatusLost
 )
 
 // Resource kinds.

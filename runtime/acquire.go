@@ -149,11 +149,11 @@ func (m *Manager) acquireOpts(ctx context.Context, session, server string, cfg S
 				// Ours is current: a call must never run on the old child.
 				// Take it out of service first, then record and end it.
 				if m.removeIf(l) {
-					l.markGone("stale_config")
+					l.markGone(events.TerminatedStaleConfig)
 					if !l.oneShot {
 						m.keep(m.emitFact(ctx, l.draft(&events.LeaseStaleReplaced{OldFingerprint: l.fingerprint, NewFingerprint: fp})))
 					}
-					m.keep(l.terminate(ctx, "stale_config"))
+					m.keep(l.terminate(ctx, events.TerminatedStaleConfig))
 				}
 				if l.oneShot && !o.explicit {
 					return nil, oneShotEnded(key, l.activation) // never replaced
@@ -162,8 +162,8 @@ func (m *Manager) acquireOpts(ctx context.Context, session, server string, cfg S
 			}
 			if l.childGone() {
 				if m.removeIf(l) {
-					l.markGone("child_exited")
-					m.keep(l.terminate(ctx, "child_exited"))
+					l.markGone(events.TerminatedChildExited)
+					m.keep(l.terminate(ctx, events.TerminatedChildExited))
 				}
 				if l.oneShot && !o.explicit {
 					return nil, oneShotEnded(key, l.activation) // never replaced
@@ -230,8 +230,8 @@ func (m *Manager) acquireOpts(ctx context.Context, session, server string, cfg S
 		if err == nil && !m.stillMapped(l) {
 			// Removed while starting (session end, TerminateAll): the
 			// remover saw a placeholder, so ending the child is ours.
-			l.markGone("terminated")
-			m.keep(l.terminate(ctx, "terminated"))
+			l.markGone(events.TerminatedWhileStarting)
+			m.keep(l.terminate(ctx, events.TerminatedWhileStarting))
 			le := newErr("acquire", &key, ErrTerminated, nil)
 			le.Activation = l.activation
 			err = le

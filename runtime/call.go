@@ -114,7 +114,7 @@ func (l *lease) callAs(ctx context.Context, session string, finishing *pendingFa
 }
 
 // refuse records a refusal at the gate and returns its error.
-func (c *callRun) refuse(ctx context.Context, reason string, kind error) error {
+func (c *callRun) refuse(ctx context.Context, reason events.RefusalReason, kind error) error {
 	c.l.m.keep(c.l.m.emitFact(ctx, c.draft(&events.CallRefused{CallID: c.id, Tool: c.req.Tool, Reason: reason})))
 	return c.err(kind, nil)
 }
@@ -131,25 +131,25 @@ func (c *callRun) admit(ctx context.Context) error {
 		l.mu.Unlock()
 		// The refusal is recorded after the revocation it is caused by.
 		<-l.revokedLogged
-		return c.refuse(ctx, "cancelled", ErrRevoked)
+		return c.refuse(ctx, events.RefusedCancelled, ErrRevoked)
 	case l.state == statePoisoned:
 		l.mu.Unlock()
-		return c.refuse(ctx, "poisoned", ErrPoisoned)
+		return c.refuse(ctx, events.RefusedPoisoned, ErrPoisoned)
 	case l.state == stateGone:
 		l.mu.Unlock()
-		return c.refuse(ctx, "terminated", ErrTerminated)
+		return c.refuse(ctx, events.RefusedTerminated, ErrTerminated)
 	case m.isDenied(c.session, l.key):
 		l.mu.Unlock()
-		return c.refuse(ctx, "denied", ErrDenied)
+		return c.refuse(ctx, events.RefusedDenied, ErrDenied)
 	case ended || l.childGone():
 		// The child ended or is ending while idle (killed from outside,
 		// crashed): take the lease out of service and end it; nothing was
 		// sent, so the caller acquires a fresh lease (a gone refusal, not
 		// recorded as a call: there was none).
-		l.state, l.goneReason = stateGone, "child_exited"
+		l.state, l.goneReason = stateGone, events.TerminatedChildExited
 		l.mu.Unlock()
 		if m.removeIf(l) {
-			m.keep(l.terminate(ctx, "child_exited"))
+			m.keep(l.terminate(ctx, events.TerminatedChildExited))
 		}
 		return c.err(ErrTerminated, nil)
 	}
@@ -188,9 +188,9 @@ func (c *callRun) poison(ctx context.Context, digestKnown bool) error {
 		reason, kind = events.PoisonDigestMismatch, ErrDigestMismatch
 	}
 	m.removeIf(l)
-	m.keep(m.emitFact(ctx, c.draft(&events.CallRefused{CallID: c.id, Tool: c.req.Tool, Reason: string(reason)}),
+	m.keep(m.emitFact(ctx, c.draft(&events.CallRefused{CallID: c.id, Tool: c.req.Tool, Reason: reason.Refusal()}),
 		l.draft(&events.LeasePoisoned{CallID: c.id, Reason: reason, Tool: c.req.Tool, ExpectedDigest: c.req.Digest})))
-	m.keep(l.terminate(ctx, "poisoned"))
+	m.keep(l.terminate(ctx, events.TerminatedPoisoned))
 	return c.err(kind, nil)
 }
 
@@ -243,9 +243,9 @@ func (c *callRun) run(ctx context.Context) (*mcp.CallToolResult, bool, error) {
 	}
 
 	// Leave the gate; the last call out of a revoked lease kills the child.
-	reason := "transport_error"
+	reason := events.TerminatedTransportError
 	if f.exited {
-		reason = "child_exited"
+		reason = events.TerminatedChildExited
 	}
 	l.mu.Lock()
 	l.inflight--
@@ -273,7 +273,7 @@ func (c *callRun) run(ctx context.Context) (*mcp.CallToolResult, bool, error) {
 	m.emitFactAsync(ctx, &l.finishing, c.finishing, c.draft(fin))
 	switch {
 	case killer:
-		m.keep(l.terminate(ctx, "revoked"))
+		m.keep(l.terminate(ctx, events.TerminatedRevoked))
 	case ending:
 		m.keep(l.terminate(ctx, reason))
 	}
@@ -405,7 +405,7 @@ func (l *lease) releaseFrom(ctx context.Context) {
 	l.mu.Unlock()
 	if killer {
 		<-l.revokedLogged
-		l.m.keep(l.terminate(ctx, "revoked"))
+		l.m.keep(l.terminate(ctx, events.TerminatedRevoked))
 	}
 }
 

@@ -30,33 +30,36 @@ const (
 )
 
 // ConnectionPhase is the phase of an owned connection: it moves active →
-// closing → closed only.
-type ConnectionPhase string
+// closing → closed only. The phases are events' (events.Phase), the same
+// words the projector reports.
+type ConnectionPhase = events.Phase
 
 // Connection phases.
 const (
-	ConnectionActive  ConnectionPhase = "active"
-	ConnectionClosing ConnectionPhase = ConnectionPhase(events.PhaseClosing)
-	ConnectionClosed  ConnectionPhase = ConnectionPhase(events.PhaseClosed)
+	ConnectionActive  = events.PhaseActive
+	ConnectionClosing = events.PhaseClosing
+	ConnectionClosed  = events.PhaseClosed
 )
 
-// ObligationStatus is one close obligation's status in a close report: the
-// projector's statuses for the same recorded outcome.
-type ObligationStatus string
+// ObligationStatus is one close obligation's status in a close report:
+// events.BarrierOutcome.Status of its recorded outcome, the rule the
+// projector applies to the same record.
+type ObligationStatus = events.Status
 
 // Obligation statuses.
 const (
-	ObligationConfirmed   ObligationStatus = "confirmed"   // outcome ok
-	ObligationFailed      ObligationStatus = "failed"      // outcome error or timeout
-	ObligationMissing     ObligationStatus = "missing"     // outcome missing
-	ObligationPending     ObligationStatus = "pending"     // outcome pending
-	ObligationUnsupported ObligationStatus = "unsupported" // outcome unsupported
+	ObligationConfirmed   = events.StatusConfirmed   // outcome ok
+	ObligationFailed      = events.StatusFailed      // outcome error or timeout
+	ObligationMissing     = events.StatusMissing     // outcome missing
+	ObligationPending     = events.StatusPending     // outcome pending
+	ObligationUnsupported = events.StatusUnsupported // outcome unsupported
 )
 
-// Close report results (the projector's words).
+// Close report results, as strings: the projector's verdicts
+// (events.Result's values), which the host compares them with.
 const (
-	ResultConfirmed   = "confirmed"
-	ResultUnconfirmed = "unconfirmed"
+	ResultConfirmed   = string(events.ResultConfirmed)
+	ResultUnconfirmed = string(events.ResultUnconfirmed)
 )
 
 // ObligationReport is what one close obligation observed, as recorded in
@@ -90,7 +93,7 @@ type ConnectionReport struct {
 	// such a report is unconfirmed.
 	Retained bool
 	// Reason is why the lease ended (lease.terminated's reason).
-	Reason string
+	Reason events.TerminationReason
 	// BudgetNS is the one close budget; ElapsedNS the time the close
 	// steps took (transport + workers + supervisor ≤ budget).
 	BudgetNS, ElapsedNS int64
@@ -352,9 +355,9 @@ func (m *Manager) CloseConnection(ctx context.Context, ref ConnectionRef, budget
 	}
 	if l.err == nil {
 		m.removeIf(l)
-		l.markGone("connection_closed")
+		l.markGone(events.TerminatedConnectionClosed)
 	}
-	err := l.terminateWithin(ctx, "connection_closed", budget)
+	err := l.terminateWithin(ctx, events.TerminatedConnectionClosed, budget)
 	r := l.report.Load()
 	if r == nil || r.Phase != ConnectionClosed {
 		// No child was ever started (the acquisition failed first).
@@ -395,25 +398,9 @@ func (m *Manager) closeUnknown(ctx context.Context, ref ConnectionRef) (Connecti
 
 const noRetainedReport = "no_retained_report"
 
-// closeObligations are the obligations of a stdio connection's close, in
+// closeObligations are the obligations of a connection's close, in
 // report order.
-var closeObligations = [4]events.Obligation{events.ObligationTransport, events.ObligationWorkers,
-	events.ObligationSupervisor, events.ObligationHTTPRequests}
-
-// statusOf maps a recorded barrier outcome to the obligation's status.
-func statusOf(o events.BarrierOutcome) ObligationStatus {
-	switch o {
-	case events.BarrierOK:
-		return ObligationConfirmed
-	case events.BarrierError, events.BarrierTimeout:
-		return ObligationFailed
-	case events.BarrierPending:
-		return ObligationPending
-	case events.BarrierUnsupported:
-		return ObligationUnsupported
-	}
-	return ObligationMissing
-}
+var closeObligations = events.CloseObligations()
 
 // closeBudget is the default close budget of a lease.
 func (m *Manager) closeBudget(l *lease) time.Duration {

@@ -46,7 +46,7 @@ func agree(t *testing.T, envs []events.Envelope, rep ConnectionReport) {
 	}
 	for i, o := range cr.Obligations {
 		m := rep.Obligations[i]
-		if o.Name != m.Name || string(o.Status) != string(m.Status) || o.Last.ElapsedNS != m.ElapsedNS {
+		if o.Name != m.Name || o.Status != m.Status || o.Last.ElapsedNS != m.ElapsedNS {
 			t.Errorf("obligation %d: projector %s %s (%s, %d ns), manager %s %s (%d ns)", i, o.Name, o.Status, o.Reason, o.Last.ElapsedNS, m.Name, m.Status, m.ElapsedNS)
 		}
 	}

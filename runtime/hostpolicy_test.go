@@ -34,7 +34,7 @@ func (p *policyEnv) outcomes(act string) []events.CallOutcome {
 func (p *policyEnv) terminatedFor(act string) string {
 	for _, x := range p.events() {
 		if r, ok := x.Payload.(*events.LeaseTerminated); ok && x.Activation == act {
-			return r.Reason
+			return string(r.Reason)
 		}
 	}
 	return ""

@@ -281,7 +281,7 @@ func TestHTTPOwnerLossAbortsOwnRequests(t *testing.T) {
 			r, ok := e.m.ConnectionStatus(l.activation)
 			return ok && r.Phase == ConnectionClosed
 		})
-		if rep, _ := e.m.ConnectionStatus(l.activation); !rep.Confirmed() || rep.Reason != reason {
+		if rep, _ := e.m.ConnectionStatus(l.activation); !rep.Confirmed() || string(rep.Reason) != reason {
 			t.Fatalf("%s: close %+v", reason, rep)
 		}
 		if aborted(l.activation) == 0 {

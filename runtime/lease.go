@@ -63,7 +63,7 @@ type lease struct {
 	// mu is the per-lease call gate.
 	mu         sync.Mutex
 	state      leaseState
-	goneReason string
+	goneReason events.TerminationReason
 	inflight   int
 	lastUsed   time.Time
 	// admitting counts calls past the gate whose call.admitted append is
@@ -125,7 +125,7 @@ func (l *lease) childGone() bool {
 }
 
 // markGone moves an active lease out of service under the gate.
-func (l *lease) markGone(reason string) {
+func (l *lease) markGone(reason events.TerminationReason) {
 	l.mu.Lock()
 	if l.state == stateActive {
 		l.state, l.goneReason = stateGone, reason
@@ -150,7 +150,7 @@ func (l *lease) start(ctx context.Context) error {
 	fail := func(reason string, kind error, cause error) error {
 		m.keep(m.emitFact(ctx, l.draft(&events.LeaseAcquireFailed{Fingerprint: l.fingerprint, Reason: reason, DurationNS: since(m.opts.Now(), t0)})))
 		if l.child != nil {
-			m.keep(l.terminate(ctx, "acquire_failed"))
+			m.keep(l.terminate(ctx, events.TerminatedAcquireFailed))
 		}
 		e := newErr("acquire", &l.key, kind, cause)
 		e.Activation = l.activation
@@ -215,7 +215,7 @@ func ctxCause(ctx context.Context) error { return ctx.Err() }
 
 // terminate ends the lease once under the default close budget (see
 // terminateWithin).
-func (l *lease) terminate(ctx context.Context, reason string) error {
+func (l *lease) terminate(ctx context.Context, reason events.TerminationReason) error {
 	return l.terminateWithin(ctx, reason, 0)
 }
 
@@ -231,7 +231,7 @@ func (l *lease) terminate(ctx context.Context, reason string) error {
 // It returns what of the termination failed to record to the first caller
 // that asks and nil to every later one, so each failure is reported once;
 // a caller with no one to report to hands it to Manager.keep.
-func (l *lease) terminateWithin(ctx context.Context, reason string, budget time.Duration) error {
+func (l *lease) terminateWithin(ctx context.Context, reason events.TerminationReason, budget time.Duration) error {
 	l.termOnce.Do(func() {
 		m := l.m
 		defer close(l.termDone)
@@ -436,7 +436,7 @@ func (l *lease) closeSteps(ctx context.Context, budget time.Duration, rep Connec
 		if o.Outcome == "" {
 			continue // not observed by a barrier (see above)
 		}
-		o.Status = statusOf(o.Outcome)
+		o.Status = o.Outcome.Status()
 		if o.Status != ObligationConfirmed {
 			rep.Result = ResultUnconfirmed
 		}
@@ -499,7 +499,7 @@ func (l *lease) revoke(ctx context.Context, reason string) error {
 	close(l.revokedLogged)
 	if inflight == 0 {
 		// Nobody will complete a call on it: end the child now.
-		err = errors.Join(err, l.terminate(ctx, "revoked"))
+		err = errors.Join(err, l.terminate(ctx, events.TerminatedRevoked))
 	}
 	return err
 }

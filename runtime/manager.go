@@ -340,7 +340,7 @@ func (m *Manager) TerminateAll(ctx context.Context) error {
 		all = append(all, l)
 	}
 	m.mu.Unlock()
-	err := terminateAll(ctx, all, "terminate_all")
+	err := terminateAll(ctx, all, events.TerminatedAll)
 	return errors.Join(err, m.takeKept())
 }
 
@@ -349,7 +349,7 @@ func (m *Manager) TerminateAll(ctx context.Context) error {
 // recording failures. A ready lease is always ended, under a context
 // detached from ctx's cancellation; ctx only bounds waiting for a lease
 // still starting (its acquirer finds it unmapped and ends it itself).
-func terminateAll(ctx context.Context, ls []*lease, reason string) error {
+func terminateAll(ctx context.Context, ls []*lease, reason events.TerminationReason) error {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	var wg sync.WaitGroup

@@ -55,7 +55,7 @@ func (m *Manager) reapPass(ctx context.Context, idleMax time.Duration, sync bool
 		l.mu.Lock()
 		idle := now.Sub(l.lastUsed)
 		if l.state == stateActive && l.inflight == 0 && idle >= idleMax {
-			l.state, l.goneReason = stateGone, "reaped"
+			l.state, l.goneReason = stateGone, events.TerminatedReaped
 			victims = append(victims, victim{l, idle})
 			delete(m.leases, k)
 			m.detached[l] = struct{}{}
@@ -76,7 +76,7 @@ func (m *Manager) reapPass(ctx context.Context, idleMax time.Duration, sync bool
 	for _, v := range victims {
 		run := func() error {
 			err := m.emitFact(ctx, v.l.draft(&events.LeaseReaped{IdleNS: int64(v.idle), IdleMaxNS: int64(max(idleMax, 1))}))
-			return errors.Join(err, v.l.terminate(ctx, "reaped"))
+			return errors.Join(err, v.l.terminate(ctx, events.TerminatedReaped))
 		}
 		if sync {
 			errs = append(errs, run())

@@ -218,10 +218,10 @@ func (l *lease) admitRequest(session string) error {
 	case m.isDenied(session, l.key):
 		return fail(ErrDenied)
 	case ended || l.childGone():
-		l.state, l.goneReason = stateGone, "child_exited"
+		l.state, l.goneReason = stateGone, events.TerminatedChildExited
 		l.mu.Unlock()
 		if m.removeIf(l) {
-			m.keep(l.terminate(context.Background(), "child_exited"))
+			m.keep(l.terminate(context.Background(), events.TerminatedChildExited))
 		}
 		e := newErr("call", &l.key, ErrTerminated, nil)
 		e.Activation = l.activation

@@ -180,7 +180,7 @@ func (m *Manager) release(ctx context.Context, st *sessionState) error {
 	// durable first (each bounded by factTimeout).
 	m.awaitFacts(&st.finishing)
 	err := m.emitFact(ctx, events.Draft{Session: st.id, Payload: &events.SessionEnded{LeasesTerminated: len(mine), SharedSpared: spared}})
-	return errors.Join(err, terminateAll(ctx, mine, "session_ended"))
+	return errors.Join(err, terminateAll(ctx, mine, events.TerminatedSessionEnded))
 }
 
 // LeaseCapability is the typed per-session handle given to tool contexts:

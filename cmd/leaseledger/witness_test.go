@@ -138,7 +138,7 @@ func appendDifferent(t *testing.T, dir string, n int) {
 		t.Fatal(err)
 	}
 	for i := range n {
-		if _, err := l.Append(context.Background(), events.Draft{Activation: "act-forged", Payload: &events.LeaseTerminated{Reason: fmt.Sprintf("forged_%d", i)}}); err != nil {
+		if _, err := l.Append(context.Background(), events.Draft{Activation: "act-forged", Payload: &events.LeaseRevoked{Reason: fmt.Sprintf("forged_%d", i)}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -239,7 +239,7 @@ func TestWitnessIgnoresOvertakingReply(t *testing.T) {
 	}
 	defer l.Close()
 	for i := range 30 {
-		if _, err := l.Append(ctx, events.Draft{Activation: "act-1", Payload: &events.LeaseTerminated{Reason: fmt.Sprintf("r_%d", i)}}); err != nil {
+		if _, err := l.Append(ctx, events.Draft{Activation: "act-1", Payload: &events.LeaseRevoked{Reason: fmt.Sprintf("r_%d", i)}}); err != nil {
 			t.Fatal(err)
 		}
 	}

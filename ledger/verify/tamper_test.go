@@ -130,7 +130,7 @@ func TestVerifyFindsResealedEvent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, _ := events.Prepare(events.Draft{Activation: env.Activation, Session: env.Session, Payload: &events.LeaseTerminated{Reason: "forged"}})
+	p, _ := events.Prepare(events.Draft{Activation: env.Activation, Session: env.Session, Payload: &events.LeaseTerminated{Reason: events.TerminatedHostLost}})
 	_, forged := events.Seal(p, 5, env.ID, env.Time, env.Prev)
 	_ = db.Set(keys.Event(5), forged, pebble.NoSync)
 	if ve := expectFault(t, db, 6, "resealed 5"); ve.Fault != FaultBrokenLink {

@@ -34,7 +34,7 @@ func ExampleWitness_Observe() {
 	}
 	grow := func(n int) {
 		for range n {
-			_, _ = l.Append(ctx, events.Draft{Activation: "act-1", Payload: &events.LeaseTerminated{Reason: "done"}})
+			_, _ = l.Append(ctx, events.Draft{Activation: "act-1", Payload: &events.LeaseTerminated{Reason: events.TerminatedSessionEnded}})
 		}
 	}
 

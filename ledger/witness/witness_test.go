@@ -55,7 +55,7 @@ func openLedger(t *testing.T, dir string) *ledger.Ledger {
 func appendN(t *testing.T, l *ledger.Ledger, n int, tag string) {
 	t.Helper()
 	for i := range n {
-		if _, err := l.Append(context.Background(), events.Draft{Activation: "act-1", Payload: &events.LeaseTerminated{Reason: fmt.Sprintf("%s_%d", tag, i)}}); err != nil {
+		if _, err := l.Append(context.Background(), events.Draft{Activation: "act-1", Payload: &events.LeaseRevoked{Reason: fmt.Sprintf("%s_%d", tag, i)}}); err != nil {
 			t.Fatal(err)
 		}
 	}

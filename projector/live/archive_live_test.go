@@ -33,7 +33,7 @@ func closedWithCall(act, sess string) []events.Draft {
 		draft(act, sess, &events.ConnectionOpened{Transport: events.TransportStdio, Cleanup: events.CleanupBestEffort}),
 		draft(act, sess, &events.CallAdmitted{CallID: "c1", Tool: "t", Digest: eventgen.Digest}),
 		draft(act, sess, &events.ConnectionClosed{ElapsedNS: 9}),
-		draft(act, sess, &events.LeaseTerminated{Reason: "closed"}),
+		draft(act, sess, &events.LeaseTerminated{Reason: events.TerminatedConnectionClosed}),
 	}
 }
 
@@ -171,7 +171,7 @@ func TestLargeActivationStored(t *testing.T) {
 	for i := range 24_000 {
 		ds = append(ds, draft("big", "s-1", &events.HTTPRegistered{Ref: fmt.Sprintf("ref-%06d", i), Scope: "tools", Method: events.HTTPPost, Origin: "https://mcp.example.com"}))
 	}
-	ds = append(ds, draft("big", "s-1", &events.ConnectionClosed{ElapsedNS: 1}), draft("big", "s-1", &events.LeaseTerminated{Reason: "closed"}),
+	ds = append(ds, draft("big", "s-1", &events.ConnectionClosed{ElapsedNS: 1}), draft("big", "s-1", &events.LeaseTerminated{Reason: events.TerminatedConnectionClosed}),
 		events.Draft{Session: "s-1", Payload: &events.SessionEnded{LeasesTerminated: 1}})
 	appendAll(t, p.Ledger(), ds)
 	if err := p.Snapshot(); err != nil {
