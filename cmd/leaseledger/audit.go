@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,6 +12,7 @@ import (
 	"github.com/leaseledger/leaseledger/ledger"
 	"github.com/leaseledger/leaseledger/projector"
 	"github.com/leaseledger/leaseledger/projector/audit"
+	"github.com/leaseledger/leaseledger/projector/live"
 	"github.com/spf13/cobra"
 )
 
@@ -341,88 +341,26 @@ func orNone(s string) string {
 	return s
 }
 
-// auditSettleEvery is how many events audit --all replays between two
-// settlements of retired activations (see settleRetired).
-const auditSettleEvery = 4096
-
-// auditAll replays the whole log (ledger.ScanAhead) and summarises every
-// activation. Memory
-// follows live state and the activations listed, not history: every
-// auditSettleEvery events, each retired activation (closed, no lease names
-// it) that the activation index shows no later event for has its final
-// verdict and is counted, then dropped (TestAuditAllStreamingTwin). The
-// summary names the chain's bound host, in text and JSON, as
-// audit.Summarize's does (TestAuditAllHost).
+// auditAll replays the whole log through an audit stream (live.Stream,
+// which settles retired activations as it goes, so memory follows live
+// state and the activations listed, not history) and prints the summary of
+// every activation, with the chain's bound host (TestAuditAllHost) and a
+// progress bar on stderr.
 func auditAll(cmd *cobra.Command, a *app, l *ledger.Ledger, asJSON bool, limit int) error {
 	if limit <= 0 {
 		limit = audit.All
 	}
-	s := projector.New()
-	s.SetArchive(forgetful{}) // only what has no later event is dropped
-	col := audit.NewCollector(limit)
-	head := uint64(l.Head().Seq)
 	pb := newProgress(a.stderr, "audit")
-	var done uint64
-	// The log is read ahead on a goroutine of its own while this one
-	// applies and settles (settleRetired's indexed scans are reads of
-	// their own).
-	err := l.ScanAhead(cmd.Context(), ledger.Query{}, func(seq ledger.Seq, raw []byte) error {
-		if err := s.ApplyRaw(raw); err != nil {
-			return fmt.Errorf("seq %d: %w", seq, err)
-		}
-		if done++; done%auditSettleEvery == 0 {
-			pb.update(done, head)
-			return settleRetired(cmd.Context(), l, s, col)
-		}
-		return nil
-	})
+	s := live.NewStream(live.StreamOptions{Audit: true, Limit: limit, Progress: pb.update})
+	if err := s.Scan(cmd.Context(), l); err != nil {
+		return err
+	}
+	pb.finish()
+	sum, err := s.Summary()
 	if err != nil {
 		return err
 	}
-	pb.update(done, head)
-	pb.finish()
-	for _, id := range s.ActivationIDs() {
-		v, reasons, omitted := s.Verdict(id)
-		_, closed := s.CloseReport(id)
-		col.Add(id, v, reasons, omitted, closed)
-	}
-	sum := col.Summary(s.Applied(), s.Anomalies())
-	sum.Host = s.Host() // as audit.Summarize: the chain's bound host (TestAuditAllHost)
 	return printSummaryOut(a, sum, asJSON)
-}
-
-// settleRetired counts and drops every retired activation of s that the
-// log names in no event after s.Seq(): no lease can name it again, so its
-// verdict is final.
-func settleRetired(ctx context.Context, l *ledger.Ledger, s *projector.State, col *audit.Collector) error {
-	for _, act := range s.Retired() {
-		later := false
-		err := l.Scan(ctx, ledger.Query{Activation: act.ID, From: ledger.Seq(s.Seq() + 1)}, func(ledger.Seq, []byte) error {
-			later = true
-			return errStopScan
-		})
-		if err != nil && !errors.Is(err, errStopScan) {
-			return err
-		}
-		if later {
-			continue
-		}
-		v, reasons, omitted := projector.RetiredVerdict(act)
-		col.Add(act.ID, v, reasons, omitted, act.Connection.Report != nil)
-		s.Drop(act.ID)
-	}
-	return nil
-}
-
-var errStopScan = errors.New("stop scan")
-
-// printSummary prints the summary of every activation of s (text or
-// JSON) and gives the exit status of its verdicts.
-func printSummary(a *app, s *projector.State, asJSON bool, limit int) error {
-	if limit <= 0 {
-		limit = audit.All
-	}
-	return printSummaryOut(a, audit.Summarize(s, limit), asJSON)
 }
 
 // printSummaryOut prints a summary (text or JSON) and gives the exit

@@ -11,8 +11,8 @@ import (
 	"github.com/leaseledger/leaseledger/events"
 	"github.com/leaseledger/leaseledger/ledger"
 	"github.com/leaseledger/leaseledger/ledger/verify"
-	"github.com/leaseledger/leaseledger/projector"
 	"github.com/leaseledger/leaseledger/projector/audit"
+	"github.com/leaseledger/leaseledger/projector/live"
 	"github.com/spf13/cobra"
 	"golang.org/x/mod/sumdb/note"
 )
@@ -243,7 +243,12 @@ func auditBundle(cmd *cobra.Command, a *app, file, vkey string, trusted, args []
 		keep = audit.All
 	}
 	fold := audit.NewFold(id, audit.Options{Timeline: keep})
-	state := projector.New()
+	if limit <= 0 {
+		limit = audit.All
+	}
+	// The whole bundle's audit: an audit stream fed by Add keeps every
+	// activation (the bundle has no index to settle them by).
+	stream := live.NewStream(live.StreamOptions{Audit: true, Limit: limit})
 	pb := newProgress(a.stderr, "audit")
 	var done uint64
 	for {
@@ -258,8 +263,8 @@ func auditBundle(cmd *cobra.Command, a *app, file, vkey string, trusted, args []
 			return bundleFailed(err)
 		}
 		if all {
-			if err := state.ApplyRaw(raw); err != nil {
-				return fmt.Errorf("seq %d: %w", seq, err)
+			if err := stream.Add(seq, raw); err != nil {
+				return err
 			}
 			if done++; done%4096 == 0 {
 				pb.update(done, uint64(m.Events))
@@ -281,7 +286,11 @@ func auditBundle(cmd *cobra.Command, a *app, file, vkey string, trusted, args []
 	if all {
 		pb.update(done, done)
 		pb.finish()
-		return printSummary(a, state, asJSON, limit)
+		sum, err := stream.Summary()
+		if err != nil {
+			return err
+		}
+		return printSummaryOut(a, sum, asJSON)
 	}
 	return printActivation(a, fold, id, asJSON)
 }

@@ -23,6 +23,7 @@ import (
 
 	"github.com/leaseledger/leaseledger/bus/busclient"
 	"github.com/leaseledger/leaseledger/control"
+	"github.com/leaseledger/leaseledger/events"
 	"github.com/leaseledger/leaseledger/gateway"
 	"github.com/leaseledger/leaseledger/internal/testproc"
 )
@@ -545,7 +546,7 @@ func TestGatewayServeKilled(t *testing.T) {
 	}
 	hostLost := 0
 	for _, e := range dirEvents(t, dir, "lease.terminated") {
-		if strings.Contains(string(e.Data), `"`+reasonHostLost+`"`) {
+		if strings.Contains(string(e.Data), `"`+string(events.TerminatedHostLost)+`"`) {
 			hostLost++
 		}
 	}

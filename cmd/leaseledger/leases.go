@@ -10,6 +10,7 @@ import (
 	"github.com/leaseledger/leaseledger/bus/busclient"
 	"github.com/leaseledger/leaseledger/ledger"
 	"github.com/leaseledger/leaseledger/projector"
+	"github.com/leaseledger/leaseledger/projector/live"
 	"github.com/spf13/cobra"
 )
 
@@ -17,10 +18,10 @@ func init() { extraCommands = append(extraCommands, newLeasesCmd) }
 
 func newLeasesCmd(a *app) *cobra.Command {
 	var (
-		natsURL string
-		creds   natsCreds
-		asJSON  bool
-		live    bool
+		natsURL  string
+		creds    natsCreds
+		asJSON   bool
+		liveOnly bool
 	)
 	cmd := &cobra.Command{
 		Use:   "leases",
@@ -32,35 +33,24 @@ fingerprint and listing digest, calls in flight, last use. Terminated leases
 stay in the table until their session ends; --live shows only live ones.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			st := projector.New()
-			// The lease table never reads a retired activation (closed, no
-			// lease names it): forget them as the replay goes, so memory
-			// follows live state, not history.
-			st.SetArchive(forgetful{})
-			apply := func(_ ledger.Seq, raw []byte) error {
-				if err := st.ApplyRaw(raw); err != nil {
-					return err
-				}
-				if st.Seq()%leasesEvictEvery == 0 {
-					st.Evict(st.Seq())
-				}
-				return nil
-			}
+			// A lease stream forgets retired activations as the replay
+			// goes: memory follows live state, not history.
+			st := live.NewStream(live.StreamOptions{})
 			if natsURL != "" {
 				nc, err := creds.connect(natsURL)
 				if err != nil {
 					return err
 				}
 				defer nc.Close()
-				if _, err := creds.client(nc).Replay(cmd.Context(), 1, 0, busclient.TailFilter{}, apply); err != nil {
+				if _, err := creds.client(nc).Replay(cmd.Context(), 1, 0, busclient.TailFilter{}, st.Add); err != nil {
 					return err
 				}
-			} else if err := scanDataDir(cmd.Context(), a, apply); err != nil {
+			} else if err := scanDataDir(cmd.Context(), a, st.Scan); err != nil {
 				return err
 			}
 			var rows []*projector.Lease
 			for _, l := range st.Leases() {
-				if !live || l.Live() {
+				if !liveOnly || l.Live() {
 					rows = append(rows, l)
 				}
 			}
@@ -81,20 +71,19 @@ stay in the table until their session ends; --live shows only live ones.`,
 	f := cmd.Flags()
 	f.StringVar(&natsURL, "nats", "", "replay from a running 'serve' at this NATS URL instead of opening --data-dir")
 	f.BoolVar(&asJSON, "json", false, "print JSON")
-	f.BoolVar(&live, "live", false, "only live leases (starting or ready)")
+	f.BoolVar(&liveOnly, "live", false, "only live leases (starting or ready)")
 	creds.flags(f)
 	return cmd
 }
 
-// scanDataDir replays the whole log of --data-dir into fn, the log read
-// ahead on a goroutine of its own (ledger.ScanAhead) while fn applies.
-func scanDataDir(ctx context.Context, a *app, fn func(ledger.Seq, []byte) error) error {
+// scanDataDir opens --data-dir read-only and hands its ledger to scan.
+func scanDataDir(ctx context.Context, a *app, scan func(context.Context, *ledger.Ledger) error) error {
 	l, err := openReadOnly(a)
 	if err != nil {
 		return err
 	}
 	defer l.Close()
-	return l.ScanAhead(ctx, ledger.Query{}, fn)
+	return scan(ctx, l)
 }
 
 func printLeases(w io.Writer, seq uint64, rows []*projector.Lease) error {
@@ -128,14 +117,3 @@ func dash(s string) string {
 	}
 	return s
 }
-
-// leasesEvictEvery is how many events `leases` replays between two
-// evictions of retired activations (see forgetful).
-const leasesEvictEvery = 10_000
-
-// forgetful is an Archive that keeps nothing: the projector's lease
-// table, sessions and anomalies never read a retired activation
-// (projector's TestLeaseTableIgnoresRetired), so `leases` drops them.
-type forgetful struct{}
-
-func (forgetful) Load(string) (*projector.Activation, bool, error) { return nil, false, nil }

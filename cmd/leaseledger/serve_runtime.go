@@ -97,14 +97,15 @@ type serveRuntime struct {
 	srv      *http.Server
 	served   chan struct{}
 	stopHUP  func()
-	recovery recoveryReport
+	recovery live.RecoveryReport
 	// dashboard, when set, is served at / beside the MCP endpoint.
 	dashboard http.Handler
 }
 
 // startRuntime builds the manager over the projection's ledger, records
-// what a previous serve left behind (recoverPrevious) and builds the
-// gateway. It does not listen yet (listen).
+// what a previous serve left behind (live.Recover, with the ownership of
+// a gateway host on a ledger of its own) and builds the gateway. It does
+// not listen yet (listen).
 func startRuntime(ctx context.Context, a *app, proj *live.Projection, rf runtimeFlags) (*serveRuntime, error) {
 	if rf.shutdownBudget <= 0 {
 		return nil, errors.New("--shutdown-budget must be positive")
@@ -130,7 +131,7 @@ func startRuntime(ctx context.Context, a *app, proj *live.Projection, rf runtime
 			return nil, fmt.Errorf("--tokens: %w", err)
 		}
 	}
-	if rt.recovery, err = recoverPrevious(ctx, proj); err != nil {
+	if rt.recovery, err = live.Recover(ctx, proj, live.GatewayOwnership()); err != nil {
 		return nil, err
 	}
 	opts := runtime.Options{
@@ -312,8 +313,8 @@ func (rt *serveRuntime) shutdown(budget time.Duration) error {
 
 // announce starts the MCP endpoint and prints what serve runs.
 func (rt *serveRuntime) announce() error {
-	if rt.recovery.any() {
-		fmt.Fprintf(rt.a.stdout, "leaseledger: %s\n", rt.recovery)
+	if rt.recovery.Any() {
+		fmt.Fprintf(rt.a.stdout, "leaseledger: %s\n", recoveryText(rt.recovery))
 	}
 	url, err := rt.listen()
 	if err != nil {
