@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/leaseledger/leaseledger/events"
+	"github.com/leaseledger/leaseledger/internal/testproc"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 )
 
@@ -277,7 +278,7 @@ func TestPolicyBackgroundReaper(t *testing.T) {
 	p.digest(s, "shared", "echo")
 	own, sh := p.m.leaseOf("s1", "fs"), p.m.leaseOf(SharedSessionKey, "shared")
 	p.clock.Advance(2 * time.Minute)
-	waitFor(t, func() bool { return terminated(own) && terminated(sh) })
+	testproc.Eventually(t, "both leases terminated", func() bool { return terminated(own) && terminated(sh) })
 	if n := count(p.events(), "lease.reaped", nil); n != 2 {
 		t.Fatalf("lease.reaped: %d, want 2", n)
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/leaseledger/leaseledger/events"
+	"github.com/leaseledger/leaseledger/internal/testproc"
 )
 
 // Integration tests of the host-facing fixes against real children under
@@ -116,7 +117,7 @@ func TestChildKilledAfterAdmissionFails(t *testing.T) {
 		_, err := s.Capability().Call(ctx, CallRequest{Server: "ts", Tool: "slow", Digest: digestOf(t, tools, "slow"), Arguments: map[string]any{"ms": 30000}})
 		done <- err
 	}()
-	waitFor(t, func() bool { return len(readLines(t, calls)) == 1 })
+	testproc.Eventually(t, "the call reaches the server", func() bool { return len(readLines(t, calls)) == 1 })
 	if err := syscall.Kill(l.child.facts().TargetPID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -219,7 +220,7 @@ func TestNoisyServerStderrBounded(t *testing.T) {
 	}
 	var kept []byte
 	var dropped int64
-	waitFor(t, func() bool {
+	testproc.Eventually(t, "all stderr kept or counted dropped", func() bool {
 		kept, dropped, err = e.m.Stderr("s1", "noisy")
 		return err == nil && int64(len(kept))+dropped == total
 	})

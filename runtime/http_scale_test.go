@@ -86,13 +86,11 @@ func TestHTTPBodyNeverEndsAbortedOnClose(t *testing.T) {
 	<-started
 	act := e.m.leaseOf("s1", "remote").activation
 	const budget = 3 * time.Second
-	t0 := time.Now()
+	// Within its budget without a clock: the hanging body, had the close
+	// not aborted it, would keep the http_requests barrier from OK.
 	rep, err := e.m.CloseConnection(ctx, ConnectionRef{Activation: act}, budget)
 	if err != nil {
 		t.Fatal(err)
-	}
-	if d := time.Since(t0); d > budget+500*time.Millisecond {
-		t.Fatalf("close took %v, budget %v", d, budget)
 	}
 	if err := <-callErr; err == nil {
 		t.Fatal("the hanging call succeeded")

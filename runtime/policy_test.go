@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/leaseledger/leaseledger/events"
+	"github.com/leaseledger/leaseledger/internal/testproc"
 )
 
 // Policy tests: the lease policy (single-flight, the live-lease cap, idle
@@ -46,7 +47,7 @@ func TestPolicySingleFlight(t *testing.T) {
 			errs <- err
 		})
 	}
-	waitFor(t, func() bool { return parked.Load() == n-1 })
+	testproc.Eventually(t, "every other acquirer parked", func() bool { return parked.Load() == n-1 })
 	close(p.w.launchGate)
 	wg.Wait()
 	close(errs)
@@ -91,7 +92,7 @@ func TestPolicySingleFlightFailure(t *testing.T) {
 			errs <- err
 		})
 	}
-	waitFor(t, func() bool { return parked.Load() == n-1 })
+	testproc.Eventually(t, "every other acquirer parked", func() bool { return parked.Load() == n-1 })
 	close(p.w.launchGate)
 	wg.Wait()
 	close(errs)
@@ -116,10 +117,10 @@ func TestPolicySingleFlightFailure(t *testing.T) {
 	acqCtx, cancel := context.WithCancel(context.Background())
 	acqDone := make(chan error, 1)
 	go func() { _, err := capa.Tools(acqCtx, "fs"); acqDone <- err }()
-	waitFor(t, func() bool { return p.m.leaseOf("s1", "fs") != nil })
+	testproc.Eventually(t, "the lease acquired", func() bool { return p.m.leaseOf("s1", "fs") != nil })
 	waiterDone := make(chan error, 1)
 	go func() { _, err := capa.Tools(context.Background(), "fs"); waiterDone <- err }()
-	waitFor(t, func() bool { return parked.Load() == 1 })
+	testproc.Eventually(t, "the waiter parked", func() bool { return parked.Load() == 1 })
 	cancel()
 	if err := <-acqDone; err == nil {
 		t.Fatal("cancelled acquirer succeeded")
@@ -187,7 +188,7 @@ func TestPolicyLiveLeaseCap(t *testing.T) {
 	if got := p.m.mapped(); got != 1 {
 		t.Fatalf("mapped leases %d, want 1", got)
 	}
-	waitFor(t, func() bool { return count(p.events(), "lease.reaped", nil) >= capN-1 })
+	testproc.Eventually(t, "the idle leases reaped", func() bool { return count(p.events(), "lease.reaped", nil) >= capN-1 })
 	if got := count(p.events(), "lease.reaped", nil); got != capN-1 {
 		t.Fatalf("reaped %d, want %d", got, capN-1)
 	}
@@ -261,7 +262,7 @@ func TestPolicyReapScanBound(t *testing.T) {
 	if got := passes.Load(); got != 1 {
 		t.Fatalf("opportunistic passes %d, want 1", got)
 	}
-	waitFor(t, func() bool { return p.m.leaseOf(sessionName(1), "fs") == nil })
+	testproc.Eventually(t, "the lease gone", func() bool { return p.m.leaseOf(sessionName(1), "fs") == nil })
 }
 
 // A background reap racing Close: Close returns only once the reaped
@@ -373,7 +374,7 @@ func TestPolicyRevokeRace(t *testing.T) {
 		t.Fatal(err)
 	}
 	wg.Wait()
-	waitFor(t, func() bool { return terminated(l) })
+	testproc.Eventually(t, "the lease terminated", func() bool { return terminated(l) })
 	var revoked events.Seq
 	admitted, finished, refused := 0, 0, 0
 	for _, x := range p.events() {
@@ -419,7 +420,7 @@ func TestPolicySecondRevokeWaitsForRecord(t *testing.T) {
 	p.m.testHookRevokeWaiting = func() { close(waiting) }
 	first := make(chan error, 1)
 	go func() { first <- l.revoke(ctx, "host_revoked") }()
-	waitFor(t, func() bool { l.mu.Lock(); defer l.mu.Unlock(); return l.state == stateRevoked })
+	testproc.Eventually(t, "the lease revoked", func() bool { l.mu.Lock(); defer l.mu.Unlock(); return l.state == stateRevoked })
 	second := make(chan error, 1)
 	go func() { second <- l.revoke(ctx, "host_revoked") }()
 	select {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/leaseledger/leaseledger/events"
 	"github.com/leaseledger/leaseledger/guardian"
+	"github.com/leaseledger/leaseledger/internal/testproc"
 	"github.com/leaseledger/leaseledger/ledger"
 	"github.com/leaseledger/leaseledger/projector"
 )
@@ -102,7 +103,7 @@ func TestSessionEndWithCancelledContextTerminates(t *testing.T) {
 		_, err := capa.Call(callCtx, CallRequest{Server: "ts0", Tool: "slow", Digest: slow, Arguments: map[string]any{"ms": 3000}})
 		done <- err
 	}()
-	waitFor(t, func() bool { ls[0].mu.Lock(); defer ls[0].mu.Unlock(); return ls[0].inflight == 1 })
+	testproc.Eventually(t, "the call in flight", func() bool { ls[0].mu.Lock(); defer ls[0].mu.Unlock(); return ls[0].inflight == 1 })
 	scope.Release(ctx)
 	cancel()
 	<-done
@@ -139,7 +140,7 @@ func TestCloseKillsRevokedLeaseWithHungCall(t *testing.T) {
 		_, err := capa.Call(callCtx, CallRequest{Server: "ts", Tool: "slow", Digest: digestOf(t, tools, "slow"), Arguments: map[string]any{"ms": 60000}})
 		done <- err
 	}()
-	waitFor(t, func() bool { l.mu.Lock(); defer l.mu.Unlock(); return l.inflight == 1 && l.wire.toolsCalls.Load() == 1 })
+	testproc.Eventually(t, "the call in flight", func() bool { l.mu.Lock(); defer l.mu.Unlock(); return l.inflight == 1 && l.wire.toolsCalls.Load() == 1 })
 	if err := e.m.Revoke(ctx, "s1", "ts", "host_revoked"); err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +182,7 @@ func TestRevokedLeaseCountsTowardCap(t *testing.T) {
 		_, err := capa.Call(ctx, CallRequest{Server: "ts", Tool: "slow", Digest: digestOf(t, tools, "slow"), Arguments: map[string]any{"ms": 1500}})
 		done <- err
 	}()
-	waitFor(t, func() bool { l.mu.Lock(); defer l.mu.Unlock(); return l.inflight == 1 && l.wire.toolsCalls.Load() == 1 })
+	testproc.Eventually(t, "the call in flight", func() bool { l.mu.Lock(); defer l.mu.Unlock(); return l.inflight == 1 && l.wire.toolsCalls.Load() == 1 })
 	if err := e.m.Revoke(ctx, "s1", "ts", "host_revoked"); err != nil {
 		t.Fatal(err)
 	}
@@ -236,7 +237,7 @@ func TestBackgroundReapRacingClose(t *testing.T) {
 	if !victimDoneAtClose.Load() {
 		t.Error("Close returned before the background-reaped lease was terminated")
 	}
-	waitFor(t, func() bool { return terminated(victim) })
+	testproc.Eventually(t, "the victim terminated", func() bool { return terminated(victim) })
 }
 
 // single-flight waiters do not inherit the acquirer's own
@@ -261,7 +262,7 @@ func TestWaiterSurvivesAcquirerCancellation(t *testing.T) {
 		_, err := capa.Tools(acqCtx, "ts")
 		acqDone <- err
 	}()
-	waitFor(t, func() bool { return e.m.leaseOf("s1", "ts") != nil })
+	testproc.Eventually(t, "the lease acquired", func() bool { return e.m.leaseOf("s1", "ts") != nil })
 	waiterDone := make(chan error, 1)
 	go func() {
 		_, err := capa.Tools(ctx, "ts")
@@ -446,7 +447,7 @@ func TestRevokeOrderingWithSlowLedger(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	waitFor(t, func() bool { l.mu.Lock(); defer l.mu.Unlock(); return l.state == stateRevoked })
+	testproc.Eventually(t, "the lease revoked", func() bool { l.mu.Lock(); defer l.mu.Unlock(); return l.state == stateRevoked })
 	second := make(chan error, 1)
 	go func() { second <- l.revoke(ctx, "host_revoked") }()
 	select {

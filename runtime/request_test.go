@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/leaseledger/leaseledger/events"
+	"github.com/leaseledger/leaseledger/internal/testproc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -203,7 +204,7 @@ func TestRequestCancelSlowRead(t *testing.T) {
 	if _, err := h.Await(short); !errors.Is(err, ErrAwaitTimeout) {
 		t.Fatalf("await: %v", err)
 	}
-	waitFor(t, func() bool { return len(h.WireIDs()) == 1 })
+	testproc.Eventually(t, "the request on the wire", func() bool { return len(h.WireIDs()) == 1 })
 	rep, err := h.Cancel(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -213,7 +214,7 @@ func TestRequestCancelSlowRead(t *testing.T) {
 	if rep != want {
 		t.Fatalf("report %+v, want %+v", rep, want)
 	}
-	waitFor(t, func() bool { b, _ := os.ReadFile(cancels); return strings.TrimSpace(string(b)) == rep.WireID })
+	testproc.Eventually(t, "the server saw the cancel", func() bool { b, _ := os.ReadFile(cancels); return strings.TrimSpace(string(b)) == rep.WireID })
 	if _, err := h.Await(ctx); !errors.Is(err, ErrHandleSettled) {
 		t.Fatalf("await after cancel: %v", err)
 	}
@@ -302,7 +303,7 @@ func TestRequestMRTR(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { return len(h.WireIDs()) == 2 })
+	testproc.Eventually(t, "both attempts on the wire", func() bool { return len(h.WireIDs()) == 2 })
 	rep, err := h.Cancel(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -310,7 +311,7 @@ func TestRequestMRTR(t *testing.T) {
 	if rep.WireID != h.WireIDs()[1] || rep.TransportAccepted != events.DeliveryYes || rep.NotificationDelivered != events.DeliveryYes {
 		t.Fatalf("report %+v (wires %v)", rep, h.WireIDs())
 	}
-	waitFor(t, func() bool { b, _ := os.ReadFile(cancels); return strings.TrimSpace(string(b)) == rep.WireID })
+	testproc.Eventually(t, "the server saw the cancel", func() bool { b, _ := os.ReadFile(cancels); return strings.TrimSpace(string(b)) == rep.WireID })
 
 	// A server answer that breaks the envelope: a typed error, no server text.
 	h, err = capa.ReadResource(ctx, o, "mrtr", "test://bad", DefaultRequestOptions())
@@ -338,7 +339,7 @@ func TestRequestOwnerEndIsolated(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { return len(h2.WireIDs()) == 2 })
+	testproc.Eventually(t, "both attempts on the wire", func() bool { return len(h2.WireIDs()) == 2 })
 	endTurn() // the turn's context ends: the owner ends
 	<-o2.Ended()
 	rep, err := o2.End(ctx)
@@ -418,7 +419,7 @@ func TestRequestOwnerEndMidRequestIsolated(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { return len(h1.WireIDs()) == 1 && len(h2.WireIDs()) == 1 })
+	testproc.Eventually(t, "both requests on the wire", func() bool { return len(h1.WireIDs()) == 1 && len(h2.WireIDs()) == 1 })
 	select {
 	case <-h1.Done():
 		t.Fatal("the other owner's read finished before the owner ended: nothing was in flight")

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/leaseledger/leaseledger/events"
+	"github.com/leaseledger/leaseledger/internal/testproc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -264,7 +265,7 @@ func TestRevokeDuringLongCall(t *testing.T) {
 			Arguments: map[string]any{"duration": 2, "steps": 2}})
 		done <- out{res, err}
 	}()
-	waitFor(t, func() bool { l.mu.Lock(); defer l.mu.Unlock(); return l.inflight == 1 && l.wire.toolsCalls.Load() == 1 })
+	testproc.Eventually(t, "the call in flight", func() bool { l.mu.Lock(); defer l.mu.Unlock(); return l.inflight == 1 && l.wire.toolsCalls.Load() == 1 })
 	if err := e.m.Revoke(ctx, "s1", "everything", "host_revoked"); err != nil {
 		t.Fatal(err)
 	}
@@ -337,7 +338,7 @@ func TestRevokeRace(t *testing.T) {
 		}()
 	}
 	// Revoke once some call is past the gate, so both sides of it are seen.
-	waitFor(t, func() bool { l.mu.Lock(); defer l.mu.Unlock(); return l.inflight > 0 })
+	testproc.Eventually(t, "a call in flight", func() bool { l.mu.Lock(); defer l.mu.Unlock(); return l.inflight > 0 })
 	if err := e.m.Revoke(ctx, "s1", "ts", "host_revoked"); err != nil {
 		t.Fatal(err)
 	}
@@ -487,7 +488,7 @@ func TestIdleReapAndCap(t *testing.T) {
 	if _, err := scopes[0].Capability().Tools(ctx, "ts"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { return count(e.events(), "lease.reaped", nil) == capN+1 })
+	testproc.Eventually(t, "every idle lease reaped", func() bool { return count(e.events(), "lease.reaped", nil) == capN+1 })
 }
 
 // Session end by the last owner: clones keep the session alive; the last
@@ -651,19 +652,5 @@ func TestFaults(t *testing.T) {
 	}
 	if _, err := capa.Call(ctx, CallRequest{Server: "nope", Tool: "echo", Digest: strings.Repeat("a", 64)}); !errors.Is(err, ErrConfigMissing) {
 		t.Fatalf("unconfigured server: %v", err)
-	}
-}
-
-// waitFor polls an observable state until cond holds, failing the test
-// after a deadline. It is for states no hook announces (process tables,
-// counters), never as a pause.
-func waitFor(t testing.TB, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached")
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
