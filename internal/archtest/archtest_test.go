@@ -255,3 +255,31 @@ func TestFileSize(t *testing.T) {
 		}
 	}
 }
+
+// The reducer meets stored log bytes in one package: projector defines
+// State.ApplyRaw and only projector/live calls it (replay, snapshots, the
+// streams that fold a whole log), so that every reader of the log sees the
+// reducer the same way. cmd builds no reducer state of its own
+// (projector.New): it wires a live.Stream or live.Projection and prints.
+func TestApplyRawOnlyInLive(t *testing.T) {
+	for _, line := range goList(t, "-f", `{{.ImportPath}}{{$d := .Dir}}{{range .GoFiles}} {{$d}}/{{.}}{{end}}`, "./...") {
+		fields := strings.Fields(line)
+		pkg := short(fields[0])
+		if pkg == "projector" || pkg == "projector/live" {
+			continue
+		}
+		top, _, _ := strings.Cut(pkg, "/")
+		for _, f := range fields[1:] {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if bytes.Contains(b, []byte("ApplyRaw(")) {
+				t.Errorf("%s calls ApplyRaw: only projector/live folds log bytes", f)
+			}
+			if top == "cmd" && bytes.Contains(b, []byte("projector.New(")) {
+				t.Errorf("%s builds a reducer state (projector.New): cmd wires projector/live and prints", f)
+			}
+		}
+	}
+}
