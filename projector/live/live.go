@@ -23,7 +23,10 @@
 // Summarize costs the live state plus what it lists.
 //
 // This is the only package that imports both ledger and projector;
-// projector itself stays pure.
+// projector itself stays pure. Besides the live projection it holds the
+// other two places where the log meets the reducer: crash recovery at a
+// host's start (Recover, under the host's Ownership) and the streaming
+// folds of a whole log for readers that print and exit (Stream).
 package live
 
 import (
