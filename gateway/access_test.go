@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/leaseledger/leaseledger/events"
+	"github.com/leaseledger/leaseledger/internal/testproc"
 	"github.com/leaseledger/leaseledger/runtime"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -64,7 +65,7 @@ func TestTokens(t *testing.T) {
 	if err := e.tokens.Reload(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "revoked token's session ended", func() bool { return len(e.g.Sessions()) == 0 })
+	testproc.Eventually(t, "revoked token's session ended", func() bool { return len(e.g.Sessions()) == 0 })
 	if code, _ := e.post(initBody, map[string]string{"Authorization": "Bearer " + e.plain["bob"]}); code != http.StatusUnauthorized {
 		t.Fatalf("revoked token: status %d, want 401", code)
 	}
@@ -245,7 +246,7 @@ func TestSessionCaps(t *testing.T) {
 	if err := a1.Close(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "a slot freed", func() bool { return len(e.g.Sessions()) == 2 })
+	testproc.Eventually(t, "a slot freed", func() bool { return len(e.g.Sessions()) == 2 })
 	c1 := e.mustConnect(ctx, e.plain["carol"], nil)
 	defer c1.Close()
 	// Refused and failed openings hold no slot.
@@ -353,7 +354,7 @@ func TestReloadRacesInitialize(t *testing.T) {
 		}
 		wg.Wait()
 	}
-	waitFor(t, 30*time.Second, "every removed token's session ended", func() bool { return len(e.g.Sessions()) == 0 })
+	testproc.Eventually(t, "every removed token's session ended", func() bool { return len(e.g.Sessions()) == 0 })
 	// Nothing is left to end later: every session of the removed tokens
 	// ended (audited at cleanup) and none is live.
 	time.Sleep(200 * time.Millisecond)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/leaseledger/leaseledger/events"
+	"github.com/leaseledger/leaseledger/internal/testproc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -94,7 +95,7 @@ func TestEverything(t *testing.T) {
 		_, err := cs.CallTool(cctx, lp)
 		errc <- err
 	}()
-	waitFor(t, 20*time.Second, "progress of the long call", func() bool { return prog.n.Load() >= 1 })
+	testproc.Eventually(t, "progress of the long call", func() bool { return prog.n.Load() >= 1 })
 	cancel()
 	if err := <-errc; err == nil {
 		t.Fatal("cancelled call returned no error")
@@ -105,7 +106,7 @@ func TestEverything(t *testing.T) {
 			return x.Session == id && f.Tool == "trigger-long-running-operation" && f.Outcome == events.CallCancelled
 		}) == 1
 	}
-	waitFor(t, 20*time.Second, "call.finished cancelled", cancelled)
+	testproc.Eventually(t, "call.finished cancelled", cancelled)
 	prog.mu.Lock()
 	if p := prog.got[0]; p.ProgressToken != "long-1" || p.Total != 60 {
 		t.Errorf("progress: %+v", p)
@@ -119,7 +120,7 @@ func TestEverything(t *testing.T) {
 	if err := cs.Close(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "session end", func() bool {
+	testproc.Eventually(t, "session end", func() bool {
 		return len(e.g.Sessions()) == 0 && e.count("session.ended", func(x events.Envelope, p events.Payload) bool {
 			return x.Session == id && p.(*events.SessionEnded).LeasesTerminated == 2
 		}) == 1

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/leaseledger/leaseledger/events"
+	"github.com/leaseledger/leaseledger/internal/testproc"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -127,7 +128,7 @@ func TestSessionToolsAndResources(t *testing.T) {
 	if rr, err = cs.ReadResource(ctx, rp); err != nil || rr.Contents[0].Text != "done" {
 		t.Fatalf("progress read: %v %+v", err, rr)
 	}
-	waitFor(t, 5*time.Second, "three progress notifications", func() bool { return prog.n.Load() >= 3 })
+	testproc.Eventually(t, "three progress notifications", func() bool { return prog.n.Load() >= 3 })
 	prog.mu.Lock()
 	for i, p := range prog.got {
 		if p.ProgressToken != "p-1" || p.Progress != float64(i+1) || p.Total != 3 {
@@ -141,7 +142,7 @@ func TestSessionToolsAndResources(t *testing.T) {
 	if res, err = cs.CallTool(ctx, cp); err != nil || text(t, res) != "sent 3" {
 		t.Fatalf("progress call: %v %+v", err, res)
 	}
-	waitFor(t, 5*time.Second, "three call progress notifications", func() bool { return prog.n.Load() >= 3 })
+	testproc.Eventually(t, "three call progress notifications", func() bool { return prog.n.Load() >= 3 })
 	prog.mu.Lock()
 	for i, p := range prog.got {
 		if p.ProgressToken != "c-1" || p.Progress != float64(i+1) || p.Total != 3 {
@@ -162,7 +163,7 @@ func TestSessionToolsAndResources(t *testing.T) {
 	if err := cs.Close(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "session end", func() bool { return len(e.g.Sessions()) == 0 })
+	testproc.Eventually(t, "session end", func() bool { return len(e.g.Sessions()) == 0 })
 	if n := e.count("session.ended", func(x events.Envelope, _ events.Payload) bool { return x.Session == id }); n != 1 {
 		t.Fatalf("session.ended for %s: %d", id, n)
 	}

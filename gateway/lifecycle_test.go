@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/leaseledger/leaseledger/events"
+	"github.com/leaseledger/leaseledger/internal/testproc"
 	"github.com/leaseledger/leaseledger/runtime"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -41,7 +42,7 @@ func TestIdleTimeout(t *testing.T) {
 	if n := e.count("session.ended", nil); n != 0 {
 		t.Fatal("session ended during a call")
 	}
-	waitFor(t, 30*time.Second, "idle end", func() bool {
+	testproc.Eventually(t, "idle end", func() bool {
 		return len(e.g.Sessions()) == 0 &&
 			e.count("session.ended", func(x events.Envelope, _ events.Payload) bool { return x.Session == id }) == 1
 	})
@@ -74,7 +75,7 @@ func TestEndSessionInFlight(t *testing.T) {
 		_, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: "leaseledger://tools/test://slow"})
 		errs <- err
 	}()
-	waitFor(t, 10*time.Second, "call admitted and read registered", func() bool {
+	testproc.Eventually(t, "call admitted and read registered", func() bool {
 		return e.count("call.admitted", nil) == 1 && e.count("request.registered", nil) == 1
 	})
 	time.Sleep(300 * time.Millisecond) // the read's worker sends it
@@ -123,19 +124,19 @@ func TestCancelRead(t *testing.T) {
 		_, err := cs.ReadResource(rctx, &mcp.ReadResourceParams{URI: "leaseledger://tools/test://slow"})
 		errc <- err
 	}()
-	waitFor(t, 10*time.Second, "read registered", func() bool { return e.count("request.registered", nil) == 1 })
+	testproc.Eventually(t, "read registered", func() bool { return e.count("request.registered", nil) == 1 })
 	time.Sleep(300 * time.Millisecond) // the read's worker sends it
 	cancel()
 	if err := <-errc; err == nil {
 		t.Fatal("cancelled read returned no error")
 	}
-	waitFor(t, 10*time.Second, "request.cancelled", func() bool {
+	testproc.Eventually(t, "request.cancelled", func() bool {
 		return e.count("request.cancelled", func(_ events.Envelope, p events.Payload) bool {
 			return p.(*events.RequestCancelled).LocalSettled
 		}) == 1
 	})
 	// The server saw the cancellation of its request.
-	waitFor(t, 10*time.Second, "the server's record of notifications/cancelled", func() bool {
+	testproc.Eventually(t, "the server's record of notifications/cancelled", func() bool {
 		b, _ := os.ReadFile(cancels)
 		return strings.Count(string(b), "\n") == 1
 	})
@@ -216,7 +217,7 @@ func TestConcurrentSessions(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
-	waitFor(t, time.Minute, "every session ended", func() bool { return len(e.g.Sessions()) == 0 })
+	testproc.Eventually(t, "every session ended", func() bool { return len(e.g.Sessions()) == 0 })
 	if n := e.count("session.ended", nil); n != sessions {
 		t.Fatalf("session.ended: %d", n)
 	}

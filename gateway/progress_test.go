@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leaseledger/leaseledger/internal/testproc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -25,7 +26,7 @@ func TestListingProgressIncreasesAcrossServers(t *testing.T) {
 
 	check := func(method, token string, items int) {
 		t.Helper()
-		waitFor(t, 10*time.Second, method+" progress", func() bool { return prog.n.Load() >= 9 })
+		testproc.Eventually(t, method+" progress", func() bool { return prog.n.Load() >= 9 })
 		time.Sleep(50 * time.Millisecond) // any extra notification arrives
 		prog.mu.Lock()
 		got := append([]*mcp.ProgressNotificationParams(nil), prog.got...)
