@@ -15,6 +15,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/leaseledger/leaseledger/events"
+	"github.com/leaseledger/leaseledger/internal/testproc"
 	"github.com/leaseledger/leaseledger/ledger"
 	"github.com/leaseledger/leaseledger/ledger/internal/keys"
 	"github.com/leaseledger/leaseledger/ledger/verify"
@@ -340,14 +341,7 @@ func TestQueueBackpressure(t *testing.T) {
 	}
 	cancel()
 	// Every call but the held one returns with its context.
-	returned := make(chan struct{})
-	go func() {
-		defer close(returned)
-		for len(results) < 2*capacity {
-			time.Sleep(time.Millisecond)
-		}
-	}()
-	waitFor(t, "every call but the held one to return", returned)
+	testproc.Eventually(t, "every call but the held one to return", func() bool { return len(results) >= 2*capacity })
 	close(obs.release)
 	wg.Wait()
 	close(results)
