@@ -64,12 +64,16 @@ const (
 	// connection is intact and the lease is kept.
 	CallRemoteError CallOutcome = "remote_error"
 	CallCancelled   CallOutcome = "cancelled"
+	// CallTimeout: the call's budget expired before the server answered;
+	// the server was sent notifications/cancelled and may still be running
+	// it.
+	CallTimeout CallOutcome = "timeout"
 )
 
 // Valid reports whether v is one of the CallOutcome values.
 func (v CallOutcome) Valid() bool {
 	switch v {
-	case CallOK, CallToolError, CallTransportError, CallRemoteError, CallCancelled:
+	case CallOK, CallToolError, CallTransportError, CallRemoteError, CallCancelled, CallTimeout:
 		return true
 	}
 	return false
@@ -77,7 +81,7 @@ func (v CallOutcome) Valid() bool {
 
 // values lists the CallOutcome values in catalogue order.
 func (CallOutcome) values() []CallOutcome {
-	return []CallOutcome{CallOK, CallToolError, CallTransportError, CallRemoteError, CallCancelled}
+	return []CallOutcome{CallOK, CallToolError, CallTransportError, CallRemoteError, CallCancelled, CallTimeout}
 }
 
 // RequestMethod is the MCP method of a resource request.

@@ -232,6 +232,9 @@ const (
 	// TerminatedHostLost: recorded at recovery for a lease the log left
 	// live when the host stopped without ending it.
 	TerminatedHostLost TerminationReason = "host_lost"
+	// TerminatedWedged: the server let runtime.MaxConsecutiveTimeouts
+	// calls in a row run past their budget; the lease was retired.
+	TerminatedWedged TerminationReason = "wedged"
 )
 
 // Valid reports whether v is one of the TerminationReason values.
@@ -239,7 +242,7 @@ func (v TerminationReason) Valid() bool {
 	switch v {
 	case TerminatedRevoked, TerminatedPoisoned, TerminatedReaped, TerminatedSessionEnded, TerminatedAll,
 		TerminatedStaleConfig, TerminatedChildExited, TerminatedTransportError, TerminatedAcquireFailed,
-		TerminatedWhileStarting, TerminatedConnectionClosed, TerminatedHostLost:
+		TerminatedWhileStarting, TerminatedConnectionClosed, TerminatedHostLost, TerminatedWedged:
 		return true
 	}
 	return false
@@ -249,7 +252,7 @@ func (v TerminationReason) Valid() bool {
 func (TerminationReason) values() []TerminationReason {
 	return []TerminationReason{TerminatedRevoked, TerminatedPoisoned, TerminatedReaped, TerminatedSessionEnded,
 		TerminatedAll, TerminatedStaleConfig, TerminatedChildExited, TerminatedTransportError,
-		TerminatedAcquireFailed, TerminatedWhileStarting, TerminatedConnectionClosed, TerminatedHostLost}
+		TerminatedAcquireFailed, TerminatedWhileStarting, TerminatedConnectionClosed, TerminatedHostLost, TerminatedWedged}
 }
 
 // RefusalReason is why the call gate refused a call (call.refused).

@@ -5,6 +5,7 @@ package gateway
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"go/ast"
 	"go/parser"
@@ -20,6 +21,8 @@ import (
 	"time"
 
 	"github.com/leaseledger/leaseledger/runtime"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // rawPost sends a raw MCP POST and returns the status, headers and body.
@@ -212,6 +215,29 @@ func TestErrorsQuoteNobody(t *testing.T) {
 		t.Fatalf("tools/list after the hostile requests: %d %q", status, body)
 	} else if _, code, _ := rpcReply(t, body); code != 0 {
 		t.Fatalf("tools/list after the hostile requests: code %d", code)
+	}
+}
+
+// TestCallTimeoutAnswered: a call that runs past its budget is answered
+// CodeRequestTimeout with the gateway's static text, and the session goes
+// on.
+func TestCallTimeoutAnswered(t *testing.T) {
+	e := newEnv(t, []server{{"tools", testServer(nil)}}, nil, func(_ *Options, r *runtime.Options) {
+		r.CallTimeout = 500 * time.Millisecond
+	})
+	ctx := ctxT(t, time.Minute)
+	cs := e.mustConnect(ctx, "", nil)
+	defer cs.Close()
+	if _, err := cs.ListTools(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "tools__slow", Arguments: map[string]any{"ms": 5000}})
+	var we *jsonrpc.Error
+	if !errors.As(err, &we) || we.Code != CodeRequestTimeout || we.Message != msgTimeout {
+		t.Fatalf("a call past its budget: %v, want code %d", err, CodeRequestTimeout)
+	}
+	if res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "tools__echo", Arguments: map[string]any{"text": "after"}}); err != nil || res.IsError {
+		t.Fatalf("call after the timeout: %v", err)
 	}
 }
 

@@ -38,7 +38,8 @@ const (
 	CodeSessionEnded = -32014
 	// CodeCancelled: the request was cancelled before it completed.
 	CodeCancelled = -32015
-	// CodeRequestTimeout: the resource request's budget expired.
+	// CodeRequestTimeout: the resource request's or the tool call's budget
+	// expired (the server was told to cancel).
 	CodeRequestTimeout = -32016
 	// CodeInternal: the ledger could not record the request (nothing was
 	// sent) or another local failure.
@@ -85,7 +86,7 @@ func rpcError(ctx context.Context, err error) *jsonrpc.Error {
 	case errors.Is(err, runtime.ErrSessionEnded), errors.Is(err, runtime.ErrClosed),
 		errors.Is(err, runtime.ErrOwnerEnded), errors.Is(err, runtime.ErrSessionOpen):
 		return codeError(CodeSessionEnded, msgEnded)
-	case errors.Is(err, runtime.ErrRequestTimeout):
+	case errors.Is(err, runtime.ErrRequestTimeout), errors.Is(err, runtime.ErrCallTimeout):
 		return codeError(CodeRequestTimeout, msgTimeout)
 	case errors.Is(err, runtime.ErrCallFailed), errors.Is(err, runtime.ErrRequestFailed),
 		errors.Is(err, runtime.ErrEnvelope), errors.Is(err, runtime.ErrRemote):

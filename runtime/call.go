@@ -70,6 +70,17 @@ type callRun struct {
 	// httpCause is the typed cause of an HTTP call's failed request (nil
 	// for other leases); see httpCallCause.
 	httpCause *httpCallCause
+	// timedOut: the call's budget (lease.callBudget) ended it.
+	timedOut bool
+}
+
+// callBudget is the budget of one call of l: its server's "callTimeout",
+// else the manager's CallTimeout.
+func (l *lease) callBudget() time.Duration {
+	if l.cfg.CallTimeout > 0 {
+		return time.Duration(l.cfg.CallTimeout)
+	}
+	return l.m.opts.CallTimeout
 }
 
 // draft is an event of this call: the lease's activation and server, the
@@ -222,9 +233,15 @@ func (c *callRun) run(ctx context.Context) (*mcp.CallToolResult, bool, error) {
 		c.progress = startProgress(c.req.Progress)
 		l.reqs.calls.add(c.id, c.progress)
 	}
-	callCtx, hc := l.withHTTPCause(ctx)
+	budgetCtx, endBudget := context.WithTimeout(ctx, l.callBudget())
+	callCtx, hc := l.withHTTPCause(budgetCtx)
 	c.httpCause = hc
 	res, err := l.cs.CallTool(callCtx, params)
+	// The budget, not the caller, ended the call: the caller's context is
+	// live and the budget's deadline passed (go-sdk sent the server
+	// notifications/cancelled when callCtx ended).
+	c.timedOut = err != nil && ctx.Err() == nil && errors.Is(budgetCtx.Err(), context.DeadlineExceeded)
+	endBudget()
 	end := m.opts.Now()
 	if c.progress != nil {
 		l.reqs.calls.remove(c.id)
@@ -250,6 +267,15 @@ func (c *callRun) run(ctx context.Context) (*mcp.CallToolResult, bool, error) {
 	l.mu.Lock()
 	l.inflight--
 	l.lastUsed = end
+	if c.timedOut {
+		l.timeouts++
+	} else {
+		l.timeouts = 0
+	}
+	wedged := l.timeouts >= MaxConsecutiveTimeouts
+	if wedged && !f.ends {
+		f.ends, reason = true, events.TerminatedWedged
+	}
 	killer := l.state == stateRevoked && l.inflight == 0
 	ending := f.ends && l.state == stateActive
 	if ending {
@@ -290,6 +316,11 @@ func (c *callRun) classify(ctx context.Context, err error) failure {
 		return failure{outcome: events.CallOK}
 	case ctx.Err() != nil:
 		return failure{outcome: events.CallCancelled, err: c.err(ErrCallFailed, ctx.Err())}
+	case c.timedOut:
+		// The connection is intact: the server was told to cancel and may
+		// still be running the call; the lease is kept (see run for
+		// MaxConsecutiveTimeouts).
+		return failure{outcome: events.CallTimeout, err: c.err(ErrCallFailed, ErrCallTimeout)}
 	}
 	if code, ok := remoteCode(err); ok {
 		// The server answered: the connection is intact and the lease

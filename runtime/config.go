@@ -17,6 +17,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 	"unicode/utf8"
 
 	"github.com/leaseledger/leaseledger/events"
@@ -62,6 +63,12 @@ type ServerConfig struct {
 	// MaxAllowRedirectOrigins) a 307 hop of this url entry may go to
 	// besides URL's own. Headers are never sent to them.
 	AllowRedirectOrigins []string `json:"allowRedirectOrigins,omitempty"`
+	// CallTimeout, when set, is this server's budget of one tool call in
+	// place of Options.CallTimeout (see DefaultCallTimeout); the caller's
+	// own deadline still applies when it is earlier. It is not part of the
+	// fingerprint: a lease already running keeps the budget it was
+	// acquired with.
+	CallTimeout Duration `json:"callTimeout,omitempty"`
 	// Type is the entry's transport as users write it: empty, "stdio"
 	// (command entries), or "http" / "streamable-http" (url entries).
 	// It is not part of the fingerprint: the other fields decide it.
@@ -230,7 +237,7 @@ func (c ServerConfig) clone() ServerConfig {
 // fails when a field is added that equal and clone do not handle.
 func (c ServerConfig) equal(o ServerConfig) bool {
 	return c.name == o.name && c.Command == o.Command && c.Cwd == o.Cwd && c.Shared == o.Shared &&
-		c.OneShot == o.OneShot && c.URL == o.URL && c.Type == o.Type &&
+		c.OneShot == o.OneShot && c.URL == o.URL && c.Type == o.Type && c.CallTimeout == o.CallTimeout &&
 		slices.Equal(c.Args, o.Args) && maps.Equal(c.Env, o.Env) && maps.Equal(c.Headers, o.Headers) &&
 		slices.Equal(c.AllowRedirectOrigins, o.AllowRedirectOrigins)
 }
@@ -283,6 +290,8 @@ func (c ServerConfig) isHTTP() bool { return c.URL != "" }
 // http(s) URL with a host (checkEndpoint).
 func (c ServerConfig) check() error {
 	switch {
+	case c.CallTimeout < 0 || time.Duration(c.CallTimeout) > MaxCallTimeout:
+		return errors.New("has a callTimeout that is negative or over MaxCallTimeout")
 	case c.Command == "" && c.URL == "":
 		return errors.New("has neither command nor url")
 	case c.Command != "" && c.URL != "":
@@ -555,3 +564,33 @@ func validHeaderName(k string) bool {
 	}
 	return true
 }
+
+// Duration is a duration in mcp.json: a Go duration string ("90s", "5m")
+// or a number of milliseconds (90000), as configs of other MCP hosts
+// write timeouts. It encodes as the string form.
+type Duration time.Duration
+
+// UnmarshalJSON reads a duration string or a number of milliseconds.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err == nil {
+		v, err := time.ParseDuration(s)
+		if err != nil {
+			return fmt.Errorf("duration %q: %w", s, err)
+		}
+		*d = Duration(v)
+		return nil
+	}
+	var ms int64
+	if err := json.Unmarshal(b, &ms); err != nil {
+		return errors.New("a duration is a string (\"90s\") or a whole number of milliseconds")
+	}
+	if ms > int64(MaxCallTimeout/time.Millisecond) || ms < 0 {
+		return errors.New("a duration in milliseconds is out of range")
+	}
+	*d = Duration(time.Duration(ms) * time.Millisecond)
+	return nil
+}
+
+// MarshalJSON writes the duration string.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }

@@ -48,6 +48,10 @@ var (
 	// LeaseError.Code holds the JSON-RPC code (the server's message is
 	// dropped).
 	ErrRemote = errors.New("runtime: server returned a JSON-RPC error")
+	// ErrCallTimeout: the call's budget (Options.CallTimeout, the server's
+	// "callTimeout") expired before the server answered; the server was
+	// sent notifications/cancelled. Matches ErrCallFailed too.
+	ErrCallTimeout = errors.New("runtime: tool call budget expired")
 	// ErrDenied: the host denied the server to this session (Deny) or
 	// denied its shared lease (DenyShared); nothing is acquired or called
 	// until Allow or AllowShared lifts it.

@@ -156,6 +156,8 @@ func TestServerConfigEqualCoversFields(t *testing.T) {
 			v.SetString(v.String() + "x")
 		case reflect.Bool:
 			v.SetBool(!v.Bool())
+		case reflect.Int64:
+			v.SetInt(v.Int() + 1)
 		case reflect.Slice:
 			if f.Type.Elem().Kind() != reflect.String {
 				t.Fatalf("field %s: slice of %s not handled", f.Name, f.Type.Elem())

@@ -25,7 +25,7 @@ const (
 func (s leaseState) String() string {
 	switch s {
 	case stateActive:
-		return "active"
+		return "serving"
 	case stateRevoked:
 		return "revoked"
 	case statePoisoned:
@@ -66,6 +66,9 @@ type lease struct {
 	goneReason events.TerminationReason
 	inflight   int
 	lastUsed   time.Time
+	// timeouts counts the calls in a row that ran past their budget; at
+	// MaxConsecutiveTimeouts the lease is retired as wedged.
+	timeouts int
 	// admitting counts calls past the gate whose call.admitted append is
 	// not yet acknowledged. Adds happen only under mu while the state is
 	// active, so waiting on it after leaving active is race-free; it keeps

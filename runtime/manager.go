@@ -28,6 +28,20 @@ const (
 	// DefaultAcquireTimeout bounds one acquisition (spawn, initialize,
 	// listing) when the caller's context has no earlier deadline.
 	DefaultAcquireTimeout = 30 * time.Second
+	// DefaultCallTimeout is the budget of one tool call when neither
+	// Options.CallTimeout nor the server's "callTimeout" sets one (the
+	// caller's own deadline applies when earlier). At expiry the call ends
+	// with ErrCallTimeout, the server is sent notifications/cancelled and
+	// call.finished records outcome timeout; the lease is kept (the server
+	// may still be running the call) until MaxConsecutiveTimeouts.
+	DefaultCallTimeout = 5 * time.Minute
+	// MaxCallTimeout bounds a configured call budget.
+	MaxCallTimeout = 24 * time.Hour
+	// MaxConsecutiveTimeouts is how many calls in a row of one lease may
+	// run past their budget before the lease is retired
+	// (lease.terminated{wedged}, its child ended): a server that answers
+	// none of them is wedged, and the next call starts a fresh one.
+	MaxConsecutiveTimeouts = 3
 	// SharedSessionKey is the session component of the lease key of
 	// servers configured "shared": true. It is never a real session's key
 	// (OpenSession refuses it), and session end skips it explicitly. Its
@@ -84,6 +98,9 @@ type Options struct {
 	IdleMax time.Duration
 	// AcquireTimeout bounds one acquisition; DefaultAcquireTimeout when zero.
 	AcquireTimeout time.Duration
+	// CallTimeout is the budget of one tool call of a server whose config
+	// sets none; DefaultCallTimeout when zero, at most MaxCallTimeout.
+	CallTimeout time.Duration
 	// EOFGrace, TermGrace, KillGrace and PipeGrace are the graces of the
 	// guardian cleanup sequence (guardian defaults when zero).
 	EOFGrace, TermGrace, KillGrace, PipeGrace time.Duration
@@ -219,6 +236,10 @@ func NewManager(opts Options) (*Manager, error) {
 	if opts.AcquireTimeout <= 0 {
 		opts.AcquireTimeout = DefaultAcquireTimeout
 	}
+	if opts.CallTimeout <= 0 {
+		opts.CallTimeout = DefaultCallTimeout
+	}
+	opts.CallTimeout = min(opts.CallTimeout, MaxCallTimeout)
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}

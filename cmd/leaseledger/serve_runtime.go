@@ -58,6 +58,7 @@ type runtimeFlags struct {
 	sessionIdle         time.Duration
 	requestBudget       time.Duration
 	acquireTimeout      time.Duration
+	callTimeout         time.Duration
 	maxLiveLeases       int
 	idleMax             time.Duration
 	reapInterval        time.Duration
@@ -77,6 +78,7 @@ func (rf *runtimeFlags) register(cmd *cobra.Command) {
 	f.DurationVar(&rf.sessionIdle, "session-idle-timeout", gateway.DefaultSessionIdleTimeout, "an MCP session without requests for this long is ended (its leases too)")
 	f.DurationVar(&rf.requestBudget, "request-budget", runtime.DefaultRequestBudget, "budget of one resource read or listing through the gateway")
 	f.DurationVar(&rf.acquireTimeout, "acquire-timeout", runtime.DefaultAcquireTimeout, "bound of one server start (spawn, initialize, tool listing); beyond it the request is answered server unavailable")
+	f.DurationVar(&rf.callTimeout, "call-timeout", runtime.DefaultCallTimeout, "budget of one tool call of a server whose mcp.json entry sets no \"callTimeout\"; beyond it the server is told to cancel, the client gets a timeout error and call.finished records outcome timeout")
 	f.IntVar(&rf.maxLiveLeases, "max-live-leases", runtime.DefaultMaxLiveLeases, "live leases (running MCP servers) at most")
 	f.DurationVar(&rf.idleMax, "idle-max", runtime.DefaultIdleMax, "a lease without calls for this long is reaped")
 	f.DurationVar(&rf.reapInterval, "reap-interval", defaultReapInterval, "how often the background reaper looks for idle leases (0: only opportunistic reaping)")
@@ -137,7 +139,7 @@ func startRuntime(ctx context.Context, a *app, proj *live.Projection, rf runtime
 	opts := runtime.Options{
 		Config: runtime.FileConfigSource{Path: cfgPath}, Ledger: proj.Ledger(),
 		HelperPath: helperPath, HelperArgs: helperArgs,
-		MaxLiveLeases: rf.maxLiveLeases, IdleMax: rf.idleMax, ReapInterval: rf.reapInterval, AcquireTimeout: rf.acquireTimeout,
+		MaxLiveLeases: rf.maxLiveLeases, IdleMax: rf.idleMax, ReapInterval: rf.reapInterval, AcquireTimeout: rf.acquireTimeout, CallTimeout: rf.callTimeout,
 	}
 	if a.logger.Enabled(ctx, slog.LevelDebug) {
 		// Server stderr only at debug level: the logger writes
