@@ -157,8 +157,8 @@ func (h *runtimeHandlers) reap(ctx context.Context, _ string, r *ReapRequest) (*
 	return &ReapReply{Reaped: n, RecordFailed: err != nil}, nil
 }
 
-// sharedKey is the key session of shared leases (runtime.SharedSessionKey).
-const sharedKey = "_shared"
+// sharedKey is the key session of shared leases.
+const sharedKey = events.SharedSessionKey
 
 func validServer(s string) bool { return s != "" && len(s) <= MaxServerBytes && utf8.ValidString(s) }
 

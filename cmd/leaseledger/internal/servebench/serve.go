@@ -246,7 +246,7 @@ func gatewayLifecycle(a, sess string, pid int) []events.Draft {
 		d(&events.ConnectionBarrier{Obligation: events.ObligationHTTPRequests, Outcome: events.BarrierOK, ElapsedNS: 10}),
 		d(&events.ConnectionPhase{Phase: events.PhaseClosed}),
 		d(&events.ConnectionClosed{ElapsedNS: 100}),
-		d(&events.LeaseTerminated{Reason: "session_ended"}),
+		d(&events.LeaseTerminated{Reason: events.TerminatedSessionEnded}),
 	)
 }
 
