@@ -54,11 +54,35 @@ func TestIdleTimeout(t *testing.T) {
 	}
 }
 
+// serverSaw reports whether the test server's record file (TESTSERVER_CALLS,
+// TESTSERVER_READS) holds the line want exactly n times; the server appends
+// and syncs the line before the request's handler runs.
+func serverSaw(path, want string, n int) func() error {
+	return func() error {
+		b, err := os.ReadFile(path)
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		got := 0
+		for _, line := range strings.Split(string(b), "\n") {
+			if line == want {
+				got++
+			}
+		}
+		if got != n {
+			return fmt.Errorf("%s: %d lines %q, want %d", filepath.Base(path), got, want, n)
+		}
+		return nil
+	}
+}
+
 // EndSession (and Close) with requests in flight: the call is cancelled
 // at once (the client gets an error, not the result), the pending read's
 // handle is settled, the scope released; ErrUnknownSession afterwards.
 func TestEndSessionInFlight(t *testing.T) {
-	e := newEnv(t, []server{{"tools", testServer(nil)}}, []string{"alice"}, nil)
+	dir := t.TempDir()
+	calls, reads := filepath.Join(dir, "calls"), filepath.Join(dir, "reads")
+	e := newEnv(t, []server{{"tools", testServer(map[string]string{"TESTSERVER_CALLS": calls, "TESTSERVER_READS": reads})}}, []string{"alice"}, nil)
 	ctx := ctxT(t, time.Minute)
 	cs := e.mustConnect(ctx, e.plain["alice"], nil)
 	defer cs.Close()
@@ -66,38 +90,51 @@ func TestEndSessionInFlight(t *testing.T) {
 	if _, err := cs.ListTools(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
-	errs := make(chan error, 2)
+	type callOut struct {
+		res *mcp.CallToolResult
+		err error
+	}
+	callc, readc := make(chan callOut, 1), make(chan error, 1)
 	go func() {
-		_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "tools__slow", Arguments: map[string]any{"ms": 20000}})
-		errs <- err
+		// The tool sleeps 20 s ignoring cancellation: it cannot answer
+		// before EndSession unless EndSession waits for it.
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "tools__slow", Arguments: map[string]any{"ms": 20000}})
+		callc <- callOut{res, err}
 	}()
 	go func() {
 		_, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: "leaseledger://tools/test://slow"})
-		errs <- err
+		readc <- err
 	}()
 	testproc.Eventually(t, "call admitted and read registered", func() bool {
 		return e.count("call.admitted", nil) == 1 && e.count("request.registered", nil) == 1
 	})
-	time.Sleep(300 * time.Millisecond) // the read's worker sends it
-	t0 := time.Now()
+	// Both requests are in flight on the server: it received them (the
+	// read's worker sent it) and their handlers run.
+	testproc.Eventually(t, "the server's record of the tools/call", serverSaw(calls, "slow", 1))
+	testproc.Eventually(t, "the server's record of the resources/read", serverSaw(reads, "test://slow", 1))
 	if err := e.g.EndSession(ctx, id); err != nil {
 		t.Fatalf("EndSession: %v", err)
 	}
-	for range 2 {
-		if err := <-errs; err == nil {
-			t.Fatal("a request in flight completed after EndSession")
-		}
+	// EndSession did not wait for the tool: the call ended without the
+	// server's answer (an error, not the result "slept 20000"), recorded
+	// cancelled with no result.
+	if out := <-callc; out.err == nil {
+		t.Fatalf("the call in flight completed after EndSession: %+v", out.res)
 	}
-	if d := time.Since(t0); d > 10*time.Second {
-		t.Fatalf("EndSession took %v", d)
+	if err := <-readc; err == nil {
+		t.Fatal("the read in flight completed after EndSession")
 	}
 	if n := e.count("session.ended", func(x events.Envelope, _ events.Payload) bool { return x.Session == id }); n != 1 {
 		t.Fatalf("session.ended: %d", n)
 	}
 	if n := e.count("call.finished", func(_ events.Envelope, p events.Payload) bool {
-		return p.(*events.CallFinished).Outcome == events.CallCancelled
+		f := p.(*events.CallFinished)
+		return f.Outcome == events.CallCancelled && f.ResultBytes == 0 && f.ResultSHA256 == ""
 	}); n != 1 {
-		t.Fatalf("call.finished cancelled: %d", n)
+		t.Fatalf("call.finished cancelled without a result: %d", n)
+	}
+	if n := e.count("call.finished", nil); n != 1 {
+		t.Fatalf("call.finished: %d", n)
 	}
 	if n := e.count("request.cancelled", nil); n != 1 {
 		t.Fatalf("request.cancelled: %d", n)
@@ -113,8 +150,9 @@ func TestEndSessionInFlight(t *testing.T) {
 // The client's notifications/cancelled cancels a read's handle: the
 // request is recorded cancelled, the session goes on.
 func TestCancelRead(t *testing.T) {
-	cancels := filepath.Join(t.TempDir(), "cancels")
-	e := newEnv(t, []server{{"tools", testServer(map[string]string{"TESTSERVER_CANCELS": cancels})}}, []string{"alice"}, nil)
+	dir := t.TempDir()
+	cancels, reads := filepath.Join(dir, "cancels"), filepath.Join(dir, "reads")
+	e := newEnv(t, []server{{"tools", testServer(map[string]string{"TESTSERVER_CANCELS": cancels, "TESTSERVER_READS": reads})}}, []string{"alice"}, nil)
 	ctx := ctxT(t, time.Minute)
 	cs := e.mustConnect(ctx, e.plain["alice"], nil)
 	defer cs.Close()
@@ -125,7 +163,8 @@ func TestCancelRead(t *testing.T) {
 		errc <- err
 	}()
 	testproc.Eventually(t, "read registered", func() bool { return e.count("request.registered", nil) == 1 })
-	time.Sleep(300 * time.Millisecond) // the read's worker sends it
+	// The read's worker sent it: the server received it and holds it.
+	testproc.Eventually(t, "the server's record of the resources/read", serverSaw(reads, "test://slow", 1))
 	cancel()
 	if err := <-errc; err == nil {
 		t.Fatal("cancelled read returned no error")

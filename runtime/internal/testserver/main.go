@@ -3,7 +3,8 @@
 // @modelcontextprotocol/server-everything cannot produce: a slow tool, a
 // tool that crashes the process, a schema that changes with configuration,
 // a process that ignores SIGTERM and stdin EOF, and a server-side record of
-// every tools/call it received so a test can prove that none arrived.
+// every tools/call (and resources/read) it received so a test can prove
+// that none arrived, or wait until one did.
 //
 // Configuration (flags, or the environment so a config change alone can
 // change behaviour):
@@ -15,6 +16,8 @@
 //	-ignore-eof / TESTSERVER_IGNORE_EOF=1    keep running after stdin EOF (until killed)
 //	-stderr-bytes / TESTSERVER_STDERR_BYTES  writes that many bytes of numbered stderr lines at start
 //	TESTSERVER_CANCELS                 file; one line "<request id>" is appended per notifications/cancelled received
+//	TESTSERVER_READS                   file; one line "<uri>" is appended (and synced) per resources/read received,
+//	                                   before its handler runs, so a test can wait until a read reached the server
 //	TESTSERVER_LIST_PROGRESS=n         resources/list and resources/templates/list send n progress notifications
 //	                                   (1..n of n) first when the request carries a progress token
 //	TESTSERVER_LIST_EMPTY=1            resources/list and resources/templates/list answer with an empty list
@@ -144,10 +147,12 @@ func appendLine(path, line string) error {
 func newServer(variant, calls string) *mcp.Server {
 	s := mcp.NewServer(&mcp.Implementation{Name: "leaseledger-testserver", Version: "0.1.0"}, &mcp.ServerOptions{PageSize: 2})
 	cancels := os.Getenv("TESTSERVER_CANCELS")
+	reads := os.Getenv("TESTSERVER_READS")
 	listProgress, _ := strconv.Atoi(os.Getenv("TESTSERVER_LIST_PROGRESS"))
 	listEmpty := os.Getenv("TESTSERVER_LIST_EMPTY") == "1"
-	// Record tools/call before any handler runs, so "the server never saw
-	// tools/call" is checked on the receiving side, not inferred.
+	// Record tools/call (and resources/read) before any handler runs, so
+	// "the server never saw tools/call" is checked on the receiving side,
+	// not inferred, and "the read reached the server" can be awaited.
 	s.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
 		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 			if method == "notifications/cancelled" && cancels != "" {
@@ -161,6 +166,15 @@ func newServer(variant, calls string) *mcp.Server {
 					name = p.Name
 				}
 				if err := appendLine(calls, name); err != nil {
+					return nil, err
+				}
+			}
+			if method == "resources/read" && reads != "" {
+				uri := "?"
+				if p, ok := req.GetParams().(*mcp.ReadResourceParams); ok {
+					uri = p.URI
+				}
+				if err := appendLine(reads, uri); err != nil {
 					return nil, err
 				}
 			}
