@@ -647,23 +647,38 @@ func TestUnknownKindAndMalformed(t *testing.T) {
 	if err := v.ValidateData("lease.unheard_of", []byte(`{}`)); !errors.Is(err, schemas.ErrUnknownKind) {
 		t.Errorf("unknown kind in ValidateData: got %v", err)
 	}
-	for _, raw := range []string{
-		``, `{`, `{"seq":1}{}`, `{"seq":1} x`, `nul`, `"\x"`,
-		`{"seq":1` + strings.Repeat("0", 100) + `}`, `{"seq":1e999999999}`,
-		strings.Repeat("[", 100) + strings.Repeat("]", 100),
-		`{"data":` + strings.Repeat(" ", schemas.MaxDocumentBytes) + `{}}`,
-		`{"kind":"guardian.receipt","data":{"descendants_seen":[` + strings.Repeat("1e999999,", 2000) + `1]}}`,
+	// Each input is refused, and the costly ones by the bound that keeps
+	// them cheap, before any schema is evaluated: the size bound (no
+	// decoding of a huge document), the number-literal bound (no
+	// arbitrary-precision arithmetic on 1e999999), the decoder's syntax
+	// check. refusedBy is a text of the refusal's Detail ("" for any
+	// malformed-JSON refusal); a schema refusal names its rule instead.
+	const syntax, size, number = "", "limit MaxDocumentBytes", "number literal at "
+	for _, c := range []struct{ raw, refusedBy string }{
+		{``, syntax}, {`{`, syntax}, {`{"seq":1}{}`, syntax}, {`{"seq":1} x`, syntax}, {`nul`, syntax}, {`"\x"`, syntax},
+		{`{"seq":1` + strings.Repeat("0", 100) + `}`, number + "/seq "},
+		{`{"seq":1e999999999}`, number + "/seq "},
+		{`{"data":` + strings.Repeat(" ", schemas.MaxDocumentBytes) + `{}}`, size},
+		{`{"kind":"guardian.receipt","data":{"descendants_seen":[` + strings.Repeat("1e999999,", 2000) + `1]}}`, number + "/data/descendants_seen/0 "},
 	} {
-		start := time.Now()
-		err := v.ValidateEnvelope([]byte(raw))
-		if err == nil {
-			t.Errorf("malformed %q accepted", short([]byte(raw)))
-		} else if !errors.Is(err, schemas.ErrSchema) {
-			t.Errorf("malformed %q: %v does not wrap ErrSchema", short([]byte(raw)), err)
+		err := v.ValidateEnvelope([]byte(c.raw))
+		var se *schemas.SchemaError
+		switch {
+		case err == nil:
+			t.Errorf("malformed %q accepted", short([]byte(c.raw)))
+		case !errors.Is(err, schemas.ErrMalformed) || !errors.Is(err, schemas.ErrSchema):
+			t.Errorf("malformed %q: %v is not ErrMalformed (refused after schema evaluation, not up front)", short([]byte(c.raw)), err)
+		case !errors.As(err, &se) || se.Schema != "" || len(se.Violations) != 0 || !strings.Contains(se.Detail, c.refusedBy):
+			t.Errorf("malformed %q: %+v, want refused up front by %q", short([]byte(c.raw)), se, c.refusedBy)
 		}
-		if d := time.Since(start); d > time.Second {
-			t.Errorf("malformed %q took %v", short([]byte(raw)), d)
-		}
+	}
+	// Deep nesting is well-formed JSON: refused by the envelope schema at
+	// its root (an array is not an object), one violation, not a walk of
+	// the nesting.
+	err = v.ValidateEnvelope([]byte(strings.Repeat("[", 100) + strings.Repeat("]", 100)))
+	if !errors.As(err, &se) || errors.Is(err, schemas.ErrMalformed) || len(se.Violations) != 1 ||
+		se.Violations[0].Location != "" || se.Violations[0].Keyword != "type" {
+		t.Errorf("deep nesting: %v (%+v), want one root type violation", err, se)
 	}
 }
 
