@@ -18,7 +18,8 @@ import (
 // read); a followed 307's body is abandoned after the receive timeout and
 // the hop followed, for a POST and for a GET (which has no whole-request
 // timeout). Nothing waits for the whole-request timeout or the caller's
-// deadline, and every request's evidence settles.
+// deadline — each case is built so that waiting would change its outcome —
+// and every request's evidence settles.
 func TestHTTPRedirectBodyStalls(t *testing.T) {
 	quit := make(chan struct{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -42,39 +43,40 @@ func TestHTTPRedirectBodyStalls(t *testing.T) {
 	}))
 	defer srv.Close()
 	defer close(quit)
+	// A followed 307's stalled body is abandoned after the receive
+	// timeout; its request timeout is far longer, so "done" shows the hop
+	// was followed without waiting for it. A refused 302's body is never
+	// read: its receive timeout is longer than the caller's deadline, so
+	// reading it would end the call with the deadline, not ErrHTTPRedirect.
 	const receive = 200 * time.Millisecond
 	for _, c := range []struct {
 		method, path string
 		want         error
-		within       time.Duration
+		receive      time.Duration
 	}{
-		{"POST", "/302", ErrHTTPRedirect, receive},
-		{"POST", "/307", nil, 5 * receive},
-		{"GET", "/307", nil, 5 * receive},
+		{"POST", "/302", ErrHTTPRedirect, time.Minute},
+		{"POST", "/307", nil, receive},
+		{"GET", "/307", nil, receive},
 	} {
-		b := newHTTPBoundary(httpTimeouts{connect: time.Second, receive: receive, request: 3 * time.Second})
+		b := newHTTPBoundary(httpTimeouts{connect: time.Second, receive: c.receive, request: 2 * time.Minute})
 		rec := &recorder{}
 		ev := newHTTPEvidence(rec.emit, draftOf)
 		u, _ := checkEndpoint(srv.URL + "/")
 		client := b.clientFor(newLeaseRoundTripper(b, u, nil, ev))
-		ctx, cancel := context.WithTimeout(context.Background(), 6*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		req, _ := http.NewRequestWithContext(ctx, c.method, srv.URL+c.path, strings.NewReader("{}"))
-		t0 := time.Now()
 		resp, err := client.Do(req)
 		var body []byte
 		if err == nil {
 			body, err = io.ReadAll(resp.Body)
 			_ = resp.Body.Close()
 		}
-		took := time.Since(t0)
 		cancel()
 		switch {
 		case c.want != nil && !errors.Is(err, c.want):
 			t.Fatalf("%s %s: %v, want %v", c.method, c.path, err, c.want)
 		case c.want == nil && (err != nil || string(body) != "done"):
 			t.Fatalf("%s %s: %v (%q)", c.method, c.path, err, body)
-		case took > c.within:
-			t.Fatalf("%s %s took %v (receive timeout %v)", c.method, c.path, took, receive)
 		}
 		if out, detail, _ := ev.finish(time.Now().Add(time.Second)); out != "ok" {
 			t.Fatalf("%s %s: evidence %s %s", c.method, c.path, out, detail)
