@@ -362,7 +362,6 @@ func TestGatewayEndToEnd(t *testing.T) {
 	params := &mcp.CallToolParams{Name: stdioServer + "__trigger-long-running-operation", Arguments: map[string]any{"duration": 30, "steps": 30}}
 	params.SetProgressToken("e2e-go")
 	callErr := make(chan error, 1)
-	callStart := time.Now()
 	go func() {
 		_, err := cs.CallTool(callCtx, params)
 		callErr <- err
@@ -373,9 +372,19 @@ func TestGatewayEndToEnd(t *testing.T) {
 		t.Fatal("no progress notification passed through")
 	}
 	cancelCall()
-	if err := <-callErr; !errors.Is(err, context.Canceled) || time.Since(callStart) > 15*time.Second {
-		t.Fatalf("cancelled call: %v after %v", err, time.Since(callStart))
+	if err := <-callErr; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled call: %v", err)
 	}
+	// The cancellation reached the runtime: the 30 s call is recorded as
+	// cancelled, not run to its end.
+	testproc.Eventually(t, "the long call recorded cancelled", func() bool {
+		for _, e := range srv.busEvents("call.finished") {
+			if e.Session == cs.ID() && strings.Contains(string(e.Data), `"outcome":"cancelled"`) {
+				return true
+			}
+		}
+		return false
+	})
 	goSession := cs.ID()
 	closeGo()
 	srv.awaitEvent("session.ended", goSession)
