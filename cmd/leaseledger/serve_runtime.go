@@ -56,6 +56,7 @@ type runtimeFlags struct {
 	maxSessions         int
 	maxSessionsPerToken int
 	sessionIdle         time.Duration
+	bodyReadTimeout     time.Duration
 	requestBudget       time.Duration
 	acquireTimeout      time.Duration
 	callTimeout         time.Duration
@@ -76,6 +77,7 @@ func (rf *runtimeFlags) register(cmd *cobra.Command) {
 	f.IntVar(&rf.maxSessions, "max-sessions", gateway.DefaultMaxSessions, "live MCP sessions at most (beyond: 503)")
 	f.IntVar(&rf.maxSessionsPerToken, "max-sessions-per-token", gateway.DefaultMaxSessionsPerToken, "live MCP sessions one token may hold (beyond: 429)")
 	f.DurationVar(&rf.sessionIdle, "session-idle-timeout", gateway.DefaultSessionIdleTimeout, "an MCP session without requests for this long is ended (its leases too)")
+	f.DurationVar(&rf.bodyReadTimeout, "body-read-timeout", gateway.DefaultBodyReadTimeout, "time to receive one request body; a client that stalls mid-body is answered 408 and holds no session slot")
 	f.DurationVar(&rf.requestBudget, "request-budget", runtime.DefaultRequestBudget, "budget of one resource read or listing through the gateway")
 	f.DurationVar(&rf.acquireTimeout, "acquire-timeout", runtime.DefaultAcquireTimeout, "bound of one server start (spawn, initialize, tool listing); beyond it the request is answered server unavailable")
 	f.DurationVar(&rf.callTimeout, "call-timeout", runtime.DefaultCallTimeout, "budget of one tool call of a server whose mcp.json entry sets no \"callTimeout\"; beyond it the server is told to cancel, the client gets a timeout error and call.finished records outcome timeout")
@@ -156,7 +158,7 @@ func startRuntime(ctx context.Context, a *app, proj *live.Projection, rf runtime
 	rt.gw, err = gateway.New(gateway.Options{
 		Manager: rt.mgr, Servers: servers, Tokens: rt.tokens, AllowedOrigins: rf.allowedOrigins,
 		MaxSessions: rf.maxSessions, MaxSessionsPerToken: rf.maxSessionsPerToken,
-		SessionIdleTimeout: rf.sessionIdle, RequestBudget: rf.requestBudget, Logger: a.logger,
+		SessionIdleTimeout: rf.sessionIdle, BodyReadTimeout: rf.bodyReadTimeout, RequestBudget: rf.requestBudget, Logger: a.logger,
 	})
 	if err != nil {
 		_ = rt.mgr.Close(context.Background())
