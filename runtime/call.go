@@ -241,7 +241,17 @@ func (c *callRun) run(ctx context.Context) (*mcp.CallToolResult, bool, error) {
 	// live and the budget's deadline passed (go-sdk sent the server
 	// notifications/cancelled when callCtx ended).
 	c.timedOut = err != nil && ctx.Err() == nil && errors.Is(budgetCtx.Err(), context.DeadlineExceeded)
-	endBudget()
+	if hc == nil {
+		endBudget()
+	} else {
+		// An HTTP call's response stream may still be read under callCtx
+		// after CallTool returned (go-sdk reads an SSE response on the
+		// call's context until the server ends it, and a lease's close
+		// aborts it as its own): ending the budget now would cut that
+		// stream and record it cancelled. It ends on its own deadline (its
+		// timer is held at most the budget).
+		_ = endBudget
+	}
 	end := m.opts.Now()
 	if c.progress != nil {
 		l.reqs.calls.remove(c.id)
