@@ -20,7 +20,7 @@ import (
 // recording failures) against in-process fake children (fakechild_test.go)
 // and an in-memory ledger. No process and no Node.js: each runs in
 // milliseconds, so they can run under -race -count=20. The integration
-// tests (runtime_test.go, regress_test.go) cover the same paths with real
+// tests (runtime_test.go, lease_races_test.go) cover the same paths with real
 // guardian-run children.
 
 func echoReq(server, digest string) CallRequest {
