@@ -56,5 +56,7 @@
 // The package examples (Example for a whole host: ledger, manager, session,
 // listing, call, release, close; ExampleToolDigest, ExampleParseConfig,
 // ExampleServerConfig_Fingerprint, ExampleLeaseError) are in
-// example_test.go; `go doc -http` shows them. See docs/runtime.md.
+// example_test.go, ExampleLoadConfig (${VAR} expansion, VS Code's
+// "servers") in example_config_test.go; `go doc -http` shows them. See
+// docs/runtime.md.
 package runtime
