@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -274,6 +275,102 @@ func TestDashboardEndToEnd(t *testing.T) {
 	if code := srv.stop(syscall.SIGTERM); code != 0 {
 		t.Fatalf("serve exited %d:\n%s", code, srv.out.String())
 	}
+}
+
+// TestDashboardOpenedAfterActivity: a page opened after a session called a
+// tool shows, on its landing view (no click), what is running and what
+// happened: the session's live lease in "Running now" (the session and the
+// server) and the call's events (call.admitted, call.finished, with the
+// session and the server), replayed from the ledger since they were
+// recorded before the page subscribed. Calls made while the page opens and
+// after its backlog is shown join live: the list is then exactly seqs
+// 1..next-1, newest first (the whole ledger, fewer events than the
+// backlog's bound), each once.
+func TestDashboardOpenedAfterActivity(t *testing.T) {
+	chromium := requireChromium(t)
+	requireNode(t)
+	bin := cliBinary(t)
+	srv := startServe(t, bin, t.TempDir(), writeConfig(t, ""), "--ws-port", "-1")
+	defer srv.stop(syscall.SIGTERM)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cs, closeGo := connectGo(t, ctx, srv.mcpURL, nil)
+	defer closeGo()
+	call := func(msg string) error {
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: stdioServer + "__echo", Arguments: map[string]any{"message": msg}})
+		if err == nil && res.IsError {
+			err = errors.New(toolText(t, res))
+		}
+		return err
+	}
+	if err := call("before the page"); err != nil {
+		t.Fatal(err)
+	}
+	// The call's outcome is in the ledger before the page exists.
+	finished := srv.awaitEvent("call.finished", cs.ID())
+	session, server := cs.ID(), stdioServer
+
+	b := newBrowser(t, chromium)
+	const during = 5 // calls made while the page opens
+	calls := make(chan error, 1)
+	go func() {
+		for i := range during {
+			if err := call("while the page opens " + strconv.Itoa(i)); err != nil {
+				calls <- err
+				return
+			}
+		}
+		calls <- nil
+	}()
+	b.do(chromedp.Navigate(srv.dashboardURL()))
+
+	// The landing view, as opened: the running session's lease and the
+	// call recorded before the page, with its server.
+	running := `document.querySelector('#running-body tr[data-session="` + session + `"][data-server="` + server + `"][data-state="ready"]')`
+	b.await(`!document.getElementById("view-events").hidden && `+running+` && `+running+`.textContent.includes("`+session+`") && `+running+`.textContent.includes("`+server+`")`, e2eWait)
+	row := func(seq uint64) string {
+		return `document.querySelector('#events-body tr[data-seq="` + strconv.FormatUint(seq, 10) + `"]')`
+	}
+	b.await(row(finished.Seq)+` && `+row(finished.Seq)+`.textContent.includes("call.finished")`, e2eWait)
+	if got := eval[string](b, `[...`+row(finished.Seq)+`.children].slice(2, 6).map(c => c.textContent).join(" ")`); got != "call.finished "+finished.Activation+" "+session+" "+server {
+		t.Fatalf("the call.finished row recorded before the page shows %q", got)
+	}
+	b.await(eventRow(session, server, "call.admitted"), e2eWait)
+	b.await(`__dashboard.backlog.shown && __dashboard.backlog.from === 1 && document.getElementById("backlog-note").textContent.startsWith("seq 1–")`, e2eWait)
+	if got := eval[int](b, `__dashboard.replayed`); uint64(got) < finished.Seq {
+		t.Fatalf("%d events replayed on open, want at least %d (every one up to the call's outcome)", got, finished.Seq)
+	}
+	b.view("events", "opened-after")
+
+	// Calls while the page opened, and one after: each shows, the list is
+	// the ledger's seqs without gap or duplicate.
+	if err := <-calls; err != nil {
+		t.Fatal(err)
+	}
+	if err := call("after the page"); err != nil {
+		t.Fatal(err)
+	}
+	outcomes := strconv.Itoa(1 + during + 1)
+	b.await(eventCount(session, server, "call.finished")+` === `+outcomes, e2eWait)
+	b.await(running+` && `+running+`.textContent.includes("`+outcomes+`/`+outcomes+`")`, e2eWait)
+	b.await(`(() => { const s = [...document.querySelectorAll('#events-body tr')].map(r => +r.dataset.seq); return s.length === __dashboard.next - 1 && s.every((v, i) => v === __dashboard.next - 1 - i) })()`, e2eWait)
+	b.view("events", "opened-after-live")
+	if errs := b.consoleErrors(); len(errs) > 0 {
+		t.Fatalf("console errors: %v", errs)
+	}
+}
+
+// eventRow is a JavaScript expression: the live list shows an event of
+// kind, session and server.
+func eventRow(session, server, kind string) string {
+	return eventCount(session, server, kind) + ` > 0`
+}
+
+// eventCount is a JavaScript expression: how many events of kind, session
+// and server the live list shows.
+func eventCount(session, server, kind string) string {
+	return `[...document.querySelectorAll('#events-body tr')].filter(r => r.children[2].textContent === "` + kind +
+		`" && r.children[4].textContent === "` + session + `" && r.children[5].textContent === "` + server + `").length`
 }
 
 // TestDashboardCredentials: against a bus that refuses anonymous clients

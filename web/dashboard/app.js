@@ -11,6 +11,13 @@
 // harmless. With more than one host, the #fleet strip shows each host's
 // mirroring from the fleet-level leaseledger.api.fleet.status (hidden when
 // nothing answers it).
+//
+// Opened at any time, the landing view (Live events) shows what is
+// running and what just happened: "Running now" lists the live leases
+// (session, server, state, calls) from the projection API, and the event
+// list starts with the last INITIAL_BACKLOG events replayed from the
+// ledger, then follows live from there without gap or duplicate (the
+// guarantee of busclient.Client.Tail, see "events" below).
 import { wsconnect, headers as natsHeaders, AuthorizationError } from "@nats-io/nats-core";
 import uPlot from "uplot";
 
@@ -18,7 +25,9 @@ import uPlot from "uplot";
 const MAX_EVENTS = 5000; // events kept for the live list (older ones are dropped; replay has them)
 const MAX_ROWS = 200; // rows the live list renders (the newest matching ones)
 const MAX_PENDING = 20000; // live events held while catching up; beyond, dropped and replayed
-const INITIAL_BACKLOG = 1000; // events replayed at start when no seq is asked for
+const INITIAL_BACKLOG = 1000; // events replayed on open (the newest; fewer when the ledger has fewer), then live
+const LEASES_PAGE = 1000; // lease rows asked for (control.MaxLeasesPage; the count says when there are more)
+const MAX_RUNNING = 100; // live leases the landing view's "Running now" table renders (all of them: the Leases view)
 const MAX_RECENT = 30; // recent activations whose verdict is followed
 const CHART_POINTS = 300; // seconds of history in the charts
 const MAX_SHOWN = 2000; // (seq, time shown) pairs kept for measurement
@@ -53,6 +62,10 @@ const D = {
   shown: [],
   applied: 0,
   replayed: 0, // events applied from replay (catch-up) rather than live
+  // backlog: the events replayed on open, seqs from..to (to: the head
+  // read when the page started following; -1 before), shown once every
+  // one of them is applied.
+  backlog: { from: 0, to: -1, shown: false },
   connections: 0,
   host: "", // the host space followed ("" the bare space)
   switches: 0, // host switches done
@@ -75,6 +88,7 @@ let dirtyList = false;
 let framePending = false;
 let renderedUpTo = 0;
 let followedFrom = 0;
+let onlineRun = 0; // incremented at every online(): an older one's head retries stop
 let hosts = []; // the valid host ids of config.json, in order
 let host = ""; // the host followed ("" the bare space)
 let gen = 0; // generation: incremented at every host switch
@@ -310,6 +324,7 @@ function resetViews() {
   D.shown = [];
   D.applied = 0;
   D.replayed = 0;
+  D.backlog = { from: 0, to: -1, shown: false };
   followedFrom = 0;
   renderedUpTo = 0;
   paused = false;
@@ -321,11 +336,12 @@ function resetViews() {
   auditRetries = 0;
   recent.clear();
   liveLeases = 0;
+  leasesSeq = 0;
   perSecond.clear();
   for (const k in series) series[k].length = 0;
   cleanupBuckets.fill(0);
-  for (const id of ["events-body", "leases-body", "recent-body", "unconfirmed-body", "verdicts", "evidence"]) $(id).replaceChildren();
-  $("leases-note").textContent = "";
+  for (const id of ["events-body", "running-body", "leases-body", "recent-body", "unconfirmed-body", "verdicts", "evidence"]) $(id).replaceChildren();
+  for (const id of ["leases-note", "running-note", "backlog-note"]) $(id).textContent = "";
   $("checkpoint").textContent = "none yet";
   dirtyList = true;
   scheduleFrame();
@@ -387,22 +403,40 @@ async function watchStatus(conn) {
 }
 
 // online runs after every (re)connection: it catches up from the next seq
-// and refreshes the state views.
+// and refreshes the state views. On open (nothing followed yet) it reads
+// the head and follows from INITIAL_BACKLOG events before it: the page's
+// subscription is made before the head is asked (same connection, so the
+// bus has it first), hence every event after the head arrives live and
+// every one up to it comes from replay; apply takes each seq once, in
+// order. An unanswered head is asked again every RETRY_MS (live events
+// are held meanwhile) until it answers, the host changes or the
+// connection is re-made.
 async function online() {
   const g = gen;
-  try {
-    const h = await request("leaseledger.api.head", null); // its body must be empty
-    if (D.next === 0) {
-      D.next = Math.max(1, h.seq - INITIAL_BACKLOG + 1);
-      followedFrom = D.next;
+  const run = ++onlineRun;
+  for (;;) {
+    try {
+      const h = await request("leaseledger.api.head", null); // its body must be empty
+      if (D.next === 0) {
+        D.next = Math.max(1, h.seq - INITIAL_BACKLOG + 1);
+        followedFrom = D.next;
+        D.backlog = { from: D.next, to: h.seq, shown: h.seq < D.next };
+      }
+      setHead(h.seq, h.hash);
+      if ($("events-note").textContent.startsWith("head: ")) note("");
+      break;
+    } catch (err) {
+      if (err.code === STALE || g !== gen || run !== onlineRun) return;
+      note("head: " + err.message + " (asking again)");
+      await sleep(RETRY_MS);
+      if (!nc || g !== gen || run !== onlineRun) return;
     }
-    setHead(h.seq, h.hash);
-  } catch (err) {
-    if (err.code === STALE) return;
-    note("head: " + err.message);
   }
   if (g !== gen) return;
+  dirtyList = true;
+  scheduleFrame();
   catchUp();
+  leasesSeq = 0; // the first answer after a (re)connection is shown, whatever its seq
   refreshLeases();
   if (visible("activations")) refreshAudit();
   requestCheckpoint();
@@ -529,6 +563,7 @@ async function catchUp() {
 function apply(ev) {
   D.next = ev.seq + 1;
   D.applied++;
+  if (!D.backlog.shown && ev.seq >= D.backlog.to) D.backlog.shown = true;
   setHead(ev.seq, ev.hash);
   ring.push(ev);
   if (ring.length > MAX_EVENTS) ring.splice(0, ring.length - MAX_EVENTS);
@@ -562,6 +597,7 @@ function frame() {
   $("head-seq").textContent = String(D.head.seq);
   $("head-hash").textContent = D.head.hash || "–";
   $("followed").textContent = followedFrom ? String(followedFrom) : "–";
+  $("backlog-note").textContent = backlogText();
   if (dirtyList && paused) {
     // Paused: the list keeps its position (filters still apply to it);
     // the page goes on following underneath.
@@ -581,6 +617,15 @@ function frame() {
     if (D.shown.length > MAX_SHOWN) D.shown.splice(0, D.shown.length - MAX_SHOWN);
     renderedUpTo = D.next - 1;
   }
+}
+
+// backlogText says what the event list holds: the events replayed on
+// open (or from the seq asked for with Catch up), then live.
+function backlogText() {
+  const b = D.backlog;
+  if (b.to < 0) return "";
+  if (b.to < b.from) return "none before seq " + b.from + "; live";
+  return (b.shown ? "" : "loading ") + "seq " + b.from + "–" + b.to + " from the ledger, then live";
 }
 
 function filters() {
@@ -641,37 +686,68 @@ function scheduleLeases() {
   }, REFRESH_MS);
 }
 
+let leasesSeq = 0; // the projection seq of the lease answer shown (an older one arriving later is dropped)
+
+// refreshLeases asks the projection for the live leases (the landing
+// view's "Running now", and the Leases view unless it shows ended leases
+// too, which it then asks for as well).
 async function refreshLeases() {
-  let rep;
+  let live;
+  let all = null;
   try {
-    rep = await request("leaseledger.api.projection.leases", { live: !$("leases-all").checked, limit: 1000 });
+    live = await request("leaseledger.api.projection.leases", { live: true, limit: LEASES_PAGE });
+    if ($("leases-all").checked) all = await request("leaseledger.api.projection.leases", { limit: LEASES_PAGE });
   } catch (err) {
-    if (err.code !== STALE) $("leases-note").textContent = "lease table unavailable: " + err.message;
+    if (err.code !== STALE) {
+      $("leases-note").textContent = "lease table unavailable: " + err.message;
+      $("running-note").textContent = "unavailable: " + err.message;
+    }
     return;
   }
+  if (live.seq < leasesSeq) return; // overtaken by a newer answer
+  leasesSeq = live.seq;
+  liveLeases = live.total;
+  renderRunning(live);
+  const rep = all || live;
   const rows = rep.leases || [];
-  if (!$("leases-all").checked) liveLeases = rep.total;
   $("leases-note").textContent = rep.total + " lease(s) at seq " + rep.seq + (rep.next ? ", first " + rows.length + " shown" : "");
   const frag = document.createDocumentFragment();
-  for (const l of rows) {
-    const tr = document.createElement("tr");
-    tr.dataset.session = l.session || l.key_session;
-    tr.dataset.server = l.server;
-    tr.dataset.activation = l.activation_id;
-    tr.dataset.state = l.state;
-    cell(tr, l.shared ? "shared" : l.session);
-    cell(tr, l.server);
-    cell(tr, l.state);
-    cell(tr, (l.fingerprint || "").slice(0, 19));
-    cell(tr, fmtTime(l.ready_at || l.started_at));
-    cell(tr, (l.calls_finished || 0) + "/" + (l.calls_admitted || 0) + (l.calls_in_flight ? " (" + l.calls_in_flight + " running)" : ""));
-    const a = cell(tr, l.activation_id);
-    a.className = "clickable";
-    tr.className = "clickable";
-    tr.onclick = () => { showView("activations"); showEvidence(l.activation_id); };
-    frag.appendChild(tr);
-  }
+  for (const l of rows) frag.appendChild(leaseRow(l, true));
   $("leases-body").replaceChildren(frag);
+}
+
+// renderRunning fills the landing view's "Running now": the first
+// MAX_RUNNING live leases.
+function renderRunning(rep) {
+  const rows = (rep.leases || []).slice(0, MAX_RUNNING);
+  const sessions = new Set(rows.map((l) => l.key_session));
+  $("running-note").textContent = rep.total === 0
+    ? "nothing (at seq " + rep.seq + ")"
+    : rep.total + " live lease(s)" + (rows.length === rep.total ? " of " + sessions.size + " session(s)" : ", the first " + rows.length + " shown (all: Leases)") + " at seq " + rep.seq;
+  const frag = document.createDocumentFragment();
+  for (const l of rows) frag.appendChild(leaseRow(l, false));
+  $("running-body").replaceChildren(frag);
+}
+
+// leaseRow is one lease's row (the Leases view's has the fingerprint);
+// a click shows its activation's evidence.
+function leaseRow(l, full) {
+  const tr = document.createElement("tr");
+  tr.dataset.session = l.session || l.key_session;
+  tr.dataset.server = l.server;
+  tr.dataset.activation = l.activation_id;
+  tr.dataset.state = l.state;
+  cell(tr, l.shared ? "shared" : l.session);
+  cell(tr, l.server);
+  cell(tr, l.state);
+  if (full) cell(tr, (l.fingerprint || "").slice(0, 19));
+  cell(tr, fmtTime(l.ready_at || l.started_at));
+  if (!full) cell(tr, fmtTime(l.last_use));
+  cell(tr, (l.calls_finished || 0) + "/" + (l.calls_admitted || 0) + (l.calls_in_flight ? " (" + l.calls_in_flight + " running)" : ""));
+  cell(tr, l.activation_id, "clickable");
+  tr.className = "clickable";
+  tr.onclick = () => { showView("activations"); showEvidence(l.activation_id); };
+  return tr;
 }
 
 function fmtTime(t) {
@@ -1002,6 +1078,7 @@ function init() {
     pending.clear();
     D.next = from;
     followedFrom = from;
+    D.backlog = { from, to: D.head.seq, shown: D.head.seq < from };
     renderedUpTo = from - 1;
     dirtyList = true;
     scheduleFrame();
