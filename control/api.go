@@ -3,8 +3,8 @@
 // handlers (bus services, see package bus) and a client.
 //
 // The control API (leaseledger.api.runtime.…) lists the live leases,
-// revokes a lease (optionally denying it), ends a session and reaps idle
-// leases now; only the bus's control user may call it (bus.AccessControl:
+// revokes a lease (optionally denying it), ends a session, reaps idle
+// leases now and reloads the server configuration; only the bus's control user may call it (bus.AccessControl:
 // for anyone else its subjects are a permission violation at the server).
 // The projection API (leaseledger.api.projection.…) answers from the live
 // projection: the lease table, one activation's audit (the JSON of
@@ -47,6 +47,8 @@ const (
 	EndSessionSubject = "leaseledger.api.runtime.end_session"
 	// ReapSubject answers ReapRequest with ReapReply.
 	ReapSubject = "leaseledger.api.runtime.reap"
+	// ReloadSubject answers ReloadRequest with ReloadReply.
+	ReloadSubject = "leaseledger.api.runtime.reload"
 )
 
 // Subjects of the projection API (every bus user).
@@ -60,7 +62,7 @@ const (
 )
 
 // Subjects lists every subject of both APIs.
-var Subjects = []string{LiveLeasesSubject, RevokeSubject, AllowSubject, EndSessionSubject, ReapSubject, LeasesSubject, ActivationSubject, AuditSubject,
+var Subjects = []string{LiveLeasesSubject, RevokeSubject, AllowSubject, EndSessionSubject, ReapSubject, ReloadSubject, LeasesSubject, ActivationSubject, AuditSubject,
 	ProofCheckpointSubject, InclusionSubject, ConsistencySubject}
 
 // Name is the subject after "leaseledger.api.", e.g. "runtime.revoke":
@@ -84,6 +86,10 @@ const (
 	CodeTooLarge = "too-large"
 	// CodeUnavailable: the projection failed or the runtime is closed.
 	CodeUnavailable = "unavailable"
+	// CodeConfigNotLoaded: a reload's configuration failed to load;
+	// nothing changed, the previous configuration stays in force (the
+	// cause is in serve's log, never in the refusal).
+	CodeConfigNotLoaded = "config-not-loaded"
 )
 
 // Bounds of the APIs.
@@ -114,6 +120,12 @@ const (
 	// MaxServerBytes bounds a server (config) name, as the runtime does
 	// (runtime.MaxServerNameBytes).
 	MaxServerBytes = 256
+	// MaxReloadNames bounds each of ReloadReply's Added and Removed: the
+	// gateway's bound on the servers of one configuration
+	// (gateway.MaxServers; serve refuses to load a file naming more), so
+	// serve's lists are never cut. Names beyond it are left out and
+	// counted in AddedOmitted and RemovedOmitted.
+	MaxReloadNames = 64
 	// RuntimeTimeout bounds one control call on the server (a revoke
 	// waits for the lease's child to end); ProjectionTimeout one
 	// projection call.
@@ -223,6 +235,32 @@ type Done struct {
 // their ending could not be recorded (the runtime's error; see its log).
 type ReapReply struct {
 	Reaped       int  `json:"reaped"`
+	RecordFailed bool `json:"record_failed,omitempty"`
+}
+
+// ReloadRequest reads the server configuration (serve's --config) again
+// and puts it in force, as SIGHUP does. It has no fields.
+type ReloadRequest struct{}
+
+// ReloadReply says what a reload put in force. A configuration that fails
+// to load is not a reply but a refusal (CodeConfigNotLoaded): nothing
+// changed.
+type ReloadReply struct {
+	// Servers is how many servers the configuration now in force names.
+	Servers int `json:"servers"`
+	// Added and Removed are the server names the reload added and
+	// removed, sorted, at most MaxReloadNames each (never null); the
+	// names left out are counted in AddedOmitted and RemovedOmitted.
+	Added          []string `json:"added"`
+	Removed        []string `json:"removed"`
+	AddedOmitted   int      `json:"added_omitted,omitempty"`
+	RemovedOmitted int      `json:"removed_omitted,omitempty"`
+	// LeasesEnded is how many leases of the removed servers were ended
+	// (lease.terminated, reason removed).
+	LeasesEnded int `json:"leases_ended"`
+	// RecordFailed: the configuration was put in force, but not all of
+	// it was recorded (config.loaded or the leases' ending; see the
+	// server's log).
 	RecordFailed bool `json:"record_failed,omitempty"`
 }
 

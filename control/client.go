@@ -88,6 +88,15 @@ func (c *Client) Reap(ctx context.Context, idleMax time.Duration) (ReapReply, er
 	return out, err
 }
 
+// Reload has serve read its server configuration again and put it in
+// force (control user only), and says what changed; ErrConfigNotLoaded
+// when the file failed to load (nothing changed).
+func (c *Client) Reload(ctx context.Context) (ReloadReply, error) {
+	var out ReloadReply
+	err := c.call(ctx, "reload", ReloadSubject, RuntimeTimeout, ReloadRequest{}, &out)
+	return out, err
+}
+
 // Activation returns one activation's audit (as `leaseledger audit --json`).
 func (c *Client) Activation(ctx context.Context, req ActivationRequest) (audit.Activation, error) {
 	var out audit.Activation
@@ -187,6 +196,8 @@ func (c *Client) call(ctx context.Context, op, subject string, timeout time.Dura
 			cause = ErrTooLarge
 		case CodeUnavailable:
 			cause = ErrUnavailable
+		case CodeConfigNotLoaded:
+			cause = ErrConfigNotLoaded
 		default:
 			cause = ErrRefused
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -268,6 +269,8 @@ func TestControlOnlyForTheControlUser(t *testing.T) {
 		refusedWith(t, c.EndSession(ctx, "s-1"), control.ErrForbidden, "")
 		_, err = c.Reap(ctx, 0)
 		refusedWith(t, err, control.ErrForbidden, "")
+		_, err = c.Reload(ctx)
+		refusedWith(t, err, control.ErrForbidden, "")
 		_, err = c.LiveLeases(ctx, control.LiveLeasesRequest{})
 		refusedWith(t, err, control.ErrForbidden, "")
 		// Calling the control user's own subjects is refused too.
@@ -293,14 +296,17 @@ func TestControlOnlyForTheControlUser(t *testing.T) {
 	if r, err := c.Reap(ctx, time.Minute); err != nil || r.Reaped != 2 || r.RecordFailed {
 		t.Fatalf("reap: %+v %v", r, err)
 	}
+	if r, err := c.Reload(ctx); err != nil || r.Servers != 0 || r.Added == nil || r.Removed == nil {
+		t.Fatalf("reload: %+v %v", r, err)
+	}
 	// The control user reads the projection and the log too.
 	if _, err := c.Activation(ctx, control.ActivationRequest{Activation: "act-ok"}); err != nil {
 		t.Fatal(err)
 	}
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
-	if fmt.Sprint(rt.revokes, rt.allows, rt.ended, rt.reaps) != "[{ true gamma operator true}] [{ true gamma}] [s-1] [1m0s]" {
-		t.Fatalf("runtime saw %v %v %v %v", rt.revokes, rt.allows, rt.ended, rt.reaps)
+	if fmt.Sprint(rt.revokes, rt.allows, rt.ended, rt.reaps, rt.reloads) != "[{ true gamma operator true}] [{ true gamma}] [s-1] [1m0s] 1" {
+		t.Fatalf("runtime saw %v %v %v %v %d", rt.revokes, rt.allows, rt.ended, rt.reaps, rt.reloads)
 	}
 }
 
@@ -369,6 +375,8 @@ func TestRuntimeRequests(t *testing.T) {
 		refusedWith(t, c.EndSession(ctx, "s-1"), m.want, "secret-7")
 		_, err := c.Reap(ctx, 0)
 		refusedWith(t, err, m.want, "secret-7")
+		_, err = c.Reload(ctx)
+		refusedWith(t, err, m.want, "secret-7")
 		// Revoking nothing is not a success.
 		_, err = c.Revoke(ctx, control.RevokeRequest{Session: "s-1", Server: "alpha", Reason: "x"})
 		refusedWith(t, err, m.want, "secret-7")
@@ -380,4 +388,52 @@ func TestRuntimeRequests(t *testing.T) {
 	if r, err := c.Reap(ctx, 0); err != nil || r.Reaped != 3 || !r.RecordFailed {
 		t.Fatalf("%+v %v", r, err)
 	}
+}
+
+// A reload answers what the runtime put in force, its lists never null
+// and cut at MaxReloadNames with the rest counted; a configuration that
+// failed to load is refused config-not-loaded (ErrConfigNotLoaded, which
+// a client branches on) with static text, never the runtime's cause.
+func TestReload(t *testing.T) {
+	p := openProjection(t)
+	rt := &fakeRuntime{reload: control.ReloadReply{Servers: 2, Added: []string{"github", "my.server"}, Removed: []string{"old"}, LeasesEnded: 3}}
+	b := startAPI(t, p, rt, bus.Options{})
+	c := client(t, b, ctlUser, ctlPass)
+	ctx := context.Background()
+	r, err := c.Reload(ctx)
+	if err != nil || fmt.Sprintf("%+v", r) != "{Servers:2 Added:[github my.server] Removed:[old] AddedOmitted:0 RemovedOmitted:0 LeasesEnded:3 RecordFailed:false}" {
+		t.Fatalf("%+v %v", r, err)
+	}
+
+	// Put in force, not all recorded.
+	many := make([]string, control.MaxReloadNames+2)
+	for i := range many {
+		many[i] = fmt.Sprintf("s%03d", i)
+	}
+	rt.mu.Lock()
+	rt.reload = control.ReloadReply{Servers: 0, Removed: many, LeasesEnded: 1, RecordFailed: true}
+	rt.mu.Unlock()
+	r, err = c.Reload(ctx)
+	if err != nil || r.Added == nil || len(r.Added) != 0 || len(r.Removed) != control.MaxReloadNames || r.RemovedOmitted != 2 ||
+		r.Removed[0] != "s000" || !r.RecordFailed || r.LeasesEnded != 1 {
+		t.Fatalf("%+v %v", r, err)
+	}
+
+	// Not loaded: nothing changed, the client learns it by the sentinel.
+	rt.mu.Lock()
+	rt.err = fmt.Errorf("config not reloaded: %w: entry \"secret-7\": unset variable", control.ErrConfigNotLoaded)
+	rt.mu.Unlock()
+	_, err = c.Reload(ctx)
+	refusedWith(t, err, control.ErrConfigNotLoaded, "secret-7")
+	var ce *control.Error
+	if !errors.As(err, &ce) || ce.Code != control.CodeConfigNotLoaded || errors.Is(err, control.ErrInvalid) {
+		t.Fatalf("%#v", err)
+	}
+
+	// A name the API cannot carry is the runtime's bug: a failure.
+	rt.mu.Lock()
+	rt.err, rt.reload = nil, control.ReloadReply{Servers: 1, Added: []string{strings.Repeat("n", control.MaxServerBytes+1)}}
+	rt.mu.Unlock()
+	_, err = c.Reload(ctx)
+	refusedWith(t, err, control.ErrFailed, "nnnn")
 }

@@ -6,8 +6,9 @@ import (
 )
 
 // Errors callers branch on (errors.Is). The refusals wrap ErrRefused; a
-// Runtime wraps ErrInvalid, ErrNotFound or ErrUnavailable in its errors so
-// that the handlers refuse with the matching code (any other error is
+// Runtime wraps ErrInvalid, ErrNotFound, ErrUnavailable or (Reload)
+// ErrConfigNotLoaded in its errors so that the handlers refuse with the
+// matching code (any other error is
 // answered "request failed", its text never sent).
 var (
 	// ErrRefused: the bus answered with a refusal (Error.Code says which).
@@ -21,6 +22,10 @@ var (
 	// ErrUnavailable: the projection failed or the runtime is closed
 	// (CodeUnavailable).
 	ErrUnavailable = fmt.Errorf("%w: unavailable", ErrRefused)
+	// ErrConfigNotLoaded: a reload's configuration failed to load
+	// (CodeConfigNotLoaded); nothing changed, the previous configuration
+	// stays in force. Why is in serve's log, not in the refusal.
+	ErrConfigNotLoaded = fmt.Errorf("%w: configuration not loaded", ErrRefused)
 	// ErrRateLimited: the caller exceeded the bus's rate limit
 	// (busclient.CodeRateLimited); nothing was done, retry later.
 	ErrRateLimited = fmt.Errorf("%w: rate limited", ErrRefused)

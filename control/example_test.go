@@ -85,6 +85,10 @@ func (r *exampleRuntime) EndSession(context.Context, string) error { return nil 
 
 func (r *exampleRuntime) ReapIdle(context.Context, time.Duration) (int, error) { return 0, nil }
 
+func (r *exampleRuntime) Reload(context.Context) (control.ReloadReply, error) {
+	return control.ReloadReply{}, nil
+}
+
 // The control user revokes and denies a lease, learns that a second
 // revoke finds nothing (ErrNotFound, not a silent success), and lifts the
 // denial.

@@ -143,8 +143,10 @@ type fakeRuntime struct {
 	allows  []control.AllowRequest
 	ended   []string
 	reaps   []time.Duration
+	reloads int
 	err     error // returned by every call
 	reaped  int
+	reload  control.ReloadReply // Reload's reply
 }
 
 func (f *fakeRuntime) Revoke(_ context.Context, r control.RevokeRequest) (int, error) {
@@ -178,10 +180,20 @@ func (f *fakeRuntime) ReapIdle(_ context.Context, idleMax time.Duration) (int, e
 	return f.reaped, f.err
 }
 
+func (f *fakeRuntime) Reload(context.Context) (control.ReloadReply, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.reloads++
+	if f.err != nil {
+		return control.ReloadReply{}, f.err
+	}
+	return f.reload, nil
+}
+
 func (f *fakeRuntime) calls() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return len(f.revokes) + len(f.allows) + len(f.ended) + len(f.reaps)
+	return len(f.revokes) + len(f.allows) + len(f.ended) + len(f.reaps) + f.reloads
 }
 
 // startAPI starts a real bus on p's ledger with both APIs and the three

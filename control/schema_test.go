@@ -25,6 +25,7 @@ var apiTypes = map[string][2]any{
 	control.AllowSubject:      {control.AllowRequest{}, control.Done{}},
 	control.EndSessionSubject: {control.EndSessionRequest{}, control.Done{}},
 	control.ReapSubject:       {control.ReapRequest{}, control.ReapReply{}},
+	control.ReloadSubject:     {control.ReloadRequest{}, control.ReloadReply{}},
 	control.LeasesSubject:     {control.LeasesRequest{}, control.LeasesReply{}},
 	control.ActivationSubject: {control.ActivationRequest{}, audit.Activation{}},
 	control.AuditSubject:      {control.AuditRequest{}, audit.Summary{}},
@@ -305,6 +306,17 @@ func TestRepliesValidate(t *testing.T) {
 	check(control.AllowSubject, `{"session":"s-1","server":"alpha"}`)
 	check(control.EndSessionSubject, `{"session":"s-1"}`)
 	check(control.ReapSubject, `{}`)
+	check(control.ReloadSubject, `{}`) // nothing added or removed: empty lists, not null
+	rt.mu.Lock()
+	many := make([]string, control.MaxReloadNames+6)
+	for i := range many {
+		many[i] = fmt.Sprintf("server-%03d", i)
+	}
+	rt.reload = control.ReloadReply{Servers: 1, Added: many, Removed: []string{"old"}, LeasesEnded: 2, RecordFailed: true}
+	rt.mu.Unlock()
+	if r := check(control.ReloadSubject, `{}`); !strings.Contains(string(r), `"added_omitted":6`) {
+		t.Fatalf("reload: %s", r)
+	}
 	check(control.ProofCheckpointSubject, `{}`)
 	check(control.InclusionSubject, `{"seq":1,"size":1}`)
 	check(control.InclusionSubject, `{"seq":17,"size":40}`)
@@ -382,6 +394,10 @@ func TestRequestSchemasAgreeWithServer(t *testing.T) {
 			{`{}`, true, false}, {`{"idle_max_ns":0}`, true, false}, {`{"idle_max_ns":9223372036854775807}`, true, false},
 			{`{"idle_max_ns":9223372036854775808}`, false, false}, {`{"idle_max_ns":-1}`, false, false}, {`{"idle_max_ns":"1s"}`, false, false},
 			{`{"idle_max_ns":1e3}`, false, serverStricter},
+		},
+		control.ReloadSubject: {
+			{`{}`, true, false}, {`{"x":1}`, false, false}, {`{"force":true}`, false, false}, {`[]`, false, false}, {`{} {}`, false, false},
+			{`null`, false, false},
 		},
 		control.ActivationSubject: {
 			{`{"activation":"act-ok"}`, true, false}, {`{"activation":"act-ok","timeline":0}`, true, false}, {`{"activation":"act-ok","timeline":1000}`, true, false},

@@ -22,8 +22,9 @@ import (
 )
 
 // Runtime is what the control API acts on: the lease manager together
-// with the MCP gateway that owns the sessions. Its errors wrap ErrInvalid,
-// ErrNotFound or ErrUnavailable where those apply (see the errors).
+// with the MCP gateway that owns the sessions and the configuration they
+// serve. Its errors wrap ErrInvalid, ErrNotFound, ErrUnavailable or
+// ErrConfigNotLoaded where those apply (see the errors).
 type Runtime interface {
 	// Revoke revokes (with req.Deny: denies) the session's own lease, or
 	// with req.Shared the shared lease, of req.Server with req.Reason, and
@@ -40,6 +41,14 @@ type Runtime interface {
 	// runtime's own bound) and says how many; a non-nil error with them
 	// says what of their ending could not be recorded.
 	ReapIdle(ctx context.Context, idleMax time.Duration) (int, error)
+	// Reload reads the server configuration again, puts it in force and
+	// says what changed (Added and Removed sorted; the handler cuts them
+	// to MaxReloadNames). An error means nothing was put in force:
+	// ErrConfigNotLoaded when the configuration failed to load (its
+	// cause, which may name an entry, is the Runtime's to log: the
+	// refusal's text is static). A configuration put in force but not
+	// all recorded is a reply with RecordFailed, not an error.
+	Reload(ctx context.Context) (ReloadReply, error)
 }
 
 // ProjectionServices returns the projection API's services (bus.AccessRead)
@@ -55,7 +64,7 @@ func ProjectionServices(p *live.Projection) []bus.Service {
 }
 
 // RuntimeServices returns the control API's services (bus.AccessControl):
-// revoke, end a session and reap through rt, and the live leases from p.
+// revoke, allow, end a session, reap and reload through rt, and the live leases from p.
 // rt must be usable from the first request on (build it before the bus).
 func RuntimeServices(rt Runtime, p *live.Projection) []bus.Service {
 	pr := &projection{p: p, maxEvents: MaxActivationEvents}
@@ -69,6 +78,7 @@ func RuntimeServices(rt Runtime, p *live.Projection) []bus.Service {
 		{Subject: AllowSubject, Access: bus.AccessControl, Timeout: RuntimeTimeout, Handle: bus.JSON(h.allow)},
 		{Subject: EndSessionSubject, Access: bus.AccessControl, Timeout: RuntimeTimeout, Handle: bus.JSON(h.endSession)},
 		{Subject: ReapSubject, Access: bus.AccessControl, Timeout: RuntimeTimeout, Handle: bus.JSON(h.reap)},
+		{Subject: ReloadSubject, Access: bus.AccessControl, Timeout: RuntimeTimeout, Handle: bus.JSON(h.reload)},
 	}
 }
 
@@ -156,6 +166,43 @@ func (h *runtimeHandlers) reap(ctx context.Context, _ string, r *ReapRequest) (*
 	}
 	return &ReapReply{Reaped: n, RecordFailed: err != nil}, nil
 }
+
+func (h *runtimeHandlers) reload(ctx context.Context, _ string, _ *ReloadRequest) (*ReloadReply, error) {
+	r, err := h.rt.Reload(ctx)
+	switch {
+	case errors.Is(err, ErrConfigNotLoaded):
+		return nil, bus.Refuse(CodeConfigNotLoaded, "the configuration failed to load and the previous one stays in force: see serve's log")
+	case err != nil:
+		return nil, runtimeError(err)
+	}
+	for _, n := range slices.Concat(r.Added, r.Removed) {
+		if !validServer(n) {
+			// Not reached with serve (its names are the gateway's).
+			return nil, errors.New("control: the runtime reported a server name that is not UTF-8 of 1 to MaxServerBytes bytes")
+		}
+	}
+	r.Added, r.AddedOmitted = cutNames(r.Added, r.AddedOmitted)
+	r.Removed, r.RemovedOmitted = cutNames(r.Removed, r.RemovedOmitted)
+	return &r, nil
+}
+
+// cutNames keeps at most MaxReloadNames of names (never nil) and adds
+// the names left out to omitted. With names of at most MaxServerBytes,
+// a ReloadReply fits MaxReplyBytes (reloadReplyMax).
+func cutNames(names []string, omitted int) ([]string, int) {
+	if len(names) > MaxReloadNames {
+		omitted += len(names) - MaxReloadNames
+		names = names[:MaxReloadNames]
+	}
+	return nonNil(names), omitted
+}
+
+// reloadReplyMax bounds a ReloadReply's JSON: two lists of MaxReloadNames
+// names of MaxServerBytes bytes, each byte escaped at worst as \u00XX,
+// and 256 bytes for the rest.
+const reloadReplyMax = 2*MaxReloadNames*(6*MaxServerBytes+3) + 256
+
+const _ = uint(MaxReplyBytes - reloadReplyMax)
 
 // sharedKey is the key session of shared leases.
 const sharedKey = events.SharedSessionKey

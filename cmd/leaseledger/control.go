@@ -29,7 +29,7 @@ func newControlCmd(a *app) *cobra.Command {
 		Long: `control calls the runtime control API of a running 'serve' over NATS
 (leaseledger.api.runtime.…, see docs/operations.md): list the live leases,
 revoke a lease (and deny it; allow lifts a denial), end a session, reap
-idle leases now. Only the
+idle leases now, reload serve's --config (as SIGHUP does). Only the
 bus's control user (serve --control-user) may call it: for any other user
 the bus refuses the request as a permission violation.`,
 	}
@@ -145,6 +145,32 @@ the bus refuses the request as a permission violation.`,
 	}
 	reap.Flags().DurationVar(&idleMax, "idle-max", 0, "idle time after which a lease is reaped (0: serve's bound)")
 
+	reload := &cobra.Command{
+		Use:   "reload",
+		Short: "Have serve read its --config (mcp.json) again and put it in force, as SIGHUP does",
+		Long: `reload has serve read its --config again and put it in force: servers added
+are offered from each session's next listing, servers removed have their leases
+ended. A file that fails to load changes nothing (exit status 1; serve's log
+says why).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return client(func(c *control.Client) error {
+				r, err := c.Reload(cmd.Context())
+				if errors.Is(err, control.ErrConfigNotLoaded) {
+					return fmt.Errorf("%w (the previous configuration stays in force; serve's log says why)", err)
+				} else if err != nil {
+					return err
+				}
+				fmt.Fprintf(a.stdout, "config reloaded: %d server(s), added %s, removed %s (%d lease(s) ended)\n",
+					r.Servers, reloadNames(r.Added, r.AddedOmitted), reloadNames(r.Removed, r.RemovedOmitted), r.LeasesEnded)
+				if r.RecordFailed {
+					return errors.New("the configuration is in force, but not all of it could be recorded: see serve's log")
+				}
+				return nil
+			})
+		},
+	}
+
 	var (
 		asJSON  bool
 		session string
@@ -188,6 +214,16 @@ the bus refuses the request as a permission violation.`,
 	leases.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	leases.Flags().StringVar(&session, "session", "", "only the leases of this key session")
 
-	cmd.AddCommand(revoke, allow, endSession, reap, leases)
+	cmd.AddCommand(revoke, allow, endSession, reap, reload, leases)
 	return cmd
+}
+
+// reloadNames prints a reload's list of names as serve does ("[a b]"),
+// with the number left out of the reply.
+func reloadNames(names []string, omitted int) string {
+	s := fmt.Sprint(names)
+	if omitted > 0 {
+		s += fmt.Sprintf(" and %d more", omitted)
+	}
+	return s
 }

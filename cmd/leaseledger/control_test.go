@@ -59,6 +59,11 @@ func (r *cliControlRuntime) ReapIdle(_ context.Context, d time.Duration) (int, e
 	return 1, nil
 }
 
+func (r *cliControlRuntime) Reload(context.Context) (control.ReloadReply, error) {
+	r.record("reload")
+	return control.ReloadReply{Servers: 2, Added: []string{"b", "c"}, Removed: []string{"a"}, LeasesEnded: 1}, nil
+}
+
 // TestControlCommands drives `leaseledger control` against a real bus
 // serving the control API over a real projection.
 func TestControlCommands(t *testing.T) {
@@ -103,6 +108,7 @@ func TestControlCommands(t *testing.T) {
 		{[]string{"allow", "--shared", "--server", "other"}, "shared lease of other allowed", "allow  true other"},
 		{[]string{"end-session", "s-1"}, "session s-1 ended", "end s-1"},
 		{[]string{"reap", "--idle-max", "90s"}, "1 lease(s) reaped", "reap 1m30s"},
+		{[]string{"reload"}, "config reloaded: 2 server(s), added [b c], removed [a] (1 lease(s) ended)", "reload"},
 		{[]string{"leases"}, "lease table at seq 7: 1 lease(s)", ""},
 	} {
 		r := ctl("ops", "pw3", c.args...)
@@ -144,6 +150,7 @@ func TestControlCommands(t *testing.T) {
 		{"ops", "pw3", []string{"allow", "--server", "everything"}, "invalid request: give exactly one of session and shared"},
 		{"dash", "pw", []string{"revoke", "--session", "s-1", "--server", "everything"}, "not permitted for this bus user (connect as serve's --control-user)"},
 		{"", "", []string{"reap"}, "not permitted"},
+		{"dash", "pw", []string{"reload"}, "not permitted for this bus user (connect as serve's --control-user)"},
 	} {
 		r := ctl(c.user, c.pass, c.args...)
 		if r.code != 1 || !strings.Contains(r.stderr, c.err) {

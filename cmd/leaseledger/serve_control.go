@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"strings"
@@ -24,13 +25,25 @@ import (
 // controlRuntime is the control API's view of serve's runtime: the lease
 // manager for revocation and reaping, the gateway for ending sessions
 // (an MCP session is ended by the gateway, which releases its runtime
-// scope).
+// scope), and serve's reload of --config (serveRuntime.reload, as SIGHUP).
 type controlRuntime struct {
-	mgr *runtime.Manager
-	gw  *gateway.Gateway
+	mgr    *runtime.Manager
+	gw     *gateway.Gateway
+	reload func(context.Context) (reloadChange, error)
+	// stdout and stderr are serve's: a reload is reported there as a
+	// SIGHUP's is, the cause of a failure in full (the reply has only
+	// static text).
+	stdout, stderr io.Writer
 }
 
 var _ control.Runtime = controlRuntime{}
+
+// The reload reply's lists hold every name a configuration may have.
+const _ = uint(control.MaxReloadNames - gateway.MaxServers)
+
+// configNotReloaded begins serveRuntime.reload's error when the file
+// failed to load (nothing changed).
+const configNotReloaded = "config not reloaded (the previous one stays in force)"
 
 // Revoke implements control.Runtime: the runtime's operator revocation,
 // which accepts a config name or a server id and reports finding nothing
@@ -59,6 +72,29 @@ func (c controlRuntime) ReapIdle(ctx context.Context, idleMax time.Duration) (in
 	return n, controlError(err)
 }
 
+// Reload implements control.Runtime: serve's reload, reported on serve's
+// output like a SIGHUP's. A file that failed to load is
+// control.ErrConfigNotLoaded (its cause, which may name the entry, only
+// on stderr); a configuration put in force but not all recorded is a
+// reply with RecordFailed.
+func (c controlRuntime) Reload(ctx context.Context) (control.ReloadReply, error) {
+	change, err := c.reload(ctx)
+	if err != nil {
+		fmt.Fprintf(c.stderr, "leaseledger: %v (control API)\n", err)
+	} else {
+		fmt.Fprintf(c.stdout, "leaseledger: %s (control API)\n", change)
+	}
+	// Only a reload that put a configuration in force names its servers.
+	if err != nil && change.servers == nil {
+		if strings.HasPrefix(err.Error(), configNotReloaded) {
+			return control.ReloadReply{}, fmt.Errorf("%w: %w", control.ErrConfigNotLoaded, err)
+		}
+		return control.ReloadReply{}, controlError(err)
+	}
+	return control.ReloadReply{Servers: len(change.servers), Added: change.added, Removed: change.removed,
+		LeasesEnded: change.ended, RecordFailed: err != nil}, nil
+}
+
 // controlError adds the control sentinel the handlers branch on to a
 // runtime or gateway error (the error itself is kept for the log).
 func controlError(err error) error {
@@ -81,7 +117,8 @@ func controlError(err error) error {
 func busServices(proj *live.Projection, rt *serveRuntime, controlUser string) []bus.Service {
 	s := control.ProjectionServices(proj)
 	if rt != nil && controlUser != "" {
-		s = append(s, control.RuntimeServices(controlRuntime{mgr: rt.mgr, gw: rt.gw}, proj)...)
+		c := controlRuntime{mgr: rt.mgr, gw: rt.gw, reload: rt.reload, stdout: rt.a.stdout, stderr: rt.a.stderr}
+		s = append(s, control.RuntimeServices(c, proj)...)
 	}
 	return s
 }
