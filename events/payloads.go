@@ -98,10 +98,23 @@ func (p *LeaseAcquired) Validate() error {
 }
 
 // LeaseAcquireFailed records an acquisition that did not produce a lease.
+// Cause, Target and HTTPStatus are the operator's account of the failure
+// (what the runtime observed at its boundary, never the server's text).
 type LeaseAcquireFailed struct {
 	Fingerprint string `json:"fingerprint,omitempty"`
 	Reason      string `json:"reason"` // machine code, e.g. "config_missing", "spawn_failed", "listing_too_large"
 	DurationNS  int64  `json:"duration_ns"`
+	// Cause is what failed underneath the step the reason names (a refused
+	// dial, a DNS failure, a timer, an HTTP status, an exited process);
+	// empty when the failure has none (a cap refusal, a denial, the ledger).
+	Cause FailureCause `json:"cause,omitempty"`
+	// Target is the host:port the failing HTTP request was sent to (the
+	// endpoint's, or an allowed redirect origin's), never its scheme,
+	// path, query or user info; empty for stdio servers.
+	Target string `json:"target,omitempty"`
+	// HTTPStatus is the error status the endpoint answered (cause
+	// http_status); 0 when none.
+	HTTPStatus int `json:"http_status,omitempty"`
 }
 
 // Kind implements [Payload].
@@ -109,7 +122,12 @@ func (*LeaseAcquireFailed) Kind() Kind { return "lease.acquire_failed" }
 
 // Validate implements [Payload].
 func (p *LeaseAcquireFailed) Validate() error {
-	return checks{optDigest("fingerprint", p.Fingerprint), code("reason", p.Reason), nonNegative("duration_ns", p.DurationNS)}.first()
+	c := checks{optDigest("fingerprint", p.Fingerprint), code("reason", p.Reason), nonNegative("duration_ns", p.DurationNS),
+		optMember("cause", p.Cause), text("target", p.Target, false)}
+	if p.HTTPStatus != 0 {
+		c = append(c, between("http_status", int64(p.HTTPStatus), 400, 599))
+	}
+	return c.first()
 }
 
 // LeaseChildStarted records the one child process an acquisition started.

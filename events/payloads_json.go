@@ -30,6 +30,15 @@ func (p *LeaseAcquireFailed) appendJSON(b []byte) ([]byte, bool) {
 	}
 	b = appendJSONString(append(b, `,"reason":`...), string(p.Reason))
 	b = appendJSONInt(append(b, `,"duration_ns":`...), int64(p.DurationNS))
+	if p.Cause != "" {
+		b = appendJSONString(append(b, `,"cause":`...), string(p.Cause))
+	}
+	if p.Target != "" {
+		b = appendJSONString(append(b, `,"target":`...), string(p.Target))
+	}
+	if p.HTTPStatus != 0 {
+		b = appendJSONInt(append(b, `,"http_status":`...), int64(p.HTTPStatus))
+	}
 	return closeJSONObject(b, start), true
 }
 

@@ -345,6 +345,95 @@ func (HTTPBarrierOutcome) values() []HTTPBarrierOutcome {
 	return []HTTPBarrierOutcome{HTTPBarrierOK, HTTPBarrierError, HTTPBarrierTimeout, HTTPBarrierUnsupported}
 }
 
+// FailureCause is the operator's account of why an acquisition (or a
+// call) failed: what the runtime observed at its own boundary — a socket
+// error, a resolver or TLS failure, which of its timers fired, an HTTP
+// status, a process that exited — never text from the MCP server.
+type FailureCause string
+
+// FailureCause values.
+const (
+	// CauseConnectionRefused: the dial to the endpoint was refused
+	// (nothing listens there).
+	CauseConnectionRefused FailureCause = "connection_refused"
+	// CauseConnectionReset: the connection was reset or closed by the peer
+	// before a response (ECONNRESET, EPIPE, an unexpected EOF).
+	CauseConnectionReset FailureCause = "connection_reset"
+	// CauseHostUnreachable: no route to the endpoint's network or host.
+	CauseHostUnreachable FailureCause = "host_unreachable"
+	// CauseDNS: the endpoint's host name did not resolve.
+	CauseDNS FailureCause = "dns"
+	// CauseTLS: the TLS handshake failed (certificate, protocol, alert).
+	CauseTLS FailureCause = "tls"
+	// CauseConnectTimeout: dialing (TCP and TLS) outlived the connect
+	// timeout.
+	CauseConnectTimeout FailureCause = "connect_timeout"
+	// CauseReceiveTimeout: no response byte, or no body bytes, within the
+	// receive timeout.
+	CauseReceiveTimeout FailureCause = "receive_timeout"
+	// CauseRequestTimeout: a request outlived the whole-request timeout.
+	CauseRequestTimeout FailureCause = "request_timeout"
+	// CauseAcquireTimeout: the acquisition's budget expired (the step is
+	// the reason: initialize_failed, listing_failed).
+	CauseAcquireTimeout FailureCause = "acquire_timeout"
+	// CauseHTTPStatus: the endpoint answered with an HTTP error status
+	// (http_status holds it).
+	CauseHTTPStatus FailureCause = "http_status"
+	// CauseRedirectRefused: the endpoint redirected where the runtime does
+	// not follow (a status other than 307, another origin, too many hops,
+	// a bad Location).
+	CauseRedirectRefused FailureCause = "redirect_refused"
+	// CauseResponseTooLarge: a response body exceeded its bound.
+	CauseResponseTooLarge FailureCause = "response_too_large"
+	// CauseProtocol: the transport worked but the MCP exchange did not (an
+	// error or malformed answer to initialize or tools/list).
+	CauseProtocol FailureCause = "protocol"
+	// CauseProcessExited: the server's process ended before it answered
+	// (its wait status is in the activation's guardian facts).
+	CauseProcessExited FailureCause = "process_exited"
+	// CauseSpawnFailed: the guardian ran but could not start the command.
+	CauseSpawnFailed FailureCause = "spawn_failed"
+	// CauseHelperUnavailable: the guardian helper is missing, could not
+	// start, or speaks another version.
+	CauseHelperUnavailable FailureCause = "helper_unavailable"
+	// CauseCancelled: the caller's context ended first.
+	CauseCancelled FailureCause = "cancelled"
+	// CauseTransport: another transport failure (none of the above).
+	CauseTransport FailureCause = "transport"
+)
+
+// Valid reports whether v is one of the FailureCause values.
+func (v FailureCause) Valid() bool {
+	switch v {
+	case CauseConnectionRefused, CauseConnectionReset, CauseHostUnreachable, CauseDNS, CauseTLS,
+		CauseConnectTimeout, CauseReceiveTimeout, CauseRequestTimeout, CauseAcquireTimeout,
+		CauseHTTPStatus, CauseRedirectRefused, CauseResponseTooLarge, CauseProtocol,
+		CauseProcessExited, CauseSpawnFailed, CauseHelperUnavailable, CauseCancelled, CauseTransport:
+		return true
+	}
+	return false
+}
+
+// values lists the FailureCause values in catalogue order.
+func (FailureCause) values() []FailureCause {
+	return []FailureCause{CauseConnectionRefused, CauseConnectionReset, CauseHostUnreachable, CauseDNS, CauseTLS,
+		CauseConnectTimeout, CauseReceiveTimeout, CauseRequestTimeout, CauseAcquireTimeout,
+		CauseHTTPStatus, CauseRedirectRefused, CauseResponseTooLarge, CauseProtocol,
+		CauseProcessExited, CauseSpawnFailed, CauseHelperUnavailable, CauseCancelled, CauseTransport}
+}
+
+// optMember is member for an optional field: empty is absent.
+func optMember[T interface {
+	~string
+	Valid() bool
+	values() []T
+}](field string, v T) error {
+	if v == "" {
+		return nil
+	}
+	return member(field, v)
+}
+
 // member validates that v is a member of its closed set; the message lists
 // the set from its constants.
 func member[T interface {

@@ -50,6 +50,7 @@ func TestClosedSets(t *testing.T) {
 	checkSet(t, Result(""))
 	checkSet(t, TerminationReason(""))
 	checkSet(t, RefusalReason(""))
+	checkSet(t, FailureCause(""))
 }
 
 // TestBarrierOutcomeStatus holds the outcome→status rule that the

@@ -41,13 +41,15 @@ func genDraft(t *rapid.T) events.Draft {
 	outcome := func(name string, vs ...string) string { return rapid.SampledFrom(vs).Draw(t, name) }
 	var p events.Payload
 	// Weighted: evidence events (which drive the ring) are most frequent.
-	switch k := rapid.IntRange(0, 44).Draw(t, "kind"); k {
+	switch k := rapid.IntRange(0, 45).Draw(t, "kind"); k {
 	case 0:
 		p = &events.LeaseAcquiring{KeySession: sess, Fingerprint: eventgen.Digest, Shared: rapid.Bool().Draw(t, "shared")}
 	case 1:
 		p = &events.LeaseAcquired{Fingerprint: eventgen.Digest, DurationNS: 5}
 	case 2:
-		p = &events.LeaseAcquireFailed{Reason: "spawn_failed", DurationNS: 5}
+		p = &events.LeaseAcquireFailed{Reason: pick(t, "afr", "spawn_failed", "initialize_failed"), DurationNS: 5,
+			Cause:  pick(t, "afc", "", events.CauseConnectionRefused, events.CauseHTTPStatus, events.CauseProcessExited),
+			Target: pick(t, "aft", "", "127.0.0.1:3011"), HTTPStatus: pick(t, "afs", 0, 503)}
 	case 3:
 		p = &events.LeaseChildStarted{PID: pid, GuardianPID: pid + 10, Cleanup: pick(t, "cleanup", events.CleanupVerified, events.CleanupVerified, events.CleanupBestEffort)}
 	case 4:
