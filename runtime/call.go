@@ -312,6 +312,9 @@ func (c *callRun) run(ctx context.Context) (*mcp.CallToolResult, bool, error) {
 		m.keep(l.terminate(ctx, events.TerminatedRevoked))
 	case ending:
 		m.keep(l.terminate(ctx, reason))
+		if le, ok := f.err.(*LeaseError); ok && le.Cause == events.CauseProcessExited {
+			le.Exit = l.exitStatus() // the receipt arrived with the cleanup
+		}
 	}
 	retry := ending && f.exited && l.neverReached(sent, relayed)
 	return res, retry, f.err
@@ -345,18 +348,29 @@ func (c *callRun) classify(ctx context.Context, err error) failure {
 		// failed the whole connection for it (a JSON response's read
 		// error does; the child is marked lost before the call is
 		// retired).
-		f := failure{outcome: events.CallTransportError, err: c.err(ErrCallFailed, cause)}
+		e := c.err(ErrCallFailed, cause)
+		e.setFailure(c.httpCause.failure(), nil)
+		f := failure{outcome: events.CallTransportError, err: e}
 		if f.ends = c.l.childGone(); f.ends {
 			f.exited = true
 		}
 		return f
 	}
-	f := failure{outcome: events.CallTransportError, err: c.err(ErrCallFailed, nil)}
+	e := c.err(ErrCallFailed, nil)
+	f := failure{outcome: events.CallTransportError, err: e}
 	var we *jsonrpc.Error
 	// A request the transport refused (-32005) leaves the connection up.
 	f.ends = !errors.As(err, &we) || we.Code != codeRejected
 	if f.ends {
 		f.exited = c.l.awaitChildEnd(ctx)
+	}
+	// The operator's account: what the HTTP boundary observed, or a stdio
+	// child that ended (its wait status is added once its cleanup ran).
+	switch fi := c.httpCause.failure(); {
+	case fi.cause != "":
+		e.setFailure(fi, nil)
+	case f.exited && c.httpCause == nil:
+		e.Cause = events.CauseProcessExited
 	}
 	return f
 }

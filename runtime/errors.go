@@ -3,6 +3,8 @@ package runtime
 import (
 	"errors"
 	"strconv"
+
+	"github.com/leaseledger/leaseledger/events"
 )
 
 // Sentinel errors of this package, carried in LeaseError.Err; match them
@@ -131,7 +133,22 @@ type LeaseError struct {
 	Count int
 	// Code is the JSON-RPC error code of the server's response for
 	// ErrRemote (a number the server chose; never its message).
-	Code  int64
+	Code int64
+	// Cause is the operator's account of a failed acquisition or call:
+	// what failed underneath Err, as the runtime observed it at its own
+	// boundary (a refused dial, DNS, TLS, which timer fired, an HTTP
+	// status, an exited process), never the server's text; empty when
+	// unknown or when the failure is no fault of the server's (a cap, a
+	// denial). An acquisition records the same in lease.acquire_failed.
+	Cause events.FailureCause
+	// Target is the host:port of the HTTP request that failed (never the
+	// URL's scheme, path, query or user info); empty for stdio servers.
+	Target string
+	// HTTPStatus is the endpoint's error status, for Cause http_status.
+	HTTPStatus int
+	// Exit is the server process's wait status, for Cause process_exited
+	// when its guardian receipt reported one; nil otherwise.
+	Exit  *ExitStatus
 	cause error
 }
 
@@ -154,6 +171,21 @@ func (e *LeaseError) Error() string {
 		}
 		if e.Code != 0 {
 			s += " code=" + strconv.FormatInt(e.Code, 10)
+		}
+		if e.Cause != "" {
+			s += " cause=" + string(e.Cause)
+		}
+		if e.Target != "" {
+			s += " target=" + e.Target
+		}
+		if e.HTTPStatus != 0 {
+			s += " http_status=" + strconv.Itoa(e.HTTPStatus)
+		}
+		if x := e.Exit; x != nil {
+			s += " exit_code=" + strconv.Itoa(x.Code)
+			if x.Signal != "" {
+				s += " signal=" + x.Signal
+			}
 		}
 		s += ")"
 	}

@@ -325,9 +325,11 @@ func (rt *leaseRoundTripper) RoundTrip(req *http.Request) (*http.Response, error
 			return nil, err
 		}
 	}
+	cur := req.URL
 	fail := func(err error, status int) (*http.Response, error) {
 		err = typedErr(ctx, err)
 		noteHTTPCause(ctx, err)
+		noteRequestFailure(ctx, cur, err)
 		outcome, detail := outcomeOf(ctx, err)
 		release()
 		if r != nil {
@@ -336,7 +338,6 @@ func (rt *leaseRoundTripper) RoundTrip(req *http.Request) (*http.Response, error
 		return nil, err
 	}
 
-	cur := req.URL
 	for hop := 0; ; hop++ {
 		// Each hop has its own context, so a followed hop's body can be
 		// abandoned (drainHop) without failing the request.
@@ -374,8 +375,11 @@ func (rt *leaseRoundTripper) RoundTrip(req *http.Request) (*http.Response, error
 			return fail(err, 0)
 		}
 		if resp.StatusCode < 300 || resp.StatusCode > 399 {
+			if resp.StatusCode >= 400 && resp.StatusCode <= 599 {
+				noteFailure(ctx, failureInfo{cause: events.CauseHTTPStatus, target: targetOf(cur), httpStatus: resp.StatusCode})
+			}
 			done := func() { release(); hcancel(nil) }
-			tb := &trackedBody{rc: resp.Body, rt: rt, ctx: ctx, cancel: cancel, req: r, status: resp.StatusCode, release: done}
+			tb := &trackedBody{rc: resp.Body, rt: rt, ctx: ctx, cancel: cancel, req: r, status: resp.StatusCode, release: done, url: cur}
 			if !stream {
 				tb.limit = MaxHTTPResponseBytes
 				if rt.to.receive > 0 {
@@ -472,6 +476,7 @@ type trackedBody struct {
 	ctx     context.Context
 	req     *httpReq // nil when nothing is recorded
 	status  int
+	url     *url.URL // the request's (its hop's) URL, for noteRequestFailure
 	release func()
 	gap     *time.Timer // nil for the GET stream
 	limit   int64       // 0 for the GET stream
@@ -507,6 +512,7 @@ func (b *trackedBody) Read(p []byte) (int, error) {
 		} else {
 			err = typedErr(b.ctx, err)
 			noteHTTPCause(b.ctx, err)
+			noteRequestFailure(b.ctx, b.url, err)
 			if b.readErr == nil {
 				b.readErr = err
 			}

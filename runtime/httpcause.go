@@ -14,9 +14,14 @@ import (
 // puts one in the context it calls with (withHTTPCause); the go-sdk makes
 // the call's POST (and its stream's resumption) with that context, so the
 // round tripper finds it (noteHTTPCause). Only the first cause is kept.
+//
+// The slot also keeps the operator's account of the first failed request
+// (info: see noteFailure), for the call's or the acquisition's LeaseError
+// and lease.acquire_failed; it never changes how a call is classified.
 type httpCallCause struct {
-	mu  sync.Mutex
-	err error
+	mu   sync.Mutex
+	err  error
+	info failureInfo
 }
 
 type httpCauseKey struct{}

@@ -150,56 +150,68 @@ func (l *lease) start(ctx context.Context) error {
 	// durable, and a durable lease.acquiring needs its outcome.
 	acqErr := m.emitFact(ctx, l.draft(&events.LeaseAcquiring{KeySession: l.key.session, Fingerprint: l.fingerprint, Shared: l.cfg.Shared,
 		ConfigName: l.cfg.configName(l.key.server)}))
-	fail := func(reason string, kind error, cause error) error {
-		m.keep(m.emitFact(ctx, l.draft(&events.LeaseAcquireFailed{Fingerprint: l.fingerprint, Reason: reason, DurationNS: since(m.opts.Now(), t0)})))
+	// slot receives what the HTTP boundary observes of the acquisition's
+	// requests (the go-sdk makes them under ctx), for the failure's cause.
+	var slot *httpCallCause
+	if l.cfg.isHTTP() {
+		slot = &httpCallCause{}
+		ctx = context.WithValue(ctx, httpCauseKey{}, slot)
+	}
+	// fail records the failure with its cause (stepErr: the failed step's
+	// error, only ever classified, never recorded) and ends the child.
+	fail := func(reason string, kind error, cause, stepErr error) error {
+		fi := l.acquireFailure(ctx, slot, reason, stepErr)
+		m.keep(m.emitFact(ctx, l.draft(&events.LeaseAcquireFailed{Fingerprint: l.fingerprint, Reason: reason, DurationNS: since(m.opts.Now(), t0),
+			Cause: fi.cause, Target: fi.target, HTTPStatus: fi.httpStatus})))
 		if l.child != nil {
 			m.keep(l.terminate(ctx, events.TerminatedAcquireFailed))
 		}
 		e := newErr("acquire", &l.key, kind, cause)
 		e.Activation = l.activation
+		e.setFailure(fi, l.exitStatus())
 		return e
 	}
 	if acqErr != nil {
-		return fail("ledger_failed", ErrLedger, nil)
+		return fail("ledger_failed", ErrLedger, nil, nil)
 	}
 	var tr mcp.Transport
 	if l.cfg.isHTTP() {
 		// No process: the child is the HTTP session (http.go).
 		hc, err := m.launchHTTP(l)
 		if err != nil {
-			return fail("spawn_failed", ErrSpawn, err)
+			return fail("spawn_failed", ErrSpawn, err, err)
 		}
 		l.child = hc
 		if err := m.emit(ctx, l.draft(&events.ConnectionOpened{Transport: events.TransportHTTP, Cleanup: events.CleanupBestEffort, OneShot: l.oneShot})); err != nil {
-			return fail("ledger_failed", ErrLedger, nil)
+			return fail("ledger_failed", ErrLedger, nil, nil)
 		}
 		tr = hc.observed(&l.wire, &l.reqs)
 	} else {
 		c, err := m.launch(ctx, m.launchSpec(l))
 		if err != nil {
 			// guardian errors are our own words (no child output), so keep them.
-			return fail("spawn_failed", ErrSpawn, err)
+			return fail("spawn_failed", ErrSpawn, err, err)
 		}
 		l.child = c
 		f := c.facts()
 		if err := m.emit(ctx, guardianStartedDraft(l.activation, l.key.session, l.key.server, f),
 			l.draft(&events.LeaseChildStarted{PID: f.TargetPID, GuardianPID: f.HelperPID, Cleanup: events.CleanupVerified}),
 			l.draft(&events.ConnectionOpened{Transport: events.TransportStdio, Cleanup: events.CleanupVerified, OneShot: l.oneShot})); err != nil {
-			return fail("ledger_failed", ErrLedger, nil)
+			return fail("ledger_failed", ErrLedger, nil, nil)
 		}
 		tr = &streamTransport{stream: c.stream(), wire: &l.wire, reqs: &l.reqs}
 	}
 	cs, err := m.client.Connect(ctx, tr, &mcp.ClientSessionOptions{ProtocolVersion: ProtocolVersion})
 	if err != nil {
-		return fail("initialize_failed", ErrInitialize, ctxCause(ctx))
+		return fail("initialize_failed", ErrInitialize, ctxCause(ctx), err)
 	}
 	l.cs = cs
 	listing, err := fetchListing(ctx, cs)
 	if err != nil {
 		if errors.Is(err, ErrListingTooLarge) {
-			return fail("listing_too_large", ErrListingTooLarge, nil)
+			return fail("listing_too_large", ErrListingTooLarge, nil, nil)
 		}
-		return fail("listing_failed", ErrListing, ctxCause(ctx))
+		return fail("listing_failed", ErrListing, ctxCause(ctx), err)
 	}
 	l.listing = listing
 	now := m.opts.Now()
@@ -207,7 +219,7 @@ func (l *lease) start(ctx context.Context) error {
 	if err := m.emit(ctx,
 		l.draft(&events.LeaseListingPinned{ToolCount: len(listing.Tools), Pages: listing.Pages, ListingBytes: listing.Bytes, ListingDigest: listing.Digest}),
 		l.draft(&events.LeaseAcquired{Fingerprint: l.fingerprint, DurationNS: since(now, t0)})); err != nil {
-		return fail("ledger_failed", ErrLedger, nil)
+		return fail("ledger_failed", ErrLedger, nil, nil)
 	}
 	return nil
 }
