@@ -168,6 +168,9 @@ func printReport(w io.Writer, out *audit.Activation) {
 		}
 	}
 	fmt.Fprintf(w, "events: %d (seq %d..%d)\n", r.Events, r.FirstSeq, r.LastSeq)
+	if af := out.AcquireFailed; af != nil {
+		fmt.Fprintf(w, "acquisition failed at seq %d: %s%s\n", af.Seq, af.Reason, acquireCauseText(af))
+	}
 	c := r.Connection
 	if c.Opened {
 		fmt.Fprintf(w, "connection: transport=%s cleanup=%s one_shot=%t phase=%s\n", c.Transport, c.Cleanup, c.OneShot, c.Phase)
@@ -235,6 +238,28 @@ func printReport(w io.Writer, out *audit.Activation) {
 	for _, e := range out.Timeline {
 		fmt.Fprintf(w, "  %d\t%s\t%s\t%s\n", e.Seq, e.Time.UTC().Format(events.TimeLayout), e.Kind, e.Data)
 	}
+}
+
+// acquireCauseText is a failed acquisition's cause as " (cause …, target
+// host:port, http status …, exit code …, signal …)", or "" without one.
+func acquireCauseText(af *audit.AcquireFailure) string {
+	if af.Cause == "" {
+		return ""
+	}
+	s := " (cause " + string(af.Cause)
+	if af.Target != "" {
+		s += ", target " + af.Target
+	}
+	if af.HTTPStatus != 0 {
+		s += fmt.Sprintf(", http status %d", af.HTTPStatus)
+	}
+	if af.ExitCode != nil {
+		s += fmt.Sprintf(", exit code %d", *af.ExitCode)
+	}
+	if af.Signal != "" {
+		s += ", signal " + af.Signal
+	}
+	return s + ")"
 }
 
 // printListHeader prints a bounded list's title line: "title (n):", or

@@ -53,7 +53,12 @@
 //	    {"call_id": "…", "tool": "…", "session": "…", "admitted_seq": 9,
 //	     "state": "running"}       // or "lost": its lease ended with it unpaired
 //	  ],
-//	  "calls_outcome_unknown_omitted": 0
+//	  "calls_outcome_unknown_omitted": 0,
+//	  "acquire_failed": {           // optional: the first lease.acquire_failed, with its cause
+//	    "seq": 2, "reason": "initialize_failed", "duration_ns": 1000,
+//	    "cause": "connection_refused", "target": "127.0.0.1:3011", // optional
+//	    "http_status": 503,         // optional, cause http_status
+//	    "exit_code": 3, "signal": "KILL"} // optional, cause process_exited: guardian.reaped's wait status
 //	}
 //
 // [Summary]:

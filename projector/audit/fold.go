@@ -84,11 +84,20 @@ type Activation struct {
 	// CallsOutcomeUnknownOmitted counts the rest.
 	CallsOutcomeUnknown        []UnknownCall `json:"calls_outcome_unknown"`
 	CallsOutcomeUnknownOmitted int           `json:"calls_outcome_unknown_omitted"`
+	// AcquireFailed is the activation's failed acquisition with its cause
+	// (see AcquireFailure); absent when none was recorded.
+	AcquireFailed *AcquireFailure `json:"acquire_failed,omitempty"`
 }
 
 // leaseTerminated is the kind whose event makes the fold's unpaired calls
 // lost.
 var leaseTerminated = new(events.LeaseTerminated).Kind()
+
+// The kinds the acquisition's fold reads.
+var (
+	leaseAcquireFailed = new(events.LeaseAcquireFailed).Kind()
+	guardianReaped     = new(events.GuardianReaped).Kind()
+)
 
 // Event is one event of an activation's timeline, its payload as recorded.
 type Event struct {
@@ -109,6 +118,7 @@ type Fold struct {
 	reqs  requestFold
 	http  httpFold
 	calls callFold
+	acq   acquireFold
 }
 
 // NewFold returns a fold of activation's events.
@@ -133,7 +143,8 @@ func (f *Fold) Add(env *events.Envelope) error {
 	var p events.Payload
 	family := env.Kind.Family()
 	late := false
-	if family == "request" || family == "http" || family == "call" || env.Kind == leaseTerminated {
+	if family == "request" || family == "http" || family == "call" || env.Kind == leaseTerminated ||
+		env.Kind == leaseAcquireFailed || env.Kind == guardianReaped {
 		var err error
 		if p, err = env.Payload(); err != nil {
 			return &Error{Op: "add", Activation: f.id, Seq: uint64(env.Seq), Err: err}
@@ -154,9 +165,12 @@ func (f *Fold) Add(env *events.Envelope) error {
 	case "call":
 		f.calls.add(seq, env.Session, p)
 	case "lease":
-		if p != nil {
+		if env.Kind == leaseTerminated {
 			f.calls.add(seq, env.Session, p)
 		}
+		f.acq.add(seq, p)
+	case "guardian":
+		f.acq.add(seq, p)
 	}
 	e := Event{Seq: seq, Time: events.Instant{Time: env.Time}, Kind: env.Kind, Data: env.Data}
 	if f.keep == 0 || len(f.ring) < f.keep {
@@ -193,6 +207,7 @@ func (f *Fold) Result() (Activation, error) {
 	a, _ := f.state.Activation(f.id)
 	out.HTTPRequests = f.http.result(&a.Evidence)
 	out.CallsOutcomeUnknown, out.CallsOutcomeUnknownOmitted = f.calls.result()
+	out.AcquireFailed = f.acq.result()
 	if f.keep > 0 && f.total > uint64(f.keep) { // the ring, oldest first
 		start := int(f.total % uint64(f.keep))
 		out.Timeline = append(slices.Clone(f.ring[start:]), f.ring[:start]...)
