@@ -287,9 +287,29 @@ func (s *session) callTool(ctx context.Context, p *mcp.CallToolParamsRaw) (*mcp.
 
 // logFailure logs a failed request to server at warn level: the runtime's
 // errors carry static text and local identities only, never the server's
-// text.
+// text. The operator's account of the failure (runtime.LeaseError's
+// Cause, Target, HTTPStatus, Exit: a refused dial to host:port, a DNS or
+// TLS failure, a timer, a status, an exit status) is logged as its own
+// attributes too; the client's answer stays static (rpcError).
 func (s *session) logFailure(what, server string, err error) {
-	s.g.opts.Logger.Warn("gateway: "+what+" failed", "session", s.id, "server", server, "err", err)
+	attrs := []any{"session", s.id, "server", server, "err", err}
+	var le *runtime.LeaseError
+	if errors.As(err, &le) && le.Cause != "" {
+		attrs = append(attrs, "cause", string(le.Cause))
+		if le.Target != "" {
+			attrs = append(attrs, "target", le.Target)
+		}
+		if le.HTTPStatus != 0 {
+			attrs = append(attrs, "http_status", le.HTTPStatus)
+		}
+		if le.Exit != nil {
+			attrs = append(attrs, "exit_code", le.Exit.Code)
+			if le.Exit.Signal != "" {
+				attrs = append(attrs, "signal", le.Exit.Signal)
+			}
+		}
+	}
+	s.g.opts.Logger.Warn("gateway: "+what+" failed", attrs...)
 }
 
 // notifyProgress sends one progress notification for the client's token
