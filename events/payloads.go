@@ -50,6 +50,7 @@ var kindList = []func() Payload{
 	func() Payload { return new(HTTPWorkerDown) },
 	func() Payload { return new(HTTPLost) },
 	func() Payload { return new(HostBound) },
+	func() Payload { return new(ConfigLoaded) },
 }
 
 // ---- lease: session-scoped runtime leases ----

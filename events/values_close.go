@@ -235,6 +235,9 @@ const (
 	// TerminatedWedged: the server let runtime.MaxConsecutiveTimeouts
 	// calls in a row run past their budget; the lease was retired.
 	TerminatedWedged TerminationReason = "wedged"
+	// TerminatedRemoved: a reload of the configuration no longer names
+	// the lease's server.
+	TerminatedRemoved TerminationReason = "removed"
 )
 
 // Valid reports whether v is one of the TerminationReason values.
@@ -242,7 +245,7 @@ func (v TerminationReason) Valid() bool {
 	switch v {
 	case TerminatedRevoked, TerminatedPoisoned, TerminatedReaped, TerminatedSessionEnded, TerminatedAll,
 		TerminatedStaleConfig, TerminatedChildExited, TerminatedTransportError, TerminatedAcquireFailed,
-		TerminatedWhileStarting, TerminatedConnectionClosed, TerminatedHostLost, TerminatedWedged:
+		TerminatedWhileStarting, TerminatedConnectionClosed, TerminatedHostLost, TerminatedWedged, TerminatedRemoved:
 		return true
 	}
 	return false
@@ -252,7 +255,7 @@ func (v TerminationReason) Valid() bool {
 func (TerminationReason) values() []TerminationReason {
 	return []TerminationReason{TerminatedRevoked, TerminatedPoisoned, TerminatedReaped, TerminatedSessionEnded,
 		TerminatedAll, TerminatedStaleConfig, TerminatedChildExited, TerminatedTransportError,
-		TerminatedAcquireFailed, TerminatedWhileStarting, TerminatedConnectionClosed, TerminatedHostLost, TerminatedWedged}
+		TerminatedAcquireFailed, TerminatedWhileStarting, TerminatedConnectionClosed, TerminatedHostLost, TerminatedWedged, TerminatedRemoved}
 }
 
 // RefusalReason is why the call gate refused a call (call.refused).

@@ -36,7 +36,7 @@ var (
 // Err* sentinels. The wrapped cause is only ever a local error (file
 // system, context, runtime), never text from an MCP server or a client.
 type Error struct {
-	// Op is the operation: new, end_session, close, load_tokens, reload_tokens.
+	// Op is the operation: new, set_servers, end_session, close, load_tokens, reload_tokens.
 	Op string
 	// Session is the MCP session id; Server a server name; Line a line of
 	// the token file (1-based). All are local identities or numbers.

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/leaseledger/leaseledger/runtime"
@@ -93,13 +94,12 @@ type SessionInfo struct {
 // Gateway is the Streamable HTTP MCP endpoint over one runtime.Manager.
 // It is safe for concurrent use.
 type Gateway struct {
-	opts      Options
-	servers   []string
-	serverSet map[string]bool
-	origins   []string
-	srv       *mcp.Server
-	handler   http.Handler
-	unsub     func()
+	opts    Options
+	list    atomic.Pointer[serverList]
+	origins []string
+	srv     *mcp.Server
+	handler http.Handler
+	unsub   func()
 
 	mu       sync.Mutex
 	sessions map[string]*session
@@ -138,17 +138,12 @@ func New(opts Options) (*Gateway, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	g := &Gateway{opts: opts, serverSet: map[string]bool{}, sessions: map[string]*session{}, slots: map[string]int{}}
-	for _, s := range opts.Servers {
-		if !ValidServerName(s) {
-			return nil, bad(ErrServerName, "")
-		}
-		if g.serverSet[s] {
-			return nil, bad(ErrServerName, s)
-		}
-		g.serverSet[s] = true
-		g.servers = append(g.servers, s)
+	g := &Gateway{opts: opts, sessions: map[string]*session{}, slots: map[string]int{}}
+	list, err := newServerList(opts.Servers, 0)
+	if err != nil {
+		return nil, &Error{Op: "new", Server: err.server, Err: ErrServerName}
 	}
+	g.list.Store(list)
 	for _, o := range opts.AllowedOrigins {
 		n, ok := normalizeOrigin(o)
 		if !ok {
@@ -211,7 +206,63 @@ func normalizeOrigin(o string) (string, bool) {
 func (g *Gateway) Handler() http.Handler { return g.handler }
 
 // Servers returns the exposed server names, in listing order.
-func (g *Gateway) Servers() []string { return slices.Clone(g.servers) }
+func (g *Gateway) Servers() []string { return slices.Clone(g.list.Load().names) }
+
+// serverList is the servers a gateway offers, in listing order. SetServers
+// replaces it whole and never changes one in place, so each request reads
+// one consistent list.
+type serverList struct {
+	names []string
+	set   map[string]bool
+	// gen counts the lists before this one: list cursors carry it, so a
+	// cursor issued under another list is refused rather than resumed at
+	// another server.
+	gen uint64
+}
+
+// serverNameError names the server that broke the rules ("" when the
+// name itself is not shown: it is not a valid name).
+type serverNameError struct{ server string }
+
+// newServerList validates names (ValidServerName, no duplicates, at most
+// MaxServers).
+func newServerList(names []string, gen uint64) (*serverList, *serverNameError) {
+	if len(names) > MaxServers {
+		return nil, &serverNameError{}
+	}
+	l := &serverList{set: make(map[string]bool, len(names)), gen: gen}
+	for _, s := range names {
+		if !ValidServerName(s) {
+			return nil, &serverNameError{}
+		}
+		if l.set[s] {
+			return nil, &serverNameError{server: s}
+		}
+		l.set[s] = true
+		l.names = append(l.names, s)
+	}
+	return l, nil
+}
+
+// SetServers replaces the servers the gateway offers (a configuration
+// reload): each name must satisfy ValidServerName, without duplicates, at
+// most MaxServers (ErrServerName; the servers in force are kept). New
+// servers appear in each session's next listing. A removed server's tools
+// and resources are refused from now on as unknown (its pinned tools
+// included); its leases are the host's to end (runtime.Manager.
+// TerminateServer). List cursors issued before are refused as invalid.
+func (g *Gateway) SetServers(names []string) error {
+	for {
+		old := g.list.Load()
+		list, err := newServerList(names, old.gen+1)
+		if err != nil {
+			return &Error{Op: "set_servers", Server: err.server, Err: ErrServerName}
+		}
+		if g.list.CompareAndSwap(old, list) {
+			return nil
+		}
+	}
+}
 
 // Sessions returns the live sessions, oldest first.
 func (g *Gateway) Sessions() []SessionInfo {

@@ -74,6 +74,7 @@ type env struct {
 	tokens *Tokens
 	file   string            // the token file
 	plain  map[string]string // token name → plain token
+	cfg    *runtime.MapConfigSource
 }
 
 // server is one configured server of a test.
@@ -93,6 +94,7 @@ func newEnv(t *testing.T, servers []server, tokenNames []string, tweak func(*Opt
 	}
 	e := &env{t: t, l: l, plain: map[string]string{}}
 	cfg := &runtime.MapConfigSource{}
+	e.cfg = cfg
 	var names []string
 	for _, s := range servers {
 		if err := cfg.Set(s.name, s.cfg); err != nil {

@@ -188,7 +188,7 @@ func (s *session) listTools(ctx context.Context, p *mcp.ListToolsParams) (*mcp.L
 	if p != nil && p.Cursor != "" { // one page: the gateway issues no cursor
 		return nil, codeError(CodeInvalidParams, msgInvalidCursor)
 	}
-	servers := s.g.servers
+	servers := s.g.list.Load().names
 	lists := make([][]runtime.PinnedTool, len(servers))
 	sem := make(chan struct{}, MaxParallelListings)
 	var wg sync.WaitGroup
@@ -241,7 +241,7 @@ func (s *session) pinLocked(server string, tools []runtime.PinnedTool) {
 // session was not shown yet is listed first.
 func (s *session) ref(ctx context.Context, name string) (toolRef, *jsonrpc.Error) {
 	server, _, ok := SplitToolName(name)
-	if !ok || !s.g.serverSet[server] {
+	if !ok || !s.g.list.Load().set[server] {
 		return toolRef{}, codeError(CodeInvalidParams, msgUnknownTool)
 	}
 	s.mu.Lock()

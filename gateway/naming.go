@@ -71,6 +71,7 @@ func SplitResourceURI(uri string) (server, original string, ok bool) {
 type pageCursor struct {
 	Server int    `json:"s"`
 	Cursor string `json:"c,omitempty"`
+	Gen    uint64 `json:"g,omitempty"` // the server list's generation (serverList.gen)
 }
 
 // maxGatewayCursorBytes bounds a cursor a client sends back: the server's
@@ -82,8 +83,9 @@ func encodeCursor(c pageCursor) string {
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-// decodeCursor decodes a client's cursor; "" is the first page.
-func decodeCursor(s string, servers int) (pageCursor, bool) {
+// decodeCursor decodes a client's cursor of the server list of generation
+// gen (with that many servers); "" is the first page.
+func decodeCursor(s string, servers int, gen uint64) (pageCursor, bool) {
 	if s == "" {
 		return pageCursor{}, true
 	}
@@ -95,7 +97,7 @@ func decodeCursor(s string, servers int) (pageCursor, bool) {
 		return pageCursor{}, false
 	}
 	var c pageCursor
-	if json.Unmarshal(b, &c) != nil || c.Server < 0 || c.Server >= servers || len(c.Cursor) > runtime.MaxCursorBytes {
+	if json.Unmarshal(b, &c) != nil || c.Server < 0 || c.Server >= servers || c.Gen != gen || len(c.Cursor) > runtime.MaxCursorBytes {
 		return pageCursor{}, false
 	}
 	return c, true

@@ -51,13 +51,13 @@ func TestToolNameRoundTrip(t *testing.T) {
 
 func TestCursor(t *testing.T) {
 	c := pageCursor{Server: 2, Cursor: "abc"}
-	got, ok := decodeCursor(encodeCursor(c), 3)
+	got, ok := decodeCursor(encodeCursor(c), 3, 0)
 	if !ok || got != c {
 		t.Fatalf("round trip: %+v %v", got, ok)
 	}
 	for _, bad := range []string{encodeCursor(pageCursor{Server: 3}), encodeCursor(pageCursor{Server: -1}), "!!",
-		encodeCursor(pageCursor{Cursor: strings.Repeat("x", runtime.MaxCursorBytes+1)}), strings.Repeat("A", maxGatewayCursorBytes+1)} {
-		if _, ok := decodeCursor(bad, 3); ok {
+		encodeCursor(pageCursor{Cursor: strings.Repeat("x", runtime.MaxCursorBytes+1)}), encodeCursor(pageCursor{Server: 1, Gen: 1}), strings.Repeat("A", maxGatewayCursorBytes+1)} {
+		if _, ok := decodeCursor(bad, 3, 0); ok {
 			t.Errorf("%q accepted", bad)
 		}
 	}

@@ -30,8 +30,9 @@ func (s *session) requestOptions() runtime.RequestOptions {
 func (s *session) listPage(ctx context.Context, cursor string, token any,
 	start func(server, cursor string) (*runtime.ResourceHandle, error),
 	take func(server string, r *runtime.ResourceResult) (n int, next string)) (string, error) {
-	servers := s.g.servers
-	c, ok := decodeCursor(cursor, len(servers))
+	list := s.g.list.Load()
+	servers := list.names
+	c, ok := decodeCursor(cursor, len(servers), list.gen)
 	if !ok {
 		return "", codeError(CodeInvalidParams, msgInvalidCursor)
 	}
@@ -61,10 +62,10 @@ func (s *session) listPage(ctx context.Context, cursor string, token any,
 		n, next := take(server, res)
 		items += n
 		if next != "" {
-			return encodeCursor(pageCursor{Server: i, Cursor: next}), nil
+			return encodeCursor(pageCursor{Server: i, Cursor: next, Gen: list.gen}), nil
 		}
 		if items > 0 && i+1 < len(servers) {
-			return encodeCursor(pageCursor{Server: i + 1}), nil
+			return encodeCursor(pageCursor{Server: i + 1, Gen: list.gen}), nil
 		}
 	}
 	return "", nil
@@ -119,7 +120,7 @@ func (s *session) listTemplates(ctx context.Context, p *mcp.ListResourceTemplate
 // the contents pass through as the server produced them.
 func (s *session) readResource(ctx context.Context, p *mcp.ReadResourceParams) (*mcp.ReadResourceResult, error) {
 	server, uri, ok := SplitResourceURI(p.URI)
-	if !ok || !s.g.serverSet[server] {
+	if !ok || !s.g.list.Load().set[server] {
 		return nil, codeError(CodeUnknownResource, msgUnknownResource)
 	}
 	h, err := s.capa.ReadResource(ctx, s.owner, server, uri, s.requestOptions())

@@ -416,6 +416,8 @@ func (s *State) apply(e *event) {
 	// the chain's host
 	case *events.HostBound:
 		s.host = p.Host
+	// the configuration in force: a fact for auditors, no state
+	case *events.ConfigLoaded:
 	default:
 		s.anomalies.Unknown++
 	}

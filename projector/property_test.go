@@ -125,6 +125,9 @@ func genDraft(t *rapid.T) events.Draft {
 		p = &events.LeaseReaped{IdleNS: 5e9, IdleMaxNS: 4e9}
 	case 44:
 		p = &events.LeaseStaleReplaced{OldFingerprint: eventgen.Digest, NewFingerprint: eventgen.Digest, NewActivation: pick(t, "newact", "", "act-9")}
+	case 45:
+		return events.Draft{Payload: &events.ConfigLoaded{Trigger: pick(t, "trigger", events.ConfigStart, events.ConfigReload), Digest: eventgen.Digest,
+			Servers: rapid.IntRange(0, 3).Draw(t, "servers"), Added: rapid.IntRange(0, 1).Draw(t, "added"), Removed: rapid.IntRange(0, 1).Draw(t, "removed")}}
 	}
 	return events.Draft{Activation: act, Session: sess, Server: srv, Payload: p}
 }

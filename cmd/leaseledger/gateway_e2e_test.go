@@ -474,10 +474,10 @@ func TestGatewayServeKilled(t *testing.T) {
 	srv := startServe(t, bin, dir, config)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	// Without --tokens a SIGHUP does not stop serve.
+	// A SIGHUP reloads the configuration and does not stop serve.
 	_ = srv.cmd.Process.Signal(syscall.SIGHUP)
 	hupDeadline := time.After(e2eWait)
-	for !strings.Contains(srv.out.String(), "SIGHUP ignored") {
+	for !strings.Contains(srv.out.String(), "leaseledger: config reloaded") {
 		select {
 		case <-srv.exited:
 			t.Fatalf("SIGHUP stopped serve:\n%s", srv.out.String())
@@ -804,7 +804,7 @@ func TestGatewayServeTokens(t *testing.T) {
 // only valid server names, and names files that exist from the repository
 // root.
 func TestExampleConfig(t *testing.T) {
-	servers, err := configServers(filepath.Join(repoRoot, "examples", "mcp.json"))
+	servers, _, err := configServers(filepath.Join(repoRoot, "examples", "mcp.json"))
 	if err != nil || !slices.Equal(servers, []string{stdioServer}) {
 		t.Fatalf("servers %v, %v", servers, err)
 	}

@@ -4,20 +4,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
-	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/leaseledger/leaseledger/events"
 	"github.com/leaseledger/leaseledger/gateway"
 	"github.com/leaseledger/leaseledger/projector/live"
 	"github.com/leaseledger/leaseledger/runtime"
@@ -92,11 +92,17 @@ func (rf *runtimeFlags) register(cmd *cobra.Command) {
 
 // serveRuntime is serve's lease manager and MCP gateway.
 type serveRuntime struct {
-	a        *app
-	flags    runtimeFlags
-	mgr      *runtime.Manager
-	gw       *gateway.Gateway
-	tokens   *gateway.Tokens
+	a      *app
+	flags  runtimeFlags
+	mgr    *runtime.Manager
+	gw     *gateway.Gateway
+	tokens *gateway.Tokens
+	// cfgPath is --config made absolute, cfgSrc the entries loaded from
+	// it that the manager looks up; reloadMu serialises reloads (SIGHUP,
+	// the control API) and guards servers, the names offered.
+	cfgPath  string
+	cfgSrc   *runtime.MapConfigSource
+	reloadMu sync.Mutex
 	servers  []string
 	srv      *http.Server
 	served   chan struct{}
@@ -118,10 +124,12 @@ func startRuntime(ctx context.Context, a *app, proj *live.Projection, rf runtime
 	if err != nil {
 		return nil, err
 	}
-	servers, err := configServers(cfgPath)
+	cfg, err := loadConfig(cfgPath)
 	if err != nil {
 		return nil, err
 	}
+	servers := cfg.names
+	logConfigWarnings(a.logger, cfg.data)
 	helperPath, helperArgs := rf.helperPath, []string(nil)
 	if helperPath == "" {
 		if helperPath, err = os.Executable(); err != nil {
@@ -129,7 +137,10 @@ func startRuntime(ctx context.Context, a *app, proj *live.Projection, rf runtime
 		}
 		helperArgs = []string{helperArg}
 	}
-	rt := &serveRuntime{a: a, flags: rf, servers: servers}
+	rt := &serveRuntime{a: a, flags: rf, cfgPath: cfgPath, cfgSrc: &runtime.MapConfigSource{}, servers: servers}
+	if err := rt.cfgSrc.Replace(cfg.entries); err != nil {
+		return nil, fmt.Errorf("--config: %w", err)
+	}
 	if rf.tokens != "" {
 		if rt.tokens, err = gateway.LoadTokens(rf.tokens); err != nil {
 			return nil, fmt.Errorf("--tokens: %w", err)
@@ -139,7 +150,7 @@ func startRuntime(ctx context.Context, a *app, proj *live.Projection, rf runtime
 		return nil, err
 	}
 	opts := runtime.Options{
-		Config: runtime.FileConfigSource{Path: cfgPath}, Ledger: proj.Ledger(),
+		Config: rt.cfgSrc, Ledger: proj.Ledger(),
 		HelperPath: helperPath, HelperArgs: helperArgs,
 		MaxLiveLeases: rf.maxLiveLeases, IdleMax: rf.idleMax, ReapInterval: rf.reapInterval, AcquireTimeout: rf.acquireTimeout, CallTimeout: rf.callTimeout,
 	}
@@ -155,6 +166,10 @@ func startRuntime(ctx context.Context, a *app, proj *live.Projection, rf runtime
 	if rt.mgr, err = runtime.NewManager(opts); err != nil {
 		return nil, err
 	}
+	if err := rt.mgr.RecordConfig(ctx, events.ConfigStart, cfg.data, runtime.ConfigChange{Servers: len(servers)}); err != nil {
+		_ = rt.mgr.Close(context.Background())
+		return nil, fmt.Errorf("recording the configuration: %w", err)
+	}
 	rt.gw, err = gateway.New(gateway.Options{
 		Manager: rt.mgr, Servers: servers, Tokens: rt.tokens, AllowedOrigins: rf.allowedOrigins,
 		MaxSessions: rf.maxSessions, MaxSessionsPerToken: rf.maxSessionsPerToken,
@@ -165,38 +180,6 @@ func startRuntime(ctx context.Context, a *app, proj *live.Projection, rf runtime
 		return nil, fmt.Errorf("MCP gateway: %w", err)
 	}
 	return rt, nil
-}
-
-// configServers returns the server names of the mcp.json at path, sorted:
-// the servers the gateway exposes. The manager reads the entries again at
-// every acquisition and call, so an entry's edit takes effect then; adding
-// or removing a server needs a restart.
-func configServers(path string) ([]string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("--config: %w", err)
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, runtime.MaxConfigBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("--config: %w", err)
-	}
-	if len(data) > runtime.MaxConfigBytes {
-		return nil, fmt.Errorf("--config: %s is larger than %d bytes", path, runtime.MaxConfigBytes)
-	}
-	all, err := runtime.ParseConfig(data)
-	if err != nil {
-		return nil, fmt.Errorf("--config: %w", err)
-	}
-	names := make([]string, 0, len(all))
-	for name := range all {
-		if !gateway.ValidServerName(name) {
-			return nil, fmt.Errorf("--config: server name %q cannot be exposed: tools are named <server>__<tool>, so a name is 1 to %d bytes of [A-Za-z0-9_.-], without \"__\" and not ending in '_' (docs/gateway.md)", name, gateway.MaxServerNameLen)
-		}
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	return names, nil
 }
 
 // listen starts the MCP endpoint. Without tokens it refuses a listening
@@ -233,9 +216,9 @@ func mcpServer(h http.Handler, logger *slog.Logger) *http.Server {
 		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelDebug)}
 }
 
-// watchHUP reloads the token file on SIGHUP until shutdown. Without
-// --tokens a SIGHUP is reported and ignored, rather than ending serve
-// without its shutdown.
+// watchHUP reloads on SIGHUP until shutdown: the token file (with
+// --tokens) and the server configuration (reload). A file that fails to
+// load is reported and the previous one stays in force.
 func (rt *serveRuntime) watchHUP() {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
@@ -248,15 +231,21 @@ func (rt *serveRuntime) watchHUP() {
 			case <-done:
 				return
 			case <-hup:
-				if rt.tokens == nil {
-					fmt.Fprintln(rt.a.stderr, "leaseledger: SIGHUP ignored: serve has no --tokens to reload")
+				if rt.tokens != nil {
+					if err := rt.tokens.Reload(); err != nil {
+						fmt.Fprintf(rt.a.stderr, "leaseledger: tokens not reloaded (the previous ones stay in force): %v\n", err)
+					} else {
+						fmt.Fprintf(rt.a.stdout, "leaseledger: tokens reloaded: %d in force\n", rt.tokens.Len())
+					}
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), reloadTimeout)
+				change, err := rt.reload(ctx)
+				cancel()
+				if err != nil {
+					fmt.Fprintf(rt.a.stderr, "leaseledger: %v\n", err)
 					continue
 				}
-				if err := rt.tokens.Reload(); err != nil {
-					fmt.Fprintf(rt.a.stderr, "leaseledger: tokens not reloaded (the previous ones stay in force): %v\n", err)
-					continue
-				}
-				fmt.Fprintf(rt.a.stdout, "leaseledger: tokens reloaded: %d in force\n", rt.tokens.Len())
+				fmt.Fprintf(rt.a.stdout, "leaseledger: %s\n", change)
 			}
 		}
 	}()
@@ -324,7 +313,7 @@ func (rt *serveRuntime) announce() error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(rt.a.stdout, "leaseledger: MCP servers %s from %s\n", strings.Join(rt.servers, ", "), rt.flags.config)
+	fmt.Fprintf(rt.a.stdout, "leaseledger: MCP servers %s from %s\n", strings.Join(rt.offered(), ", "), rt.flags.config)
 	fmt.Fprintf(rt.a.stdout, "leaseledger: MCP endpoint on %s\n", url)
 	if rt.dashboard != nil {
 		fmt.Fprintf(rt.a.stdout, "leaseledger: dashboard on %s/\n", strings.TrimSuffix(url, mcpPath))
