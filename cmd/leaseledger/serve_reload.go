@@ -103,6 +103,7 @@ func (rt *serveRuntime) reload(ctx context.Context) (reloadChange, error) {
 		return reloadChange{}, fmt.Errorf("config not reloaded (the previous one stays in force): %w", err)
 	}
 	names, data := cfg.names, cfg.data
+	logConfigWarnings(rt.a.logger, data)
 	change := reloadChange{servers: names}
 	for _, n := range names {
 		if !slices.Contains(rt.servers, n) {
