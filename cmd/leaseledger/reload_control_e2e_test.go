@@ -4,15 +4,12 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"os"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 
 	"github.com/leaseledger/leaseledger/internal/testproc"
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // TestControlReload: `leaseledger control reload` (the control API's
@@ -24,22 +21,7 @@ import (
 // force; only the control user may reload.
 func TestControlReload(t *testing.T) {
 	bin := cliBinary(t)
-	tsBin := filepath.Join(t.TempDir(), "testserver")
-	if err := testproc.Build(testproc.Binary{Out: tsBin, Pkg: "github.com/leaseledger/leaseledger/runtime/internal/testserver"}); err != nil {
-		t.Fatal(err)
-	}
-	config := filepath.Join(t.TempDir(), "mcp.json")
-	write := func(servers ...string) {
-		t.Helper()
-		m := map[string]any{}
-		for _, s := range servers {
-			m[s] = map[string]any{"command": tsBin}
-		}
-		b, _ := json.Marshal(map[string]any{"mcpServers": m})
-		if err := os.WriteFile(config, b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	config, write := reloadableConfig(t)
 	write("one")
 	srv := startServe(t, bin, t.TempDir(), config,
 		"--control-user", "ops", "--control-password", "ops-pw", "--read-only-user", "dash", "--read-only-password", "dash-pw")
@@ -50,13 +32,7 @@ func TestControlReload(t *testing.T) {
 	}
 	cs, closeGo := connectGo(t, ctx, srv.mcpURL, nil)
 	defer closeGo()
-	call := func(tool string) error {
-		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: map[string]any{"text": "hi"}})
-		if err == nil && res.IsError {
-			t.Fatalf("%s: tool error", tool)
-		}
-		return err
-	}
+	call := toolCaller(t, ctx, cs)
 	if _, err := cs.ListTools(ctx, nil); err != nil {
 		t.Fatal(err)
 	}

@@ -24,22 +24,7 @@ import (
 // reload); a file that fails to load changes nothing and serve says why.
 func TestServeReload(t *testing.T) {
 	bin := cliBinary(t)
-	tsBin := filepath.Join(t.TempDir(), "testserver")
-	if err := testproc.Build(testproc.Binary{Out: tsBin, Pkg: "github.com/leaseledger/leaseledger/runtime/internal/testserver"}); err != nil {
-		t.Fatal(err)
-	}
-	config := filepath.Join(t.TempDir(), "mcp.json")
-	write := func(servers ...string) {
-		t.Helper()
-		m := map[string]any{}
-		for _, s := range servers {
-			m[s] = map[string]any{"command": tsBin}
-		}
-		b, _ := json.Marshal(map[string]any{"mcpServers": m})
-		if err := os.WriteFile(config, b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	config, write := reloadableConfig(t)
 	write("one")
 	dir := t.TempDir()
 	srv := startServe(t, bin, dir, config)
@@ -47,13 +32,7 @@ func TestServeReload(t *testing.T) {
 	defer cancel()
 	cs, closeGo := connectGo(t, ctx, srv.mcpURL, nil)
 	defer closeGo()
-	call := func(tool string) error {
-		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: map[string]any{"text": "hi"}})
-		if err == nil && res.IsError {
-			t.Fatalf("%s: tool error", tool)
-		}
-		return err
-	}
+	call := toolCaller(t, ctx, cs)
 	if _, err := cs.ListTools(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -119,5 +98,41 @@ func TestServeReload(t *testing.T) {
 	}
 	if r := runCLI(t, ctx, "", "--data-dir", dir, "audit", "--all"); r.code != 0 {
 		t.Fatalf("audit --all: %+v", r)
+	}
+}
+
+// reloadableConfig builds the go-sdk test server and returns an mcp.json
+// path and a function that rewrites it to name the given servers, each
+// running the test server.
+func reloadableConfig(t *testing.T) (string, func(servers ...string)) {
+	t.Helper()
+	tsBin := filepath.Join(t.TempDir(), "testserver")
+	if err := testproc.Build(testproc.Binary{Out: tsBin, Pkg: "github.com/leaseledger/leaseledger/runtime/internal/testserver"}); err != nil {
+		t.Fatal(err)
+	}
+	config := filepath.Join(t.TempDir(), "mcp.json")
+	return config, func(servers ...string) {
+		t.Helper()
+		m := map[string]any{}
+		for _, s := range servers {
+			m[s] = map[string]any{"command": tsBin}
+		}
+		b, _ := json.Marshal(map[string]any{"mcpServers": m})
+		if err := os.WriteFile(config, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// toolCaller returns a function that calls a test server tool through cs
+// with {"text": "hi"}; a tool error fails the test, any other error is
+// returned.
+func toolCaller(t *testing.T, ctx context.Context, cs *mcp.ClientSession) func(tool string) error {
+	return func(tool string) error {
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: map[string]any{"text": "hi"}})
+		if err == nil && res.IsError {
+			t.Fatalf("%s: tool error", tool)
+		}
+		return err
 	}
 }
