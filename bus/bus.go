@@ -298,7 +298,7 @@ func (b *Bus) WebSocketURL() string {
 }
 
 // Server exposes the embedded server (for in-process clients in tests and
-// embedding hosts: nats.Connect("", nats.InProcessServer(b.Server()))).
+// embedding hosts: busclient.Connect("", nats.InProcessServer(b.Server()))).
 func (b *Bus) Server() *server.Server { return b.srv }
 
 // Committed implements ledger.Observer: it publishes each event on its

@@ -133,7 +133,9 @@ func (p *Peer) Connect(opts ...nats.Option) (*nats.Conn, error) {
 	// may subscribe to (peerInboxPrefix); opts cannot change it.
 	all := append([]nats.Option{nats.InProcessServer(p.srv), nats.Token(p.token)}, opts...)
 	all = append(all, nats.CustomInboxPrefix(peerInboxPrefix()))
-	nc, err := nats.Connect("", all...)
+	// busclient.ConnectOptions: the connection stays with this peer; it
+	// never follows the cluster's advertised client URLs to a host.
+	nc, err := busclient.Connect("", all...)
 	if err != nil {
 		return nil, &Error{Op: "peer connect", Err: err}
 	}

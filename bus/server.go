@@ -120,8 +120,8 @@ func newServer(opts Options, g grants) (*Bus, error) {
 	for c := range b.callSlots {
 		b.callSlots[c] = make(chan struct{}, opts.Limits.ServiceConcurrency)
 	}
-	if b.nc, err = nats.Connect("", nats.InProcessServer(srv), nats.UserInfo(internalUser, internalPass), nats.Name("leaseledger-publisher")); err == nil {
-		b.api, err = nats.Connect("", nats.InProcessServer(srv), nats.UserInfo(apiUser, apiPass), nats.Name("leaseledger-api"))
+	if b.nc, err = busclient.Connect("", nats.InProcessServer(srv), nats.UserInfo(internalUser, internalPass), nats.Name("leaseledger-publisher")); err == nil {
+		b.api, err = busclient.Connect("", nats.InProcessServer(srv), nats.UserInfo(apiUser, apiPass), nats.Name("leaseledger-api"))
 	}
 	if err != nil {
 		b.Close()

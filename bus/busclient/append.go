@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/leaseledger/leaseledger/events"
@@ -176,8 +177,11 @@ func (c *Client) appendOnce(ctx context.Context, key string, firstSent time.Time
 	if err := ctx.Err(); err != nil {
 		return fail(err)
 	}
-	if c.nc.IsClosed() {
-		return fail(nats.ErrConnectionClosed)
+	// A connection that is re-made (its server went away) takes the
+	// attempt only once it is back: on the server it was given
+	// (ConnectOptions), so the attempt goes to the same host.
+	if err := awaitConnected(ctx, c.nc); err != nil {
+		return fail(err)
 	}
 	msg := nats.NewMsg(UserSubject(c.subject(AppendSubject), c.user))
 	msg.Data = body
@@ -187,12 +191,24 @@ func (c *Client) appendOnce(ctx context.Context, key string, firstSent time.Time
 	}
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	// The answer to a request sent before the connection dropped is lost
+	// with it: the attempt ends in doubt at the drop, not at its timeout,
+	// and the next one is sent as soon as the connection is back.
+	dropped := abortOnDrop(c.nc, cancel)
+	defer dropped.stop()
 	sent = time.Now()
 	m, err := c.nc.RequestMsgWithContext(rctx, msg)
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
 		// The server reported that no responder took the request in.
 		return nil, &Error{Op: "append", Subject: c.subject(AppendSubject), Err: err}, time.Time{}
+	case errors.Is(err, context.Canceled) && dropped.fired() && ctx.Err() == nil:
+		// Ended by the drop (abortOnDrop), not by the caller.
+		cause := nats.ErrDisconnected
+		if c.nc.IsClosed() {
+			cause = nats.ErrConnectionClosed
+		}
+		return fail(fmt.Errorf("%w: %w", ErrInDoubt, cause))
 	case err != nil:
 		// Anything else may come after the request was published: a
 		// timeout, the context ending, the connection closing or dropping
@@ -219,6 +235,67 @@ func (c *Client) appendOnce(ctx context.Context, key string, firstSent time.Time
 		return fail(fmt.Errorf("%w: %w", ErrInDoubt, err))
 	}
 	return acks, nil, sent
+}
+
+// awaitConnected returns once nc is connected, or nats.ErrConnectionClosed
+// once it is closed, or ctx's error when ctx ends first. A connection
+// that is re-made is waited for; any other state (draining) is left to
+// the request to report.
+func awaitConnected(ctx context.Context, nc *nats.Conn) error {
+	changed := nc.StatusChanged(nats.CONNECTED, nats.CLOSED)
+	defer nc.RemoveStatusListener(changed)
+	for {
+		switch nc.Status() {
+		case nats.CLOSED:
+			return nats.ErrConnectionClosed
+		case nats.RECONNECTING, nats.CONNECTING, nats.DISCONNECTED:
+		default:
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// dropWatch calls abort once when its connection drops (reconnecting,
+// disconnected or closed) before stop.
+type dropWatch struct {
+	done    chan struct{}
+	ended   chan struct{}
+	dropped atomic.Bool
+}
+
+func abortOnDrop(nc *nats.Conn, abort context.CancelFunc) *dropWatch {
+	w := &dropWatch{done: make(chan struct{}), ended: make(chan struct{})}
+	lost := nc.StatusChanged(nats.RECONNECTING, nats.DISCONNECTED, nats.CLOSED)
+	if nc.Status() != nats.CONNECTED {
+		// It dropped before the watch began.
+		w.dropped.Store(true)
+		abort()
+	}
+	go func() {
+		defer close(w.ended)
+		defer nc.RemoveStatusListener(lost)
+		select {
+		case <-lost:
+			w.dropped.Store(true)
+			abort()
+		case <-w.done:
+		}
+	}()
+	return w
+}
+
+// fired reports whether the connection dropped (and the attempt was aborted).
+func (w *dropWatch) fired() bool { return w.dropped.Load() }
+
+// stop ends the watch and waits for its goroutine.
+func (w *dropWatch) stop() {
+	close(w.done)
+	<-w.ended
 }
 
 // parseAcks reads the append API's reply: "<seq> <ulid>" per event.
@@ -266,7 +343,12 @@ func (a Ack) String() string { return strconv.FormatUint(uint64(a.Seq), 10) + " 
 // connection dropped while the answer was awaited, the bus's ledger cannot
 // tell), a rate-limit refusal and "no responders" (the bus restarting) are
 // retried under the same key with backoff, within the client's
-// RetryPolicy (see Client.WithRetry: attempts, overall deadline). The bus
+// RetryPolicy (see Client.WithRetry: attempts, overall deadline). An
+// attempt whose connection drops is in doubt at the drop (its answer is
+// lost with the connection), and the next attempt waits for the
+// connection to be back — on the servers it was given (ConnectOptions),
+// so a retry goes to the same host, never to another server of its
+// cluster (TestAppendRetriedOnSameServerAfterRestart). The bus
 // answers a retry of an append it has written with the original seqs and
 // writes nothing, so a stalled or restarting bus delays the call; it does
 // not make it give up or write twice.

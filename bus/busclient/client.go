@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/leaseledger/leaseledger/events"
@@ -168,6 +169,10 @@ func (c *Client) Tail(ctx context.Context, from events.Seq, f TailFilter, fn fun
 		return &Error{Op: "tail", Err: err}
 	}
 	subject := c.subject(f.Subject())
+	// Watched from before the subscription: a reconnection at any point
+	// after it is caught up on.
+	rw := watchReconnects(c.nc)
+	defer rw.stop()
 	sub, err := c.nc.SubscribeSync(subject)
 	if err != nil {
 		return &Error{Op: "tail", Subject: subject, Err: err}
@@ -190,14 +195,30 @@ func (c *Client) Tail(ctx context.Context, from events.Seq, f TailFilter, fn fun
 	var dropped int
 	reconnects := c.nc.Stats().Reconnects
 	unfiltered := f.Kind == "" && f.Activation == ""
+	var seen uint64 // reconnections caught up on
 	for {
-		m, err := sub.NextMsgWithContext(ctx)
+		wait := rw.waitContext(ctx)
+		if g := rw.generation(); g != seen {
+			// The connection was re-made (to the server it was given,
+			// ConnectOptions): what was published while it was down did
+			// not reach the subscription. Catch up by replay now rather
+			// than at the next live event, which may never come.
+			seen = g
+			if err := c.catchUp(ctx, next, f, deliver); err != nil {
+				return err
+			}
+			continue
+		}
+		m, err := sub.NextMsgWithContext(wait)
 		if err != nil {
 			if ctx.Err() != nil {
 				return &Error{Op: "tail", Subject: subject, Err: ctx.Err()}
 			}
 			if errors.Is(err, nats.ErrSlowConsumer) {
 				continue // the hole is filled below, on the next message
+			}
+			if wait.Err() != nil {
+				continue // reconnected: caught up above
 			}
 			return &Error{Op: "tail", Subject: subject, Err: err}
 		}
@@ -230,4 +251,118 @@ func (c *Client) Tail(ctx context.Context, from events.Seq, f TailFilter, fn fun
 			return err
 		}
 	}
+}
+
+// Bounds of Tail's catch-up after a reconnection.
+const (
+	// TailCatchUpAttempts bounds the replay requests of one catch-up
+	// after a reconnection while the server does not answer them (its
+	// API may not be up yet when its client port already is); then Tail
+	// fails with the last error.
+	TailCatchUpAttempts = 20
+	// tailCatchUpPause is the pause between two of them.
+	tailCatchUpPause = 250 * time.Millisecond
+)
+
+// catchUp replays [from, head] into deliver after a reconnection. A
+// request nobody answered (no responders, a timeout, the connection
+// dropped again) is asked again after tailCatchUpPause, at most
+// TailCatchUpAttempts times; deliver skips what it already delivered, so
+// each attempt starts where delivery stands.
+func (c *Client) catchUp(ctx context.Context, from events.Seq, f TailFilter, deliver func(events.Seq, []byte) error) error {
+	var last error
+	for range TailCatchUpAttempts {
+		// deliver advances from itself: a failed attempt's delivered
+		// events are skipped by the next one.
+		_, err := c.Replay(ctx, from, 0, f, deliver)
+		if err == nil {
+			return nil
+		}
+		if !unanswered(err) || ctx.Err() != nil {
+			return err
+		}
+		last = err
+		if !sleep(ctx, tailCatchUpPause) {
+			return &Error{Op: "tail", Subject: c.subject(ReplaySubject), Err: ctx.Err()}
+		}
+	}
+	return &Error{Op: "tail", Subject: c.subject(ReplaySubject), Err: fmt.Errorf("catch-up after a reconnection: %d replay requests unanswered: %w", TailCatchUpAttempts, last)}
+}
+
+// unanswered reports whether a request got no answer at all (rather than
+// a refusal or a malformed one): no responders, a timeout, or the
+// connection dropping meanwhile.
+func unanswered(err error) bool {
+	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, nats.ErrDisconnected) || errors.Is(err, nats.ErrConnectionReconnecting)
+}
+
+// reconnectWatch counts the reconnections of a connection and ends the
+// current wait context (waitContext) at each, so a blocked read wakes up
+// to catch up.
+type reconnectWatch struct {
+	mu     sync.Mutex
+	gen    uint64             // reconnections so far
+	wait   context.Context    // the current wait context
+	cancel context.CancelFunc // ends wait
+	done   chan struct{}
+	ended  chan struct{}
+}
+
+func watchReconnects(nc *nats.Conn) *reconnectWatch {
+	w := &reconnectWatch{done: make(chan struct{}), ended: make(chan struct{})}
+	back := nc.StatusChanged(nats.CONNECTED)
+	go func() {
+		defer close(w.ended)
+		defer nc.RemoveStatusListener(back)
+		for {
+			select {
+			case _, ok := <-back:
+				if !ok {
+					return
+				}
+				w.mu.Lock()
+				w.gen++
+				if w.cancel != nil {
+					w.cancel()
+				}
+				w.mu.Unlock()
+			case <-w.done:
+				return
+			}
+		}
+	}()
+	return w
+}
+
+// waitContext returns a context that ends with ctx or at the next
+// reconnection (a new one once the last has ended).
+func (w *reconnectWatch) waitContext(ctx context.Context) context.Context {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.wait == nil || w.wait.Err() != nil {
+		if w.cancel != nil {
+			w.cancel()
+		}
+		w.wait, w.cancel = context.WithCancel(ctx)
+	}
+	return w.wait
+}
+
+// generation is the number of reconnections so far.
+func (w *reconnectWatch) generation() uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.gen
+}
+
+// stop ends the watch, its goroutine and its wait context.
+func (w *reconnectWatch) stop() {
+	close(w.done)
+	<-w.ended
+	w.mu.Lock()
+	if w.cancel != nil {
+		w.cancel()
+	}
+	w.mu.Unlock()
 }

@@ -177,6 +177,27 @@ func InboxPrefix(user string) string {
 	return "_INBOX_" + user
 }
 
+// ConnectOptions returns the options every leaseledger client connection
+// is made with, followed by opts: the one place they are set (clients of
+// cmd/leaseledger, the collector's in-process peer connection, the bus's
+// own in-process connections, bustest). A connection stays with the
+// servers it was given: it ignores the servers a cluster advertises to
+// clients (nats.IgnoreDiscoveredServers), so when its server goes away it
+// reconnects only to the URLs it was given (several may be given, comma
+// separated). A host's subjects are served only by that host: a client
+// that followed the cluster to another server would be refused there
+// ("Permissions Violation") and stay there after its host came back
+// (TestClientStaysWithItsServer).
+func ConnectOptions(opts ...nats.Option) []nats.Option {
+	return append([]nats.Option{nats.IgnoreDiscoveredServers()}, opts...)
+}
+
+// Connect connects to url (one or more comma-separated server URLs) with
+// ConnectOptions(opts...).
+func Connect(url string, opts ...nats.Option) (*nats.Conn, error) {
+	return nats.Connect(url, ConnectOptions(opts...)...)
+}
+
 // UserOptions returns the NATS options a named bus user connects with: its
 // credentials and its own reply-inbox prefix (the bus lets each named user
 // subscribe only to InboxPrefix(user)). An empty user means anonymous.

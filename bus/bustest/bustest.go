@@ -56,10 +56,11 @@ func Start(t *testing.T, opts bus.Options) (*ledger.Ledger, *bus.Bus) {
 	return l, b
 }
 
-// Connect connects to url, closing the connection when the test ends.
+// Connect connects to url with busclient.ConnectOptions, closing the
+// connection when the test ends.
 func Connect(t *testing.T, url string, opts ...nats.Option) *nats.Conn {
 	t.Helper()
-	nc, err := nats.Connect(url, opts...)
+	nc, err := busclient.Connect(url, opts...)
 	if err != nil {
 		t.Fatalf("connect %s: %v", url, err)
 	}

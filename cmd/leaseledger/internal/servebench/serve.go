@@ -50,7 +50,6 @@ import (
 	"github.com/leaseledger/leaseledger/ledger"
 	"github.com/leaseledger/leaseledger/ledger/ledgerbench"
 	"github.com/leaseledger/leaseledger/projector/live"
-	"github.com/nats-io/nats.go"
 )
 
 // Config describes one RunServe: ledgerbench's sides and rounds, and the
@@ -367,7 +366,7 @@ func runServe(ctx context.Context, dir string, cfg Config, streams [][]events.Dr
 		return ServeSide{}, nil, err
 	}
 	defer b.Close()
-	nc, err := nats.Connect(b.ClientURL())
+	nc, err := busclient.Connect(b.ClientURL())
 	if err != nil {
 		return ServeSide{}, nil, fmt.Errorf("servebench: subscriber: %w", err)
 	}
