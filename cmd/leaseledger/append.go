@@ -313,7 +313,9 @@ func (c *natsCreds) client(nc *nats.Conn) *busclient.Client {
 }
 
 // appendReconnectWait is the pause between reconnection attempts of
-// `append --nats` (which reconnects without limit while it retries).
+// `append --nats` (which reconnects without limit while it retries) and
+// `tail --nats` (which reconnects for as long as it runs); both reconnect
+// only to the URL they were given (busclient.ConnectOptions).
 const appendReconnectWait = 250 * time.Millisecond
 
 func (c *natsCreds) connect(url string, extra ...nats.Option) (*nats.Conn, error) {
@@ -326,7 +328,7 @@ func (c *natsCreds) connect(url string, extra ...nats.Option) (*nats.Conn, error
 		pw = getenv("LEASELEDGER_NATS_PASSWORD")
 	}
 	opts = append(opts, busclient.UserOptions(c.user, pw)...)
-	nc, err := nats.Connect(url, opts...)
+	nc, err := busclient.Connect(url, opts...) // stays with url (busclient.ConnectOptions)
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", url, err)
 	}

@@ -55,7 +55,8 @@ func collectHost(t *testing.T, id string) (*ledger.Ledger, *bus.Bus, string) {
 // `collect` mirrors two hosts, serves /status and /metrics, and stops on
 // its context; `--fleet` export, verify, audit and leases then read the
 // collector directory per host: export equals each host's own, a refused
-// host's section names its finding.
+// host's section names its finding, and a refused host fails --fleet
+// verify (exitRefused) unless --allow-refused.
 func TestCollectAndFleetReads(t *testing.T) {
 	type host struct {
 		id, dir string
@@ -184,6 +185,21 @@ func TestCollectAndFleetReads(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.stdout, "== host h1 ==") ||
 		!strings.Contains(r.stdout, "REFUSED by the collector: forked at seq 7") || !strings.Contains(r.stdout, "1 refused") {
 		t.Errorf("--fleet leases: %+v", r)
+	}
+	// verify gates on it: every mirror verifies, yet a refused host fails
+	// the run, unless the caller says refused hosts are expected.
+	if r := runCLI(t, context.Background(), "", "--fleet", "--data-dir", cdir, "verify", "--quiet"); r.code != exitRefused ||
+		strings.Count(r.stdout, "ok: 22 events verified") != 2 || !strings.Contains(r.stdout, "1 refused") ||
+		!strings.Contains(r.stderr, "hosts refused by the collector") || !strings.Contains(r.stderr, "[h2]") {
+		t.Errorf("--fleet verify with a refused host: %+v", r)
+	}
+	if r := runCLI(t, context.Background(), "", "--fleet", "--data-dir", cdir, "verify", "--quiet", "--allow-refused"); r.code != 0 ||
+		!strings.Contains(r.stdout, "REFUSED by the collector: forked at seq 7") {
+		t.Errorf("--fleet verify --allow-refused: %+v", r)
+	}
+	if r := runCLI(t, context.Background(), "", "--data-dir", collector.HostDir(cdir, "h1"), "verify", "--quiet", "--allow-refused"); r.code == 0 ||
+		!strings.Contains(r.stderr, "--fleet verify only") {
+		t.Errorf("--allow-refused without --fleet: %+v", r)
 	}
 	if r := runCLI(t, context.Background(), "", "--fleet", "--data-dir", t.TempDir(), "verify"); r.code == 0 {
 		t.Errorf("--fleet on a directory that is no collector's: %+v", r)

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -32,7 +33,8 @@ import (
 // A host whose command fails (verify's faults, audit's unconfirmed
 // verdicts, a mirror that does not open) is listed as failed and the exit
 // status is the highest of the hosts' statuses; the other hosts are still
-// read.
+// read. verify also fails, with exitRefused (or a host's higher status),
+// when the collector refused a host, unless --allow-refused.
 //
 // While the collector runs it holds every mirror's lock: a --fleet read
 // then fails at once with errCollectorRunning, naming the collector's fleet
@@ -216,10 +218,42 @@ func (a *app) runFleet(cmd *cobra.Command, args []string, run func(*cobra.Comman
 	default:
 		fmt.Fprintf(stdout, "fleet: %d hosts, %d failed, %d refused by the collector\n", len(hosts), len(failed), len(refused))
 	}
+	var errs []error
 	if len(failed) > 0 {
-		return &exitError{code: code, err: fmt.Errorf("--fleet: %d of %d hosts failed: %v", len(failed), len(hosts), failed)}
+		errs = append(errs, fmt.Errorf("--fleet: %d of %d hosts failed: %v", len(failed), len(hosts), failed))
+	}
+	if gatesRefused(cmd) && len(refused) > 0 {
+		// A CI gate on verify's exit status must see the one thing the
+		// collector exists to catch (docs/fleet.md).
+		names := slices.Sorted(maps.Keys(refused))
+		code = max(code, exitRefused)
+		errs = append(errs, fmt.Errorf("--fleet %s: %w: %d of %d hosts: %v (--allow-refused if they are expected)", cmd.Name(), errHostsRefused, len(refused), len(hosts), names))
+	}
+	if len(errs) > 0 {
+		return &exitError{code: code, err: errors.Join(errs...)}
 	}
 	return nil
+}
+
+// exitRefused is the exit status of `--fleet verify` when the collector
+// refused a host (unless --allow-refused), or higher when a host's own
+// status is.
+const exitRefused = 7
+
+// errHostsRefused: a --fleet verify found hosts refused by the collector.
+var errHostsRefused = errors.New("hosts refused by the collector")
+
+// allowRefusedFlag is verify's flag saying refused hosts are expected.
+const allowRefusedFlag = "allow-refused"
+
+// gatesRefused says whether a refused host fails the fleet run of cmd:
+// verify's, unless --allow-refused.
+func gatesRefused(cmd *cobra.Command) bool {
+	if cmd.Name() != "verify" {
+		return false
+	}
+	f := cmd.Flags().Lookup(allowRefusedFlag)
+	return f == nil || f.Value.String() != "true"
 }
 
 // hasActivation says whether the ledger in a.dataDir holds an event of

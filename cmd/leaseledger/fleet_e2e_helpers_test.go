@@ -81,6 +81,7 @@ type fleetHost struct {
 	bin     string
 	dir     string
 	config  string   // --config; "" for a host without gateway
+	port    int      // NATS client port; 0: any free one, another at each start
 	cluster string   // route listen address
 	routes  []string // nats-route:// of the proxies to the other processes
 
@@ -94,7 +95,11 @@ type fleetHost struct {
 }
 
 func (h *fleetHost) args() []string {
-	args := []string{"--data-dir", h.dir, "serve", "--port", "-1", "--host-id", h.id,
+	port := "-1"
+	if h.port != 0 {
+		port = strconv.Itoa(h.port)
+	}
+	args := []string{"--data-dir", h.dir, "serve", "--port", port, "--host-id", h.id,
 		"--cluster-name", fleetClusterName, "--cluster-listen", h.cluster,
 		"--cluster-user", fleetClusterUser, "--cluster-password", fleetClusterPass,
 		"--writer-user", fleetWriterUser, "--writer-password", fleetWriterPass, "--shutdown-budget", "15s"}
@@ -209,7 +214,7 @@ func (h *fleetHost) head(ctx context.Context) (uint64, error) {
 // its writer user, with activation ids act-<tag>-<i>.
 func (h *fleetHost) appendLines(ctx context.Context, tag string, n int) error {
 	url, _ := h.endpoints()
-	nc, err := nats.Connect(url, busclient.UserOptions(fleetWriterUser, fleetWriterPass)...)
+	nc, err := busclient.Connect(url, busclient.UserOptions(fleetWriterUser, fleetWriterPass)...)
 	if err != nil {
 		return err
 	}

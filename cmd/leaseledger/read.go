@@ -13,6 +13,7 @@ import (
 	"github.com/leaseledger/leaseledger/events"
 	"github.com/leaseledger/leaseledger/ledger"
 	"github.com/leaseledger/leaseledger/ledger/verify"
+	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 )
 
@@ -74,7 +75,11 @@ host h's mirror; --fleet follows every host at once, each event printed as
 {"host":"h","event":<event>} (--from-seq then applies to each host).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			nc, err := creds.connect(natsURL)
+			// Follows for as long as it runs: a restarted serve is found
+			// again on the same URL (never another server of its cluster:
+			// busclient.ConnectOptions), and what was committed meanwhile
+			// is caught up by replay (busclient.Client.Tail).
+			nc, err := creds.connect(natsURL, nats.MaxReconnects(-1), nats.ReconnectWait(appendReconnectWait))
 			if err != nil {
 				return err
 			}
@@ -166,6 +171,7 @@ func newVerifyCmd(a *app) *cobra.Command {
 		vkey        string
 		bundle      string
 		tree        bool
+		allowRef    bool
 	)
 	cmd := &cobra.Command{
 		Use:   "verify",
@@ -184,9 +190,17 @@ its inclusion proof, and exactly the seqs its manifest lists. Alone, that
 proves only what the bundle's own checkpoint says; with --checkpoint FILE (a
 signed checkpoint kept earlier, or a witness's state file) the bundle must
 also carry a consistency proof showing its history extends that checkpoint
-(made with 'bundle --consistent-with FILE'), else it fails as a fork.`,
+(made with 'bundle --consistent-with FILE'), else it fails as a fork.
+
+With --fleet (--data-dir a collector directory) every mirror is verified,
+and a host the collector refused (hosts/<h>/REFUSED.json) fails the run
+with exit status 7 even though its mirror verifies, unless --allow-refused
+says refused hosts are expected.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if allowRef && !fleetSet(cmd) {
+				return errors.New("--allow-refused applies to --fleet verify only")
+			}
 			if bundle != "" {
 				if len(anchors) > 0 {
 					return errors.New("--bundle carries its own checkpoint: it takes no --expect-head (give --checkpoint FILE instead)")
@@ -235,6 +249,7 @@ also carry a consistency proof showing its history extends that checkpoint
 	cmd.Flags().StringVar(&vkey, "vkey", "", "verifier key for --checkpoint and --bundle (from 'checkpoint keygen')")
 	cmd.Flags().BoolVar(&tree, "tree", true, "also check the stored Merkle node index (what proofs are served from) against the events")
 	cmd.Flags().StringVar(&bundle, "bundle", "", "verify this evidence bundle (from 'bundle') instead of --data-dir: needs only --vkey")
+	cmd.Flags().BoolVar(&allowRef, allowRefusedFlag, false, "with --fleet: a host the collector refused does not fail the run (without it the exit status is 7)")
 	return cmd
 }
 

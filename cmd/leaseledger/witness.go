@@ -132,7 +132,7 @@ func followCheckpoints(ctx context.Context, a *app, w *witness.Witness, url, use
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { a.logger.Warn("witness: disconnected", "err", err) }),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { a.logger.Warn("witness: bus", "err", err) }),
 	)
-	nc, err := nats.Connect(url, opts...)
+	nc, err := busclient.Connect(url, opts...) // stays with url (busclient.ConnectOptions)
 	if err != nil {
 		return fmt.Errorf("--bus: %w", err)
 	}
