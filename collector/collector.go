@@ -73,6 +73,12 @@ type Options struct {
 	// PollInterval is the idle time after which a host's head is asked;
 	// DefaultPollInterval when zero.
 	PollInterval time.Duration
+	// PollTimeout bounds each head poll: a host whose head does not
+	// answer within it is unreachable, so a host that died or hangs is
+	// found within about PollInterval + PollTimeout, not the client's
+	// request timeout (busclient.DefaultRequestTimeout). PollInterval when
+	// zero.
+	PollTimeout time.Duration
 	// Verifiers, by host, check the signed checkpoints a host publishes
 	// (busclient.CheckpointSubject in its space, serve --checkpoint-key):
 	// each whose signature verifies is compared with the mirror — its
@@ -139,6 +145,9 @@ func (o Options) withDefaults() (Options, error) {
 	if o.PollInterval <= 0 {
 		o.PollInterval = DefaultPollInterval
 	}
+	if o.PollTimeout <= 0 {
+		o.PollTimeout = o.PollInterval
+	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -160,10 +169,11 @@ func HostDir(dir, host string) string { return filepath.Join(dir, HostsDir, host
 
 // Collector mirrors a fleet of hosts. It is safe for concurrent use.
 type Collector struct {
-	opts   Options
-	hosts  []*hostMirror // in Options.Hosts order
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	opts    Options
+	started time.Time     // Options.Now at Start: the age of a host never heard
+	hosts   []*hostMirror // in Options.Hosts order
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
 
 	closeOnce sync.Once
 	closeErr  error
@@ -177,7 +187,7 @@ func Start(opts Options) (*Collector, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Collector{opts: opts}
+	c := &Collector{opts: opts, started: opts.Now()}
 	for _, h := range opts.Hosts {
 		hm, err := openHost(context.Background(), opts, h)
 		if err != nil {

@@ -36,6 +36,7 @@ type hostMirror struct {
 	sub         *nats.Subscription // the live subscription, nil between sessions
 	droppedBase uint64             // drops of earlier subscriptions
 	heard       bool               // the host answered since it was last found unreachable
+	headTime    headTime           // the mirrored head event's time, cached by seq
 
 	verifier    note.Verifier       // of the host's checkpoints, nil: checked by the mirror only
 	checkpoints []pendingCheckpoint // waiting for the mirror to reach their size (run's own)
@@ -76,7 +77,38 @@ func (hm *hostMirror) status() HostStatus {
 	if s.HostHead > s.Head {
 		s.Lag = uint64(s.HostHead - s.Head)
 	}
+	s.HeadTime = hm.mirroredHeadTime(s.Head)
 	return s
+}
+
+// headTime is the time of the mirrored event at seq.
+type headTime struct {
+	seq events.Seq
+	t   time.Time
+}
+
+// mirroredHeadTime is the time of the mirrored event at head (zero for an
+// empty mirror or one that cannot be read), read once per head.
+func (hm *hostMirror) mirroredHeadTime(head events.Seq) time.Time {
+	if head == 0 {
+		return time.Time{}
+	}
+	hm.mu.Lock()
+	c := hm.headTime
+	hm.mu.Unlock()
+	if c.seq == head {
+		return c.t
+	}
+	env, err := hm.l.Get(head)
+	if err != nil {
+		return time.Time{}
+	}
+	hm.mu.Lock()
+	if head > hm.headTime.seq {
+		hm.headTime = headTime{seq: head, t: env.Time.UTC()}
+	}
+	hm.mu.Unlock()
+	return env.Time.UTC()
 }
 
 func (hm *hostMirror) setState(state string, err error) {
@@ -103,6 +135,7 @@ func (hm *hostMirror) sawHostHead(seq events.Seq) {
 	hm.mu.Lock()
 	hm.st.HostHead = max(hm.st.HostHead, seq)
 	hm.heard = true
+	hm.st.LastHeard = hm.opts.Now().UTC()
 	hm.mu.Unlock()
 }
 
@@ -226,9 +259,13 @@ func (hm *hostMirror) session(ctx context.Context) error {
 // session waits for the next poll or live event.
 func (hm *hostMirror) catchUp(ctx context.Context) error {
 	var h busclient.HeadReply
+	// Bounded by PollTimeout: a host that died or hangs is unreachable
+	// after one unanswered poll, not after the client's request timeout.
+	pctx, cancel := context.WithTimeout(ctx, hm.opts.PollTimeout)
+	defer cancel()
 	err := hm.peerOrBare(func(c *busclient.Client) (bool, error) {
 		var err error
-		h, err = c.Head(ctx)
+		h, err = c.Head(pctx)
 		return false, err
 	})
 	if err != nil {

@@ -3,6 +3,7 @@ package collector
 import (
 	"encoding/json"
 	"net/http"
+	"time"
 
 	"github.com/leaseledger/leaseledger/events"
 	"github.com/prometheus/client_golang/prometheus"
@@ -66,6 +67,13 @@ type HostStatus struct {
 	// unchecked past MaxPendingCheckpoints.
 	CheckpointsRejected uint64 `json:"checkpoints_rejected,omitempty"`
 	CheckpointsDropped  uint64 `json:"checkpoints_dropped,omitempty"`
+	// LastHeard is when the host last answered the collector (its head
+	// or replay API; live messages do not count: anyone may publish
+	// them); zero when not since the collector started.
+	LastHeard time.Time `json:"last_heard,omitzero"`
+	// HeadTime is the time of the mirrored head event (as the host
+	// stamped it); zero for an empty mirror.
+	HeadTime time.Time `json:"head_time,omitzero"`
 	// LastError is the last failure to reach the host or to store its
 	// events, "" when none since it was last live.
 	LastError string `json:"last_error,omitempty"`
@@ -102,7 +110,8 @@ func (c *Collector) Handler() http.Handler {
 // Metrics returns a prometheus.Collector of per-host metrics (label
 // "host"): mirrored head, host head last seen, lag in events, refused
 // (0/1), imported and dropped totals, live messages rejected, checkpoints
-// verified and rejected.
+// verified and rejected, seconds since the host last answered and the
+// age of the mirrored head event.
 // They are read at scrape time.
 func (c *Collector) Metrics() prometheus.Collector {
 	d := func(name, help string) *prometheus.Desc {
@@ -118,24 +127,35 @@ func (c *Collector) Metrics() prometheus.Collector {
 		liveBad:  d("live_rejected_total", "Live messages found not to be the host's (its replay says otherwise, or malformed): ignored."),
 		cpOK:     d("checkpoints_verified_total", "Signed checkpoints of the host found equal to its mirror."),
 		cpBad:    d("checkpoints_rejected_total", "Checkpoints of the host whose signature did not verify (ignored)."),
+		heardAge: d("last_heard_age_seconds", "Seconds since the host last answered the collector (its head or replay API); since the collector started when not since."),
+		headAge:  d("mirrored_head_age_seconds", "Seconds since the time of the mirrored head event (as the host stamped it); absent for an empty mirror."),
 	}
 }
 
 type metrics struct {
 	c                                               *Collector
 	head, hostHead, lag, refused, imported, dropped *prometheus.Desc
-	liveBad, cpOK, cpBad                            *prometheus.Desc
+	liveBad, cpOK, cpBad, heardAge, headAge         *prometheus.Desc
 }
 
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{m.head, m.hostHead, m.lag, m.refused, m.imported, m.dropped, m.liveBad, m.cpOK, m.cpBad} {
+	for _, d := range []*prometheus.Desc{m.head, m.hostHead, m.lag, m.refused, m.imported, m.dropped, m.liveBad, m.cpOK, m.cpBad, m.heardAge, m.headAge} {
 		ch <- d
 	}
 }
 
 func (m *metrics) Collect(ch chan<- prometheus.Metric) {
+	now := m.c.opts.Now()
 	for _, hm := range m.c.hosts {
 		s := hm.status()
+		heard := s.LastHeard
+		if heard.IsZero() {
+			heard = m.c.started
+		}
+		ch <- prometheus.MustNewConstMetric(m.heardAge, prometheus.GaugeValue, max(now.Sub(heard), 0).Seconds(), hm.host)
+		if !s.HeadTime.IsZero() {
+			ch <- prometheus.MustNewConstMetric(m.headAge, prometheus.GaugeValue, max(now.Sub(s.HeadTime), 0).Seconds(), hm.host)
+		}
 		refused := 0.0
 		if s.State == StateRefused {
 			refused = 1
