@@ -108,6 +108,12 @@ type Options struct {
 	Cluster ClusterOptions
 	// TLS, when set, requires TLS on the client port (cluster.go).
 	TLS *TLSFiles
+	// AnnounceInterval is how often a clustered bus (HostID and Cluster
+	// set) announces its host on HostSubject(HostID,
+	// busclient.AnnounceSubject) (announce.go): once at the start, then
+	// every interval; DefaultAnnounceInterval when zero, never when
+	// negative. An unclustered bus never announces.
+	AnnounceInterval time.Duration
 }
 
 // Bus is the embedded NATS server of a ledger: it publishes every committed
@@ -133,6 +139,7 @@ type Bus struct {
 
 	callSlots [numClasses]chan struct{} // per class: service calls being served (services.go)
 	calls     sync.WaitGroup            // service calls taken in (added under appendsMu)
+	announcer sync.WaitGroup            // the announcing goroutine (announce.go)
 }
 
 // DefaultMaxConcurrentAppends bounds append requests served at once. Each
@@ -177,6 +184,7 @@ func Start(l *ledger.Ledger, opts Options) (*Bus, error) {
 	if err := b.watch(); err != nil {
 		return nil, err
 	}
+	b.startAnnouncing()
 	return b, nil
 }
 
@@ -337,6 +345,7 @@ func (b *Bus) Close() error {
 	b.cancel()       // releases handlers waiting for an append or service slot
 	b.appends.Wait() // every append taken in has been answered
 	b.calls.Wait()   // every service call taken in has returned (its ctx ended)
+	b.announcer.Wait()
 	for _, sp := range b.spaces {
 		if sp.unwatch != nil {
 			sp.unwatch() // waits for a publication in progress

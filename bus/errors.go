@@ -7,6 +7,9 @@ import "errors"
 // errors of the bus's clients are those of package bus/busclient.
 var ErrOptions = errors.New("bus: invalid options")
 
+// ErrClosed: the fleet bus was closed (Fleet.AddSpace).
+var ErrClosed = errors.New("bus: closed")
+
 // Error records a failed operation of the bus server, shaped like
 // *os.PathError: the operation ("start"), the subject it concerned (when
 // one did) and the cause — ErrOptions or the underlying error (a NATS

@@ -3,6 +3,7 @@ package bus
 import (
 	"fmt"
 	"log/slog"
+	"sync"
 
 	"github.com/leaseledger/leaseledger/bus/busclient"
 	"github.com/leaseledger/leaseledger/events"
@@ -38,6 +39,13 @@ import (
 //     id, a space without a ledger, invalid users or services: ErrOptions,
 //     nothing started; MaxFleetSpaces spaces are served
 //     (TestFleetOptionsRefused).
+//
+//   - A space added while the fleet runs (AddSpace, with
+//     FleetOptions.AddSpaces) is served as a space given at the start:
+//     replay, head, its commits published, its services; a repeated or
+//     invalid host id, a service not granted at the start, more than
+//     MaxFleetSpaces spaces or a closed fleet is refused (ErrOptions,
+//     ErrClosed) (TestFleetAddSpace).
 //
 //   - A publication that fails is logged with its host and skipped, as on
 //     a Bus: the next events are published, the head counts it
@@ -83,8 +91,17 @@ type FleetOptions struct {
 	// DenyAnonymous refuses unauthenticated clients (admitted read-only by
 	// default).
 	DenyAnonymous bool
-	// Spaces are the ledgers served: 1 to MaxFleetSpaces.
+	// Spaces are the ledgers served: 1 to MaxFleetSpaces (0 to
+	// MaxFleetSpaces with AddSpaces).
 	Spaces []Space
+	// AddSpaces lets Fleet.AddSpace add spaces while the fleet runs, up to
+	// MaxFleetSpaces in all (a collector that discovers hosts).
+	AddSpaces bool
+	// SpaceServices are services a space added later may serve besides
+	// those of Spaces: only their subjects and access matter here (every
+	// client's permissions are fixed at the start), the handlers are the
+	// added space's own.
+	SpaceServices []Service
 	// Services are fleet-level request/reply APIs, served in the bare
 	// space (e.g. leaseledger.api.fleet.status); AccessRead only.
 	Services []Service
@@ -100,7 +117,12 @@ type FleetOptions struct {
 // Fleet is a running fleet bus.
 type Fleet struct {
 	b      *Bus
+	grow   bool              // FleetOptions.AddSpaces
+	grants map[string]Access // service subjects the clients may call in any space
+
+	mu     sync.Mutex // guards byHost, b.spaces and b.subs after the start, and closed
 	byHost map[string]*space
+	closed bool
 }
 
 // StartFleet starts a fleet bus serving opts.Spaces and starts publishing
@@ -110,7 +132,7 @@ func StartFleet(opts FleetOptions) (*Fleet, error) {
 	refuse := func(format string, a ...any) (*Fleet, error) {
 		return nil, &Error{Op: "start fleet", Err: fmt.Errorf("%w: "+format, append([]any{ErrOptions}, a...)...)}
 	}
-	if len(opts.Spaces) == 0 {
+	if len(opts.Spaces) == 0 && !opts.AddSpaces {
 		return refuse("a fleet bus needs at least one space")
 	}
 	if len(opts.Spaces) > MaxFleetSpaces {
@@ -145,6 +167,15 @@ func StartFleet(opts FleetOptions) (*Fleet, error) {
 			}
 		}
 	}
+	if err := validateServices(opts.SpaceServices, "", o.Limits.MaxPayload); err != nil {
+		return nil, &Error{Op: "start fleet", Err: err}
+	}
+	for _, svc := range opts.SpaceServices {
+		if !unionSeen[svc.Subject] {
+			unionSeen[svc.Subject] = true
+			union = append(union, svc)
+		}
+	}
 	if err := validateServices(opts.Services, "", o.Limits.MaxPayload); err != nil {
 		return nil, &Error{Op: "start fleet", Err: err}
 	}
@@ -161,7 +192,10 @@ func StartFleet(opts FleetOptions) (*Fleet, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := &Fleet{b: b, byHost: make(map[string]*space, len(opts.Spaces))}
+	f := &Fleet{b: b, grow: opts.AddSpaces, grants: map[string]Access{}, byHost: make(map[string]*space, len(opts.Spaces))}
+	for _, svc := range union {
+		f.grants[svc.Subject] = svc.Access
+	}
 	for _, s := range opts.Spaces {
 		sp := &space{b: b, host: s.HostID, l: s.Ledger, services: s.Services, logHost: true}
 		b.spaces = append(b.spaces, sp)
@@ -176,13 +210,7 @@ func StartFleet(opts FleetOptions) (*Fleet, error) {
 	// request on a subject of the space that it does not serve (a service
 	// only other spaces have) is not answered.
 	for _, sp := range b.spaces {
-		handlers := map[string]nats.MsgHandler{}
-		b.spaceHandlers(sp, handlers)
-		if err := b.subscribe(sp.subject(busclient.APISubjects), func(m *nats.Msg) {
-			if h := handlers[m.Subject]; h != nil {
-				h(m)
-			}
-		}); err != nil {
+		if err := b.subscribe(sp.subject(busclient.APISubjects), spaceDispatch(b, sp)); err != nil {
 			return nil, err
 		}
 	}
@@ -190,6 +218,74 @@ func StartFleet(opts FleetOptions) (*Fleet, error) {
 		return nil, err
 	}
 	return f, nil
+}
+
+// spaceDispatch is the handler of sp's one subscription: it dispatches
+// to the handlers Start subscribes one by one.
+func spaceDispatch(b *Bus, sp *space) nats.MsgHandler {
+	handlers := map[string]nats.MsgHandler{}
+	b.spaceHandlers(sp, handlers)
+	return func(m *nats.Msg) {
+		if h := handlers[m.Subject]; h != nil {
+			h(m)
+		}
+	}
+}
+
+// AddSpace serves s while the fleet runs (FleetOptions.AddSpaces), as a
+// space given at the start: its API is answered once AddSpace returns
+// and every event its ledger commits from then on is published. Its
+// services must be among those granted at the start (the subjects and
+// access of FleetOptions.Spaces' or SpaceServices'). Its error is an
+// *Error wrapping ErrOptions (invalid, repeated, not granted, beyond
+// MaxFleetSpaces, or spaces are not added on this fleet) or ErrClosed.
+func (f *Fleet) AddSpace(s Space) error {
+	refuse := func(err error) error {
+		return &Error{Op: "add space", Subject: busclient.HostSubject(s.HostID, busclient.APISubjects), Err: err}
+	}
+	switch {
+	case !f.grow:
+		return refuse(fmt.Errorf("%w: the fleet bus was started without AddSpaces", ErrOptions))
+	case !events.ValidID(s.HostID):
+		return refuse(fmt.Errorf("%w: the host id must match %s", ErrOptions, events.IDRule))
+	case s.Ledger == nil:
+		return refuse(fmt.Errorf("%w: host %s has no ledger", ErrOptions, s.HostID))
+	}
+	if err := validateServices(s.Services, "", f.b.opts.Limits.MaxPayload); err != nil {
+		return refuse(err)
+	}
+	for _, svc := range s.Services {
+		if a, ok := f.grants[svc.Subject]; !ok || a != svc.Access {
+			return refuse(fmt.Errorf("%w: service %s was not granted at the start (FleetOptions.SpaceServices)", ErrOptions, svc.Subject))
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch {
+	case f.closed:
+		return refuse(ErrClosed)
+	case f.byHost[s.HostID] != nil:
+		return refuse(fmt.Errorf("%w: host %s has a space", ErrOptions, s.HostID))
+	case len(f.byHost) >= MaxFleetSpaces:
+		return refuse(fmt.Errorf("%w: %d spaces, at most MaxFleetSpaces=%d", ErrOptions, len(f.byHost), MaxFleetSpaces))
+	}
+	b := f.b
+	sp := &space{b: b, host: s.HostID, l: s.Ledger, services: s.Services, logHost: true}
+	sub, err := b.api.Subscribe(sp.subject(busclient.APISubjects), spaceDispatch(b, sp))
+	if err == nil {
+		err = b.api.Flush()
+	}
+	if err != nil {
+		if sub != nil {
+			_ = sub.Unsubscribe()
+		}
+		return refuse(err)
+	}
+	b.subs = append(b.subs, sub)
+	sp.unwatch = sp.l.Watch(&spaceWatch{sp: sp, msg: newPubMsg()})
+	b.spaces = append(b.spaces, sp)
+	f.byHost[s.HostID] = sp
+	return nil
 }
 
 // ClientURL is the nats:// URL clients connect to.
@@ -209,7 +305,9 @@ func (f *Fleet) AuthStats() AuthStats { return f.b.AuthStats() }
 // connection is the only one allowed to). host must be one of the
 // fleet's spaces (else ErrOptions). Its error is an *Error.
 func (f *Fleet) PublishCheckpoint(host string, signed []byte) error {
+	f.mu.Lock()
 	sp := f.byHost[host]
+	f.mu.Unlock()
 	if sp == nil {
 		return &Error{Op: "publish checkpoint", Err: fmt.Errorf("%w: the fleet bus has no space for host %q", ErrOptions, host)}
 	}
@@ -219,4 +317,9 @@ func (f *Fleet) PublishCheckpoint(host string, signed []byte) error {
 // Close stops the API, waits for the service calls it is serving (their
 // ctx is cancelled), stops publication and shuts the server down. Close
 // the fleet bus before the ledgers. It is idempotent.
-func (f *Fleet) Close() error { return f.b.Close() }
+func (f *Fleet) Close() error {
+	f.mu.Lock()
+	f.closed = true
+	f.mu.Unlock()
+	return f.b.Close()
+}

@@ -58,7 +58,7 @@ func newServer(opts Options, g grants) (*Bus, error) {
 	apiPublish := []string{busclient.InboxPrefix("") + ".>", peerInboxPrefix() + ".>"}
 	users := []*server.User{
 		{Username: internalUser, Password: internalPass, Permissions: &server.Permissions{
-			Publish:   &server.SubjectPermission{Allow: []string{q(busclient.EventSubjects()), q(busclient.CheckpointSubject)}},
+			Publish:   &server.SubjectPermission{Allow: []string{q(busclient.EventSubjects()), q(busclient.CheckpointSubject), q(busclient.AnnounceSubject)}},
 			Subscribe: &server.SubjectPermission{Deny: []string{">"}},
 		}},
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -58,8 +59,23 @@ type Options struct {
 	// Dir is the collector's directory; host h is mirrored in
 	// Dir/hosts/<h>/ (HostDir). Required.
 	Dir string
-	// Hosts are the host ids to mirror (events.ValidID each). Required.
+	// Hosts are the host ids to mirror (events.ValidID each). Required
+	// unless Discover is set.
 	Hosts []string
+	// Discover, when set, turns host discovery on (discover.go): each is
+	// a pattern of host ids (path.Match syntax; "*" matches every id, what
+	// collect --hosts auto gives). At Start the host directories already
+	// under Dir/hosts whose id matches one are mirrored besides Hosts (a
+	// refused one stays refused); while the collector runs, a host that
+	// announces itself (busclient.AnnounceSubject) with a matching id is
+	// added (AddHost) once its own head API answers, up to MaxHosts hosts
+	// in all.
+	Discover []string
+	// OnHostAdded, when set, is called with each host added while the
+	// collector runs (AddHost, discovery) and its mirror, before that
+	// host's mirroring starts, from the adding goroutine; it must not
+	// block for long. collect serves the new mirror on its fleet bus.
+	OnHostAdded func(host string, mirror *ledger.Ledger)
 	// Conn is a bus.Peer's Connect connection to the cluster: it may read
 	// every host's event subjects and call its read-only API in the peer
 	// class (busclient.Client.WithPeerClass), which no other client may.
@@ -117,8 +133,16 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Dir == "" || o.Conn == nil {
 		return o, fmt.Errorf("%w: Dir and Conn are required", ErrOptions)
 	}
-	if len(o.Hosts) == 0 || len(o.Hosts) > MaxHosts {
-		return o, fmt.Errorf("%w: %d hosts, want 1 to MaxHosts=%d", ErrOptions, len(o.Hosts), MaxHosts)
+	if len(o.Hosts) == 0 && len(o.Discover) == 0 || len(o.Hosts) > MaxHosts {
+		return o, fmt.Errorf("%w: %d hosts, want 1 to MaxHosts=%d (or host discovery)", ErrOptions, len(o.Hosts), MaxHosts)
+	}
+	if len(o.Discover) > MaxDiscoverPatterns {
+		return o, fmt.Errorf("%w: %d discovery patterns, at most MaxDiscoverPatterns=%d", ErrOptions, len(o.Discover), MaxDiscoverPatterns)
+	}
+	for _, p := range o.Discover {
+		if _, err := path.Match(p, ""); err != nil || p == "" {
+			return o, fmt.Errorf("%w: discovery pattern %q: want a path.Match pattern of host ids", ErrOptions, p)
+		}
 	}
 	seen := map[string]bool{}
 	for _, h := range o.Hosts {
@@ -131,7 +155,7 @@ func (o Options) withDefaults() (Options, error) {
 		seen[h] = true
 	}
 	for h := range o.Verifiers {
-		if !seen[h] || o.Verifiers[h] == nil {
+		if !seen[h] && !o.discovers(h) || o.Verifiers[h] == nil {
 			return o, fmt.Errorf("%w: a checkpoint verifier for %q, which is not a mirrored host", ErrOptions, h)
 		}
 	}
@@ -170,10 +194,15 @@ func HostDir(dir, host string) string { return filepath.Join(dir, HostsDir, host
 // Collector mirrors a fleet of hosts. It is safe for concurrent use.
 type Collector struct {
 	opts    Options
-	started time.Time     // Options.Now at Start: the age of a host never heard
-	hosts   []*hostMirror // in Options.Hosts order
+	started time.Time // Options.Now at Start: the age of a host never heard
+	ctx     context.Context
 	cancel  context.CancelFunc
-	wg      sync.WaitGroup
+	wg      sync.WaitGroup // every host's goroutine and the discovery's
+
+	mu     sync.Mutex
+	hosts  []*hostMirror   // in Options.Hosts order, then as added
+	known  map[string]bool // hosts mirrored or being added (AddHost)
+	closed bool            // Close began: nothing more is added or started
 
 	closeOnce sync.Once
 	closeErr  error
@@ -187,29 +216,54 @@ func Start(opts Options) (*Collector, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Collector{opts: opts, started: opts.Now()}
-	for _, h := range opts.Hosts {
+	c := &Collector{opts: opts, started: opts.Now(), known: map[string]bool{}}
+	hosts := slices.Clone(opts.Hosts)
+	found, err := c.mirroredBefore()
+	if err != nil {
+		return nil, err
+	}
+	for _, h := range found {
+		if !slices.Contains(hosts, h) && len(hosts) < MaxHosts {
+			hosts = append(hosts, h)
+		}
+	}
+	for _, h := range hosts {
 		hm, err := openHost(context.Background(), opts, h)
 		if err != nil {
 			c.closeLedgers()
 			return nil, err
 		}
 		c.hosts = append(c.hosts, hm)
+		c.known[h] = true
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	c.cancel = cancel
-	for _, hm := range c.hosts {
-		if hm.status().State == StateRefused {
-			opts.Logger.Error("collector: host stays refused until its finding is removed", "host", hm.host, "file", hm.refusedPath())
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	initial := slices.Clone(c.hosts) // the discovery appends to c.hosts from now on
+	if err := c.startDiscovery(); err != nil {
+		c.cancel()
+		c.closeLedgers()
+		return nil, err
+	}
+	for _, hm := range initial {
+		if c.refused(hm) {
 			continue
 		}
 		c.wg.Add(1)
 		go func() {
 			defer c.wg.Done()
-			hm.run(ctx)
+			hm.run(c.ctx)
 		}()
 	}
 	return c, nil
+}
+
+// refused reports (and logs) that hm stays refused: its mirroring is not
+// started.
+func (c *Collector) refused(hm *hostMirror) bool {
+	if hm.status().State != StateRefused {
+		return false
+	}
+	c.opts.Logger.Error("collector: host stays refused until its finding is removed", "host", hm.host, "file", hm.refusedPath())
+	return true
 }
 
 func openHost(ctx context.Context, opts Options, h string) (*hostMirror, error) {
@@ -239,13 +293,27 @@ func openHost(ctx context.Context, opts Options, h string) (*hostMirror, error) 
 // Dir is the collector's directory (Options.Dir).
 func (c *Collector) Dir() string { return c.opts.Dir }
 
-// Hosts returns the mirrored host ids, in the order of Options.Hosts.
-func (c *Collector) Hosts() []string { return slices.Clone(c.opts.Hosts) }
+// Hosts returns the mirrored host ids, in the order of Options.Hosts,
+// then of those found in Dir (discovery) and added since.
+func (c *Collector) Hosts() []string {
+	var out []string
+	for _, hm := range c.mirrors() {
+		out = append(out, hm.host)
+	}
+	return out
+}
+
+// mirrors is a snapshot of the hosts mirrored.
+func (c *Collector) mirrors() []*hostMirror {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.hosts)
+}
 
 // Mirror returns host's mirror ledger (for reads: Import is the
 // collector's; nil for an unknown host). It stays open until Close.
 func (c *Collector) Mirror(host string) *ledger.Ledger {
-	for _, hm := range c.hosts {
+	for _, hm := range c.mirrors() {
 		if hm.host == host {
 			return hm.l
 		}
@@ -257,6 +325,9 @@ func (c *Collector) Mirror(host string) *ledger.Ledger {
 // mirror ledgers. It is idempotent.
 func (c *Collector) Close() error {
 	c.closeOnce.Do(func() {
+		c.mu.Lock()
+		c.closed = true
+		c.mu.Unlock()
 		c.cancel()
 		c.wg.Wait()
 		c.closeErr = c.closeLedgers()
@@ -266,7 +337,7 @@ func (c *Collector) Close() error {
 
 func (c *Collector) closeLedgers() error {
 	var errs []error
-	for _, hm := range c.hosts {
+	for _, hm := range c.mirrors() {
 		if err := hm.closer.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("collector: host %s: %w", hm.host, err))
 		}

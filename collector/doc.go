@@ -38,6 +38,14 @@
 // publishers and responders in their spaces; only signed checkpoints
 // authenticate a host.
 //
+// Discovery. With Options.Discover (host id patterns), hosts already
+// under Dir/hosts that match are mirrored at Start, and a host that
+// announces itself on the cluster (busclient.AnnounceSubject, which only
+// its own bus may publish) with a matching id is added while the
+// collector runs (AddHost, Options.OnHostAdded) once its own head API
+// answers, up to MaxHosts. A host already mirrored is never added again,
+// so an announcement never un-refuses a host (discover.go).
+//
 // Checkpoints. With a verifier for a host (Options.Verifiers), the signed
 // checkpoints it publishes are checked too: one whose signature verifies
 // is compared with the mirror (Merkle root and chain hash at its size) as
@@ -88,6 +96,15 @@
 //     (TestJunkLiveDoesNotHoldStoppedHostLive).
 //   - A host that answers no peer-class request but answers the bare API
 //     is mirrored in the bare class (TestHostWithoutPeerClassMirrored).
+//   - A host started after the collector whose id matches a discovery
+//     pattern is mirrored without a restart, byte for byte; one that
+//     matches no pattern is not (TestDiscoveredHostMirrored).
+//   - An announcement never un-refuses a host: a host refused for a fork
+//     stays refused, its mirror unchanged, across a restart with discovery
+//     while it keeps announcing (TestDiscoveryKeepsRefusedHost).
+//   - Two collectors mirroring the same hosts, each through its own peer
+//     into its own directory, hold identical mirrors, byte for byte
+//     (TestRedundantCollectorsAgree).
 //   - A REFUSED.json that is not a regular file or is larger than
 //     MaxFindingBytes is an error, never a hang or an unbounded read
 //     (TestReadFindingFIFO, TestReadFindingDevice, TestReadFinding).

@@ -28,6 +28,10 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 // well under a second; a loaded CI machine gets generous slack.
 const waitFor = 60 * time.Second
 
+// announceEvery is how often the test hosts announce themselves (host
+// discovery, discover_test.go).
+const announceEvery = 50 * time.Millisecond
+
 // testHost is one fleet host: its own ledger (bound to its id) and its bus
 // in the cluster, as serve --host-id runs them.
 type testHost struct {
@@ -88,7 +92,7 @@ func (f *fleet) startDir(id, dir, bindAs string) *testHost {
 		l.Close()
 		f.t.Fatalf("BindHost %s: %v", bindAs, err)
 	}
-	b, err := bus.Start(l, bus.Options{Port: bus.RandomPort, HostID: id, Logger: quiet,
+	b, err := bus.Start(l, bus.Options{Port: bus.RandomPort, HostID: id, Logger: quiet, AnnounceInterval: announceEvery,
 		Cluster: bus.ClusterOptions{Listen: "127.0.0.1:-1", Routes: []string{f.peer.ClusterURL()}}})
 	if err != nil {
 		l.Close()

@@ -86,8 +86,9 @@ type Status struct {
 
 // Status returns a snapshot of every host's mirroring.
 func (c *Collector) Status() Status {
-	s := Status{Hosts: make(map[string]HostStatus, len(c.hosts))}
-	for _, hm := range c.hosts {
+	hosts := c.mirrors()
+	s := Status{Hosts: make(map[string]HostStatus, len(hosts))}
+	for _, hm := range hosts {
 		s.Hosts[hm.host] = hm.status()
 	}
 	return s
@@ -146,7 +147,7 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 
 func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	now := m.c.opts.Now()
-	for _, hm := range m.c.hosts {
+	for _, hm := range m.c.mirrors() {
 		s := hm.status()
 		heard := s.LastHeard
 		if heard.IsZero() {

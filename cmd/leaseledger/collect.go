@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/leaseledger/leaseledger/bus"
+	"github.com/leaseledger/leaseledger/bus/busclient"
 	"github.com/leaseledger/leaseledger/collector"
 	"github.com/nats-io/nats.go"
 	"golang.org/x/mod/sumdb/note"
@@ -41,7 +42,10 @@ read command works on (use --fleet with audit, leases, export and verify).
 Every event is verified against its host's chain before it is stored; a host
 whose chain forks, breaks or names another host is refused: its finding is
 written to hosts/<host>/REFUSED.json and it stays refused until that file is
-removed. --metrics-addr serves /metrics (per-host lag), /status (JSON) and
+removed. --hosts auto (or a pattern such as 'h*') also mirrors, without a
+restart, every matching host that announces itself on the cluster (hosts
+announce on leaseledger.hosts.<host>.announce), and the host directories
+already under --data-dir/hosts that match. --metrics-addr serves /metrics (per-host lag), /status (JSON) and
 the dashboard (every mirrored host, through the fleet bus's --ws-port).
 
 While it runs it serves the mirrors on its fleet bus (--port, default 4249):
@@ -59,7 +63,7 @@ each mirror's head).`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringSliceVar(&cf.hosts, "hosts", nil, "host ids to mirror (comma-separated or repeated)")
+	f.StringSliceVar(&cf.hosts, "hosts", nil, "host ids to mirror (comma-separated or repeated); 'auto' or a pattern such as 'h*' (path.Match) also mirrors every matching host that announces itself on the cluster, without a restart")
 	cf.routeFlags.register(f, "127.0.0.1:-1", "host:port the collector's route listens on (port -1: any free port)")
 	f.StringArrayVar(&cf.vkeys, "checkpoint-vkey", nil, "host=KEY: check the signed checkpoints host publishes (serve --checkpoint-key) with this verifier key (from 'checkpoint keygen') against its mirror (repeatable)")
 	f.IntVar(&cf.natsPort, "nats-port", 0, "also offer a read-only NATS client port on the cluster peer, 127.0.0.1 (the hosts themselves, not the mirrors; -1: any free port; 0: none)")
@@ -74,6 +78,7 @@ func (a *app) runCollect(ctx context.Context, cf collectFlags) error {
 	if len(cf.hosts) == 0 {
 		return errors.New("collect: --hosts is required")
 	}
+	ids, patterns := splitHosts(cf.hosts)
 	cluster, err := cf.routeFlags.options()
 	if err != nil {
 		return fmt.Errorf("collect: %w", err)
@@ -110,21 +115,31 @@ func (a *app) runCollect(ctx context.Context, cf collectFlags) error {
 	// of its space on the fleet bus); the collector imports into it.
 	// Each host's latest checkpoint that its mirror matches is kept for
 	// its proof API on the fleet bus and republished there.
+	// With discovery (--hosts auto or a pattern), each host found later
+	// gets its space on the running fleet bus (spaces.added).
 	projs := &mirrorProjections{logger: a.logger}
-	relays := newCheckpointRelays(cf.hosts, a.logger)
-	c, err := collector.Start(collector.Options{Dir: a.dataDir, Hosts: cf.hosts, Conn: nc, Logger: a.logger,
+	relays := newCheckpointRelays(ids, a.logger)
+	spaces := &fleetSpaces{projs: projs, relays: relays, logger: a.logger}
+	c, err := collector.Start(collector.Options{Dir: a.dataDir, Hosts: ids, Discover: patterns, Conn: nc, Logger: a.logger,
 		PollInterval: cf.pollInterval, BufferLen: cf.bufferLen, Verifiers: verifiers, OpenMirror: projs.open,
-		OnCheckpoint: relays.relay})
+		OnCheckpoint: relays.relay, OnHostAdded: spaces.added})
 	if err != nil {
 		return fmt.Errorf("collect: %w", err)
 	}
 	defer c.Close()
-	fb, stopFleet, err := startFleetBus(c, projs, relays, cf.fleetBus, a.logger)
+	fb, stopFleet, err := startFleetBus(c, spaces, len(patterns) > 0, cf.fleetBus, a.logger)
 	if err != nil {
 		return fmt.Errorf("collect: %w", err)
 	}
 	defer stopFleet() // before the mirrors close
-	fmt.Fprintf(a.stdout, "leaseledger: collector mirroring %s into %s\n", strings.Join(cf.hosts, ","), a.dataDir)
+	mirrored := strings.Join(c.Hosts(), ",")
+	if mirrored == "" {
+		mirrored = "no host yet"
+	}
+	fmt.Fprintf(a.stdout, "leaseledger: collector mirroring %s into %s\n", mirrored, a.dataDir)
+	if len(patterns) > 0 {
+		fmt.Fprintf(a.stdout, "leaseledger: discovering hosts matching %s (announced on %s)\n", strings.Join(patterns, ","), busclient.FleetAnnounceSubjects())
+	}
 	fmt.Fprintf(a.stdout, "leaseledger: cluster route on %s\n", peer.ClusterURL())
 	if u := peer.ClientURL(); u != "" {
 		fmt.Fprintf(a.stdout, "leaseledger: read-only NATS on %s\n", u)
@@ -154,6 +169,23 @@ func (a *app) runCollect(ctx context.Context, cf collectFlags) error {
 	}
 	<-ctx.Done()
 	return nil
+}
+
+// splitHosts splits --hosts into host ids and discovery patterns: "auto"
+// (every host, "*") and any entry with a glob character (path.Match
+// syntax, e.g. "h*") are patterns.
+func splitHosts(hosts []string) (ids, patterns []string) {
+	for _, h := range hosts {
+		switch {
+		case h == "auto":
+			patterns = append(patterns, "*")
+		case strings.ContainsAny(h, `*?[\`):
+			patterns = append(patterns, h)
+		default:
+			ids = append(ids, h)
+		}
+	}
+	return ids, patterns
 }
 
 // serveCollectorHTTP serves the collector's /metrics (with the Go

@@ -55,6 +55,11 @@ import (
 //     inclusion proof from the fleet bus verifies against them; a
 //     checkpoint the mirror contradicts is not republished
 //     (TestCollectFleetCheckpoints).
+//   - With --hosts auto, a host that joins the cluster after the start is
+//     mirrored and served on the running fleet bus (its replay is its
+//     chain); two collectors over the same fleet, one discovering and one
+//     with a list, hold identical mirrors (--fleet export)
+//     (TestCollectDiscoversHostRedundantCollectorsAgree).
 //   - collect shares serve's route flags and refuses the same bad
 //     combinations (TestCollectFlagsRefused).
 
@@ -120,60 +125,131 @@ func (m *mirrorProjections) get(host string) *live.Projection {
 // checkpoints of the host's proof API on the fleet bus, republished there.
 type checkpointRelays struct {
 	logger *slog.Logger
+	mu     sync.Mutex
 	byHost map[string]*control.Checkpointer
 }
 
 func newCheckpointRelays(hosts []string, logger *slog.Logger) *checkpointRelays {
 	r := &checkpointRelays{logger: logger, byHost: make(map[string]*control.Checkpointer, len(hosts))}
 	for _, h := range hosts {
-		r.byHost[h] = control.NewCheckpointRelay()
+		r.get(h)
 	}
 	return r
+}
+
+// get is host's relay, made on first use (a host found by discovery).
+func (r *checkpointRelays) get(host string) *control.Checkpointer {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	cp := r.byHost[host]
+	if cp == nil {
+		cp = control.NewCheckpointRelay()
+		r.byHost[host] = cp
+	}
+	return cp
 }
 
 // relay is the collector's OnCheckpoint: it keeps signed for host's proof
 // API and publishes it on the fleet bus once there is one.
 func (r *checkpointRelays) relay(host string, signed []byte) {
-	if err := r.byHost[host].Relay(context.Background(), signed); err != nil {
+	if err := r.get(host).Relay(context.Background(), signed); err != nil {
 		r.logger.Warn("collect: checkpoint not republished", "host", host, "err", err)
 	}
 }
 
+// unpublish stops every relay's publication (the fleet bus closes).
+func (r *checkpointRelays) unpublish() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, cp := range r.byHost {
+		cp.SetPublish(nil) // kept, not published, once the fleet bus closes
+	}
+}
+
+// fleetSpaces serves on the fleet bus the hosts the collector adds while
+// it runs (discovery: collector.Options.OnHostAdded); one added before
+// the fleet bus started is among the hosts it starts with.
+type fleetSpaces struct {
+	projs  *mirrorProjections
+	relays *checkpointRelays
+	logger *slog.Logger
+	mu     sync.Mutex
+	fb     *bus.Fleet      // nil until started, and once stopped
+	served map[string]bool // hosts with a space
+}
+
+// space is host's space on the fleet bus: its mirror, the projection API
+// over its live projection and the proof API with its relayed checkpoints.
+func (s *fleetSpaces) space(host string, m *ledger.Ledger) bus.Space {
+	return bus.Space{HostID: host, Ledger: m,
+		Services: append(control.ProjectionServices(s.projs.get(host)), control.ProofServices(m, s.relays.get(host))...)}
+}
+
+// added is the collector's OnHostAdded: host gets a space on the running
+// fleet bus (a failure is logged: the host is still mirrored into the
+// directory).
+func (s *fleetSpaces) added(host string, m *ledger.Ledger) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fb == nil || s.served[host] {
+		return
+	}
+	if err := s.fb.AddSpace(s.space(host, m)); err != nil {
+		s.logger.Warn("collect: discovered host not served on the fleet bus (it is mirrored)", "host", host, "err", err)
+		return
+	}
+	s.served[host] = true
+	fb := s.fb
+	s.relays.get(host).SetPublish(func(signed []byte) error { return fb.PublishCheckpoint(host, signed) })
+	s.logger.Info("collect: discovered host served on the fleet bus", "host", host)
+}
+
 // startFleetBus starts the fleet bus over c's mirrors and records its URL
-// in the collector's directory; stop closes it (before the mirrors).
-func startFleetBus(c *collector.Collector, projs *mirrorProjections, relays *checkpointRelays, f fleetBusFlags, logger *slog.Logger) (fb *bus.Fleet, stop func(), err error) {
+// in the collector's directory; stop closes it (before the mirrors). With
+// discovery, hosts added later get their spaces through spaces.added.
+func startFleetBus(c *collector.Collector, spaces *fleetSpaces, discover bool, f fleetBusFlags, logger *slog.Logger) (fb *bus.Fleet, stop func(), err error) {
 	if f.readOnlyPassword == "" {
 		f.readOnlyPassword = os.Getenv("LEASELEDGER_READONLY_PASSWORD")
 	}
-	var spaces []bus.Space
-	for _, h := range c.Hosts() {
-		m := c.Mirror(h)
-		spaces = append(spaces, bus.Space{HostID: h, Ledger: m,
-			Services: append(control.ProjectionServices(projs.get(h)), control.ProofServices(m, relays.byHost[h])...)})
+	spaces.mu.Lock()
+	defer spaces.mu.Unlock()
+	var ss []bus.Space
+	hosts := c.Hosts()
+	for _, h := range hosts {
+		ss = append(ss, spaces.space(h, c.Mirror(h)))
+	}
+	var grants []bus.Service
+	if discover {
+		// The services every discovered host's space serves: only their
+		// subjects and access count (the fleet bus's permissions).
+		grants = append(control.ProjectionServices(nil), control.ProofServices(nil, nil)...)
 	}
 	fb, err = bus.StartFleet(bus.FleetOptions{Host: f.host, Port: f.port, WebSocketPort: f.wsPort,
 		ReadOnlyUser: f.readOnlyUser, ReadOnlyPassword: f.readOnlyPassword, DenyAnonymous: f.denyAnonymous,
-		Spaces: spaces, Services: []bus.Service{fleetStatusService(c)}, Logger: logger})
+		Spaces: ss, AddSpaces: discover, SpaceServices: grants,
+		Services: []bus.Service{fleetStatusService(c)}, Logger: logger})
 	if err != nil {
 		return nil, nil, fmt.Errorf("fleet bus: %w", err)
 	}
-	for _, h := range c.Hosts() {
-		relays.byHost[h].SetPublish(func(signed []byte) error { return fb.PublishCheckpoint(h, signed) })
+	spaces.fb, spaces.served = fb, map[string]bool{}
+	for _, h := range hosts {
+		spaces.served[h] = true
+		spaces.relays.get(h).SetPublish(func(signed []byte) error { return fb.PublishCheckpoint(h, signed) })
 	}
-	unpublish := func() {
-		for _, r := range relays.byHost {
-			r.SetPublish(nil) // kept, not published, once the fleet bus closes
-		}
+	closeFleet := func() {
+		spaces.fb = nil // under spaces.mu
+		spaces.relays.unpublish()
+		fb.Close()
 	}
 	urlFile := filepath.Join(c.Dir(), fleetBusURLFile)
 	if err := os.WriteFile(urlFile, []byte(fb.ClientURL()+"\n"), 0o644); err != nil {
-		unpublish()
-		fb.Close()
+		closeFleet()
 		return nil, nil, fmt.Errorf("fleet bus: %w", err)
 	}
 	return fb, func() {
-		unpublish()
-		_ = fb.Close()
+		spaces.mu.Lock()
+		closeFleet()
+		spaces.mu.Unlock()
 		_ = os.Remove(urlFile)
 	}, nil
 }

@@ -21,8 +21,9 @@ import (
 )
 
 // collectHost is an in-process fleet host: a ledger bound to id and its
-// bus in a cluster of its own listening on a free port.
-func collectHost(t *testing.T, id string) (*ledger.Ledger, *bus.Bus, string) {
+// bus in a cluster of its own listening on a free port (routed to routes,
+// when given).
+func collectHost(t *testing.T, id string, routes ...string) (*ledger.Ledger, *bus.Bus, string) {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), id)
 	l, err := ledger.Open(ledger.Options{Dir: dir})
@@ -44,7 +45,7 @@ func collectHost(t *testing.T, id string) (*ledger.Ledger, *bus.Bus, string) {
 		t.Fatal(err)
 	}
 	b, err := bus.Start(l, bus.Options{Port: bus.RandomPort, HostID: id, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Cluster: bus.ClusterOptions{Listen: "127.0.0.1:-1"}})
+		Cluster: bus.ClusterOptions{Listen: "127.0.0.1:-1", Routes: routes}})
 	if err != nil {
 		l.Close()
 		t.Fatal(err)
