@@ -208,13 +208,19 @@ type Collector struct {
 	closeErr  error
 }
 
-// Start opens (creating when missing) every host's mirror ledger, loads
-// the findings of hosts refused earlier (they stay refused) and starts one
-// mirroring goroutine per other host. Close stops them.
+// Start creates the collector's directory when missing, opens (creating
+// when missing) every host's mirror ledger, loads the findings of hosts
+// refused earlier (they stay refused) and starts one mirroring goroutine
+// per other host. Close stops them.
 func Start(opts Options) (*Collector, error) {
 	opts, err := opts.withDefaults()
 	if err != nil {
 		return nil, err
+	}
+	// With discovery and no host known yet, no mirror creates it, and the
+	// caller writes beside the mirrors (the fleet bus's URL file).
+	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("collector: %w", err)
 	}
 	c := &Collector{opts: opts, started: opts.Now(), known: map[string]bool{}}
 	hosts := slices.Clone(opts.Hosts)

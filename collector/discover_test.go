@@ -176,7 +176,13 @@ func TestDiscoverOptions(t *testing.T) {
 			t.Errorf("%s: %v, want ErrOptions", name, err)
 		}
 	}
-	c := f.collector(t.TempDir(), nil, func(o *collector.Options) { o.Discover = []string{"*"} })
+	// A discovering collector with no host yet still has its directory
+	// (callers write beside the mirrors).
+	dir := filepath.Join(t.TempDir(), "not-yet")
+	c := f.collector(dir, nil, func(o *collector.Options) { o.Discover = []string{"*"} })
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		t.Errorf("the collector's directory: %v", err)
+	}
 	if err := c.AddHost("a.b"); !errors.Is(err, collector.ErrOptions) {
 		t.Errorf("AddHost(a.b): %v, want ErrOptions", err)
 	}
