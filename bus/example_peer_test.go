@@ -4,11 +4,11 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"time"
 
 	"github.com/leaseledger/leaseledger/bus"
 	"github.com/leaseledger/leaseledger/bus/busclient"
 	"github.com/leaseledger/leaseledger/events"
+	"github.com/leaseledger/leaseledger/internal/testproc"
 	"github.com/leaseledger/leaseledger/ledger"
 )
 
@@ -38,11 +38,12 @@ func ExampleStartPeer() {
 		Payload: &events.CallAdmitted{CallID: "c1", Tool: "echo", Digest: fp}})
 
 	h1 := busclient.NewClient(nc).WithHost("h1")
-	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if head, err := h1.Head(context.Background()); err == nil { // once the route is up
-			fmt.Println("h1 head:", head.Seq)
-			break
-		}
+	// The route comes up in the background: wait until the host answers.
+	var head busclient.HeadReply
+	if err := testproc.Await(testproc.HangBound, func() (err error) { head, err = h1.Head(context.Background()); return err }); err != nil {
+		fmt.Println(err)
+		return
 	}
+	fmt.Println("h1 head:", head.Seq)
 	// Output: h1 head: 1
 }

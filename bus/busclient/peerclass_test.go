@@ -15,6 +15,7 @@ import (
 	"github.com/leaseledger/leaseledger/bus/busclient"
 	"github.com/leaseledger/leaseledger/bus/bustest"
 	"github.com/leaseledger/leaseledger/events"
+	"github.com/leaseledger/leaseledger/internal/testproc"
 	"github.com/leaseledger/leaseledger/ledger"
 	"github.com/nats-io/nats.go"
 )
@@ -95,11 +96,8 @@ func ExampleClient_WithPeerClass() {
 	}
 
 	c := busclient.NewClient(nc).WithHost("h1").WithPeerClass()
-	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if _, err := c.Head(context.Background()); err == nil { // once the route is up
-			break
-		}
-	}
+	// The route comes up in the background: wait until the host answers.
+	_ = testproc.Await(testproc.HangBound, func() error { _, err := c.Head(context.Background()); return err })
 	_, err = c.Replay(context.Background(), 1, 0, busclient.TailFilter{}, func(seq events.Seq, raw []byte) error {
 		kind, _ := events.PeekKind(raw)
 		fmt.Println(seq, kind)
