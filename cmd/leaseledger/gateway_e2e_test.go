@@ -804,9 +804,9 @@ func TestGatewayServeTokens(t *testing.T) {
 // only valid server names, and names files that exist from the repository
 // root.
 func TestExampleConfig(t *testing.T) {
-	servers, _, err := configServers(filepath.Join(repoRoot, "examples", "mcp.json"))
-	if err != nil || !slices.Equal(servers, []string{stdioServer}) {
-		t.Fatalf("servers %v, %v", servers, err)
+	cfg, err := loadConfig(filepath.Join(repoRoot, "examples", "mcp.json"))
+	if err != nil || !slices.Equal(cfg.names, []string{stdioServer}) {
+		t.Fatalf("servers %v, %v", cfg.names, err)
 	}
 	if _, err := os.Stat(filepath.Join(repoRoot, everythingEntry)); err != nil {
 		t.Fatal(err)

@@ -27,13 +27,6 @@ type loadedConfig struct {
 	data    []byte
 }
 
-// configServers reads the mcp.json at path (at most runtime.MaxConfigBytes)
-// and returns its server names, sorted, and the file's bytes.
-func configServers(path string) ([]string, []byte, error) {
-	c, err := loadConfig(path)
-	return c.names, c.data, err
-}
-
 // loadConfig reads and parses the mcp.json at path: what serve puts in
 // force at start and at each reload (the manager looks entries up in
 // what was loaded, so the configuration in force is exactly the one
