@@ -31,6 +31,13 @@ const MaxConfigBytes = 1 << 20
 // config_name (events.MaxTextLen).
 const MaxServerNameBytes = 256
 
+// MaxPrefixBytes bounds an entry's "prefix" (ServerConfig.Prefix).
+const MaxPrefixBytes = 64
+
+// DefaultPrefixSeparator ends the default prefix of a server's exposed
+// names, "<server>__" (ServerConfig.ExposedPrefix).
+const DefaultPrefixSeparator = "__"
+
 // serverIDHashBytes is how many bytes of a name's SHA-256 (as hex) end the
 // server id derived from a name that is not an identifier.
 const serverIDHashBytes = 4
@@ -73,6 +80,13 @@ type ServerConfig struct {
 	// "sse", the legacy HTTP+SSE transport, is refused (ErrLegacySSE).
 	// It is not part of the fingerprint: the other fields decide it.
 	Type string `json:"type,omitempty"`
+	// Prefix, when set, is what a gateway puts before the server's tool
+	// and prompt names (ExposedPrefix): "" exposes the server's own names
+	// (and resource URIs) unchanged; absent (nil), the gateway's default
+	// "<server>__". At most MaxPrefixBytes of printable ASCII without
+	// spaces (ErrInvalidPrefix). It is exposure, not launch identity: not
+	// part of the fingerprint, so changing it never replaces a lease.
+	Prefix *string `json:"prefix,omitempty"`
 
 	// name is the config name the entry was looked up under (set by the
 	// manager), recorded as lease.acquiring's config_name when it is not
@@ -120,6 +134,33 @@ func serverID(name string) string {
 		}
 	}
 	return string(b) + suffix
+}
+
+// ExposedPrefix returns the prefix a gateway puts before the tool and
+// prompt names of the server configured under name: the entry's "prefix"
+// when it sets one (possibly "": the server's own names), else name
+// followed by DefaultPrefixSeparator.
+func (c ServerConfig) ExposedPrefix(name string) string {
+	if c.Prefix != nil {
+		return *c.Prefix
+	}
+	return name + DefaultPrefixSeparator
+}
+
+// validPrefix reports whether p may be an entry's prefix: at most
+// MaxPrefixBytes bytes of printable ASCII other than space (no
+// whitespace, no control character, nothing a client could render
+// ambiguously).
+func validPrefix(p string) bool {
+	if len(p) > MaxPrefixBytes {
+		return false
+	}
+	for i := 0; i < len(p); i++ {
+		if c := p[i]; c <= ' ' || c > '~' {
+			return false
+		}
+	}
+	return true
 }
 
 // configName is the name to record as lease.acquiring's config_name: empty
@@ -229,6 +270,10 @@ func (c ServerConfig) clone() ServerConfig {
 	c.Env = maps.Clone(c.Env)
 	c.Headers = maps.Clone(c.Headers)
 	c.AllowRedirectOrigins = slices.Clone(c.AllowRedirectOrigins)
+	if c.Prefix != nil {
+		p := *c.Prefix
+		c.Prefix = &p
+	}
 	return c
 }
 
@@ -239,7 +284,16 @@ func (c ServerConfig) equal(o ServerConfig) bool {
 	return c.name == o.name && c.Command == o.Command && c.Cwd == o.Cwd && c.Shared == o.Shared &&
 		c.OneShot == o.OneShot && c.URL == o.URL && c.Type == o.Type && c.CallTimeout == o.CallTimeout &&
 		slices.Equal(c.Args, o.Args) && maps.Equal(c.Env, o.Env) && maps.Equal(c.Headers, o.Headers) &&
-		slices.Equal(c.AllowRedirectOrigins, o.AllowRedirectOrigins)
+		slices.Equal(c.AllowRedirectOrigins, o.AllowRedirectOrigins) && equalPrefix(c.Prefix, o.Prefix)
+}
+
+// equalPrefix reports whether two prefixes are the same: both absent, or
+// both set to the same string.
+func equalPrefix(a, b *string) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
 }
 
 func (c ServerConfig) canonical() []byte {
@@ -292,6 +346,8 @@ func (c ServerConfig) check() error {
 	switch {
 	case c.Type == "sse":
 		return fmt.Errorf("has type \"sse\": %w", ErrLegacySSE)
+	case c.Prefix != nil && !validPrefix(*c.Prefix):
+		return fmt.Errorf("has an invalid prefix: %w", ErrInvalidPrefix)
 	case c.CallTimeout < 0 || time.Duration(c.CallTimeout) > MaxCallTimeout:
 		return errors.New("has a callTimeout that is negative or over MaxCallTimeout")
 	case c.Command == "" && c.URL == "":

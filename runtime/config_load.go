@@ -19,6 +19,13 @@ import (
 // HTTP.
 var ErrLegacySSE = errors.New("the legacy HTTP+SSE transport (type \"sse\") is not supported: use the server's Streamable HTTP endpoint (type \"http\")")
 
+// ErrInvalidPrefix: an entry's "prefix" is longer than MaxPrefixBytes or
+// holds a byte that is not printable ASCII other than space (whitespace,
+// a control character, non-ASCII). Such an entry is refused when the
+// config is loaded or looked up; the error also matches ErrConfigInvalid
+// and names the entry, never the prefix.
+var ErrInvalidPrefix = fmt.Errorf("a prefix is at most %d bytes of printable ASCII without spaces", MaxPrefixBytes)
+
 // LoadedConfig is an mcp.json as LoadConfig read it.
 type LoadedConfig struct {
 	// Servers are the entries by config name, their ${VAR} references
@@ -64,8 +71,8 @@ func ParseConfig(data []byte) (map[string]ServerConfig, error) {
 //
 // It also refuses, naming the entry, an entry with neither command nor url
 // (or both, a url that is not http(s), an allowRedirectOrigins entry that
-// is not an origin, a "type" of "sse" (ErrLegacySSE) — such entry errors
-// match ErrConfigInvalid), a name that is empty or longer than
+// is not an origin, a "type" of "sse" (ErrLegacySSE), an invalid "prefix"
+// (ErrInvalidPrefix) — such entry errors match ErrConfigInvalid), a name that is empty or longer than
 // MaxServerNameBytes, and two names that map to one server id (see
 // ServerID), so every name it returns works end to end.
 func LoadConfig(data []byte, lookupEnv func(name string) (value string, ok bool)) (LoadedConfig, error) {

@@ -100,6 +100,10 @@ func (s *MapConfigSource) Set(server string, c ServerConfig) error {
 		env[k] = v
 	}
 	c.Env = env
+	if c.Prefix != nil {
+		p := *c.Prefix
+		c.Prefix = &p
+	}
 	s.m[server] = c
 	return nil
 }

@@ -143,8 +143,9 @@ func TestFingerprintMemoUsesItsKey(t *testing.T) {
 // field makes the entries unequal, and a clone shares no map or slice. A
 // field of a new kind (a pointer, say) fails here until they handle it.
 func TestServerConfigEqualCoversFields(t *testing.T) {
+	prefix := func() *string { p := "p_"; return &p }
 	base := ServerConfig{Command: "c", Args: []string{"a"}, Env: map[string]string{"K": "v"}, Cwd: "d",
-		URL: "u", Headers: map[string]string{"H": "v"}, AllowRedirectOrigins: []string{"o"}, Type: "t", name: "n"}
+		URL: "u", Headers: map[string]string{"H": "v"}, AllowRedirectOrigins: []string{"o"}, Type: "t", Prefix: prefix(), name: "n"}
 	typ := reflect.TypeOf(base)
 	for i := range typ.NumField() {
 		f := typ.Field(i)
@@ -168,6 +169,11 @@ func TestServerConfigEqualCoversFields(t *testing.T) {
 				t.Fatalf("field %s: %s not handled", f.Name, f.Type)
 			}
 			v.SetMapIndex(reflect.ValueOf("K2"), reflect.ValueOf("v2")) // in place: the clone's own map
+		case reflect.Pointer:
+			if f.Type.Elem().Kind() != reflect.String {
+				t.Fatalf("field %s: pointer to %s not handled", f.Name, f.Type.Elem())
+			}
+			v.Elem().SetString(v.Elem().String() + "x") // in place: the clone's own string
 		default:
 			t.Fatalf("field %s of kind %s: equal and clone do not handle it", f.Name, f.Type.Kind())
 		}
@@ -175,7 +181,7 @@ func TestServerConfigEqualCoversFields(t *testing.T) {
 			t.Errorf("field %s: changed, still equal", f.Name)
 		}
 		if !base.equal(ServerConfig{Command: "c", Args: []string{"a"}, Env: map[string]string{"K": "v"}, Cwd: "d",
-			URL: "u", Headers: map[string]string{"H": "v"}, AllowRedirectOrigins: []string{"o"}, Type: "t", name: "n"}) {
+			URL: "u", Headers: map[string]string{"H": "v"}, AllowRedirectOrigins: []string{"o"}, Type: "t", Prefix: prefix(), name: "n"}) {
 			t.Fatalf("field %s: changing the clone changed the original", f.Name)
 		}
 	}
