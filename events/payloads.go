@@ -51,6 +51,9 @@ var kindList = []func() Payload{
 	func() Payload { return new(HTTPLost) },
 	func() Payload { return new(HostBound) },
 	func() Payload { return new(ConfigLoaded) },
+	func() Payload { return new(RelayCompleted) },
+	func() Payload { return new(LeaseListChanged) },
+	func() Payload { return new(SessionLogLevel) },
 }
 
 // ---- lease: session-scoped runtime leases ----

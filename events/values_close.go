@@ -238,6 +238,10 @@ const (
 	// TerminatedRemoved: a reload of the configuration no longer names
 	// the lease's server.
 	TerminatedRemoved TerminationReason = "removed"
+	// TerminatedListingFailed: the server notified a tool list change and
+	// listing its tools again failed (or was too large), so the lease no
+	// longer has a listing to admit calls against.
+	TerminatedListingFailed TerminationReason = "listing_failed"
 )
 
 // Valid reports whether v is one of the TerminationReason values.
@@ -245,7 +249,8 @@ func (v TerminationReason) Valid() bool {
 	switch v {
 	case TerminatedRevoked, TerminatedPoisoned, TerminatedReaped, TerminatedSessionEnded, TerminatedAll,
 		TerminatedStaleConfig, TerminatedChildExited, TerminatedTransportError, TerminatedAcquireFailed,
-		TerminatedWhileStarting, TerminatedConnectionClosed, TerminatedHostLost, TerminatedWedged, TerminatedRemoved:
+		TerminatedWhileStarting, TerminatedConnectionClosed, TerminatedHostLost, TerminatedWedged, TerminatedRemoved,
+		TerminatedListingFailed:
 		return true
 	}
 	return false
@@ -255,7 +260,8 @@ func (v TerminationReason) Valid() bool {
 func (TerminationReason) values() []TerminationReason {
 	return []TerminationReason{TerminatedRevoked, TerminatedPoisoned, TerminatedReaped, TerminatedSessionEnded,
 		TerminatedAll, TerminatedStaleConfig, TerminatedChildExited, TerminatedTransportError,
-		TerminatedAcquireFailed, TerminatedWhileStarting, TerminatedConnectionClosed, TerminatedHostLost, TerminatedWedged, TerminatedRemoved}
+		TerminatedAcquireFailed, TerminatedWhileStarting, TerminatedConnectionClosed, TerminatedHostLost, TerminatedWedged, TerminatedRemoved,
+		TerminatedListingFailed}
 }
 
 // RefusalReason is why the call gate refused a call (call.refused).
@@ -272,6 +278,10 @@ const (
 	RefusedTerminated RefusalReason = "terminated"
 	// RefusedDenied: the host denied the server to the session.
 	RefusedDenied RefusalReason = "denied"
+	// RefusedListingChanged: the call named a digest of a listing the
+	// lease pinned earlier and has since replaced (its server changed its
+	// tools); the lease is kept.
+	RefusedListingChanged RefusalReason = "listing_changed"
 	// RefusedNameMismatch and RefusedDigestMismatch: this call poisons the
 	// lease; they are the [PoisonReason] values ([PoisonReason.Refusal]).
 	RefusedNameMismatch   RefusalReason = RefusalReason(PoisonNameMismatch)
@@ -281,7 +291,8 @@ const (
 // Valid reports whether v is one of the RefusalReason values.
 func (v RefusalReason) Valid() bool {
 	switch v {
-	case RefusedCancelled, RefusedPoisoned, RefusedTerminated, RefusedDenied, RefusedNameMismatch, RefusedDigestMismatch:
+	case RefusedCancelled, RefusedPoisoned, RefusedTerminated, RefusedDenied, RefusedNameMismatch, RefusedDigestMismatch,
+		RefusedListingChanged:
 		return true
 	}
 	return false
@@ -290,7 +301,7 @@ func (v RefusalReason) Valid() bool {
 // values lists the RefusalReason values in catalogue order.
 func (RefusalReason) values() []RefusalReason {
 	return []RefusalReason{RefusedCancelled, RefusedPoisoned, RefusedTerminated, RefusedDenied,
-		RefusedNameMismatch, RefusedDigestMismatch}
+		RefusedNameMismatch, RefusedDigestMismatch, RefusedListingChanged}
 }
 
 // Refusal is the call.refused reason of the call that poisons a lease for

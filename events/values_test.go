@@ -51,6 +51,11 @@ func TestClosedSets(t *testing.T) {
 	checkSet(t, TerminationReason(""))
 	checkSet(t, RefusalReason(""))
 	checkSet(t, FailureCause(""))
+	checkSet(t, RelayMethod(""))
+	checkSet(t, RelayOutcome(""))
+	checkSet(t, ElicitMode(""))
+	checkSet(t, ListKind(""))
+	checkSet(t, LogLevel(""))
 }
 
 // TestBarrierOutcomeStatus holds the outcome→status rule that the

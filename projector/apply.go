@@ -418,6 +418,19 @@ func (s *State) apply(e *event) {
 		s.host = p.Host
 	// the configuration in force: a fact for auditors, no state
 	case *events.ConfigLoaded:
+	// the server→client direction: relays counted per activation by
+	// outcome; list changes and log levels are facts for auditors, no
+	// state (a tool list change's new listing is its lease.listing_pinned)
+	case *events.RelayCompleted:
+		if a == nil {
+			s.anomalies.Unattributed++
+			break
+		}
+		if a.Relays == nil {
+			a.Relays = &RelayCounts{}
+		}
+		a.Relays.add(p.Outcome)
+	case *events.LeaseListChanged, *events.SessionLogLevel:
 	default:
 		s.anomalies.Unknown++
 	}

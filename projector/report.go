@@ -28,6 +28,9 @@ type ActivationReport struct {
 	Anomalies      uint64              `json:"anomalies,omitempty"`
 	Connection     Connection          `json:"connection"`
 	Lease          *Lease              `json:"lease,omitempty"`
+	// Relays counts the activation's relays by outcome (relay.completed);
+	// omitted when it had none.
+	Relays *RelayCounts `json:"relays,omitempty"`
 }
 
 // Report builds the report of activation id, from memory or the archive
@@ -47,7 +50,7 @@ func (s *State) LoadReport(id string) (ActivationReport, bool, error) {
 	rep := ActivationReport{Version: ReportVersion, Activation: a.ID, Session: a.Session, Server: a.Server,
 		FirstSeq: a.FirstSeq, LastSeq: a.LastSeq, Events: a.Events, Counts: ev.Counts(),
 		Resources: ev.Tracked(), Recent: ev.Recent(), Aggregates: ev.Aggregates(a.ID), Frozen: ev.frozen,
-		LateEvents: ev.late, Anomalies: ev.anomalies, Connection: a.Connection}
+		LateEvents: ev.late, Anomalies: ev.anomalies, Connection: a.Connection, Relays: relayCopy(a.Relays)}
 	rep.Verdict, rep.Reasons, rep.ReasonsOmitted = s.verdict(a)
 	if key, ok := s.leaseOf[id]; ok {
 		l := *s.leases[key]

@@ -71,6 +71,7 @@ type activationWire struct {
 	Started    bool         `json:"started,omitempty"`
 	Reopened   bool         `json:"reopened,omitempty"`
 	CallsLost  int          `json:"calls_lost,omitempty"`
+	Relays     *RelayCounts `json:"relays,omitempty"`
 }
 
 type evidenceWire struct {
@@ -122,6 +123,7 @@ func wireActivation(a *Activation) *activationWire {
 	ev := &a.Evidence
 	return &activationWire{Session: a.Session, Server: a.Server, FirstSeq: a.FirstSeq,
 		LastSeq: a.LastSeq, Events: a.Events, Connection: a.Connection, Refused: a.Refused, Started: a.Started, Reopened: a.Reopened, CallsLost: a.CallsLost,
+		Relays: relayCopy(a.Relays),
 		Evidence: evidenceWire{Resources: ev.open, Recent: ev.Recent(), Aggregates: ev.aggregates,
 			Confirmed: ev.confirmed, Frozen: ev.frozen, FrozenSeq: ev.frozenSeq, Late: ev.late, Anomalies: ev.anomalies}}
 }
@@ -136,7 +138,8 @@ func restoreActivation(id string, aw *activationWire) (*Activation, error) {
 		return nil, corrupt("activation entry")
 	}
 	a := &Activation{ID: id, Session: aw.Session, Server: aw.Server, FirstSeq: aw.FirstSeq,
-		LastSeq: aw.LastSeq, Events: aw.Events, Connection: aw.Connection, Refused: aw.Refused, Started: aw.Started, Reopened: aw.Reopened, CallsLost: aw.CallsLost}
+		LastSeq: aw.LastSeq, Events: aw.Events, Connection: aw.Connection, Refused: aw.Refused, Started: aw.Started, Reopened: aw.Reopened, CallsLost: aw.CallsLost,
+		Relays: relayCopy(aw.Relays)}
 	if a.CallsLost < 0 {
 		return nil, corrupt("activation %s: calls lost", id)
 	}

@@ -313,6 +313,9 @@ type Activation struct {
 	// unknown for good. Kept here, not on the lease, because the lease
 	// leaves the table at its session's end.
 	CallsLost int
+	// Relays counts the activation's relay.completed by outcome (nil
+	// before the first).
+	Relays *RelayCounts
 
 	// changedSeq is the seq of the last event for the activation, or of
 	// its retirement if later (never serialised): Evict keeps it in memory

@@ -221,6 +221,10 @@ func printReport(w io.Writer, out *audit.Activation) {
 		fmt.Fprintf(w, "lease %s/%s: state %s, fingerprint %s, listing %s, calls in flight %d, admitted %d, refused %d, gate violations %d\n",
 			ls.KeySession, ls.Server, ls.State, ls.Fingerprint, orNone(ls.ListingDigest), ls.CallsInFlight, ls.CallsAdmitted, ls.CallsRefused, ls.GateViolations)
 	}
+	if rc := r.Relays; rc != nil {
+		fmt.Fprintf(w, "relays: %d (accepted %d, declined %d, cancelled %d, error %d, timed_out %d, refused %d)\n",
+			rc.Total(), rc.Accepted, rc.Declined, rc.Cancelled, rc.Error, rc.TimedOut, rc.Refused)
+	}
 	if len(out.Requests) > 0 {
 		printListHeader(w, "requests", len(out.Requests), out.RequestsOmitted)
 		for _, r := range out.Requests {
