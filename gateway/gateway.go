@@ -56,6 +56,14 @@ type Options struct {
 	// Servers are the config names exposed, in listing order; each must
 	// satisfy ValidServerName (ErrServerName), at most MaxServers.
 	Servers []string
+	// Prefixes maps a server to the prefix of its tool and prompt names
+	// (runtime.ValidPrefix); a server absent
+	// from it is exposed under DefaultPrefix and its resources under
+	// leaseledger://<server>/ (URIScheme). The prefix "" exposes the
+	// server's own tool names, prompt names and resource URIs unchanged;
+	// names that then collide between servers are left out of listings
+	// and refused (CodeNameCollision).
+	Prefixes map[string]string
 	// Tokens, when set, are required on every request (401 otherwise).
 	// Nil: no bearer tokens, and requests arriving on a non-loopback local
 	// address are refused (403).
@@ -139,7 +147,7 @@ func New(opts Options) (*Gateway, error) {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	g := &Gateway{opts: opts, sessions: map[string]*session{}, slots: map[string]int{}}
-	list, err := newServerList(opts.Servers, 0)
+	list, err := newServerList(opts.Servers, opts.Prefixes, 0)
 	if err != nil {
 		return nil, &Error{Op: "new", Server: err.server, Err: ErrServerName}
 	}
@@ -152,15 +160,24 @@ func New(opts Options) (*Gateway, error) {
 		g.origins = append(g.origins, n)
 	}
 	g.srv = mcp.NewServer(&mcp.Implementation{Name: "leaseledger", Version: "0.1.0"}, &mcp.ServerOptions{
-		// Tools and resources only, without list-changed notifications
-		// (listings are per session and pinned), and no logging.
-		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}, Resources: &mcp.ResourceCapabilities{}},
+		// All of MCP's server features: each session's servers' list
+		// changes are forwarded (a session's listing stays pinned until it
+		// lists again), resource subscriptions and the log level are
+		// routed to the servers.
+		Capabilities: &mcp.ServerCapabilities{
+			Tools:       &mcp.ToolCapabilities{ListChanged: true},
+			Resources:   &mcp.ResourceCapabilities{Subscribe: true, ListChanged: true},
+			Prompts:     &mcp.PromptCapabilities{ListChanged: true},
+			Completions: &mcp.CompletionCapabilities{},
+			Logging:     &mcp.LoggingCapabilities{},
+		},
 		GetSessionID: newSessionID,
 		// Only protocol versions that have sessions: each MCP session is
 		// a runtime session.
 		SupportedProtocolVersions: sessionVersions(),
 	})
 	g.srv.AddReceivingMiddleware(g.middleware)
+	g.srv.AddSendingMiddleware(sendingMiddleware)
 	inner := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return g.srv },
 		&mcp.StreamableHTTPOptions{MaxRequestBodyBytes: MaxRequestBodyBytes})
 	var h http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { g.serveSession(w, r, inner) })
@@ -214,6 +231,10 @@ func (g *Gateway) Servers() []string { return slices.Clone(g.list.Load().names) 
 type serverList struct {
 	names []string
 	set   map[string]bool
+	// prefix is every server's effective name prefix; bare the servers
+	// whose resources keep their own URIs (prefix "").
+	prefix map[string]string
+	bare   map[string]bool
 	// gen counts the lists before this one: list cursors carry it, so a
 	// cursor issued under another list is refused rather than resumed at
 	// another server.
@@ -225,12 +246,13 @@ type serverList struct {
 type serverNameError struct{ server string }
 
 // newServerList validates names (ValidServerName, no duplicates, at most
-// MaxServers).
-func newServerList(names []string, gen uint64) (*serverList, *serverNameError) {
+// MaxServers) and prefixes (runtime.ValidPrefix, only of listed servers).
+func newServerList(names []string, prefixes map[string]string, gen uint64) (*serverList, *serverNameError) {
 	if len(names) > MaxServers {
 		return nil, &serverNameError{}
 	}
-	l := &serverList{set: make(map[string]bool, len(names)), gen: gen}
+	l := &serverList{set: make(map[string]bool, len(names)), prefix: make(map[string]string, len(names)),
+		bare: map[string]bool{}, gen: gen}
 	for _, s := range names {
 		if !ValidServerName(s) {
 			return nil, &serverNameError{}
@@ -240,21 +262,68 @@ func newServerList(names []string, gen uint64) (*serverList, *serverNameError) {
 		}
 		l.set[s] = true
 		l.names = append(l.names, s)
+		l.prefix[s] = DefaultPrefix(s)
+	}
+	for s, p := range prefixes {
+		if !l.set[s] || !runtime.ValidPrefix(p) {
+			return nil, &serverNameError{server: s}
+		}
+		l.prefix[s] = p
+		if p == "" {
+			l.bare[s] = true
+		}
 	}
 	return l, nil
 }
 
-// SetServers replaces the servers the gateway offers (a configuration
-// reload): each name must satisfy ValidServerName, without duplicates, at
-// most MaxServers (ErrServerName; the servers in force are kept). New
+// candidates returns the servers whose prefix starts name, in listing
+// order, with name's rest after the prefix.
+func (l *serverList) candidates(name string) []string {
+	var out []string
+	for _, s := range l.names {
+		if strings.HasPrefix(name, l.prefix[s]) && len(name) > len(l.prefix[s]) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// bareNames returns the servers exposed with the prefix "", in listing
+// order.
+func (l *serverList) bareNames() []string {
+	var out []string
+	for _, s := range l.names {
+		if l.bare[s] {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// exposedName is the name server's item (a tool or a prompt) is listed under.
+func (l *serverList) exposedName(server, name string) string { return l.prefix[server] + name }
+
+// exposedURI is the URI (or template) server's resource is listed under.
+func (l *serverList) exposedURI(server, uri string) string {
+	if l.bare[server] {
+		return uri
+	}
+	return ResourceURI(server, uri)
+}
+
+// SetServers replaces the servers the gateway offers and their prefixes
+// (a configuration reload; see Options.Servers and Options.Prefixes): each
+// name must satisfy ValidServerName, without duplicates, at most
+// MaxServers, and each prefix runtime.ValidPrefix (ErrServerName; the servers in
+// force are kept). New
 // servers appear in each session's next listing. A removed server's tools
 // and resources are refused from now on as unknown (its pinned tools
 // included); its leases are the host's to end (runtime.Manager.
 // TerminateServer). List cursors issued before are refused as invalid.
-func (g *Gateway) SetServers(names []string) error {
+func (g *Gateway) SetServers(names []string, prefixes map[string]string) error {
 	for {
 		old := g.list.Load()
-		list, err := newServerList(names, old.gen+1)
+		list, err := newServerList(names, prefixes, old.gen+1)
 		if err != nil {
 			return &Error{Op: "set_servers", Server: err.server, Err: ErrServerName}
 		}

@@ -22,6 +22,9 @@ const (
 	// CodeUnknownResource: a URI that is not leaseledger://<server>/<uri>
 	// of an exposed server (MCP's resource-not-found code).
 	CodeUnknownResource = -32002
+	// CodeUnknownPrompt: a prompt name no exposed server offers under it
+	// (invalid params, as MCP servers answer an unknown prompt).
+	CodeUnknownPrompt = jsonrpc.CodeInvalidParams
 	// CodeServerUnavailable: the server could not be started or listed
 	// (spawn, initialize, listing, lease cap, config).
 	CodeServerUnavailable = -32010
@@ -41,6 +44,10 @@ const (
 	// CodeRequestTimeout: the resource request's or the tool call's budget
 	// expired (the server was told to cancel).
 	CodeRequestTimeout = -32016
+	// CodeNameCollision: the name (a tool's, a prompt's) or resource URI
+	// is exposed by two servers (both with that prefix, "" included): it
+	// is left out of listings and never routed.
+	CodeNameCollision = -32017
 	// CodeInternal: the ledger could not record the request (nothing was
 	// sent) or another local failure.
 	CodeInternal = jsonrpc.CodeInternalError
@@ -60,6 +67,8 @@ const (
 	msgCancelled       = "gateway: request cancelled"
 	msgTimeout         = "gateway: request budget expired"
 	msgInternal        = "gateway: request could not be recorded"
+	msgCollision       = "gateway: the name is exposed by more than one server"
+	msgUnknownPrompt   = "gateway: unknown prompt"
 )
 
 func codeError(code int64, msg string) *jsonrpc.Error {
@@ -117,7 +126,9 @@ func (g *Gateway) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 		switch method {
 		case "initialize":
 			return g.initialize(ctx, next, method, req)
-		case "tools/list", "tools/call", "resources/list", "resources/templates/list", "resources/read":
+		case "tools/list", "tools/call", "resources/list", "resources/templates/list", "resources/read",
+			"prompts/list", "prompts/get", "completion/complete", "resources/subscribe", "resources/unsubscribe",
+			"logging/setLevel":
 		default:
 			return next(ctx, method, req)
 		}
@@ -135,7 +146,7 @@ func (g *Gateway) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 			res, err = s.listTools(ctx, p)
 		case *mcp.CallToolParamsRaw:
 			if p == nil {
-				return nil, codeError(CodeInvalidParams, "gateway: invalid params")
+				return nil, codeError(CodeInvalidParams, msgInvalidParams)
 			}
 			res, err = s.callTool(ctx, p)
 		case *mcp.ListResourcesParams:
@@ -150,11 +161,44 @@ func (g *Gateway) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 			res, err = s.listTemplates(ctx, p)
 		case *mcp.ReadResourceParams:
 			if p == nil {
-				return nil, codeError(CodeInvalidParams, "gateway: invalid params")
+				return nil, codeError(CodeInvalidParams, msgInvalidParams)
 			}
 			res, err = s.readResource(ctx, p)
+		case *mcp.ListPromptsParams:
+			if p == nil {
+				p = &mcp.ListPromptsParams{}
+			}
+			res, err = s.listPrompts(ctx, p)
+		case *mcp.GetPromptParams:
+			if p == nil {
+				return nil, codeError(CodeInvalidParams, msgInvalidParams)
+			}
+			res, err = s.getPrompt(ctx, p)
+		case *mcp.CompleteParams:
+			if p == nil {
+				return nil, codeError(CodeInvalidParams, msgInvalidParams)
+			}
+			res, err = s.complete(ctx, p)
+		case *mcp.SubscribeParams:
+			if p == nil {
+				return nil, codeError(CodeInvalidParams, msgInvalidParams)
+			}
+			res, err = s.subscribe(ctx, p)
+		case *mcp.UnsubscribeParams:
+			if p == nil {
+				return nil, codeError(CodeInvalidParams, msgInvalidParams)
+			}
+			res, err = s.unsubscribe(ctx, p)
+		case *mcp.SetLoggingLevelParams:
+			if p == nil {
+				return nil, codeError(CodeInvalidParams, msgInvalidParams)
+			}
+			if err = s.setLevel(ctx, p); err == nil {
+				// The go-sdk keeps the level too and answers.
+				res, err = next(ctx, method, req)
+			}
 		default:
-			return nil, codeError(CodeInvalidParams, "gateway: invalid params")
+			return nil, codeError(CodeInvalidParams, msgInvalidParams)
 		}
 		if err != nil {
 			if s.ctx.Err() != nil { // the session ended under the request
@@ -183,13 +227,42 @@ func (g *Gateway) sessionOf(req mcp.Request) *session {
 
 // listTools acquires every server's lease for this session (in parallel,
 // at most MaxParallelListings at a time) and lists their pinned tools
-// under <server>__<tool>. A server that fails to start is left out.
+// under their exposed names (the server's prefix and the tool's name). A
+// server that fails to start is left out; a name two servers expose is
+// left out and logged (callTool refuses it with CodeNameCollision).
 func (s *session) listTools(ctx context.Context, p *mcp.ListToolsParams) (*mcp.ListToolsResult, error) {
 	if p != nil && p.Cursor != "" { // one page: the gateway issues no cursor
 		return nil, codeError(CodeInvalidParams, msgInvalidCursor)
 	}
-	servers := s.g.list.Load().names
+	list := s.g.list.Load()
+	if _, err := s.fetchTools(ctx, list, list.names); err != nil {
+		return nil, err
+	}
+	out := &mcp.ListToolsResult{Tools: []*mcp.Tool{}}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, server := range list.names {
+		for _, pt := range s.shown[server] {
+			name := list.exposedName(server, pt.Name)
+			if ref, ok := s.tools[name]; !ok || ref.server != server {
+				continue // a collision, or a server left out
+			}
+			t := *pt.Tool
+			t.Name = name
+			out.Tools = append(out.Tools, &t)
+		}
+	}
+	return out, nil
+}
+
+// fetchTools acquires the listed leases of servers for this session (in
+// parallel, at most MaxParallelListings at a time) and makes their pinned
+// listings what the session was shown. A server that fails is left out
+// (and what the session was shown of it is kept); the error of the first
+// that failed is returned beside.
+func (s *session) fetchTools(ctx context.Context, list *serverList, servers []string) (failed error, _ *jsonrpc.Error) {
 	lists := make([][]runtime.PinnedTool, len(servers))
+	errs := make([]error, len(servers))
 	sem := make(chan struct{}, MaxParallelListings)
 	var wg sync.WaitGroup
 	for i, server := range servers {
@@ -198,7 +271,8 @@ func (s *session) listTools(ctx context.Context, p *mcp.ListToolsParams) (*mcp.L
 			defer func() { <-sem }()
 			tools, err := s.capa.Tools(ctx, server)
 			if err != nil {
-				s.g.opts.Logger.Warn("gateway: server left out of the listing", "session", s.id, "server", server, "err", err)
+				s.logFailure("listing", server, err)
+				errs[i] = err
 				return
 			}
 			lists[i] = tools
@@ -208,61 +282,102 @@ func (s *session) listTools(ctx context.Context, p *mcp.ListToolsParams) (*mcp.L
 	if err := ctx.Err(); err != nil {
 		return nil, rpcError(ctx, err)
 	}
-	out := &mcp.ListToolsResult{Tools: []*mcp.Tool{}}
+	for _, err := range errs {
+		if err != nil && failed == nil {
+			failed = err
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i, server := range servers {
-		if lists[i] == nil {
+		if lists[i] != nil {
+			s.shown[server] = lists[i]
+		}
+	}
+	s.reindexLocked(list)
+	return failed, nil
+}
+
+// reindexLocked rebuilds the exposed-name index of the tools the session
+// was shown, under list's prefixes: a name two servers expose goes to
+// clashes instead (logged once per rebuild), and servers no longer
+// offered are dropped.
+func (s *session) reindexLocked(list *serverList) {
+	owners := map[string][]string{}
+	for server := range s.shown {
+		if !list.set[server] {
+			delete(s.shown, server)
 			continue
 		}
-		s.pinLocked(server, lists[i])
-		for _, pt := range lists[i] {
-			t := *pt.Tool
-			t.Name = ToolName(server, pt.Name)
-			out.Tools = append(out.Tools, &t)
+	}
+	for _, server := range list.names {
+		for _, pt := range s.shown[server] {
+			name := list.exposedName(server, pt.Name)
+			owners[name] = append(owners[name], server)
 		}
 	}
-	return out, nil
-}
-
-// pinLocked replaces what the session was shown of server's tools.
-func (s *session) pinLocked(server string, tools []runtime.PinnedTool) {
-	for name, ref := range s.tools {
-		if ref.server == server {
-			delete(s.tools, name)
+	clear(s.tools)
+	clear(s.toolClashes)
+	for _, server := range list.names {
+		for _, pt := range s.shown[server] {
+			name := list.exposedName(server, pt.Name)
+			if o := owners[name]; len(o) > 1 {
+				if _, logged := s.toolClashes[name]; !logged {
+					s.g.opts.Logger.Warn("gateway: tool name collides between servers; left out", "session", s.id, "servers", o)
+				}
+				s.toolClashes[name] = o
+				continue
+			}
+			s.tools[name] = toolRef{server: server, tool: pt.Name, digest: pt.Digest}
 		}
 	}
-	for _, pt := range tools {
-		s.tools[ToolName(server, pt.Name)] = toolRef{server: server, tool: pt.Name, digest: pt.Digest}
-	}
+	s.toolsGen = list.gen
 }
 
-// ref returns the listed tool named name; a server whose tools the
-// session was not shown yet is listed first.
+// ref returns the listed tool named name. When the session was not shown
+// it, the servers whose prefix starts the name and whose tools the
+// session was not shown yet are listed first.
 func (s *session) ref(ctx context.Context, name string) (toolRef, *jsonrpc.Error) {
-	server, _, ok := SplitToolName(name)
-	if !ok || !s.g.list.Load().set[server] {
+	list := s.g.list.Load()
+	look := func() (toolRef, *jsonrpc.Error, bool) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.toolsGen != list.gen {
+			s.reindexLocked(list)
+		}
+		if ref, ok := s.tools[name]; ok {
+			return ref, nil, true
+		}
+		if _, ok := s.toolClashes[name]; ok {
+			return toolRef{}, codeError(CodeNameCollision, msgCollision), true
+		}
+		return toolRef{}, nil, false
+	}
+	if ref, rerr, ok := look(); ok {
+		return ref, rerr
+	}
+	var unseen []string
+	s.mu.Lock()
+	for _, server := range list.candidates(name) {
+		if _, seen := s.shown[server]; !seen {
+			unseen = append(unseen, server)
+		}
+	}
+	s.mu.Unlock()
+	if len(unseen) == 0 {
 		return toolRef{}, codeError(CodeInvalidParams, msgUnknownTool)
 	}
-	s.mu.Lock()
-	ref, ok := s.tools[name]
-	s.mu.Unlock()
-	if ok {
-		return ref, nil
-	}
-	tools, err := s.capa.Tools(ctx, server)
+	failed, err := s.fetchTools(ctx, list, unseen)
 	if err != nil {
-		s.logFailure("listing", server, err)
-		return toolRef{}, rpcError(ctx, err)
+		return toolRef{}, err
 	}
-	s.mu.Lock()
-	s.pinLocked(server, tools)
-	ref, ok = s.tools[name]
-	s.mu.Unlock()
-	if !ok {
-		return toolRef{}, codeError(CodeInvalidParams, msgUnknownTool)
+	if ref, rerr, ok := look(); ok {
+		return ref, rerr
 	}
-	return ref, nil
+	if failed != nil { // the server that might have offered it did not start
+		return toolRef{}, rpcError(ctx, failed)
+	}
+	return toolRef{}, codeError(CodeInvalidParams, msgUnknownTool)
 }
 
 // callTool runs the call through the lease's gate with the digest of the

@@ -42,8 +42,14 @@ func ValidServerName(name string) bool {
 	return err == nil
 }
 
-// ToolName is the name the gateway lists server's tool under.
+// ToolName is the name the gateway lists server's tool under by default
+// (DefaultPrefix).
 func ToolName(server, tool string) string { return server + ToolSeparator + tool }
+
+// DefaultPrefix is the prefix of a server's tool and prompt names when its
+// config entry sets none: <server>__.
+func DefaultPrefix(server string) string { return server + ToolSeparator }
+
 
 // SplitToolName splits an exposed tool name at the first ToolSeparator.
 func SplitToolName(name string) (server, tool string, ok bool) {

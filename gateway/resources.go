@@ -16,11 +16,30 @@ import (
 // under the client's one token through one progressRelay, rebased so the
 // values keep increasing.
 
-// requestOptions are the bounds of the session's request handles.
-func (s *session) requestOptions() runtime.RequestOptions {
+// requestOptions are the bounds of the session's request handles, with
+// the client's _meta (its progress token aside: the handle has its own,
+// relayed to the client's by the gateway).
+func (s *session) requestOptions(meta ...mcp.Meta) runtime.RequestOptions {
 	o := runtime.DefaultRequestOptions()
 	o.Budget = s.g.opts.RequestBudget
+	if len(meta) > 0 && len(meta[0]) > 0 {
+		o.Meta = clientMeta(meta[0])
+	}
 	return o
+}
+
+// clientMeta is a request's _meta without its progress token, or nil.
+func clientMeta(m mcp.Meta) map[string]any {
+	out := make(map[string]any, len(m))
+	for k, v := range m {
+		if k != "progressToken" {
+			out[k] = v
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
 }
 
 // listPage runs one list method over the servers from the cursor on:
@@ -71,18 +90,23 @@ func (s *session) listPage(ctx context.Context, cursor string, token any,
 	return "", nil
 }
 
-// listResources lists resources under leaseledger://<server>/<uri>.
+// listResources lists resources under leaseledger://<server>/<uri>, or
+// under their own URIs for a server exposed with the prefix "" (a URI two
+// such servers list is left out).
 func (s *session) listResources(ctx context.Context, p *mcp.ListResourcesParams) (*mcp.ListResourcesResult, error) {
 	out := &mcp.ListResourcesResult{Resources: []*mcp.Resource{}}
+	list := s.g.list.Load()
 	next, err := s.listPage(ctx, p.Cursor, p.GetProgressToken(),
 		func(server, cursor string) (*runtime.ResourceHandle, error) {
-			return s.capa.ListResources(ctx, s.owner, server, cursor, s.requestOptions())
+			return s.capa.ListResources(ctx, s.owner, server, cursor, s.requestOptions(p.Meta))
 		},
 		func(server string, r *runtime.ResourceResult) (int, string) {
 			for _, x := range r.Resources.Resources {
 				y := *x
-				y.URI = ResourceURI(server, x.URI)
-				out.Resources = append(out.Resources, &y)
+				y.URI = list.exposedURI(server, x.URI)
+				if s.note(list, kindURI, pickURIs, y.URI, server, x.URI) {
+					out.Resources = append(out.Resources, &y)
+				}
 			}
 			return len(r.Resources.Resources), r.Resources.NextCursor
 		})
@@ -94,18 +118,22 @@ func (s *session) listResources(ctx context.Context, p *mcp.ListResourcesParams)
 }
 
 // listTemplates lists resource templates under
-// leaseledger://<server>/<template>.
+// leaseledger://<server>/<template>, or as they are for a server exposed
+// with the prefix "".
 func (s *session) listTemplates(ctx context.Context, p *mcp.ListResourceTemplatesParams) (*mcp.ListResourceTemplatesResult, error) {
 	out := &mcp.ListResourceTemplatesResult{ResourceTemplates: []*mcp.ResourceTemplate{}}
+	list := s.g.list.Load()
 	next, err := s.listPage(ctx, p.Cursor, p.GetProgressToken(),
 		func(server, cursor string) (*runtime.ResourceHandle, error) {
-			return s.capa.ListResourceTemplates(ctx, s.owner, server, cursor, s.requestOptions())
+			return s.capa.ListResourceTemplates(ctx, s.owner, server, cursor, s.requestOptions(p.Meta))
 		},
 		func(server string, r *runtime.ResourceResult) (int, string) {
 			for _, x := range r.Templates.ResourceTemplates {
 				y := *x
-				y.URITemplate = ResourceURI(server, x.URITemplate)
-				out.ResourceTemplates = append(out.ResourceTemplates, &y)
+				y.URITemplate = list.exposedURI(server, x.URITemplate)
+				if s.note(list, kindTemplate, pickTemplates, y.URITemplate, server, x.URITemplate) {
+					out.ResourceTemplates = append(out.ResourceTemplates, &y)
+				}
 			}
 			return len(r.Templates.ResourceTemplates), r.Templates.NextCursor
 		})
@@ -116,21 +144,22 @@ func (s *session) listTemplates(ctx context.Context, p *mcp.ListResourceTemplate
 	return out, nil
 }
 
-// readResource reads leaseledger://<server>/<uri> as <uri> from server;
-// the contents pass through as the server produced them.
+// readResource reads an exposed URI (resolveURI) from its server; the
+// contents pass through as the server produced them, their URIs mapped
+// back to the exposed ones.
 func (s *session) readResource(ctx context.Context, p *mcp.ReadResourceParams) (*mcp.ReadResourceResult, error) {
-	server, uri, ok := SplitResourceURI(p.URI)
-	if !ok || !s.g.list.Load().set[server] {
-		return nil, codeError(CodeUnknownResource, msgUnknownResource)
+	ref, rerr := s.resolveURI(ctx, p.URI)
+	if rerr != nil {
+		return nil, rerr
 	}
-	h, err := s.capa.ReadResource(ctx, s.owner, server, uri, s.requestOptions())
+	h, err := s.capa.ReadResource(ctx, s.owner, ref.server, ref.original, s.requestOptions(p.Meta))
 	if err == nil {
 		var res *runtime.ResourceResult
 		if res, err = s.await(ctx, h, s.newProgressRelay(ctx, p.GetProgressToken(), true)); err == nil {
 			return res.Read, nil
 		}
 	}
-	s.logFailure("resource read", server, err)
+	s.logFailure("resource read", ref.server, err)
 	return nil, rpcError(ctx, err)
 }
 

@@ -35,7 +35,7 @@ func TestSetServers(t *testing.T) {
 	if err := e.cfg.Set("b", testServer(nil)); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.g.SetServers([]string{"b"}); err != nil {
+	if err := e.g.SetServers([]string{"b"}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if lt, err = cs.ListTools(ctx, nil); err != nil {
@@ -70,7 +70,7 @@ func TestSetServers(t *testing.T) {
 	}
 
 	for _, bad := range [][]string{{"b", "b"}, {"bad__name"}, {""}} {
-		if err := e.g.SetServers(bad); !errors.Is(err, ErrServerName) {
+		if err := e.g.SetServers(bad, nil); !errors.Is(err, ErrServerName) {
 			t.Errorf("SetServers(%q): %v, want ErrServerName", bad, err)
 		}
 	}

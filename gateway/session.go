@@ -35,6 +35,8 @@ type session struct {
 	capa      runtime.LeaseCapability
 	owner     *runtime.Owner
 	ss        *mcp.ServerSession
+	// clientCaps are the capabilities the client declared at initialize.
+	clientCaps *mcp.ClientCapabilities
 	// ctx is cancelled when the session ends: every handler of the
 	// session runs under it as well as under its own request's context.
 	ctx    context.Context
@@ -42,12 +44,24 @@ type session struct {
 	// slot: the session holds a slot under the caps (guarded by g.mu).
 	slot bool
 
-	mu        sync.Mutex
-	tools     map[string]toolRef // exposed name → the pinned tool it names
-	active    int                // POSTs in flight (the opening one included)
-	idleSince time.Time
-	timer     *time.Timer
-	ending    bool
+	mu sync.Mutex
+	// shown is, per server, the pinned tools of the listing the session
+	// was shown; tools indexes them by exposed name (under the prefixes
+	// of the server list of generation toolsGen), toolClashes the names
+	// more than one server exposes.
+	shown       map[string][]runtime.PinnedTool
+	tools       map[string]toolRef
+	toolClashes map[string][]string
+	toolsGen    uint64
+	// cat is the catalog of prompts and resources the session was shown.
+	cat catalog
+	// subs maps each subscription (server, original URI) to the URI the
+	// client subscribed under.
+	subs map[itemRef]string
+	active      int // POSTs in flight (the opening one included)
+	idleSince   time.Time
+	timer       *time.Timer
+	ending      bool
 
 	startOnce sync.Once
 	done      chan struct{}
@@ -77,7 +91,17 @@ func (g *Gateway) initialize(ctx context.Context, next mcp.MethodHandler, method
 	if x := req.GetExtra(); x != nil {
 		principal, hash = principalOf(x.TokenInfo)
 	}
-	scope, err := g.openScope(ctx, id, principal)
+	// The session is the runtime session's client peer: it exists before
+	// the scope opens (the runtime asks it for the client's capabilities
+	// only when a lease starts, after initialize).
+	s := &session{g: g, id: id, principal: principal, tokenHash: hash, opened: time.Now(), ss: ss, active: 1,
+		shown: map[string][]runtime.PinnedTool{}, tools: map[string]toolRef{}, toolClashes: map[string][]string{},
+		subs: map[itemRef]string{}, done: make(chan struct{})}
+	s.initCatalog()
+	if p, ok := req.GetParams().(*mcp.InitializeParams); ok && p != nil {
+		s.clientCaps = p.Capabilities
+	}
+	scope, err := g.openScope(ctx, id, principal, s)
 	if err != nil {
 		g.opts.Logger.Warn("gateway: session not opened", "session", id, "err", err)
 		return nil, rpcError(ctx, err)
@@ -90,8 +114,7 @@ func (g *Gateway) initialize(ctx context.Context, next mcp.MethodHandler, method
 		_ = scope.Release(context.WithoutCancel(ctx))
 		return nil, rpcError(ctx, err)
 	}
-	s := &session{g: g, id: id, principal: principal, tokenHash: hash, opened: time.Now(), scope: scope, capa: capa,
-		owner: owner, ss: ss, ctx: sctx, cancel: cancel, tools: map[string]toolRef{}, active: 1, done: make(chan struct{})}
+	s.scope, s.capa, s.owner, s.ctx, s.cancel = scope, capa, owner, sctx, cancel
 	g.mu.Lock()
 	if g.closed {
 		g.mu.Unlock()
@@ -238,6 +261,6 @@ func (s *session) finish(reason string) {
 func joinErrs(errs []error) error { return errors.Join(errs...) }
 
 // openScope opens the runtime session id, recording principal.
-func (g *Gateway) openScope(ctx context.Context, id, principal string) (*runtime.SessionScope, error) {
-	return g.opts.Manager.OpenSessionWith(ctx, id, runtime.SessionOptions{Principal: principal, Transport: events.SessionMCPHTTP})
+func (g *Gateway) openScope(ctx context.Context, id, principal string, peer runtime.ClientPeer) (*runtime.SessionScope, error) {
+	return g.opts.Manager.OpenSessionWith(ctx, id, runtime.SessionOptions{Principal: principal, Transport: events.SessionMCPHTTP, Client: peer})
 }

@@ -76,9 +76,11 @@ type ServerConfig struct {
 	// acquired with.
 	CallTimeout Duration `json:"callTimeout,omitempty"`
 	// Type is the entry's transport as users write it: empty, "stdio"
-	// (command entries), or "http" / "streamable-http" (url entries);
-	// "sse", the legacy HTTP+SSE transport, is refused (ErrLegacySSE).
-	// It is not part of the fingerprint: the other fields decide it.
+	// (command entries), "http" / "streamable-http" (url entries over
+	// Streamable HTTP), or "sse" (a url entry over the legacy HTTP+SSE
+	// transport of MCP 2024-11-05, see httpchild.go). Only "sse" is part
+	// of the fingerprint (the same url over the other transport is another
+	// launch); the other fields decide the rest.
 	Type string `json:"type,omitempty"`
 	// Prefix, when set, is what a gateway puts before the server's tool
 	// and prompt names (ExposedPrefix): "" exposes the server's own names
@@ -147,11 +149,11 @@ func (c ServerConfig) ExposedPrefix(name string) string {
 	return name + DefaultPrefixSeparator
 }
 
-// validPrefix reports whether p may be an entry's prefix: at most
+// ValidPrefix reports whether p may be an entry's prefix: at most
 // MaxPrefixBytes bytes of printable ASCII other than space (no
 // whitespace, no control character, nothing a client could render
 // ambiguously).
-func validPrefix(p string) bool {
+func ValidPrefix(p string) bool {
 	if len(p) > MaxPrefixBytes {
 		return false
 	}
@@ -318,7 +320,8 @@ func (c ServerConfig) canonical() []byte {
 		URL     string   `json:"url,omitempty"`      // HTTP entries only: stdio fingerprints unchanged
 		Headers []string `json:"headers,omitempty"`
 		Allow   []string `json:"allow_redirect_origins,omitempty"` // normalised, sorted
-	}{c.Command, args, env, c.Cwd, c.Shared, c.OneShot, c.URL, c.headerList(), originList(c.AllowRedirectOrigins)})
+		SSE     bool     `json:"sse,omitempty"`                    // only when set: other fingerprints unchanged
+	}{c.Command, args, env, c.Cwd, c.Shared, c.OneShot, c.URL, c.headerList(), originList(c.AllowRedirectOrigins), c.isSSE()})
 	return b
 }
 
@@ -336,17 +339,20 @@ func (c ServerConfig) headerList() []string {
 	return out
 }
 
-// isHTTP reports whether the entry is a remote server over Streamable HTTP.
+// isHTTP reports whether the entry is a remote server (over Streamable
+// HTTP, or the legacy HTTP+SSE transport when isSSE).
 func (c ServerConfig) isHTTP() bool { return c.URL != "" }
 
+// isSSE reports whether the entry is a remote server over the legacy
+// HTTP+SSE transport ("type": "sse").
+func (c ServerConfig) isSSE() bool { return c.URL != "" && c.Type == "sse" }
+
 // check refuses an entry that cannot start: neither command nor url, both,
-// a type that contradicts the form or is "sse" (ErrLegacySSE), or a url
-// that is not an absolute http(s) URL with a host (checkEndpoint).
+// a type that contradicts the form, an invalid prefix, or a url that is
+// not an absolute http(s) URL with a host (checkEndpoint).
 func (c ServerConfig) check() error {
 	switch {
-	case c.Type == "sse":
-		return fmt.Errorf("has type \"sse\": %w", ErrLegacySSE)
-	case c.Prefix != nil && !validPrefix(*c.Prefix):
+	case c.Prefix != nil && !ValidPrefix(*c.Prefix):
 		return fmt.Errorf("has an invalid prefix: %w", ErrInvalidPrefix)
 	case c.CallTimeout < 0 || time.Duration(c.CallTimeout) > MaxCallTimeout:
 		return errors.New("has a callTimeout that is negative or over MaxCallTimeout")
@@ -364,9 +370,9 @@ func (c ServerConfig) check() error {
 		return nil
 	}
 	switch c.Type {
-	case "", "http", "streamable-http", "streamableHttp":
+	case "", "http", "streamable-http", "streamableHttp", "sse":
 	default:
-		return errors.New("has a url but a type other than http")
+		return errors.New("has a url but a type other than http or sse")
 	}
 	if _, err := checkEndpoint(c.URL); err != nil {
 		return err

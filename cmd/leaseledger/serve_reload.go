@@ -24,7 +24,10 @@ const reloadTimeout = 2 * time.Minute
 type loadedConfig struct {
 	entries map[string]runtime.ServerConfig
 	names   []string
-	data    []byte
+	// prefixes are the entries' "prefix" settings (entries without one
+	// are absent: the gateway's default).
+	prefixes map[string]string
+	data     []byte
 }
 
 // loadConfig reads and parses the mcp.json at path: what serve puts in
@@ -59,7 +62,13 @@ func loadConfig(path string) (loadedConfig, error) {
 		names = append(names, name)
 	}
 	sort.Strings(names)
-	return loadedConfig{entries: all, names: names, data: data}, nil
+	prefixes := map[string]string{}
+	for name, c := range all {
+		if c.Prefix != nil {
+			prefixes[name] = *c.Prefix
+		}
+	}
+	return loadedConfig{entries: all, names: names, prefixes: prefixes, data: data}, nil
 }
 
 // reloadChange is what a reload put in force.
@@ -111,7 +120,7 @@ func (rt *serveRuntime) reload(ctx context.Context) (reloadChange, error) {
 	if err := rt.cfgSrc.Replace(cfg.entries); err != nil {
 		return reloadChange{}, fmt.Errorf("config not reloaded (the previous one stays in force): %w", err)
 	}
-	if err := rt.gw.SetServers(names); err != nil {
+	if err := rt.gw.SetServers(names, cfg.prefixes); err != nil {
 		// Not reached: loadConfig accepts only names the gateway offers.
 		return reloadChange{}, fmt.Errorf("config reloaded, but the gateway kept its servers: %w", err)
 	}

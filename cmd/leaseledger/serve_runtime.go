@@ -171,7 +171,7 @@ func startRuntime(ctx context.Context, a *app, proj *live.Projection, rf runtime
 		return nil, fmt.Errorf("recording the configuration: %w", err)
 	}
 	rt.gw, err = gateway.New(gateway.Options{
-		Manager: rt.mgr, Servers: servers, Tokens: rt.tokens, AllowedOrigins: rf.allowedOrigins,
+		Manager: rt.mgr, Servers: servers, Prefixes: cfg.prefixes, Tokens: rt.tokens, AllowedOrigins: rf.allowedOrigins,
 		MaxSessions: rf.maxSessions, MaxSessionsPerToken: rf.maxSessionsPerToken,
 		SessionIdleTimeout: rf.sessionIdle, BodyReadTimeout: rf.bodyReadTimeout, RequestBudget: rf.requestBudget, Logger: a.logger,
 	})
