@@ -15,15 +15,18 @@
 // offered (up to 2025-11-25): the sessionless 2026-07-28 protocol would
 // have no session to map.
 //
-// Naming: the tools of every exposed server are listed as
-// <server>__<tool> (ToolSeparator; server names never contain it nor end
-// with '_', see ValidServerName); resources and templates as
-// leaseledger://<server>/<original> (URIScheme), the original appended
-// verbatim so templates still expand. Listing tools acquires the
-// session's lease of every server; a server that fails to start is left
-// out of the listing, not fatal. A call goes through LeaseCapability.Call
-// with the digest of the listing the session was shown, so the runtime's
-// gate and digest check decide it; reads go through request handles owned
+// Naming: each server's tools and prompts are listed under its prefix
+// (Options.Prefixes, mcp.json's "prefix"; DefaultPrefix <server>__ when
+// unset) and its resources and templates as leaseledger://<server>/<uri>
+// (URIScheme), the original appended verbatim so templates still expand;
+// the prefix "" exposes a server's own names and URIs. A session routes a
+// name to the server that listed it (catalog.go); a name two servers
+// expose is left out of listings and refused (CodeNameCollision).
+// Listing tools acquires the session's lease of every server; a server
+// that fails to start is left out of the listing, not fatal. A call goes
+// through LeaseCapability.Call with the digest of the listing the session
+// was shown, so the runtime's gate and digest check decide it; reads,
+// prompts, completions and subscriptions go through request handles owned
 // by the session's runtime.Owner. Results pass through as the server
 // produced them (isError included); gateway errors are JSON-RPC errors
 // with a Code… constant and static text, never server text. The client's
@@ -31,15 +34,21 @@
 // cancels the call or the handle; progress notifications are relayed to
 // the client's progress token.
 //
+// Each session is its runtime session's runtime.ClientPeer (peer.go): its
+// servers' sampling, elicitation and roots requests are relayed to its
+// client, and their log messages, resource updates and list changes
+// delivered to it, on the stream of the related client request when
+// there is one. logging/setLevel is applied to the session's servers.
+//
 // One mcp.Server serves every session, with a receiving middleware for
-// tools/list, tools/call, resources/list, resources/templates/list and
-// resources/read, rather than one mcp.Server per session: the go-sdk's
-// handler consults its getServer callback on every HTTP request (not only
-// when a session is created), so per-session servers would need their
-// own session lookup in front of it; and tools registered with AddTool
-// would be the gateway's, not the lease's pinned listing. The middleware
-// answers from the runtime per session, and the capabilities (tools and
-// resources, no list-changed notifications) are advertised through
+// the methods served from the runtime, rather than one mcp.Server per
+// session: the go-sdk's handler consults its getServer callback on every
+// HTTP request (not only when a session is created), so per-session
+// servers would need their own session lookup in front of it; and tools
+// registered with AddTool would be the gateway's, not the lease's pinned
+// listing. The middleware answers from the runtime per session, and the
+// capabilities (tools, resources with subscriptions, prompts — each with
+// list changes — completions, logging) are advertised through
 // ServerOptions.Capabilities.
 //
 // Access, in front of the go-sdk handler: a foreign Origin is refused

@@ -50,7 +50,6 @@ func ToolName(server, tool string) string { return server + ToolSeparator + tool
 // config entry sets none: <server>__.
 func DefaultPrefix(server string) string { return server + ToolSeparator }
 
-
 // SplitToolName splits an exposed tool name at the first ToolSeparator.
 func SplitToolName(name string) (server, tool string, ok bool) {
 	server, tool, ok = strings.Cut(name, ToolSeparator)

@@ -96,8 +96,9 @@ func (s *session) complete(ctx context.Context, p *mcp.CompleteParams) (*mcp.Com
 	return nil, rpcError(ctx, err)
 }
 
-// subscribe subscribes the session to an exposed URI at its server; the
-// server's updates of it reach the session under that URI (Notify).
+// subscribe subscribes the session to an exposed URI at its server (the
+// runtime keeps the subscription as session state); the server's updates
+// of it reach the session under that URI (Notify maps it back).
 func (s *session) subscribe(ctx context.Context, p *mcp.SubscribeParams) (*emptyResult, error) {
 	ref, rerr := s.resolveURI(ctx, p.URI)
 	if rerr != nil {
@@ -106,9 +107,6 @@ func (s *session) subscribe(ctx context.Context, p *mcp.SubscribeParams) (*empty
 	h, err := s.capa.Subscribe(ctx, s.owner, ref.server, ref.original, s.requestOptions(p.Meta))
 	if err == nil {
 		if _, err = s.await(ctx, h, nil); err == nil {
-			s.mu.Lock()
-			s.subs[ref] = p.URI
-			s.mu.Unlock()
 			return &emptyResult{}, nil
 		}
 	}
@@ -125,9 +123,6 @@ func (s *session) unsubscribe(ctx context.Context, p *mcp.UnsubscribeParams) (*e
 	h, err := s.capa.Unsubscribe(ctx, s.owner, ref.server, ref.original, s.requestOptions(p.Meta))
 	if err == nil {
 		if _, err = s.await(ctx, h, nil); err == nil {
-			s.mu.Lock()
-			delete(s.subs, ref)
-			s.mu.Unlock()
 			return &emptyResult{}, nil
 		}
 	}

@@ -54,14 +54,11 @@ type session struct {
 	toolClashes map[string][]string
 	toolsGen    uint64
 	// cat is the catalog of prompts and resources the session was shown.
-	cat catalog
-	// subs maps each subscription (server, original URI) to the URI the
-	// client subscribed under.
-	subs map[itemRef]string
-	active      int // POSTs in flight (the opening one included)
-	idleSince   time.Time
-	timer       *time.Timer
-	ending      bool
+	cat       catalog
+	active    int // POSTs in flight (the opening one included)
+	idleSince time.Time
+	timer     *time.Timer
+	ending    bool
 
 	startOnce sync.Once
 	done      chan struct{}
@@ -96,7 +93,7 @@ func (g *Gateway) initialize(ctx context.Context, next mcp.MethodHandler, method
 	// only when a lease starts, after initialize).
 	s := &session{g: g, id: id, principal: principal, tokenHash: hash, opened: time.Now(), ss: ss, active: 1,
 		shown: map[string][]runtime.PinnedTool{}, tools: map[string]toolRef{}, toolClashes: map[string][]string{},
-		subs: map[itemRef]string{}, done: make(chan struct{})}
+		done: make(chan struct{})}
 	s.initCatalog()
 	if p, ok := req.GetParams().(*mcp.InitializeParams); ok && p != nil {
 		s.clientCaps = p.Capabilities
