@@ -54,6 +54,8 @@ var kindList = []func() Payload{
 	func() Payload { return new(RelayCompleted) },
 	func() Payload { return new(LeaseListChanged) },
 	func() Payload { return new(SessionLogLevel) },
+	func() Payload { return new(SubscriptionStarted) },
+	func() Payload { return new(SubscriptionEnded) },
 }
 
 // ---- lease: session-scoped runtime leases ----

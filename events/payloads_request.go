@@ -7,8 +7,18 @@ package events
 type RequestRegistered struct {
 	Handle    string        `json:"handle"`
 	Owner     string        `json:"owner"`
-	Method    RequestMethod `json:"method"` // resources/list, resources/templates/list, resources/read
-	URISHA256 string        `json:"uri_sha256,omitempty"`
+	Method    RequestMethod `json:"method"` // resources/*, prompts/list, prompts/get, completion/complete
+	// URISHA256 is the SHA-256 of the request's resource URI (resources/read,
+	// resources/subscribe, resources/unsubscribe, and completion/complete
+	// with a ref/resource reference); the URI is never recorded.
+	URISHA256 string `json:"uri_sha256,omitempty"`
+	// NameSHA256 is the SHA-256 of the prompt name (prompts/get, and
+	// completion/complete with a ref/prompt reference): provider-defined
+	// text, never recorded. Prompt arguments and completion values never
+	// are either.
+	NameSHA256 string `json:"name_sha256,omitempty"`
+	// RefType is the reference type of a completion/complete request.
+	RefType   CompletionRef `json:"ref_type,omitempty"`
 	TimeoutNS int64         `json:"timeout_ns"`
 }
 
@@ -19,7 +29,8 @@ func (*RequestRegistered) Kind() Kind { return "request.registered" }
 func (p *RequestRegistered) Validate() error {
 	return checks{id("handle", p.Handle), id("owner", p.Owner),
 		member("method", p.Method),
-		optDigest("uri_sha256", p.URISHA256), positive("timeout_ns", p.TimeoutNS)}.first()
+		optDigest("uri_sha256", p.URISHA256), optDigest("name_sha256", p.NameSHA256),
+		optMember("ref_type", p.RefType), positive("timeout_ns", p.TimeoutNS)}.first()
 }
 
 // RequestDispatched records the first wire request of a handle.

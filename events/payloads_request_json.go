@@ -11,6 +11,12 @@ func (p *RequestRegistered) appendJSON(b []byte) ([]byte, bool) {
 	if p.URISHA256 != "" {
 		b = appendJSONString(append(b, `,"uri_sha256":`...), string(p.URISHA256))
 	}
+	if p.NameSHA256 != "" {
+		b = appendJSONString(append(b, `,"name_sha256":`...), string(p.NameSHA256))
+	}
+	if p.RefType != "" {
+		b = appendJSONString(append(b, `,"ref_type":`...), string(p.RefType))
+	}
 	b = appendJSONInt(append(b, `,"timeout_ns":`...), int64(p.TimeoutNS))
 	return closeJSONObject(b, start), true
 }

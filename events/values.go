@@ -84,7 +84,7 @@ func (CallOutcome) values() []CallOutcome {
 	return []CallOutcome{CallOK, CallToolError, CallTransportError, CallRemoteError, CallCancelled, CallTimeout}
 }
 
-// RequestMethod is the MCP method of a resource request.
+// RequestMethod is the MCP method of a client→server request handle.
 type RequestMethod string
 
 // RequestMethod values.
@@ -92,12 +92,18 @@ const (
 	MethodListResources         RequestMethod = "resources/list"
 	MethodListResourceTemplates RequestMethod = "resources/templates/list"
 	MethodReadResource          RequestMethod = "resources/read"
+	MethodListPrompts           RequestMethod = "prompts/list"
+	MethodGetPrompt             RequestMethod = "prompts/get"
+	MethodComplete              RequestMethod = "completion/complete"
+	MethodSubscribe             RequestMethod = "resources/subscribe"
+	MethodUnsubscribe           RequestMethod = "resources/unsubscribe"
 )
 
 // Valid reports whether v is one of the RequestMethod values.
 func (v RequestMethod) Valid() bool {
 	switch v {
-	case MethodListResources, MethodListResourceTemplates, MethodReadResource:
+	case MethodListResources, MethodListResourceTemplates, MethodReadResource,
+		MethodListPrompts, MethodGetPrompt, MethodComplete, MethodSubscribe, MethodUnsubscribe:
 		return true
 	}
 	return false
@@ -105,8 +111,24 @@ func (v RequestMethod) Valid() bool {
 
 // values lists the RequestMethod values in catalogue order.
 func (RequestMethod) values() []RequestMethod {
-	return []RequestMethod{MethodListResources, MethodListResourceTemplates, MethodReadResource}
+	return []RequestMethod{MethodListResources, MethodListResourceTemplates, MethodReadResource,
+		MethodListPrompts, MethodGetPrompt, MethodComplete, MethodSubscribe, MethodUnsubscribe}
 }
+
+// CompletionRef is the reference type of a completion/complete request.
+type CompletionRef string
+
+// CompletionRef values.
+const (
+	RefPrompt   CompletionRef = "ref/prompt"
+	RefResource CompletionRef = "ref/resource"
+)
+
+// Valid reports whether v is one of the CompletionRef values.
+func (v CompletionRef) Valid() bool { return v == RefPrompt || v == RefResource }
+
+// values lists the CompletionRef values in catalogue order.
+func (CompletionRef) values() []CompletionRef { return []CompletionRef{RefPrompt, RefResource} }
 
 // RequestOutcome is how a resource request ended.
 type RequestOutcome string

@@ -33,6 +33,8 @@ func TestClosedSets(t *testing.T) {
 	checkSet(t, PoisonReason(""))
 	checkSet(t, CallOutcome(""))
 	checkSet(t, RequestMethod(""))
+	checkSet(t, CompletionRef(""))
+	checkSet(t, SubscriptionEndReason(""))
 	checkSet(t, RequestOutcome(""))
 	checkSet(t, Delivery(""))
 	checkSet(t, Remote(""))

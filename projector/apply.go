@@ -431,6 +431,9 @@ func (s *State) apply(e *event) {
 		}
 		a.Relays.add(p.Outcome)
 	case *events.LeaseListChanged, *events.SessionLogLevel:
+	// resource subscriptions: session facts for auditors (the log holds
+	// each one's start and end), no state
+	case *events.SubscriptionStarted, *events.SubscriptionEnded:
 	default:
 		s.anomalies.Unknown++
 	}

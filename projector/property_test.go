@@ -41,7 +41,7 @@ func genDraft(t *rapid.T) events.Draft {
 	outcome := func(name string, vs ...string) string { return rapid.SampledFrom(vs).Draw(t, name) }
 	var p events.Payload
 	// Weighted: evidence events (which drive the ring) are most frequent.
-	switch k := rapid.IntRange(0, 48).Draw(t, "kind"); k {
+	switch k := rapid.IntRange(0, 50).Draw(t, "kind"); k {
 	case 0:
 		p = &events.LeaseAcquiring{KeySession: sess, Fingerprint: eventgen.Digest, Shared: rapid.Bool().Draw(t, "shared")}
 	case 1:
@@ -129,12 +129,18 @@ func genDraft(t *rapid.T) events.Draft {
 		return events.Draft{Payload: &events.ConfigLoaded{Trigger: pick(t, "trigger", events.ConfigStart, events.ConfigReload), Digest: eventgen.Digest,
 			Servers: rapid.IntRange(0, 3).Draw(t, "servers"), Added: rapid.IntRange(0, 1).Draw(t, "added"), Removed: rapid.IntRange(0, 1).Draw(t, "removed")}}
 	case 46:
+		p = &events.SubscriptionStarted{Handle: handle, URISHA256: eventgen.Digest}
+	case 47:
+		p = &events.SubscriptionEnded{URISHA256: eventgen.Digest,
+			Reason:      pick(t, "subend", events.SubscriptionUnsubscribed, events.SubscriptionSessionEnded, events.SubscriptionLeaseEnded),
+			Unsubscribe: pick(t, "unsub", "", events.RequestOK, events.RequestTimeout)}
+	case 48:
 		p = &events.RelayCompleted{Method: pick(t, "rm", events.RelaySampling, events.RelayElicit, events.RelayListRoots),
 			Related: pick(t, "rrel", "", "c1"), DurationNS: 4,
 			Outcome: pick(t, "ro", events.RelayAccepted, events.RelayDeclined, events.RelayCancelled, events.RelayError, events.RelayTimedOut, events.RelayRefused)}
-	case 47:
+	case 49:
 		p = &events.LeaseListChanged{List: pick(t, "list", events.ListTools, events.ListPrompts, events.ListResources)}
-	case 48:
+	case 50:
 		return events.Draft{Session: sess, Payload: &events.SessionLogLevel{Level: pick(t, "level", events.LogDebug, events.LogError)}}
 	}
 	return events.Draft{Activation: act, Session: sess, Server: srv, Payload: p}

@@ -95,6 +95,10 @@ var (
 	// ErrTooManyRequests: the owner holds MaxOwnerHandles unsettled
 	// handles.
 	ErrTooManyRequests = errors.New("runtime: too many unsettled requests for the owner")
+	// ErrTooManySubscriptions: the session holds (or is subscribing to)
+	// MaxSubscriptionsPerSession resource subscriptions (Count holds the
+	// cap).
+	ErrTooManySubscriptions = errors.New("runtime: too many resource subscriptions for the session")
 	// ErrRequestFailed: the resource request failed at the transport
 	// level (the connection failed or the lease ended under it).
 	ErrRequestFailed = errors.New("runtime: resource request failed")

@@ -21,7 +21,9 @@ const (
 	settleOwnerEnded
 )
 
-// ResourceHandle is one caller-owned resource request: bound to its owner
+// ResourceHandle is one caller-owned client→server request (resources,
+// prompts, completion, resource subscriptions; the name stays from when
+// it carried only resource requests): bound to its owner
 // and to the lease's activation (the client incarnation that runs it). Its
 // id is also the request's progress token, which is how the runtime's
 // transport learns every wire id the handle uses (the first one, and a
@@ -38,7 +40,7 @@ type ResourceHandle struct {
 	st       *sessionState
 	session  string
 	method   events.RequestMethod
-	arg      string
+	spec     requestSpec
 	budget   time.Duration
 	progress chan Progress
 
@@ -72,6 +74,14 @@ type ResourceHandle struct {
 	report     *CancelReport
 	dropped    int // progress notifications dropped (buffer full)
 	closedProg bool
+
+	// subUnlock releases the (lease, uri) a subscribe or unsubscribe
+	// holds (set and called by the worker only).
+	subUnlock func()
+	// subReserved: a subscribe holding one of its session's
+	// MaxSubscriptionsPerSession slots until it completes (guarded by
+	// Manager.subs.mu).
+	subReserved bool
 }
 
 // cancelNote is what the transport saw of the go-sdk's
@@ -110,8 +120,8 @@ func (h *ResourceHandle) ProgressDropped() int {
 	return h.dropped
 }
 
-func newHandle(l *lease, o *Owner, st *sessionState, method events.RequestMethod, arg string, budget time.Duration) *ResourceHandle {
-	h := &ResourceHandle{id: newHandleID(), l: l, owner: o, st: st, session: st.id, method: method, arg: arg, budget: budget,
+func newHandle(l *lease, o *Owner, st *sessionState, spec requestSpec, budget time.Duration) *ResourceHandle {
+	h := &ResourceHandle{id: newHandleID(), l: l, owner: o, st: st, session: st.id, method: spec.method, spec: spec, budget: budget,
 		progress: make(chan Progress, MaxProgressBuffered), done: make(chan struct{}), workerDone: make(chan struct{}),
 		regDone: make(chan struct{})}
 	h.note.ch = make(chan struct{})
@@ -132,12 +142,22 @@ func (h *ResourceHandle) draft(p events.Payload) events.Draft {
 // register records request.registered within timeout (detached from the
 // caller's cancellation, like a call's admission), then starts the worker.
 // On failure nothing is sent and the handle is settled.
-func (h *ResourceHandle) register(ctx context.Context, timeout time.Duration, arg string) error {
+func (h *ResourceHandle) register(ctx context.Context, timeout time.Duration) error {
 	l, m := h.l, h.l.m
 	reg := &events.RequestRegistered{Handle: h.id, Owner: h.owner.id, Method: h.method, TimeoutNS: int64(h.budget)}
-	if h.method == events.MethodReadResource {
-		sum := sha256.Sum256([]byte(arg))
-		reg.URISHA256 = hex.EncodeToString(sum[:])
+	switch h.method {
+	case events.MethodReadResource, events.MethodSubscribe, events.MethodUnsubscribe:
+		reg.URISHA256 = sha256Hex(h.spec.arg)
+	case events.MethodGetPrompt:
+		reg.NameSHA256 = sha256Hex(h.spec.arg)
+	case events.MethodComplete:
+		ref := h.spec.complete.Ref
+		reg.RefType = events.CompletionRef(ref.Type)
+		if reg.RefType == events.RefPrompt {
+			reg.NameSHA256 = sha256Hex(ref.Name)
+		} else {
+			reg.URISHA256 = sha256Hex(ref.URI)
+		}
 	}
 	if hook := m.testHookRegister; hook != nil {
 		hook(h)
@@ -191,6 +211,7 @@ func (h *ResourceHandle) register(ctx context.Context, timeout time.Duration, ar
 	if !started {
 		// The owner ended during the registration: its end records the
 		// cancellation (nothing was sent).
+		m.unreserveSubscription(h)
 		l.admitting.Done()
 		h.cancel()
 		close(h.workerDone)
@@ -236,6 +257,7 @@ func (h *ResourceHandle) lateRegistration(ctx context.Context, res <-chan error,
 // outcome is known, the settlement (when mine) is done, and the
 // admission, the lease's gate and the session are released.
 func (h *ResourceHandle) notStarted(ctx context.Context, mine bool) {
+	h.l.m.unreserveSubscription(h)
 	close(h.workerDone)
 	close(h.regDone)
 	if mine {
@@ -269,6 +291,15 @@ func (h *ResourceHandle) run() {
 		m.keep(m.release(ctx, h.st))
 		l.reqs.workerExit()
 	}()
+	// A subscribe not completed gives up its session's slot; a subscribe
+	// or unsubscribe holds its (lease, uri) from before its request until
+	// its completion is recorded (subscriptions.go).
+	defer m.unreserveSubscription(h)
+	defer func() {
+		if h.subUnlock != nil {
+			h.subUnlock()
+		}
+	}()
 	res, err := h.dispatch()
 	expired := errors.Is(h.ctx.Err(), context.DeadlineExceeded)
 	h.cancel() // the budget's timer ends with the request
@@ -285,27 +316,60 @@ func (h *ResourceHandle) run() {
 	}
 }
 
-// dispatch sends the request through the lease's go-sdk session, tagged
-// with the handle id as its progress token.
+// dispatch sends the request through the lease's go-sdk session, with
+// the caller's _meta and the handle id as its progress token (which
+// replaces a caller's progressToken).
 func (h *ResourceHandle) dispatch() (*ResourceResult, error) {
 	cs := h.l.cs
-	switch h.method {
-	case events.MethodListResources:
-		p := &mcp.ListResourcesParams{Cursor: h.arg}
-		p.SetProgressToken(h.id)
+	p := h.spec.params()
+	meta := p.GetMeta()
+	if meta == nil {
+		meta = map[string]any{}
+	}
+	meta["progressToken"] = h.id
+	p.SetMeta(meta)
+	if h.method == events.MethodSubscribe || h.method == events.MethodUnsubscribe {
+		if h.subUnlock = h.l.m.lockSubscription(h.ctx, h.l, h.spec.arg); h.subUnlock == nil {
+			return nil, h.ctx.Err() // the budget expired, or a cancel, before its turn
+		}
+	}
+	switch p := p.(type) {
+	case *mcp.ListResourcesParams:
 		r, err := cs.ListResources(h.ctx, p)
 		return &ResourceResult{Resources: r}, err
-	case events.MethodListResourceTemplates:
-		p := &mcp.ListResourceTemplatesParams{Cursor: h.arg}
-		p.SetProgressToken(h.id)
+	case *mcp.ListResourceTemplatesParams:
 		r, err := cs.ListResourceTemplates(h.ctx, p)
 		return &ResourceResult{Templates: r}, err
+	case *mcp.ListPromptsParams:
+		r, err := cs.ListPrompts(h.ctx, p)
+		return &ResourceResult{Prompts: r}, err
+	case *mcp.GetPromptParams:
+		r, err := cs.GetPrompt(h.ctx, p)
+		return &ResourceResult{Prompt: r}, err
+	case *mcp.CompleteParams:
+		r, err := cs.Complete(h.ctx, p)
+		return &ResourceResult{Completion: r}, err
+	case *mcp.SubscribeParams:
+		err := cs.Subscribe(h.ctx, p)
+		return &ResourceResult{Subscribed: err == nil}, err
+	case *mcp.UnsubscribeParams:
+		if h.l.m.othersSubscribed(h.l, h.session, p.URI) {
+			// Other sessions hold the uri on this (shared) lease: the
+			// server keeps sending its updates, for them; this session
+			// stops holding it without a request on the wire.
+			return &ResourceResult{Unsubscribed: true}, nil
+		}
+		err := cs.Unsubscribe(h.ctx, p)
+		return &ResourceResult{Unsubscribed: err == nil}, err
 	default:
-		p := &mcp.ReadResourceParams{URI: h.arg}
-		p.SetProgressToken(h.id)
-		r, err := cs.ReadResource(h.ctx, p)
+		r, err := cs.ReadResource(h.ctx, p.(*mcp.ReadResourceParams))
 		return &ResourceResult{Read: r}, err
 	}
+}
+
+func sha256Hex(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])
 }
 
 // complete records the completion and makes the result available.
@@ -339,8 +403,12 @@ func (h *ResourceHandle) complete(res *ResourceResult, err error, expired bool) 
 	h.mu.Lock()
 	fin.ResultBytes = h.resBytes
 	h.mu.Unlock()
+	var subs []events.Draft
+	if rerr == nil {
+		subs = h.l.m.subscriptionSettled(h) // subscription.started or .ended, when the session's holding changed
+	}
 	h.logMu.Lock()
-	drafts := append(h.wireDraftsLocked(), h.draft(fin))
+	drafts := append(append(h.wireDraftsLocked(), h.draft(fin)), subs...)
 	h.l.m.keep(h.l.m.emitFact(context.Background(), drafts...))
 	h.final = true
 	h.logMu.Unlock()
@@ -380,9 +448,31 @@ func (h *ResourceHandle) closeProgressLocked() {
 
 // wellFormed checks the envelope a method's result must have: every listed
 // resource with uri and name, every template with uriTemplate and name,
-// every read content with its uri, a bounded nextCursor.
+// every read content with its uri, every prompt with its name, every
+// prompt message present, at most MaxCompletionValues completion values,
+// a bounded nextCursor.
 func (r *ResourceResult) wellFormed() bool {
 	switch {
+	case r.Subscribed || r.Unsubscribed:
+	case r.Prompts != nil:
+		if len(r.Prompts.NextCursor) > MaxCursorBytes {
+			return false
+		}
+		for _, x := range r.Prompts.Prompts {
+			if x == nil || x.Name == "" {
+				return false
+			}
+		}
+	case r.Prompt != nil:
+		for _, x := range r.Prompt.Messages {
+			if x == nil || x.Content == nil {
+				return false
+			}
+		}
+	case r.Completion != nil:
+		if len(r.Completion.Completion.Values) > MaxCompletionValues {
+			return false
+		}
 	case r.Resources != nil:
 		if len(r.Resources.NextCursor) > MaxCursorBytes {
 			return false

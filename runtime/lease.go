@@ -59,6 +59,9 @@ type lease struct {
 	listing           *pinnedListing
 	// reqs are the lease's resource request handles and their workers.
 	reqs reqTable
+	// subsEnded: the lease's end swept its subscriptions; none is added
+	// after (guarded by Manager.subs.mu; subscriptions.go).
+	subsEnded bool
 
 	// mu is the per-lease call gate.
 	mu         sync.Mutex
@@ -258,7 +261,9 @@ func (l *lease) terminateWithin(ctx context.Context, reason events.TerminationRe
 		if budget <= 0 {
 			budget = m.closeBudget(l)
 		}
-		first := []events.Draft{l.draft(&events.LeaseTerminated{Reason: reason})}
+		// The subscriptions the lease still carries end with it
+		// (subscription.ended{lease_ended}), before its termination.
+		first := append(m.endLeaseSubscriptions(l), l.draft(&events.LeaseTerminated{Reason: reason}))
 		if l.child != nil {
 			first = append(first, l.draft(&events.ConnectionPhase{Phase: events.PhaseClosing, BudgetNS: max(int64(budget), 1)}))
 		}

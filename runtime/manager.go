@@ -179,6 +179,10 @@ type Manager struct {
 	denyMu sync.Mutex
 	denied map[leaseKey]struct{}
 
+	// subs are the sessions' resource subscriptions (subscriptions.go);
+	// a leaf lock of its own, never held across I/O.
+	subs subTable
+
 	// kept holds recording failures no caller could be told about (see
 	// keep); errMu guards it and dropped.
 	errMu   sync.Mutex

@@ -128,12 +128,28 @@ func wireText(id jsonrpc.ID) string {
 
 var tokenKey = []byte(`"progressToken":"`)
 
-// tokenOf returns the string progress token of a request's params (the
-// go-sdk encodes _meta first and compactly); "" when there is none.
+// tokenOf returns the string progress token of a request's params
+// (_meta.progressToken); "" when there is none. The params may carry a
+// caller's _meta and prompt or completion arguments, any of which may
+// hold the text "progressToken" too: when it occurs more than once the
+// params are decoded, else the one occurrence (the go-sdk encodes
+// _meta first and compactly) is read in place.
 func tokenOf(params []byte) string {
 	i := bytes.Index(params, tokenKey)
 	if i < 0 {
 		return ""
+	}
+	if bytes.Count(params, []byte(`"progressToken"`)) > 1 {
+		var p struct {
+			Meta struct {
+				Token any `json:"progressToken"`
+			} `json:"_meta"`
+		}
+		if json.Unmarshal(params, &p) != nil {
+			return ""
+		}
+		tok, _ := p.Meta.Token.(string)
+		return tok
 	}
 	rest := params[i+len(tokenKey):]
 	j := bytes.IndexByte(rest, '"')
@@ -150,7 +166,8 @@ func tokenOf(params []byte) string {
 // result completes.
 func (t *reqTable) beforeWrite(r *jsonrpc.Request) *ResourceHandle {
 	switch r.Method {
-	case "resources/read", "resources/list", "resources/templates/list":
+	case "resources/read", "resources/list", "resources/templates/list", "prompts/list", "prompts/get",
+		"completion/complete", "resources/subscribe", "resources/unsubscribe":
 		tok := tokenOf(r.Params)
 		if tok == "" || !r.ID.IsValid() {
 			return nil

@@ -179,8 +179,11 @@ func (m *Manager) release(ctx context.Context, st *sessionState) error {
 	// on their own), so it always completes. Its calls' outcomes are
 	// durable first (each bounded by factTimeout).
 	m.awaitFacts(&st.finishing)
+	// Its subscriptions end before it (subscription.ended{session_ended};
+	// a shared lease's server is told first, best effort).
+	subErr := m.endSessionSubscriptions(ctx, st.id)
 	err := m.emitFact(ctx, events.Draft{Session: st.id, Payload: &events.SessionEnded{LeasesTerminated: len(mine), SharedSpared: spared}})
-	return errors.Join(err, terminateAll(ctx, mine, events.TerminatedSessionEnded))
+	return errors.Join(subErr, err, terminateAll(ctx, mine, events.TerminatedSessionEnded))
 }
 
 // LeaseCapability is the typed per-session handle given to tool contexts:

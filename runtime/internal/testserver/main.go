@@ -21,6 +21,8 @@
 //	TESTSERVER_LIST_PROGRESS=n         resources/list and resources/templates/list send n progress notifications
 //	                                   (1..n of n) first when the request carries a progress token
 //	TESTSERVER_LIST_EMPTY=1            resources/list and resources/templates/list answer with an empty list
+//	TESTSERVER_SUBS                    file; one line "sub <uri>" or "unsub <uri>" is appended (and synced) per
+//	                                   resources/subscribe or resources/unsubscribe received, before it is answered
 //	TESTSERVER_MODE=mrtr               a raw JSON-RPC server (resources.go) whose reads answer with an MRTR
 //	                                   input_required continuation, which the go-sdk server side cannot
 //	                                   produce for a 2025-11-25 client
@@ -32,6 +34,11 @@
 // Resources (resources.go): test://item/0..4 and three templates, listed two
 // per page; test://text, test://blob, test://slow (held until cancelled,
 // then recorded), test://progress (three progress notifications first).
+//
+// Prompts, completions and subscriptions (prompts.go): prompts p0..p2,
+// greet, meta (echoes the request's _meta), slow; completions of greet's
+// argument; resources/subscribe and resources/unsubscribe recorded in
+// TESTSERVER_SUBS (any uri).
 package main
 
 import (
@@ -145,7 +152,9 @@ func appendLine(path, line string) error {
 }
 
 func newServer(variant, calls string) *mcp.Server {
-	s := mcp.NewServer(&mcp.Implementation{Name: "leaseledger-testserver", Version: "0.1.0"}, &mcp.ServerOptions{PageSize: 2})
+	opts := &mcp.ServerOptions{PageSize: 2}
+	promptOptions(opts) // prompts.go
+	s := mcp.NewServer(&mcp.Implementation{Name: "leaseledger-testserver", Version: "0.1.0"}, opts)
 	cancels := os.Getenv("TESTSERVER_CANCELS")
 	reads := os.Getenv("TESTSERVER_READS")
 	listProgress, _ := strconv.Atoi(os.Getenv("TESTSERVER_LIST_PROGRESS"))
@@ -237,5 +246,6 @@ func newServer(variant, calls string) *mcp.Server {
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "sent " + strconv.Itoa(sent)}}}, nil
 		})
 	addResources(s)
+	addPrompts(s)
 	return s
 }
