@@ -219,6 +219,7 @@ func (m *Manager) acquireOpts(ctx context.Context, session, server string, cfg S
 			return nil, e
 		}
 		l := newLease(m, key, cfg, fp, act, cfg.OneShot || o.oneShot)
+		l.starter = session
 		m.leases[key] = l
 		m.conns.byAct[act] = l
 		if l.oneShot {

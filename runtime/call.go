@@ -116,6 +116,9 @@ func (l *lease) callAs(ctx context.Context, session string, finishing *pendingFa
 	if err := c.admit(ctx); err != nil {
 		return nil, false, err
 	}
+	// The server's requests and log messages while the call runs relate
+	// to it (PeerRequest.Related; relay.go).
+	defer l.untrack(l.track(ctx, session, c.id))
 	defer func() {
 		if c.progress != nil {
 			c.progress.finish()
@@ -165,6 +168,12 @@ func (c *callRun) admit(ctx context.Context) error {
 		return c.err(ErrTerminated, nil)
 	}
 	pt, ok := l.listing.Tools[c.req.Tool]
+	if (!ok || pt.Digest != c.req.Digest) && l.supersededTool(c.req.Tool, c.req.Digest) {
+		// Authorized against a listing this lease showed and has since
+		// replaced (its server changed its tools): refused, the lease kept.
+		l.mu.Unlock()
+		return c.refuse(ctx, events.RefusedListingChanged, ErrListingChanged)
+	}
 	if !ok || pt.Digest != c.req.Digest {
 		l.state = statePoisoned
 		l.mu.Unlock()

@@ -68,6 +68,7 @@ type ResourceHandle struct {
 	respWire   string // the wire id of the last result response seen
 	gotResult  bool   // the worker's request returned a response (no cancel notification is sent)
 	note       cancelNote
+	rel        *relatedReq // the start's context, in flight while dispatched (relay.go)
 	result     *ResourceResult
 	err        error
 	taken      bool
@@ -228,6 +229,7 @@ func (h *ResourceHandle) register(ctx context.Context, timeout time.Duration) er
 		hook(h)
 	}
 	close(h.regDone)
+	h.rel = l.track(ctx, h.session, h.id) // untracked once dispatch returns
 	go h.run()
 	return nil
 }
@@ -301,6 +303,7 @@ func (h *ResourceHandle) run() {
 		}
 	}()
 	res, err := h.dispatch()
+	l.untrack(h.rel)
 	expired := errors.Is(h.ctx.Err(), context.DeadlineExceeded)
 	h.cancel() // the budget's timer ends with the request
 	h.mu.Lock()

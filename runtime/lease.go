@@ -59,6 +59,12 @@ type lease struct {
 	listing           *pinnedListing
 	// reqs are the lease's resource request handles and their workers.
 	reqs reqTable
+	// starter is the session whose acquisition started the lease (for a
+	// shared lease, not its key's session): the lease's client declares
+	// its peer's capabilities and sends its logging level (relay.go).
+	starter string
+	// peer is the lease's server→client state (relay.go).
+	peer peerState
 	// subsEnded: the lease's end swept its subscriptions; none is added
 	// after (guarded by Manager.subs.mu; subscriptions.go).
 	subsEnded bool
@@ -204,11 +210,14 @@ func (l *lease) start(ctx context.Context) error {
 		}
 		tr = &streamTransport{stream: c.stream(), wire: &l.wire, reqs: &l.reqs}
 	}
-	cs, err := m.client.Connect(ctx, tr, &mcp.ClientSessionOptions{ProtocolVersion: ProtocolVersion})
+	// The lease's own client: the capabilities of its session's client
+	// (relay.go), and that session's logging level right after initialize.
+	cs, err := l.newClient().Connect(ctx, tr, &mcp.ClientSessionOptions{ProtocolVersion: ProtocolVersion})
 	if err != nil {
 		return fail("initialize_failed", ErrInitialize, ctxCause(ctx), err)
 	}
 	l.cs = cs
+	l.applyLogLevel(ctx, m.sessionLogLevel(l.starter))
 	listing, err := fetchListing(ctx, cs)
 	if err != nil {
 		if errors.Is(err, ErrListingTooLarge) {
@@ -216,7 +225,9 @@ func (l *lease) start(ctx context.Context) error {
 		}
 		return fail("listing_failed", ErrListing, ctxCause(ctx), err)
 	}
+	l.mu.Lock() // a tool list change may re-pin it from now on (relay.go)
 	l.listing = listing
+	l.mu.Unlock()
 	now := m.opts.Now()
 	l.lastUsed = now
 	if err := m.emit(ctx,

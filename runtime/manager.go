@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/leaseledger/leaseledger/events"
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // Bounds and defaults.
@@ -136,7 +135,6 @@ type Options struct {
 // concurrent use. Close it (or TerminateAll) to end every lease.
 type Manager struct {
 	opts    Options
-	client  *mcp.Client
 	maxLive int
 	// launch starts children: launchGuardian, or an in-process fake in
 	// tests (set before the manager is used).
@@ -247,13 +245,10 @@ func NewManager(opts Options) (*Manager, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	client := mcp.NewClient(&mcp.Implementation{Name: "leaseledger", Version: "0.1.0"}, &mcp.ClientOptions{
-		// No roots, sampling or elicitation: a lease runs tools and nothing
-		// else, and a server must not get a reason to call back.
-		Capabilities: &mcp.ClientCapabilities{},
-	})
+	// Each lease has its own client (lease.newClient), declaring what its
+	// session's client declared.
 	m := &Manager{
-		opts: opts, client: client, maxLive: opts.MaxLiveLeases, launch: launchGuardian,
+		opts: opts, maxLive: opts.MaxLiveLeases, launch: launchGuardian,
 		leases: make(map[leaseKey]*lease), sessions: make(map[string]*sessionState),
 		detached: make(map[*lease]struct{}), fpKey: make([]byte, FingerprintKeyBytes),
 	}

@@ -19,6 +19,11 @@ type sessionState struct {
 	// finishing counts the session's calls whose call.finished is not
 	// yet durable; the session's end waits for them.
 	finishing pendingFacts
+	// peer is the session's client side (SessionOptions.Client), fixed at
+	// open; logLevel the level it set (SetLogLevel), guarded by
+	// Manager.mu.
+	peer     ClientPeer
+	logLevel mcp.LoggingLevel
 }
 
 // SessionScope is one owner of a session's durable scope. The host opens
@@ -45,6 +50,13 @@ type SessionOptions struct {
 	// Transport is the host's entry point; the zero value means
 	// events.SessionEmbedded.
 	Transport events.SessionTransport
+	// Client is the session's client side: the capabilities every lease
+	// acquired for the session declares to its server (a shared lease:
+	// those of the session that started it), and where the servers'
+	// requests are relayed and their notifications delivered (see
+	// ClientPeer). nil: the servers see a client with no capabilities and
+	// their notifications reach no one.
+	Client ClientPeer
 }
 
 // OpenSession opens the scope of session with one owner (the returned
@@ -88,7 +100,7 @@ func (m *Manager) OpenSessionWith(ctx context.Context, session string, opts Sess
 	}
 	// Reserved before the append, so a concurrent open of the same id
 	// fails with ErrSessionOpen; nobody holds the scope until it returns.
-	st := &sessionState{id: session, owners: 1}
+	st := &sessionState{id: session, owners: 1, peer: opts.Client}
 	m.sessions[session] = st
 	m.mu.Unlock()
 	err := m.emitFact(ctx, events.Draft{Session: session, Payload: &events.SessionOpened{Principal: opts.Principal, Transport: tr}})
@@ -215,7 +227,7 @@ func (c LeaseCapability) Tools(ctx context.Context, server string) ([]PinnedTool
 	if err != nil {
 		return nil, err
 	}
-	return l.listing.sorted(), nil
+	return l.pinned().sorted(), nil
 }
 
 // Call runs one authorized tool call on the lease of req.Server for this

@@ -31,6 +31,9 @@
 // (with server text) when the call carries a progress token, and answers
 // "sent <count>".
 //
+// TESTSERVER_PEER=1 adds the tools of the server→client tests (package
+// peertools): sample, elicit, roots, log, mutable, change.
+//
 // Resources (resources.go): test://item/0..4 and three templates, listed two
 // per page; test://text, test://blob, test://slow (held until cancelled,
 // then recorded), test://progress (three progress notifications first).
@@ -53,6 +56,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/leaseledger/leaseledger/runtime/internal/peertools"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -246,6 +250,9 @@ func newServer(variant, calls string) *mcp.Server {
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "sent " + strconv.Itoa(sent)}}}, nil
 		})
 	addResources(s)
+	if os.Getenv("TESTSERVER_PEER") == "1" {
+		peertools.Add(s) // sampling, elicitation, roots, log, list changes
+	}
 	addPrompts(s)
 	return s
 }
