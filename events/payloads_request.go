@@ -5,9 +5,9 @@ package events
 // RequestRegistered records a handle registered (and acknowledged) before
 // any dispatch.
 type RequestRegistered struct {
-	Handle    string        `json:"handle"`
-	Owner     string        `json:"owner"`
-	Method    RequestMethod `json:"method"` // resources/*, prompts/list, prompts/get, completion/complete
+	Handle string        `json:"handle"`
+	Owner  string        `json:"owner"`
+	Method RequestMethod `json:"method"` // resources/*, prompts/list, prompts/get, completion/complete
 	// URISHA256 is the SHA-256 of the request's resource URI (resources/read,
 	// resources/subscribe, resources/unsubscribe, and completion/complete
 	// with a ref/resource reference); the URI is never recorded.

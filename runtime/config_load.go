@@ -12,13 +12,6 @@ import (
 	"time"
 )
 
-// ErrLegacySSE: an entry's "type" is "sse", the legacy HTTP+SSE transport
-// (MCP 2024-11-05), which the runtime does not speak. Such an entry is
-// refused when the config is loaded (the error also matches
-// ErrConfigInvalid and names the entry); it is never run as Streamable
-// HTTP.
-var ErrLegacySSE = errors.New("the legacy HTTP+SSE transport (type \"sse\") is not supported: use the server's Streamable HTTP endpoint (type \"http\")")
-
 // ErrInvalidPrefix: an entry's "prefix" is longer than MaxPrefixBytes or
 // holds a byte that is not printable ASCII other than space (whitespace,
 // a control character, non-ASCII). Such an entry is refused when the
@@ -71,8 +64,8 @@ func ParseConfig(data []byte) (map[string]ServerConfig, error) {
 //
 // It also refuses, naming the entry, an entry with neither command nor url
 // (or both, a url that is not http(s), an allowRedirectOrigins entry that
-// is not an origin, a "type" of "sse" (ErrLegacySSE), an invalid "prefix"
-// (ErrInvalidPrefix) — such entry errors match ErrConfigInvalid), a name that is empty or longer than
+// is not an origin, a "type" that contradicts the form, an invalid
+// "prefix" (ErrInvalidPrefix) — such entry errors match ErrConfigInvalid), a name that is empty or longer than
 // MaxServerNameBytes, and two names that map to one server id (see
 // ServerID), so every name it returns works end to end.
 func LoadConfig(data []byte, lookupEnv func(name string) (value string, ok bool)) (LoadedConfig, error) {

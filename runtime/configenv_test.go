@@ -102,8 +102,7 @@ func TestExpandConfigErrors(t *testing.T) {
 
 // TestVSCodeShape: VS Code's mcp.json ("servers", "type", "inputs") loads
 // like "mcpServers"; both keys merge, a name under both is refused; the
-// legacy "sse" type is refused as ErrLegacySSE naming the entry, never
-// run as Streamable HTTP.
+// legacy "sse" type is a url entry over HTTP+SSE.
 func TestVSCodeShape(t *testing.T) {
 	doc := `{"inputs": [{"type": "promptString", "id": "unused", "password": true}],
 		"servers": {
@@ -132,22 +131,15 @@ func TestVSCodeShape(t *testing.T) {
 	if !errors.Is(err, ErrConfigInvalid) || !strings.Contains(err.Error(), `"a"`) {
 		t.Errorf("a name under both keys: %v", err)
 	}
-	for _, doc := range []string{
-		`{"servers":{"legacy":{"type":"sse","url":"https://h/sse"}}}`,
-		`{"mcpServers":{"legacy":{"type":"sse","url":"https://h/sse","headers":{"A":"b"}}}}`,
-	} {
-		_, err := ParseConfig([]byte(doc))
-		if !errors.Is(err, ErrLegacySSE) || !errors.Is(err, ErrConfigInvalid) || !strings.Contains(err.Error(), `"legacy"`) {
-			t.Errorf("%s: %v", doc, err)
-		}
+	// The legacy "sse" type is a url entry over HTTP+SSE; with a command
+	// it contradicts the form.
+	all, err := ParseConfig([]byte(`{"servers":{"legacy":{"type":"sse","url":"https://h/sse","headers":{"A":"b"}}}}`))
+	if err != nil || !all["legacy"].isSSE() || !all["legacy"].isHTTP() {
+		t.Errorf("sse entry: %+v %v", all, err)
 	}
-	// Installed another way, an sse entry is refused at lookup.
-	e := MapConfigSource{}
-	if err := e.Set("legacy", ServerConfig{Type: "sse", URL: "https://h/sse"}); err != nil {
-		t.Fatal(err)
-	}
-	if c, _ := e.Lookup(t.Context(), "legacy"); c.check() == nil || !errors.Is(c.check(), ErrLegacySSE) {
-		t.Error("check accepts type sse")
+	_, err = ParseConfig([]byte(`{"servers":{"legacy":{"type":"sse","command":"x"}}}`))
+	if !errors.Is(err, ErrConfigInvalid) || !strings.Contains(err.Error(), `"legacy"`) {
+		t.Errorf("sse with a command: %v", err)
 	}
 }
 

@@ -100,7 +100,7 @@ func TestConfigSecretsNeverRecorded(t *testing.T) {
 	// Config errors name the entry and the variable, never a value.
 	for _, bad := range []string{
 		strings.Replace(doc, "${STARTS}", "${UNSET}", 1),
-		strings.Replace(doc, `"type": "http"`, `"type": "sse"`, 1),
+		strings.Replace(doc, `"type": "http"`, `"type": "websocket"`, 1),
 		strings.Replace(doc, "Bearer ${TOKEN}", "Bearer ${TOKEN} ${input:pat}", 1),
 		strings.Replace(doc, "Bearer ${TOKEN}", "${TOKEN}${", 1),
 	} {

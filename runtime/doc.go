@@ -57,6 +57,8 @@
 // listing, call, release, close; ExampleToolDigest, ExampleParseConfig,
 // ExampleServerConfig_Fingerprint, ExampleLeaseError) are in
 // example_test.go, ExampleLoadConfig (${VAR} expansion, VS Code's
-// "servers") in example_config_test.go; `go doc -http` shows them. See
+// "servers") in example_config_test.go, ExampleLeaseCapability_GetPrompt
+// (a prompt and a resource subscription through caller-owned request
+// handles) in example_prompts_test.go; `go doc -http` shows them. See
 // docs/runtime.md.
 package runtime

@@ -60,6 +60,11 @@ var (
 	// host, port) than the configured URL's, and not to one of the entry's
 	// allowRedirectOrigins.
 	ErrHTTPCrossOrigin = errors.New("runtime: http redirect to another origin refused")
+	// ErrHTTPOtherOrigin: a request (not a hop) was addressed to another
+	// origin than the configured URL's and not to one of the entry's
+	// allowRedirectOrigins — a legacy SSE server's message endpoint
+	// elsewhere. It is refused before anything is sent.
+	ErrHTTPOtherOrigin = errors.New("runtime: http request to another origin than the configured url's refused")
 	// ErrHTTPBadLocation: a redirect had no usable Location (missing,
 	// malformed, not http(s)).
 	ErrHTTPBadLocation = errors.New("runtime: http redirect location invalid")
@@ -179,8 +184,12 @@ type leaseRoundTripper struct {
 	// allowed are the entry's allowRedirectOrigins: origins a 307 hop may
 	// go to besides the configured one (never with the configured headers).
 	allowed []*url.URL
-	to      httpTimeouts
-	ev      *httpEvidence // nil: nothing recorded (boundary tests)
+	// ownOrigins: a request (not only a hop) must be addressed to the
+	// configured origin or an allowed one (ErrHTTPOtherOrigin): set for a
+	// legacy SSE lease, whose server names the URL its messages go to.
+	ownOrigins bool
+	to         httpTimeouts
+	ev         *httpEvidence // nil: nothing recorded (boundary tests)
 	// lost is told when a response proves the remote session or endpoint
 	// gone (see lostSignal); nil in boundary tests.
 	lost func(reason string)
@@ -252,7 +261,7 @@ func typedErr(ctx context.Context, err error) error {
 }
 
 var boundaryErrs = []error{ErrHTTPConnectTimeout, ErrHTTPReceiveTimeout, ErrHTTPRequestTimeout, ErrHTTPDetached,
-	ErrHTTPRedirect, ErrHTTPTooManyRedirects, ErrHTTPCrossOrigin, ErrHTTPBadLocation, ErrHTTPBodyNotReplayable, ErrHTTPNotRecorded, ErrHTTPResponseTooLarge}
+	ErrHTTPRedirect, ErrHTTPTooManyRedirects, ErrHTTPCrossOrigin, ErrHTTPOtherOrigin, ErrHTTPBadLocation, ErrHTTPBodyNotReplayable, ErrHTTPNotRecorded, ErrHTTPResponseTooLarge}
 
 // outcomeOf is how a failed request is recorded.
 func outcomeOf(ctx context.Context, err error) (events.HTTPOutcome, string) {
@@ -269,7 +278,7 @@ func outcomeOf(ctx context.Context, err error) (events.HTTPOutcome, string) {
 		return events.HTTPError, "redirect_refused"
 	case errors.Is(err, ErrHTTPTooManyRedirects):
 		return events.HTTPError, "too_many_redirects"
-	case errors.Is(err, ErrHTTPCrossOrigin):
+	case errors.Is(err, ErrHTTPCrossOrigin), errors.Is(err, ErrHTTPOtherOrigin):
 		return events.HTTPError, "cross_origin"
 	case errors.Is(err, ErrHTTPBadLocation):
 		return events.HTTPError, "bad_location"
@@ -336,6 +345,9 @@ func (rt *leaseRoundTripper) RoundTrip(req *http.Request) (*http.Response, error
 			rt.ev.settle(r, status, outcome, 0, detail)
 		}
 		return nil, err
+	}
+	if rt.ownOrigins && !rt.hopAllowed(cur) {
+		return fail(ErrHTTPOtherOrigin, 0)
 	}
 
 	for hop := 0; ; hop++ {

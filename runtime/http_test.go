@@ -89,6 +89,20 @@ func TestHTTPConfig(t *testing.T) {
 	if other.Fingerprint(testFPKey) == r.Fingerprint(testFPKey) {
 		t.Fatal("url not fingerprinted")
 	}
+	// The legacy SSE transport is another launch of the same url; "http"
+	// and its spellings are one.
+	other = r
+	other.Type = "sse"
+	if other.Fingerprint(testFPKey) == r.Fingerprint(testFPKey) {
+		t.Fatal("type sse not fingerprinted")
+	}
+	other.Type = "streamable-http"
+	if other.Fingerprint(testFPKey) != r.Fingerprint(testFPKey) {
+		t.Fatal("a spelling of http changed the fingerprint")
+	}
+	if c := string(r.canonical()); strings.Contains(c, "sse") {
+		t.Fatalf("http canonical form changed: %s", c)
+	}
 	if c := string(all["local"].canonical()); strings.Contains(c, "url") || strings.Contains(c, "headers") {
 		t.Fatalf("stdio canonical form changed: %s", c)
 	}
@@ -98,7 +112,8 @@ func TestHTTPConfig(t *testing.T) {
 		`{"mcpServers":{"x":{"url":"http://%zz"}}}`,
 		`{"mcpServers":{"x":{"url":"http://user:pw@h/mcp"}}}`,
 		`{"mcpServers":{"x":{"url":"http://h/mcp","command":"node"}}}`,
-		`{"mcpServers":{"x":{"url":"http://h/mcp","type":"sse"}}}`,
+		`{"mcpServers":{"x":{"url":"http://h/mcp","type":"websocket"}}}`,
+		`{"mcpServers":{"x":{"command":"node","type":"sse"}}}`,
 		`{"mcpServers":{"x":{"url":"http://h/mcp","headers":{"Bad Name":"v"}}}}`,
 		`{"mcpServers":{"x":{"url":"http://h/mcp","headers":{"A":"v\r\nB: w"}}}}`,
 		`{"mcpServers":{"x":{}}}`,
@@ -361,9 +376,8 @@ func TestHTTPRedirects(t *testing.T) {
 }
 
 // TestHTTPEverythingBehindRedirects runs an MCP lease whose endpoint
-// answers with 3 hops (every request: the POSTs and the session DELETE —
-// go-sdk opens no standalone GET stream through our observed connection,
-// see observedTransport) before the proxied server; the proxy sees the
+// answers with 3 hops (every request: the POSTs, the standalone GET
+// stream and the session DELETE) before the proxied server; the proxy sees the
 // configured header on every hop, the DELETE's included (checked after
 // the release that sends it). An endpoint that redirects 4 times fails
 // the acquisition.

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/leaseledger/leaseledger/guardian"
@@ -29,6 +30,9 @@ type httpChild struct {
 	ev     *httpEvidence
 	client *http.Client
 	url    string
+	// sse: the entry's server speaks the legacy HTTP+SSE transport
+	// ("type": "sse"), not Streamable HTTP.
+	sse bool
 
 	doneOnce sync.Once
 	doneCh   chan struct{}
@@ -61,7 +65,8 @@ func (m *Manager) launchHTTP(l *lease) (*httpChild, error) {
 	ev := newHTTPEvidence(m.emitFact, l.draft)
 	rt := newLeaseRoundTripper(b, u, headers, ev)
 	rt.allowed = allowed
-	h := &httpChild{rt: rt, ev: ev, client: b.clientFor(rt), url: u.String(), doneCh: make(chan struct{})}
+	rt.ownOrigins = l.cfg.isSSE()
+	h := &httpChild{rt: rt, ev: ev, client: b.clientFor(rt), url: u.String(), sse: l.cfg.isSSE(), doneCh: make(chan struct{})}
 	h.readStop, h.stopReads = context.WithCancel(context.Background())
 	rt.lost = h.markLost
 	return h, nil
@@ -70,9 +75,19 @@ func (m *Manager) launchHTTP(l *lease) (*httpChild, error) {
 // observed is the go-sdk transport of the child's MCP session, observed
 // like a stdio one (wire counts, request handles) and watched for the
 // session's loss.
+//
+// A legacy HTTP+SSE server ("type": "sse") gets go-sdk's
+// SSEClientTransport over the same client (the lease's round tripper:
+// redirect policy, headers, timeouts, evidence): its GET stream carries
+// every server message, each client message is a POST to the endpoint
+// the stream announced (refused unless it is the configured origin or an
+// allowed one, ErrHTTPOtherOrigin).
 func (h *httpChild) observed(wire *wireStats, reqs *reqTable) mcp.Transport {
-	return &observedTransport{inner: &mcp.StreamableClientTransport{Endpoint: h.url, HTTPClient: h.client, MaxEventSize: MaxMessageBytes},
-		wire: wire, reqs: reqs, h: h}
+	var inner mcp.Transport = &mcp.StreamableClientTransport{Endpoint: h.url, HTTPClient: h.client, MaxEventSize: MaxMessageBytes}
+	if h.sse {
+		inner = &mcp.SSEClientTransport{Endpoint: h.url, HTTPClient: h.client, MaxEventSize: MaxMessageBytes}
+	}
+	return &observedTransport{inner: inner, wire: wire, reqs: reqs, h: h}
 }
 
 func (h *httpChild) stream() io.ReadWriteCloser { return httpDetach{h} }
@@ -168,9 +183,10 @@ func (m *Manager) closeHTTP() {
 // connection is observed like a stdio one (wire counts, request handles)
 // and its reads tell the child when the session failed. go-sdk opens its
 // standalone GET stream only from a hook on its own connection type,
-// which this wrapper hides: no standalone GET stream is opened (server
-// messages arrive on the POSTs' streams; a call's stream may be resumed
-// by GET).
+// which this wrapper hides: the connection calls that hook itself
+// (httpstream.go), so the stream is opened as go-sdk would, and the
+// messages that arrive on it are read, counted and observed like any
+// other.
 type observedTransport struct {
 	inner mcp.Transport
 	wire  *wireStats
@@ -180,11 +196,48 @@ type observedTransport struct {
 
 // Connect implements mcp.Transport.
 func (t *observedTransport) Connect(ctx context.Context) (mcp.Connection, error) {
-	c, err := t.inner.Connect(ctx)
+	var (
+		c       mcp.Connection
+		err     error
+		release = func() {}
+	)
+	if t.h.sse {
+		c, release, err = connectDetached(ctx, t.inner)
+	} else {
+		c, err = t.inner.Connect(ctx)
+	}
 	if err != nil {
 		return nil, err
 	}
-	return &httpConn{observedConn: observedConn{Connection: c, wire: t.wire, reqs: t.reqs}, h: t.h}, nil
+	hc := &httpConn{observedConn: observedConn{Connection: c, wire: t.wire, reqs: t.reqs}, h: t.h, hook: standaloneHook(c), release: release}
+	if hc.hook == nil {
+		hc.hooked.Store(true)
+	}
+	return hc, nil
+}
+
+// connectDetached connects a legacy SSE transport, whose GET stream lives
+// under the context it is connected with: the stream must outlive ctx
+// (the acquisition's), so it gets a context of its own, cancelled when ctx
+// ends before the connection is made, or else by release (the
+// connection's close; the lease's end aborts it before, through the round
+// tripper).
+func connectDetached(ctx context.Context, tr mcp.Transport) (mcp.Connection, func(), error) {
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, cancel)
+	c, err := tr.Connect(sctx)
+	if !stop() { // ctx ended while connecting: the stream is cancelled
+		if err == nil {
+			_ = c.Close()
+		}
+		cancel()
+		return nil, nil, context.Cause(ctx)
+	}
+	if err != nil {
+		cancel()
+		return nil, nil, err
+	}
+	return c, cancel, nil
 }
 
 // httpConn is an HTTP lease's observed connection. Its reads end when the
@@ -194,6 +247,15 @@ func (t *observedTransport) Connect(ctx context.Context) (mcp.Connection, error)
 type httpConn struct {
 	observedConn
 	h *httpChild
+	// hook opens the inner connection's standalone stream (httpstream.go;
+	// nil when it has none); hooked is set once it ran or never will.
+	hook   func()
+	hooked atomic.Bool
+	// release ends what the connection holds beyond itself (a legacy SSE
+	// stream's context); closing marks the connection's own close, after
+	// which the end of a legacy SSE stream is not a loss.
+	release func()
+	closing atomic.Bool
 
 	// The reader's context merged with the child's readStop, made once
 	// per reader context (the go-sdk reads with one context).
@@ -228,15 +290,32 @@ func (c *httpConn) releaseLocked() {
 // Read implements mcp.Connection.
 func (c *httpConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 	m, err := c.observedConn.Read(c.readCtx(ctx))
-	if err != nil && !errors.Is(err, io.EOF) && ctx.Err() == nil && c.h.readStop.Err() == nil {
+	// A legacy SSE stream that ends (io.EOF) before the connection's own
+	// close is the remote session's end: it has no session id to resume.
+	if err != nil && (!errors.Is(err, io.EOF) || c.h.sse && !c.closing.Load()) && ctx.Err() == nil && c.h.readStop.Err() == nil {
 		c.h.markLost(lostSessionFailed)
 	}
 	return m, err
 }
 
+// Write implements mcp.Connection. Before the session's
+// notifications/initialized (ClientSession sends it once the initialize
+// succeeded) it opens the inner connection's standalone GET stream, as
+// ClientSession's hook would have.
+func (c *httpConn) Write(ctx context.Context, m jsonrpc.Message) error {
+	if !c.hooked.Load() {
+		if r, ok := m.(*jsonrpc.Request); ok && r.Method == "notifications/initialized" && c.hooked.CompareAndSwap(false, true) {
+			c.hook()
+		}
+	}
+	return c.observedConn.Write(ctx, m)
+}
+
 // Close implements mcp.Connection; it also releases the merged context.
 func (c *httpConn) Close() error {
+	c.closing.Store(true)
 	err := c.observedConn.Close()
+	c.release()
 	c.mu.Lock()
 	c.releaseLocked()
 	c.mu.Unlock()

@@ -180,16 +180,28 @@ func TestRequestPromptBadInput(t *testing.T) {
 		"oversize prompt name": func() (*ResourceHandle, error) {
 			return capa.GetPrompt(ctx, o, "ts", &mcp.GetPromptParams{Name: strings.Repeat("n", MaxResourceURIBytes+1)}, opts)
 		},
-		"no prompt":        func() (*ResourceHandle, error) { return capa.GetPrompt(ctx, o, "ts", nil, opts) },
-		"empty name":       func() (*ResourceHandle, error) { return capa.GetPrompt(ctx, o, "ts", &mcp.GetPromptParams{}, opts) },
-		"non-UTF-8 name":   func() (*ResourceHandle, error) { return capa.GetPrompt(ctx, o, "ts", &mcp.GetPromptParams{Name: "\xff"}, opts) },
-		"oversize params":  func() (*ResourceHandle, error) { return capa.GetPrompt(ctx, o, "ts", &mcp.GetPromptParams{Name: "greet", Arguments: map[string]string{"name": big}}, opts) },
-		"non-UTF-8 value":  func() (*ResourceHandle, error) { return capa.GetPrompt(ctx, o, "ts", &mcp.GetPromptParams{Name: "greet", Arguments: map[string]string{"name": "\xff"}}, opts) },
-		"oversize meta":    func() (*ResourceHandle, error) { return capa.ListPrompts(ctx, o, "ts", "", RequestOptions{Budget: time.Minute, Meta: map[string]any{"x": big}}) },
-		"unencodable meta": func() (*ResourceHandle, error) { return capa.ListPrompts(ctx, o, "ts", "", RequestOptions{Budget: time.Minute, Meta: map[string]any{"x": func() {}}}) },
-		"oversize cursor":  func() (*ResourceHandle, error) { return capa.ListPrompts(ctx, o, "ts", strings.Repeat("c", MaxCursorBytes+1), opts) },
-		"no completion":    func() (*ResourceHandle, error) { return capa.Complete(ctx, o, "ts", nil, opts) },
-		"no ref":           func() (*ResourceHandle, error) { return capa.Complete(ctx, o, "ts", &mcp.CompleteParams{}, opts) },
+		"no prompt":  func() (*ResourceHandle, error) { return capa.GetPrompt(ctx, o, "ts", nil, opts) },
+		"empty name": func() (*ResourceHandle, error) { return capa.GetPrompt(ctx, o, "ts", &mcp.GetPromptParams{}, opts) },
+		"non-UTF-8 name": func() (*ResourceHandle, error) {
+			return capa.GetPrompt(ctx, o, "ts", &mcp.GetPromptParams{Name: "\xff"}, opts)
+		},
+		"oversize params": func() (*ResourceHandle, error) {
+			return capa.GetPrompt(ctx, o, "ts", &mcp.GetPromptParams{Name: "greet", Arguments: map[string]string{"name": big}}, opts)
+		},
+		"non-UTF-8 value": func() (*ResourceHandle, error) {
+			return capa.GetPrompt(ctx, o, "ts", &mcp.GetPromptParams{Name: "greet", Arguments: map[string]string{"name": "\xff"}}, opts)
+		},
+		"oversize meta": func() (*ResourceHandle, error) {
+			return capa.ListPrompts(ctx, o, "ts", "", RequestOptions{Budget: time.Minute, Meta: map[string]any{"x": big}})
+		},
+		"unencodable meta": func() (*ResourceHandle, error) {
+			return capa.ListPrompts(ctx, o, "ts", "", RequestOptions{Budget: time.Minute, Meta: map[string]any{"x": func() {}}})
+		},
+		"oversize cursor": func() (*ResourceHandle, error) {
+			return capa.ListPrompts(ctx, o, "ts", strings.Repeat("c", MaxCursorBytes+1), opts)
+		},
+		"no completion": func() (*ResourceHandle, error) { return capa.Complete(ctx, o, "ts", nil, opts) },
+		"no ref":        func() (*ResourceHandle, error) { return capa.Complete(ctx, o, "ts", &mcp.CompleteParams{}, opts) },
 		"unknown ref": func() (*ResourceHandle, error) {
 			return capa.Complete(ctx, o, "ts", &mcp.CompleteParams{Ref: &mcp.CompleteReference{Type: "ref/tool", Name: "x"}}, opts)
 		},
