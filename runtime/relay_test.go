@@ -20,10 +20,8 @@ import (
 )
 
 // httpStandaloneStream: HTTP leases read the server's standalone SSE
-// stream, where list changes arrive.
-// TODO(transport): true once runtime/httpstream.go is committed (the
-// relay suite's HTTP list-change part passes on it).
-const httpStandaloneStream = false
+// stream, where list changes arrive (httpstream.go).
+const httpStandaloneStream = true
 
 // peerEnv makes the test server serve the peertools tools.
 var peerEnv = map[string]string{"TESTSERVER_PEER": "1"}
