@@ -486,16 +486,7 @@ func (l *lease) resourceUpdated(ctx context.Context, p *mcp.ResourceUpdatedNotif
 	if p == nil {
 		return
 	}
-	// TODO(gateway owner): call l.m.subscribers directly once
-	// subscriptions.go is committed; the assertion keeps this file
-	// building without it.
-	subs, ok := any(l.m).(interface {
-		subscribers(l *lease, uri string) []string
-	})
-	if !ok {
-		return
-	}
-	for _, s := range subs.subscribers(l, p.URI) {
+	for _, s := range l.m.subscribers(l, p.URI) {
 		l.notify(ctx, s, PeerNotification{Kind: NotifyResourceUpdated, ResourceUpdated: p})
 	}
 }
