@@ -31,11 +31,12 @@ const (
 	// CodeRequestFailed: the request failed at the transport level or
 	// the server's answer broke the result envelope.
 	CodeRequestFailed = -32011
-	// CodeListingChanged: the server's listing no longer matches the one
-	// the session was shown; its lease was poisoned and nothing was sent.
+	// CodeListingChanged: the server's tool listing changed since the
+	// session was shown it (list again), or no longer matches it at all
+	// (the lease was poisoned); nothing was sent.
 	CodeListingChanged = -32012
 	// CodeRefused: the server's lease was revoked, poisoned or denied for
-	// this session.
+	// this session, or the session holds runtime.MaxSubscriptionsPerSession.
 	CodeRefused = -32013
 	// CodeSessionEnded: the session ended (or the gateway closed).
 	CodeSessionEnded = -32014
@@ -88,9 +89,10 @@ func rpcError(ctx context.Context, err error) *jsonrpc.Error {
 		return codeError(CodeCancelled, msgCancelled)
 	case errors.Is(err, runtime.ErrRemote) && errors.As(err, &le) && le.Code != 0:
 		return codeError(le.Code, msgRemote)
-	case errors.Is(err, runtime.ErrNameMismatch), errors.Is(err, runtime.ErrDigestMismatch):
+	case errors.Is(err, runtime.ErrNameMismatch), errors.Is(err, runtime.ErrDigestMismatch), errors.Is(err, runtime.ErrListingChanged):
 		return codeError(CodeListingChanged, msgChanged)
-	case errors.Is(err, runtime.ErrRevoked), errors.Is(err, runtime.ErrPoisoned), errors.Is(err, runtime.ErrDenied):
+	case errors.Is(err, runtime.ErrRevoked), errors.Is(err, runtime.ErrPoisoned), errors.Is(err, runtime.ErrDenied),
+		errors.Is(err, runtime.ErrTooManySubscriptions):
 		return codeError(CodeRefused, msgRefused)
 	case errors.Is(err, runtime.ErrSessionEnded), errors.Is(err, runtime.ErrClosed),
 		errors.Is(err, runtime.ErrOwnerEnded), errors.Is(err, runtime.ErrSessionOpen):
@@ -387,7 +389,7 @@ func (s *session) callTool(ctx context.Context, p *mcp.CallToolParamsRaw) (*mcp.
 	if rerr != nil {
 		return nil, rerr
 	}
-	creq := runtime.CallRequest{Server: ref.server, Tool: ref.tool, Digest: ref.digest}
+	creq := runtime.CallRequest{Server: ref.server, Tool: ref.tool, Digest: ref.digest, Meta: clientMeta(p.Meta)}
 	if len(p.Arguments) > 0 {
 		creq.Arguments = json.RawMessage(p.Arguments)
 	}

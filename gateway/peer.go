@@ -24,7 +24,9 @@ func (s *session) Capabilities() *mcp.ClientCapabilities {
 	}
 	out.Sampling = s.clientCaps.Sampling
 	out.Elicitation = s.clientCaps.Elicitation
-	out.Roots = s.clientCaps.Roots
+	// RootsV2 is the go-sdk's record of a declared "roots" (the
+	// deprecated Roots cannot tell an empty {} from none).
+	out.Roots, out.RootsV2 = s.clientCaps.Roots, s.clientCaps.RootsV2
 	return out
 }
 

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"maps"
 	"strconv"
 	"time"
 
@@ -52,6 +53,10 @@ type CallRequest struct {
 	// buffer is full and counted in Progress.Dropped. Progress should
 	// return promptly: Call's return waits for it.
 	Progress func(Progress)
+	// Meta is the caller's _meta (a gateway passes its client's through),
+	// sent with the request; with Progress set, the call's own progress
+	// token replaces a "progressToken" key of it. Not recorded.
+	Meta map[string]any
 }
 
 // callRun is one call through one lease's gate, recorded under the
@@ -234,6 +239,10 @@ func (c *callRun) run(ctx context.Context) (*mcp.CallToolResult, bool, error) {
 	// m.opts.Now, which tests move), and the bytes relayed so far.
 	sent, relayed := time.Now(), l.wire.written.Load()
 	params := &mcp.CallToolParams{Name: c.req.Tool, Arguments: json.RawMessage(c.args)}
+	if len(c.req.Meta) > 0 {
+		params.Meta = maps.Clone(c.req.Meta)
+		delete(params.Meta, "progressToken")
+	}
 	if c.req.Progress != nil {
 		// Routed before the request is written, so no notification of it
 		// can arrive unrouted; the callback's drain waits until the call
@@ -246,6 +255,11 @@ func (c *callRun) run(ctx context.Context) (*mcp.CallToolResult, bool, error) {
 	callCtx, hc := l.withHTTPCause(budgetCtx)
 	c.httpCause = hc
 	res, err := l.cs.CallTool(callCtx, params)
+	if ctx.Err() == nil {
+		// The notifications the server sent before its answer reach the
+		// session before the call returns (noteBarrier).
+		l.wire.notes.flush(ctx)
+	}
 	// The budget, not the caller, ended the call: the caller's context is
 	// live and the budget's deadline passed (go-sdk sent the server
 	// notifications/cancelled when callCtx ended).

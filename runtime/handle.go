@@ -303,6 +303,9 @@ func (h *ResourceHandle) run() {
 		}
 	}()
 	res, err := h.dispatch()
+	if h.ctx.Err() == nil {
+		l.wire.notes.flush(h.ctx) // as for a call (noteBarrier)
+	}
 	l.untrack(h.rel)
 	expired := errors.Is(h.ctx.Err(), context.DeadlineExceeded)
 	h.cancel() // the budget's timer ends with the request

@@ -276,19 +276,26 @@ func declaredCaps(peer ClientPeer) *mcp.ClientCapabilities {
 func (l *lease) newClient() *mcp.Client {
 	c := mcp.NewClient(&mcp.Implementation{Name: "leaseledger", Version: "0.1.0"}, &mcp.ClientOptions{
 		Capabilities: declaredCaps(l.m.sessionPeer(l.starter)),
+		// Each handler counts its delivery (noteBarrier), whatever it
+		// did with the notification.
 		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
+			defer l.wire.notes.delivered()
 			l.listChanged(events.ListTools)
 		},
 		PromptListChangedHandler: func(context.Context, *mcp.PromptListChangedRequest) {
+			defer l.wire.notes.delivered()
 			l.listChanged(events.ListPrompts)
 		},
 		ResourceListChangedHandler: func(context.Context, *mcp.ResourceListChangedRequest) {
+			defer l.wire.notes.delivered()
 			l.listChanged(events.ListResources)
 		},
 		ResourceUpdatedHandler: func(ctx context.Context, r *mcp.ResourceUpdatedNotificationRequest) {
+			defer l.wire.notes.delivered()
 			l.resourceUpdated(ctx, r.Params)
 		},
 		LoggingMessageHandler: func(ctx context.Context, r *mcp.LoggingMessageRequest) {
+			defer l.wire.notes.delivered()
 			l.logMessage(ctx, r.Params)
 		},
 	})

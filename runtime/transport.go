@@ -50,6 +50,9 @@ type wireStats struct {
 	// guardian), compared with the helper's dropped stdin bytes to decide
 	// whether a request reached the child (lease.neverReached).
 	written atomic.Int64
+	// notes keeps the notifications read ahead of the responses after
+	// them (notebarrier.go).
+	notes noteBarrier
 }
 
 // countingWriter counts the bytes its writer accepted.
@@ -82,6 +85,7 @@ func (c *observedConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 	m, err := c.Connection.Read(ctx)
 	if err == nil {
 		c.wire.received.Add(1)
+		c.wire.notes.seen(m)
 		if c.reqs != nil && c.reqs.live.Load() > 0 {
 			c.reqs.onRead(m)
 		}
