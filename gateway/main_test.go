@@ -247,6 +247,31 @@ func (e *env) post(body string, hdr map[string]string) (int, http.Header) {
 	return resp.StatusCode, resp.Header
 }
 
+// postBody sends a raw MCP POST with the given headers and returns its
+// body (a JSON answer or the whole event stream).
+func (e *env) postBody(body string, hdr map[string]string) string {
+	e.t.Helper()
+	req, err := http.NewRequest(http.MethodPost, e.srv.URL, bytes.NewReader([]byte(body)))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := e.srv.Client().Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var b bytes.Buffer
+	if _, err := b.ReadFrom(resp.Body); err != nil {
+		e.t.Fatal(err)
+	}
+	return b.String()
+}
+
 // envelopes reads the whole ledger.
 func (e *env) envelopes() []events.Envelope {
 	e.t.Helper()

@@ -4,6 +4,8 @@ package gateway
 
 import (
 	"context"
+	"fmt"
+	"maps"
 	"net/http"
 	"strings"
 	"sync"
@@ -94,11 +96,19 @@ func TestPeerRelays(t *testing.T) {
 	if got := callText(t, ctx, cs, "log", nil); got != "logged" {
 		t.Fatalf("log: %q", got)
 	}
+	// The go-sdk client hands notifications to their handler on a
+	// goroutine of its own: the message is awaited here; that it left
+	// before the call's answer is TestPeerLogBeforeAnswer's.
+	testproc.Eventually(t, "the log message", func() bool {
+		pc.mu.Lock()
+		defer pc.mu.Unlock()
+		return len(pc.logs) > 0
+	})
 	pc.mu.Lock()
 	logs := pc.logs
 	pc.mu.Unlock()
 	if len(logs) != 1 || logs[0].Logger != "p" || logs[0].Level != "info" {
-		t.Fatalf("log messages on the call's return: %+v, want one from logger p", logs)
+		t.Fatalf("log messages: %+v, want one from logger p", logs)
 	}
 	if got := callText(t, ctx, cs, "log", map[string]any{"level": "debug"}); got != "logged" {
 		t.Fatalf("log debug: %q", got)
@@ -159,17 +169,22 @@ func TestPeerRelays(t *testing.T) {
 		}
 	}
 
-	outcomes := map[events.RelayOutcome]int{}
-	e.count("relay.completed", func(_ events.Envelope, p events.Payload) bool {
-		outcomes[p.(*events.RelayCompleted).Outcome]++
-		return true
+	// The capability-less client's server never sends an elicitation
+	// (the go-sdk server checks the capability itself); sampling and
+	// roots/list it sends, and the runtime refuses them. A relay's record
+	// rides the next append, so it is awaited.
+	want := map[events.RelayOutcome]int{events.RelayAccepted: 3, events.RelayDeclined: 1, events.RelayRefused: 2}
+	testproc.Eventually(t, "the relays' records", func() error {
+		got := map[events.RelayOutcome]int{}
+		e.count("relay.completed", func(_ events.Envelope, p events.Payload) bool {
+			got[p.(*events.RelayCompleted).Outcome]++
+			return true
+		})
+		if !maps.Equal(got, want) {
+			return fmt.Errorf("relay outcomes %v, want %v", got, want)
+		}
+		return nil
 	})
-	// The capability-less client's server never sends sampling or
-	// elicitation (its lease declared neither: the go-sdk server refuses
-	// them itself); roots/list it sends, and the runtime refuses it.
-	if outcomes[events.RelayAccepted] != 3 || outcomes[events.RelayDeclined] != 1 || outcomes[events.RelayRefused] != 1 {
-		t.Errorf("relay outcomes: %v, want 3 accepted, 1 declined, 1 refused", outcomes)
-	}
 	for _, x := range e.envelopes() {
 		b, err := x.MarshalJSON()
 		if err != nil {
@@ -179,6 +194,29 @@ func TestPeerRelays(t *testing.T) {
 			if strings.Contains(string(b), secret) {
 				t.Errorf("%s event carries relayed text %q", x.Kind, secret)
 			}
+		}
+	}
+}
+
+// TestPeerLogBeforeAnswer: on the wire, a tool's log message travels on
+// the call's own stream ahead of the call's answer (the runtime's
+// noteBarrier and the related request's stream), for every call.
+func TestPeerLogBeforeAnswer(t *testing.T) {
+	e := newEnv(t, []server{{"p", testServer(map[string]string{"TESTSERVER_PEER": "1"})}}, nil,
+		func(o *Options, _ *runtime.Options) { o.Prefixes = map[string]string{"p": ""} })
+	_, hdr := e.post(initBody, nil)
+	sid := hdr.Get("Mcp-Session-Id")
+	if sid == "" {
+		t.Fatal("no session id")
+	}
+	h := map[string]string{"Mcp-Session-Id": sid, "Mcp-Protocol-Version": "2025-11-25"}
+	e.post(`{"jsonrpc":"2.0","method":"notifications/initialized"}`, h)
+	e.post(`{"jsonrpc":"2.0","id":2,"method":"logging/setLevel","params":{"level":"info"}}`, h)
+	for i := range 20 {
+		body := e.postBody(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"log","arguments":{}}}`, 10+i), h)
+		logAt, answerAt := strings.Index(body, `"notifications/message"`), strings.Index(body, `"result"`)
+		if logAt < 0 || answerAt < 0 || logAt > answerAt {
+			t.Fatalf("call %d: the log message is not ahead of the answer on its stream:\n%s", i, body)
 		}
 	}
 }
