@@ -55,6 +55,18 @@ func (h *ResourceHandle) Cancel(ctx context.Context) (CancelReport, error) {
 	return h.cancelAs(ctx, reasonCallerCancelled, settleCancelled)
 }
 
+// CancelWithReason is Cancel recording the caller's own reason (a code,
+// events.ValidCode: "host_cancelled", "user_abort") in request.cancelled
+// and the report instead of "caller_cancelled". A reason that is not a
+// code, or is "owner_ended" (the owner's end's own), is ErrInvalidRequest
+// and cancels nothing.
+func (h *ResourceHandle) CancelWithReason(ctx context.Context, reason string) (CancelReport, error) {
+	if !events.ValidCode(reason) || reason == reasonOwnerEnded {
+		return CancelReport{}, h.errorOf(ErrInvalidRequest, nil)
+	}
+	return h.cancelAs(ctx, reason, settleCancelled)
+}
+
 // cancelAs settles h by cancel or owner end (kind).
 func (h *ResourceHandle) cancelAs(ctx context.Context, reason string, kind settleKind) (CancelReport, error) {
 	h.mu.Lock()

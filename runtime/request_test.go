@@ -438,3 +438,38 @@ func TestRequestOwnerEndMidRequestIsolated(t *testing.T) {
 		t.Fatal("the two owners were not on one lease")
 	}
 }
+
+// CancelWithReason records the caller's reason; a reason that is not a
+// code, or the owner's end's own, is refused and cancels nothing.
+func TestRequestCancelWithReason(t *testing.T) {
+	e, capa, o := reqEnv(t)
+	e.cfg.Set("ts", testServer(nil))
+	ctx := ctxT(t, 30*time.Second)
+	h, err := capa.ReadResource(ctx, o, "ts", "test://slow", DefaultRequestOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{"", "Not A Code", "owner_ended"} {
+		if _, err := h.CancelWithReason(ctx, bad); !errors.Is(err, ErrInvalidRequest) {
+			t.Fatalf("CancelWithReason(%q): %v, want ErrInvalidRequest", bad, err)
+		}
+	}
+	select {
+	case <-h.Done():
+		t.Fatal("a refused cancel settled the handle")
+	default:
+	}
+	rep, err := h.CancelWithReason(ctx, "host_cancelled")
+	if err != nil || rep.Reason != "host_cancelled" || rep.Settlement != SettlementSettled {
+		t.Fatalf("report %+v, %v", rep, err)
+	}
+	var reasons []string
+	for _, x := range e.events() {
+		if p, ok := x.Payload.(*events.RequestCancelled); ok && p.Handle == h.ID() {
+			reasons = append(reasons, p.Reason)
+		}
+	}
+	if len(reasons) != 1 || reasons[0] != "host_cancelled" {
+		t.Fatalf("request.cancelled reasons %v, want [host_cancelled]", reasons)
+	}
+}
