@@ -267,6 +267,21 @@ func TestRepliesValidate(t *testing.T) {
 			ds = append(ds, events.Draft{Activation: "act-big", Session: "s-1", Server: "srv", Payload: pl})
 		}
 	}
+	// act-mcp: what the dashboard shows of issue 27's kinds (relays,
+	// subscriptions, list changes, request methods; its session's log
+	// level on the lease row).
+	ds = append(ds, events.Draft{Session: "s-3", Payload: &events.SessionOpened{Transport: events.SessionMCPHTTP}},
+		events.Draft{Session: "s-3", Payload: &events.SessionLogLevel{Level: events.LogWarning}})
+	ds = append(ds, leaseDrafts("act-mcp", "s-3", "delta", false, false)...)
+	for _, pl := range []events.Payload{
+		&events.RequestRegistered{Handle: "sub-1", Owner: "o-3", Method: events.MethodSubscribe, URISHA256: listingDigest, TimeoutNS: 1e9},
+		&events.RequestCompleted{Handle: "sub-1", Outcome: events.RequestOK},
+		&events.SubscriptionStarted{Handle: "sub-1", URISHA256: listingDigest},
+		&events.LeaseListChanged{List: events.ListPrompts},
+		&events.RelayCompleted{Method: events.RelayElicit, Outcome: events.RelayDeclined, Mode: events.ElicitForm, DurationNS: 1},
+	} {
+		ds = append(ds, events.Draft{Activation: "act-mcp", Session: "s-3", Server: "delta", Payload: pl})
+	}
 	appendDrafts(t, p, ds)
 	rt := &fakeRuntime{reaped: 1}
 	b := startAPI(t, p, rt, bus.Options{})
@@ -293,8 +308,22 @@ func TestRepliesValidate(t *testing.T) {
 		}
 	}
 	check(control.LeasesSubject, `{"session":"nobody"}`) // an empty page
-	for _, id := range []string{"act-ok", "act-bad", "act-open", "act-1", "act-2", "act-big"} {
+	for _, id := range []string{"act-ok", "act-bad", "act-open", "act-1", "act-2", "act-big", "act-mcp"} {
 		check(control.ActivationSubject, fmt.Sprintf(`{"activation":%q}`, id))
+	}
+	// The names web/dashboard/app.js reads (dashboard.TestBundleReadsActivity
+	// holds the bundle to them).
+	for subject, body := range map[string]string{control.ActivationSubject: `{"activation":"act-mcp"}`, control.LeasesSubject: `{"session":"s-3"}`} {
+		reply := string(check(subject, body))
+		for _, want := range map[string][]string{
+			control.ActivationSubject: {`"relays":{"declined":1}`, `"subscriptions":{"started":1,"open":1}`, `"list_changes":{"prompts":1}`,
+				`"request_methods":{"resources/subscribe":{"registered":1,"ok":1}}`},
+			control.LeasesSubject: {`"log_level":"warning"`},
+		}[subject] {
+			if !strings.Contains(reply, want) {
+				t.Fatalf("%s %s lacks %s:\n%.2000s", subject, body, want, reply)
+			}
+		}
 	}
 	var a audit.Activation
 	if err := json.Unmarshal(check(control.ActivationSubject, `{"activation":"act-big"}`), &a); err != nil || a.RequestsOmitted == 0 {

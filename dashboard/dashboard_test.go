@@ -18,6 +18,7 @@ import (
 	"github.com/leaseledger/leaseledger/dashboard"
 	"github.com/leaseledger/leaseledger/events"
 	"github.com/leaseledger/leaseledger/internal/testproc"
+	"github.com/leaseledger/leaseledger/projector"
 )
 
 func TestMain(m *testing.M) { testproc.Main(m) }
@@ -213,6 +214,45 @@ func TestBundleFresh(t *testing.T) {
 		got, err := os.ReadFile(filepath.Join("assets", e.Name()))
 		if err != nil || !bytes.Equal(got, want) {
 			t.Errorf("dashboard/assets/%s is stale (%d bytes, a fresh build has %d): run `npm run build:dashboard`", e.Name(), len(got), len(want))
+		}
+	}
+}
+
+// TestBundleReadsActivity: the page reads what the projection API answers
+// of issue 27's kinds under the names the Go types give them — an
+// activation report's relays, subscriptions (their end reasons, open,
+// unmatched), list changes and request handles by method, a lease row's
+// log level — so a renamed field fails here rather than vanish from the
+// page. (control's TestRepliesValidate checks the replies carry them.)
+func TestBundleReadsActivity(t *testing.T) {
+	rec := httptest.NewRecorder()
+	newHandler(t, dashboard.Options{}).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/assets/app.js", nil))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("GET /assets/app.js: %d", rec.Code)
+	}
+	bundle := rec.Body.String()
+	name := func(v any, field string) string {
+		f, ok := reflect.TypeOf(v).FieldByName(field)
+		if !ok {
+			t.Fatalf("%T has no field %s", v, field)
+		}
+		n, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		return n
+	}
+	var want []string
+	for _, f := range []string{"Relays", "Subscriptions", "ListChanges", "RequestMethods"} {
+		want = append(want, name(projector.ActivationReport{}, f))
+	}
+	for _, f := range []string{"Started", "Unsubscribed", "SessionEnded", "LeaseEnded", "Open", "Unmatched"} {
+		want = append(want, name(projector.SubscriptionCounts{}, f))
+	}
+	for _, f := range []string{"Registered", "OK", "Error", "Timeout", "Cancelled"} {
+		want = append(want, name(projector.RequestCounts{}, f))
+	}
+	want = append(want, name(projector.Lease{}, "LogLevel"))
+	for _, n := range want {
+		if !strings.Contains(bundle, n) {
+			t.Errorf("the bundle never reads %q", n)
 		}
 	}
 }

@@ -295,7 +295,7 @@ func (s *State) apply(e *event) {
 
 	// request handles
 	case *events.RequestRegistered:
-		s.requestRegistered(e, p)
+		s.requestRegistered(e, a, p)
 	case *events.RequestDispatched:
 		if r := s.requestFor(p.Handle); r != nil {
 			r.addWireID(p.WireID)
@@ -318,6 +318,9 @@ func (s *State) apply(e *event) {
 				r.Outcome, r.ResultBytes = p.Outcome, p.ResultBytes
 				if r.State != RequestCancelled {
 					r.State = RequestCompleted
+					if a != nil {
+						a.requestEnded(r.Method, p.Outcome, false)
+					}
 				}
 			}
 		}
@@ -332,6 +335,9 @@ func (s *State) apply(e *event) {
 				Remote: p.Remote, Seq: e.seq}
 			if r.State != RequestCompleted {
 				r.State = RequestCancelled
+				if a != nil {
+					a.requestEnded(r.Method, "", true)
+				}
 			}
 		}
 	case *events.RequestOwnerEnded:
@@ -419,8 +425,9 @@ func (s *State) apply(e *event) {
 	// the configuration in force: a fact for auditors, no state
 	case *events.ConfigLoaded:
 	// the server→client direction: relays counted per activation by
-	// outcome; list changes and log levels are facts for auditors, no
-	// state (a tool list change's new listing is its lease.listing_pinned)
+	// outcome, list changes by list (a tool list change's new listing is
+	// its lease.listing_pinned); a session's log level kept on the session
+	// and its own leases
 	case *events.RelayCompleted:
 		if a == nil {
 			s.anomalies.Unattributed++
@@ -430,10 +437,28 @@ func (s *State) apply(e *event) {
 			a.Relays = &RelayCounts{}
 		}
 		a.Relays.add(p.Outcome)
-	case *events.LeaseListChanged, *events.SessionLogLevel:
-	// resource subscriptions: session facts for auditors (the log holds
-	// each one's start and end), no state
-	case *events.SubscriptionStarted, *events.SubscriptionEnded:
+	case *events.LeaseListChanged:
+		if a == nil {
+			s.anomalies.Unattributed++
+			break
+		}
+		a.listChanged(p.List)
+	case *events.SessionLogLevel:
+		s.sessionLogLevel(e, p)
+	// resource subscriptions: counted per activation by how they ended,
+	// and the open ones by (session, uri_sha256)
+	case *events.SubscriptionStarted:
+		if a == nil {
+			s.anomalies.Unattributed++
+			break
+		}
+		a.subscriptionStarted(e.session, p)
+	case *events.SubscriptionEnded:
+		if a == nil {
+			s.anomalies.Unattributed++
+			break
+		}
+		a.subscriptionEnded(e.session, p)
 	default:
 		s.anomalies.Unknown++
 	}
@@ -454,8 +479,12 @@ func (s *State) leaseAcquiring(e *event, p *events.LeaseAcquiring) {
 	if oldKey, ok := s.leaseOf[e.activation]; ok { // one activation, one lease lifetime
 		delete(s.leases, oldKey)
 	}
-	s.leases[key] = &Lease{KeySession: p.KeySession, Server: e.server, Shared: p.Shared, Session: e.session,
+	l := &Lease{KeySession: p.KeySession, Server: e.server, Shared: p.Shared, Session: e.session,
 		Activation: e.activation, State: LeaseStarting, Fingerprint: p.Fingerprint, StartedAt: events.Instant{Time: e.time}}
+	if x := s.sessions[p.KeySession]; x != nil && !p.Shared {
+		l.LogLevel = x.LogLevel // the runtime sends it right after initialize
+	}
+	s.leases[key] = l
 	s.leaseOf[e.activation] = key
 }
 
@@ -504,7 +533,9 @@ func (s *State) sessionEnded(session string, seq uint64) {
 
 // ---- requests ----
 
-func (s *State) requestRegistered(e *event, p *events.RequestRegistered) {
+// requestRegistered registers a handle, counted in a (the event's
+// activation, nil when none) by method.
+func (s *State) requestRegistered(e *event, a *Activation, p *events.RequestRegistered) {
 	o := s.owners[p.Owner]
 	if o == nil {
 		o = &Owner{ID: p.Owner}
@@ -525,6 +556,9 @@ func (s *State) requestRegistered(e *event, p *events.RequestRegistered) {
 	o.Handles[p.Handle] = &Request{Handle: p.Handle, Owner: p.Owner, Activation: e.activation, Method: p.Method,
 		URISHA256: p.URISHA256, TimeoutNS: p.TimeoutNS, State: RequestRegistered, RegisteredSeq: e.seq}
 	s.ownerOf[p.Handle] = p.Owner
+	if a != nil {
+		a.requestCounts(p.Method).Registered++
+	}
 }
 
 func (s *State) requestFor(handle string) *Request {

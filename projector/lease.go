@@ -50,6 +50,11 @@ type Lease struct {
 	PoisonTool     string         `json:"poison_tool,omitempty"`
 	ReplacedBy     string         `json:"replaced_by,omitempty"` // new activation after a stale config
 	Anomalies      uint64         `json:"anomalies,omitempty"`
+	// LogLevel is the MCP logging level its session set (session.log_level)
+	// while it was live or before it was acquired: the level the runtime
+	// sends it. Absent for a shared lease (never sent one) and when its
+	// session set none.
+	LogLevel events.LogLevel `json:"log_level,omitempty"`
 }
 
 // Key returns the lease's key.

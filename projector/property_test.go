@@ -41,7 +41,11 @@ func genDraft(t *rapid.T) events.Draft {
 	outcome := func(name string, vs ...string) string { return rapid.SampledFrom(vs).Draw(t, name) }
 	var p events.Payload
 	// Weighted: evidence events (which drive the ring) are most frequent.
-	switch k := rapid.IntRange(0, 50).Draw(t, "kind"); k {
+	// The kinds of issue 27 (subscriptions, list changes, log levels,
+	// request methods) are drawn twice as often: their counts meet in few
+	// events.
+	uri := pick(t, "uri", eventgen.Digest, eventgen.Digest, otherDigest)
+	switch k := rapid.IntRange(0, 57).Draw(t, "kind"); k {
 	case 0:
 		p = &events.LeaseAcquiring{KeySession: sess, Fingerprint: eventgen.Digest, Shared: rapid.Bool().Draw(t, "shared")}
 	case 1:
@@ -68,8 +72,9 @@ func genDraft(t *rapid.T) events.Draft {
 		p = &events.CallRefused{CallID: "c1", Tool: "t", Reason: "cancelled"}
 	case 11:
 		return events.Draft{Session: sess, Payload: &events.SessionEnded{LeasesTerminated: 1}}
-	case 12:
-		p = &events.RequestRegistered{Handle: handle, Owner: owner, Method: "resources/read", TimeoutNS: 5}
+	case 12, 51:
+		p = &events.RequestRegistered{Handle: handle, Owner: owner, TimeoutNS: 5,
+			Method: pick(t, "method", events.MethodReadResource, events.MethodListPrompts, events.MethodGetPrompt, events.MethodComplete, events.MethodSubscribe, events.MethodUnsubscribe)}
 	case 13:
 		p = &events.RequestDispatched{Handle: handle, WireID: "17"}
 	case 14:
@@ -128,23 +133,28 @@ func genDraft(t *rapid.T) events.Draft {
 	case 45:
 		return events.Draft{Payload: &events.ConfigLoaded{Trigger: pick(t, "trigger", events.ConfigStart, events.ConfigReload), Digest: eventgen.Digest,
 			Servers: rapid.IntRange(0, 3).Draw(t, "servers"), Added: rapid.IntRange(0, 1).Draw(t, "added"), Removed: rapid.IntRange(0, 1).Draw(t, "removed")}}
-	case 46:
-		p = &events.SubscriptionStarted{Handle: handle, URISHA256: eventgen.Digest}
-	case 47:
-		p = &events.SubscriptionEnded{URISHA256: eventgen.Digest,
+	case 46, 52, 53:
+		p = &events.SubscriptionStarted{Handle: handle, URISHA256: uri}
+	case 47, 54:
+		p = &events.SubscriptionEnded{URISHA256: uri,
 			Reason:      pick(t, "subend", events.SubscriptionUnsubscribed, events.SubscriptionSessionEnded, events.SubscriptionLeaseEnded),
 			Unsubscribe: pick(t, "unsub", "", events.RequestOK, events.RequestTimeout)}
 	case 48:
 		p = &events.RelayCompleted{Method: pick(t, "rm", events.RelaySampling, events.RelayElicit, events.RelayListRoots),
 			Related: pick(t, "rrel", "", "c1"), DurationNS: 4,
 			Outcome: pick(t, "ro", events.RelayAccepted, events.RelayDeclined, events.RelayCancelled, events.RelayError, events.RelayTimedOut, events.RelayRefused)}
-	case 49:
+	case 49, 55:
 		p = &events.LeaseListChanged{List: pick(t, "list", events.ListTools, events.ListPrompts, events.ListResources)}
-	case 50:
+	case 50, 56:
 		return events.Draft{Session: sess, Payload: &events.SessionLogLevel{Level: pick(t, "level", events.LogDebug, events.LogError)}}
+	case 57:
+		return events.Draft{Session: sess, Payload: &events.SessionOpened{Transport: events.SessionMCPHTTP}} // the log level starts anew
 	}
 	return events.Draft{Activation: act, Session: sess, Server: srv, Payload: p}
 }
+
+// otherDigest is a second subscribed URI's digest.
+const otherDigest = "572d8a8df0e5e80b1a41756724f90f09a7e0848f4a6ba4c2b2aa64efadba4ac6"
 
 type sealed struct {
 	env events.Envelope
@@ -280,6 +290,9 @@ func checkInvariants(t *rapid.T, s *projector.State, id string) {
 		if (r.Kind == projector.ResourceHTTPRequest || r.Kind == projector.ResourceHTTPHop) && (r.Facts.Barrier != "ok" || !r.Facts.WorkerDown) {
 			t.Fatalf("http receipt confirmed without barrier ok and worker down: %+v", r)
 		}
+	}
+	if sc := a.Subscriptions; sc != nil && sc.Open > sc.Started {
+		t.Fatalf("subscriptions %+v: more open than started", sc)
 	}
 	if rep, ok := s.CloseReport(id); ok {
 		if rep.Version != 1 {

@@ -1,6 +1,10 @@
 package projector
 
-import "strconv"
+import (
+	"strconv"
+
+	"github.com/leaseledger/leaseledger/events"
+)
 
 // ActivationReport is everything the projection knows about one
 // activation's cleanup, as an auditor reads it: the resources with their
@@ -31,6 +35,17 @@ type ActivationReport struct {
 	// Relays counts the activation's relays by outcome (relay.completed);
 	// omitted when it had none.
 	Relays *RelayCounts `json:"relays,omitempty"`
+	// Subscriptions counts its resource subscriptions: started, ended by
+	// reason, still open (subscriptions end with their session or lease:
+	// one open at the close is reported, never a reason); omitted when it
+	// had none.
+	Subscriptions *SubscriptionCounts `json:"subscriptions,omitempty"`
+	// ListChanges counts its lease.list_changed by list; omitted when it
+	// had none.
+	ListChanges *ListChangeCounts `json:"list_changes,omitempty"`
+	// RequestMethods counts its request handles by method (registered,
+	// and how they ended); omitted when it had none.
+	RequestMethods map[events.RequestMethod]RequestCounts `json:"request_methods,omitempty"`
 }
 
 // Report builds the report of activation id, from memory or the archive
@@ -50,7 +65,8 @@ func (s *State) LoadReport(id string) (ActivationReport, bool, error) {
 	rep := ActivationReport{Version: ReportVersion, Activation: a.ID, Session: a.Session, Server: a.Server,
 		FirstSeq: a.FirstSeq, LastSeq: a.LastSeq, Events: a.Events, Counts: ev.Counts(),
 		Resources: ev.Tracked(), Recent: ev.Recent(), Aggregates: ev.Aggregates(a.ID), Frozen: ev.frozen,
-		LateEvents: ev.late, Anomalies: ev.anomalies, Connection: a.Connection, Relays: relayCopy(a.Relays)}
+		LateEvents: ev.late, Anomalies: ev.anomalies, Connection: a.Connection, Relays: relayCopy(a.Relays),
+		Subscriptions: subscriptionCopy(a.Subscriptions), ListChanges: listChangeCopy(a.ListChanges), RequestMethods: requestsCopy(a.Requests)}
 	rep.Verdict, rep.Reasons, rep.ReasonsOmitted = s.verdict(a)
 	if key, ok := s.leaseOf[id]; ok {
 		l := *s.leases[key]

@@ -19,6 +19,9 @@ type Session struct {
 	// it was open (its earlier end was never recorded); the fields above
 	// are the latest opening's.
 	Reopened uint64 `json:"reopened,omitempty"`
+	// LogLevel is the MCP logging level the session set last
+	// (session.log_level) since its latest opening; absent when none.
+	LogLevel events.LogLevel `json:"log_level,omitempty"`
 }
 
 // Session returns the open session id.
@@ -51,4 +54,24 @@ func (s *State) sessionOpened(e *event, p *events.SessionOpened) {
 		x.Reopened = old.Reopened + 1
 	}
 	s.sessions[e.session] = x
+}
+
+// sessionLogLevel records the level a session set (e.session): on the
+// session when it is open, and on its own live leases (the runtime sends
+// it to those, and to every lease acquired for the session later:
+// leaseAcquiring copies it; shared leases are never sent it). An event
+// without a session is unattributable.
+func (s *State) sessionLogLevel(e *event, p *events.SessionLogLevel) {
+	if e.session == "" {
+		s.anomalies.Unattributed++
+		return
+	}
+	if x := s.sessions[e.session]; x != nil {
+		x.LogLevel = p.Level
+	}
+	for k, l := range s.leases {
+		if k.Session == e.session && !l.Shared && l.Live() {
+			l.LogLevel = p.Level
+		}
+	}
 }

@@ -15,7 +15,7 @@ import (
 // trusting an older layout half-way.
 const (
 	SnapshotFormat  = "leaseledger-projector"
-	SnapshotVersion = 7 // 3: open sessions (session.opened); 4: calls lost per activation; 5: retired activations stored apart (MarshalLive, MarshalActivation); 6: retired owners stored apart (MarshalOwner); 7: verdict records and their counts beside the parts (a version-6 store lacks them)
+	SnapshotVersion = 8 // 3: open sessions (session.opened); 4: calls lost per activation; 5: retired activations stored apart (MarshalLive, MarshalActivation); 6: retired owners stored apart (MarshalOwner); 7: verdict records and their counts beside the parts (a version-6 store lacks them); 8: subscriptions, list changes and request handles by method per activation, the log level of sessions and their leases (a version-7 snapshot covering those events lacks them)
 )
 
 // Errors of Unmarshal.
@@ -72,6 +72,11 @@ type activationWire struct {
 	Reopened   bool         `json:"reopened,omitempty"`
 	CallsLost  int          `json:"calls_lost,omitempty"`
 	Relays     *RelayCounts `json:"relays,omitempty"`
+
+	Subscriptions     *SubscriptionCounts                    `json:"subscriptions,omitempty"`
+	SubscriptionsOpen []string                               `json:"subscriptions_open,omitempty"` // sorted keys "<session>/<uri_sha256>"
+	ListChanges       *ListChangeCounts                      `json:"list_changes,omitempty"`
+	Requests          map[events.RequestMethod]RequestCounts `json:"requests,omitempty"`
 }
 
 type evidenceWire struct {
@@ -123,7 +128,8 @@ func wireActivation(a *Activation) *activationWire {
 	ev := &a.Evidence
 	return &activationWire{Session: a.Session, Server: a.Server, FirstSeq: a.FirstSeq,
 		LastSeq: a.LastSeq, Events: a.Events, Connection: a.Connection, Refused: a.Refused, Started: a.Started, Reopened: a.Reopened, CallsLost: a.CallsLost,
-		Relays: relayCopy(a.Relays),
+		Relays: relayCopy(a.Relays), Subscriptions: subscriptionCopy(a.Subscriptions), SubscriptionsOpen: subscriptionsOpenList(a.subsOpen),
+		ListChanges: listChangeCopy(a.ListChanges), Requests: requestsCopy(a.Requests),
 		Evidence: evidenceWire{Resources: ev.open, Recent: ev.Recent(), Aggregates: ev.aggregates,
 			Confirmed: ev.confirmed, Frozen: ev.frozen, FrozenSeq: ev.frozenSeq, Late: ev.late, Anomalies: ev.anomalies}}
 }
@@ -139,9 +145,17 @@ func restoreActivation(id string, aw *activationWire) (*Activation, error) {
 	}
 	a := &Activation{ID: id, Session: aw.Session, Server: aw.Server, FirstSeq: aw.FirstSeq,
 		LastSeq: aw.LastSeq, Events: aw.Events, Connection: aw.Connection, Refused: aw.Refused, Started: aw.Started, Reopened: aw.Reopened, CallsLost: aw.CallsLost,
-		Relays: relayCopy(aw.Relays)}
+		Relays: relayCopy(aw.Relays), Subscriptions: subscriptionCopy(aw.Subscriptions), subsOpen: subscriptionsOpenRestore(aw.SubscriptionsOpen),
+		ListChanges: listChangeCopy(aw.ListChanges)}
 	if a.CallsLost < 0 {
 		return nil, corrupt("activation %s: calls lost", id)
+	}
+	if uint64(len(a.subsOpen)) != a.Subscriptions.openCount() || len(a.subsOpen) != len(aw.SubscriptionsOpen) {
+		return nil, corrupt("activation %s: open subscriptions", id)
+	}
+	var ok bool
+	if a.Requests, ok = requestsRestore(aw.Requests); !ok {
+		return nil, corrupt("activation %s: request method", id)
 	}
 	if phaseRank(a.Connection.Phase) == 0 && a.Connection.Phase != events.PhaseActive {
 		return nil, corrupt("activation %s: phase", id)

@@ -316,6 +316,17 @@ type Activation struct {
 	// Relays counts the activation's relay.completed by outcome (nil
 	// before the first).
 	Relays *RelayCounts
+	// Subscriptions counts its resource subscriptions (nil before the
+	// first subscription event); ListChanges its lease.list_changed by
+	// list (nil before the first); Requests its request handles by method
+	// (nil before the first).
+	Subscriptions *SubscriptionCounts
+	ListChanges   *ListChangeCounts
+	Requests      map[events.RequestMethod]*RequestCounts
+
+	// subsOpen holds the open subscriptions' keys (subscriptionKey):
+	// Subscriptions.Open is its size. Serialised sorted (activationWire).
+	subsOpen map[string]bool
 
 	// changedSeq is the seq of the last event for the activation, or of
 	// its retirement if later (never serialised): Evict keeps it in memory

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -225,6 +227,7 @@ func printReport(w io.Writer, out *audit.Activation) {
 		fmt.Fprintf(w, "relays: %d (accepted %d, declined %d, cancelled %d, error %d, timed_out %d, refused %d)\n",
 			rc.Total(), rc.Accepted, rc.Declined, rc.Cancelled, rc.Error, rc.TimedOut, rc.Refused)
 	}
+	printActivity(w, r)
 	if len(out.Requests) > 0 {
 		printListHeader(w, "requests", len(out.Requests), out.RequestsOmitted)
 		for _, r := range out.Requests {
@@ -241,6 +244,31 @@ func printReport(w io.Writer, out *audit.Activation) {
 	fmt.Fprintln(w, "):")
 	for _, e := range out.Timeline {
 		fmt.Fprintf(w, "  %d\t%s\t%s\t%s\n", e.Seq, e.Time.UTC().Format(events.TimeLayout), e.Kind, e.Data)
+	}
+}
+
+// printActivity prints, next to the relays, the activation's
+// subscriptions (started, ended by reason, open: a subscription ends with
+// its session or lease, so one open is reported, never a failure), list
+// changes and request handles by method, each only when it had some.
+func printActivity(w io.Writer, r *projector.ActivationReport) {
+	if sc := r.Subscriptions; sc != nil {
+		fmt.Fprintf(w, "subscriptions: %d started, %d ended (unsubscribed %d, session_ended %d, lease_ended %d), %d open",
+			sc.Started, sc.Ended(), sc.Unsubscribed, sc.SessionEnded, sc.LeaseEnded, sc.Open)
+		if sc.Unmatched > 0 {
+			fmt.Fprintf(w, ", %d unmatched", sc.Unmatched)
+		}
+		fmt.Fprintln(w)
+	}
+	if lc := r.ListChanges; lc != nil {
+		fmt.Fprintf(w, "list changes: %d (tools %d, prompts %d, resources %d)\n", lc.Total(), lc.Tools, lc.Prompts, lc.Resources)
+	}
+	if len(r.RequestMethods) > 0 {
+		fmt.Fprintln(w, "requests by method:")
+		for _, m := range slices.Sorted(maps.Keys(r.RequestMethods)) {
+			c := r.RequestMethods[m]
+			fmt.Fprintf(w, "  %s: %d registered (ok %d, error %d, timeout %d, cancelled %d)\n", m, c.Registered, c.OK, c.Error, c.Timeout, c.Cancelled)
+		}
 	}
 }
 

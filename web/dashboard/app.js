@@ -737,7 +737,9 @@ function leaseRow(l, full) {
   tr.dataset.server = l.server;
   tr.dataset.activation = l.activation_id;
   tr.dataset.state = l.state;
+  tr.dataset.logLevel = l.log_level || "";
   cell(tr, l.shared ? "shared" : l.session);
+  cell(tr, l.log_level || "", "muted"); // the session's MCP logging level (session.log_level), sent to its own leases
   cell(tr, l.server);
   cell(tr, l.state);
   if (full) cell(tr, (l.fingerprint || "").slice(0, 19));
@@ -757,7 +759,7 @@ function fmtTime(t) {
 
 // ---- activations ---------------------------------------------------------
 
-const recent = new Map(); // activation -> {session, server, verdict, reasons, dirty}
+const recent = new Map(); // activation -> {session, server, verdict, reasons, activity, dirty}
 let auditTimer = null;
 let auditAt = 0;
 let auditRetries = 0; // refreshes asked for a summary older than the page's head
@@ -766,7 +768,7 @@ let verdictTimer = null;
 function trackRecent(ev) {
   let r = recent.get(ev.activation);
   if (!r) {
-    r = { session: "", server: "", verdict: "", reasons: [] };
+    r = { session: "", server: "", verdict: "", reasons: [], activity: null };
     recent.set(ev.activation, r);
     while (recent.size > MAX_RECENT) recent.delete(recent.keys().next().value);
   } else {
@@ -798,12 +800,34 @@ async function refreshVerdicts() {
       const rep = await request("leaseledger.api.projection.activation", { activation: a, timeline: 1 });
       r.verdict = rep.report.verdict;
       r.reasons = rep.report.reasons || [];
+      r.activity = activityOf(rep.report);
     } catch (err) {
       if (err.code === "busy" || err.code === "rate-limited") r.dirty = true;
     }
   }
   renderRecent();
   for (const r of recent.values()) if (r.dirty && !verdictTimer) verdictTimer = setTimeout(refreshVerdicts, 1000);
+}
+
+// nonZero is "k n, …" of an object's non-zero counts (underscores as spaces).
+function nonZero(o) {
+  return Object.entries(o || {}).filter(([, n]) => n).map(([k, n]) => k.replace("_", " ") + " " + n).join(", ");
+}
+
+// activityOf summarises what an activation report counts of the MCP
+// traffic beside calls (issue 27): relays by outcome, subscriptions (open
+// of started), list changes by list, request handles by method.
+function activityOf(r) {
+  const relays = r.relays ? Object.values(r.relays).reduce((a, b) => a + b, 0) : 0;
+  const subs = r.subscriptions || {};
+  const lists = r.list_changes ? Object.values(r.list_changes).reduce((a, b) => a + b, 0) : 0;
+  const parts = [];
+  if (relays) parts.push("relays " + relays + " (" + nonZero(r.relays) + ")");
+  if (subs.started || subs.open) parts.push("subscriptions " + (subs.open || 0) + " open of " + (subs.started || 0));
+  if (lists) parts.push("list changes " + lists + " (" + nonZero(r.list_changes) + ")");
+  const methods = Object.entries(r.request_methods || {});
+  if (methods.length) parts.push("requests " + methods.map(([m, c]) => m + " " + c.registered).join(", "));
+  return { relays, open: subs.open || 0, listChanges: lists, text: parts.join("; ") };
 }
 
 function verdictCell(tr, v) {
@@ -822,6 +846,11 @@ function renderRecent() {
     cell(tr, r.session);
     cell(tr, r.server);
     verdictCell(tr, r.verdict);
+    const act = r.activity || activityOf({});
+    tr.dataset.relays = act.relays;
+    tr.dataset.subscriptionsOpen = act.open;
+    tr.dataset.listChanges = act.listChanges;
+    cell(tr, act.text, "wrap");
     cell(tr, r.reasons.join("; "), "wrap");
     frag.appendChild(tr);
   }
@@ -977,8 +1006,38 @@ async function showEvidence(a) {
     cs.appendChild(q);
     table(cs, close.obligations);
   }
+  showActivity(r);
   table(section("Calls without an outcome"), rep.calls_outcome_unknown, rep.calls_outcome_unknown_omitted);
   table(section("Timeline"), rep.timeline, rep.timeline_omitted);
+}
+
+// showActivity adds the evidence's section on the MCP traffic beside calls
+// (issue 27): relays by outcome, subscriptions (started, ended by reason,
+// open: a subscription ends with its session or lease, so one open is no
+// cleanup failure), list changes by list, request handles by method.
+function showActivity(r) {
+  const s = section("Relays, subscriptions, list changes, requests");
+  s.dataset.section = "activity";
+  const subs = r.subscriptions;
+  const dl = document.createElement("dl");
+  dl.className = "facts";
+  const fact = (k, v) => {
+    const dt = document.createElement("dt");
+    dt.textContent = k;
+    const dd = document.createElement("dd");
+    dd.dataset.fact = k.replace(" ", "_");
+    dd.textContent = v || "none";
+    dl.append(dt, dd);
+  };
+  fact("relays", nonZero(r.relays));
+  fact("subscriptions", subs ? "started " + (subs.started || 0) + ", ended " + ((subs.unsubscribed || 0) + (subs.session_ended || 0) + (subs.lease_ended || 0)) +
+    (subs.unsubscribed || subs.session_ended || subs.lease_ended ? " (" + nonZero({ unsubscribed: subs.unsubscribed, session_ended: subs.session_ended, lease_ended: subs.lease_ended }) + ")" : "") +
+    ", open " + (subs.open || 0) + (subs.unmatched ? ", unmatched " + subs.unmatched : "") : "");
+  fact("list changes", nonZero(r.list_changes));
+  s.appendChild(dl);
+  const rows = Object.entries(r.request_methods || {}).sort(([a], [b]) => (a < b ? -1 : 1))
+    .map(([method, c]) => ({ method, registered: c.registered || 0, ok: c.ok || 0, error: c.error || 0, timeout: c.timeout || 0, cancelled: c.cancelled || 0 }));
+  table(s, rows);
 }
 
 // ---- ledger: rate and checkpoints ------------------------------------------
