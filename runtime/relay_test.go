@@ -31,7 +31,9 @@ var peerEnv = map[string]string{"TESTSERVER_PEER": "1"}
 type testPeer struct {
 	caps *mcp.ClientCapabilities
 
-	mu       sync.Mutex
+	mu sync.Mutex
+	// hold, when set, runs in CreateMessage before it answers.
+	hold     func(ctx context.Context)
 	requests []peerSeen
 	notes    []PeerNotification
 }
@@ -67,6 +69,12 @@ func (p *testPeer) seen(ctx context.Context, method string, r PeerRequest) {
 
 func (p *testPeer) CreateMessage(ctx context.Context, r PeerRequest, _ *mcp.CreateMessageWithToolsParams) (*mcp.CreateMessageWithToolsResult, error) {
 	p.seen(ctx, "sampling", r)
+	p.mu.Lock()
+	hold := p.hold
+	p.mu.Unlock()
+	if hold != nil {
+		hold(ctx)
+	}
 	return &mcp.CreateMessageWithToolsResult{Model: "m", Role: "assistant", Content: []mcp.Content{&mcp.TextContent{Text: "peer says hi"}}}, nil
 }
 
@@ -107,7 +115,12 @@ func (p *testPeer) lastRequest() peerSeen {
 // peerHTTP serves peertools (and an echo tool) over Streamable HTTP.
 func peerHTTP(t *testing.T) string {
 	t.Helper()
-	srv := mcp.NewServer(&mcp.Implementation{Name: "peer-http", Version: "0"}, nil)
+	// Subscriptions are accepted for any uri (as by the test server), so
+	// touch reaches the server sessions subscribed.
+	srv := mcp.NewServer(&mcp.Implementation{Name: "peer-http", Version: "0"}, &mcp.ServerOptions{
+		SubscribeHandler:   func(context.Context, *mcp.SubscribeRequest) error { return nil },
+		UnsubscribeHandler: func(context.Context, *mcp.UnsubscribeRequest) error { return nil },
+	})
 	peertools.Add(srv)
 	hs := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil))
 	t.Cleanup(func() {

@@ -1,8 +1,9 @@
 // Package peertools adds the tools of the runtime's server→client tests to
 // a go-sdk server: tools that ask the client for sampling, elicitation and
-// roots, one that logs, and ones that change the server's tool and prompt
-// lists. The test server binary (stdio) and the runtime's in-process HTTP
-// tests serve the same tools.
+// roots, ones that log (during a call, and after its cancellation), one
+// that notifies a resource update, and ones that change the server's tool
+// and prompt lists. The test server binary (stdio) and the runtime's
+// in-process HTTP tests serve the same tools.
 //
 // Every tool answers with text: what the client answered, or "error
 // <code>" when the client's side refused (the JSON-RPC code). Requests
@@ -51,6 +52,15 @@ var MutableSchemas = [2]string{
 //	mutable  answers "mutable"; its schema changes with change
 //	change   replaces mutable's schema (tools/list_changed) and adds a prompt
 //	         (prompts/list_changed); answers "changed"
+//	touch    {"uri"}: notifications/resources/updated of uri to the sessions
+//	         subscribed to it (the server's SubscribeHandler records them:
+//	         a server without one has none); answers "touched"
+//	logcancel logs {"level"} (default info) with data "SECRET log" during the
+//	         call, waits until the call is cancelled, then logs data
+//	         "SECRET log after cancel" outside any request and, with
+//	         {"sample": true}, then asks for sampling outside any request;
+//	         answers "cancelled" (after the cancellation: the client never
+//	         reads it)
 func Add(s *mcp.Server) {
 	s.AddTool(&mcp.Tool{Name: "sample", InputSchema: obj}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		res, err := req.Session.CreateMessage(ctx, &mcp.CreateMessageParams{MaxTokens: 10,
@@ -94,6 +104,38 @@ func Add(s *mcp.Server) {
 				return failed(err), nil
 			}
 			return text("logged"), nil
+		})
+	s.AddTool(&mcp.Tool{Name: "touch", InputSchema: json.RawMessage(`{"type":"object","properties":{"uri":{"type":"string"}},"required":["uri"]}`)},
+		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			var in struct{ URI string }
+			_ = json.Unmarshal(req.Params.Arguments, &in)
+			if err := s.ResourceUpdated(ctx, &mcp.ResourceUpdatedNotificationParams{URI: in.URI}); err != nil {
+				return failed(err), nil
+			}
+			return text("touched"), nil
+		})
+	s.AddTool(&mcp.Tool{Name: "logcancel", InputSchema: json.RawMessage(`{"type":"object","properties":{"level":{"type":"string"}}}`)},
+		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			var in struct {
+				Level  string
+				Sample bool
+			}
+			_ = json.Unmarshal(req.Params.Arguments, &in)
+			if in.Level == "" {
+				in.Level = "info"
+			}
+			if err := req.Session.Log(ctx, &mcp.LoggingMessageParams{Level: mcp.LoggingLevel(in.Level), Data: "SECRET log"}); err != nil {
+				return failed(err), nil
+			}
+			<-ctx.Done()
+			// Tied to no request: the call is over for the client.
+			after := context.Background()
+			_ = req.Session.Log(after, &mcp.LoggingMessageParams{Level: mcp.LoggingLevel(in.Level), Data: "SECRET log after cancel"})
+			if in.Sample {
+				_, _ = req.Session.CreateMessage(after, &mcp.CreateMessageParams{MaxTokens: 10,
+					Messages: []*mcp.SamplingMessage{{Role: "user", Content: &mcp.TextContent{Text: "SECRET prompt"}}}})
+			}
+			return text("cancelled"), nil
 		})
 	var mu sync.Mutex
 	variant := 0

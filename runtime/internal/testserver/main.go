@@ -32,7 +32,7 @@
 // "sent <count>".
 //
 // TESTSERVER_PEER=1 adds the tools of the server→client tests (package
-// peertools): sample, elicit, roots, log, mutable, change.
+// peertools): sample, elicit, roots, log, mutable, change, touch, logcancel.
 //
 // Resources (resources.go): test://item/0..4 and three templates, listed two
 // per page; test://text, test://blob, test://slow (held until cancelled,
