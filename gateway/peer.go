@@ -30,36 +30,40 @@ func (s *session) Capabilities() *mcp.ClientCapabilities {
 	return out
 }
 
-// relayContext is the context a relay is sent under: ctx (the runtime's,
-// ended with the server's request) carrying the related request's values
-// when there is one, so that the go-sdk writes the relay on that
-// request's stream.
-func relayContext(ctx context.Context, related context.Context) (context.Context, func()) {
-	if related == nil {
-		return ctx, func() {}
+// relayContext is the context a relay or notification is sent under,
+// ended with ctx (the runtime's: the server's request): the related
+// request's context when there is one, so that the go-sdk writes it on
+// that request's stream; otherwise the session's own, which carries no
+// request, so that it goes out on the session's standalone stream — never
+// ctx itself, whose values are the runtime's and may name a request of
+// this session that is long over.
+func (s *session) relayContext(ctx context.Context, related context.Context) (context.Context, func()) {
+	base := related
+	if base == nil {
+		base = s.ctx
 	}
-	rctx, cancel := context.WithCancel(related)
+	rctx, cancel := context.WithCancel(base)
 	stop := context.AfterFunc(ctx, cancel)
 	return rctx, func() { stop(); cancel() }
 }
 
 // CreateMessage relays a server's sampling/createMessage to the client.
 func (s *session) CreateMessage(ctx context.Context, r runtime.PeerRequest, p *mcp.CreateMessageWithToolsParams) (*mcp.CreateMessageWithToolsResult, error) {
-	ctx, done := relayContext(ctx, r.Related)
+	ctx, done := s.relayContext(ctx, r.Related)
 	defer done()
 	return s.ss.CreateMessageWithTools(ctx, p)
 }
 
 // Elicit relays a server's elicitation/create to the client.
 func (s *session) Elicit(ctx context.Context, r runtime.PeerRequest, p *mcp.ElicitParams) (*mcp.ElicitResult, error) {
-	ctx, done := relayContext(ctx, r.Related)
+	ctx, done := s.relayContext(ctx, r.Related)
 	defer done()
 	return s.ss.Elicit(ctx, p)
 }
 
 // ListRoots relays a server's roots/list to the client.
 func (s *session) ListRoots(ctx context.Context, r runtime.PeerRequest, p *mcp.ListRootsParams) (*mcp.ListRootsResult, error) {
-	ctx, done := relayContext(ctx, r.Related)
+	ctx, done := s.relayContext(ctx, r.Related)
 	defer done()
 	return s.ss.ListRoots(ctx, p)
 }
@@ -72,7 +76,7 @@ func (s *session) Notify(ctx context.Context, n runtime.PeerNotification) {
 	if s.ctx.Err() != nil {
 		return
 	}
-	ctx, done := relayContext(ctx, n.Related)
+	ctx, done := s.relayContext(ctx, n.Related)
 	defer done()
 	list := s.g.list.Load()
 	if !list.set[n.Server] {
