@@ -48,14 +48,28 @@ func (s *session) getPrompt(ctx context.Context, p *mcp.GetPromptParams) (*mcp.G
 	q := *p
 	q.Name = ref.original
 	q.Meta = nil
-	h, err := s.capa.GetPrompt(ctx, s.owner, ref.server, &q, s.requestOptions(p.Meta))
+	res, err := s.request(ctx, "prompt", ref.server, p.GetProgressToken(), func() (*runtime.ResourceHandle, error) {
+		return s.capa.GetPrompt(ctx, s.owner, ref.server, &q, s.requestOptions(p.Meta))
+	})
+	if err != nil {
+		return nil, err
+	}
+	return res.Prompt, nil
+}
+
+// request runs one request handle of the session on server (start starts
+// it) to its end, relaying its progress to the client's token (nil:
+// none), and returns its result; a failure is logged (what it was) and
+// answered as a gateway error.
+func (s *session) request(ctx context.Context, what, server string, token any, start func() (*runtime.ResourceHandle, error)) (*runtime.ResourceResult, error) {
+	h, err := start()
 	if err == nil {
 		var res *runtime.ResourceResult
-		if res, err = s.await(ctx, h, s.newProgressRelay(ctx, p.GetProgressToken(), true)); err == nil {
-			return res.Prompt, nil
+		if res, err = s.await(ctx, h, s.newProgressRelay(ctx, token, true)); err == nil {
+			return res, nil
 		}
 	}
-	s.logFailure("prompt", ref.server, err)
+	s.logFailure(what, server, err)
 	return nil, rpcError(ctx, err)
 }
 
@@ -85,15 +99,13 @@ func (s *session) complete(ctx context.Context, p *mcp.CompleteParams) (*mcp.Com
 	default:
 		return nil, codeError(CodeInvalidParams, msgInvalidParams)
 	}
-	h, err := s.capa.Complete(ctx, s.owner, ref.server, &q, s.requestOptions(p.Meta))
-	if err == nil {
-		var res *runtime.ResourceResult
-		if res, err = s.await(ctx, h, nil); err == nil {
-			return res.Completion, nil
-		}
+	res, err := s.request(ctx, "completion", ref.server, nil, func() (*runtime.ResourceHandle, error) {
+		return s.capa.Complete(ctx, s.owner, ref.server, &q, s.requestOptions(p.Meta))
+	})
+	if err != nil {
+		return nil, err
 	}
-	s.logFailure("completion", ref.server, err)
-	return nil, rpcError(ctx, err)
+	return res.Completion, nil
 }
 
 // subscribe subscribes the session to an exposed URI at its server (the
@@ -104,14 +116,12 @@ func (s *session) subscribe(ctx context.Context, p *mcp.SubscribeParams) (*empty
 	if rerr != nil {
 		return nil, rerr
 	}
-	h, err := s.capa.Subscribe(ctx, s.owner, ref.server, ref.original, s.requestOptions(p.Meta))
-	if err == nil {
-		if _, err = s.await(ctx, h, nil); err == nil {
-			return &emptyResult{}, nil
-		}
+	if _, err := s.request(ctx, "subscribe", ref.server, nil, func() (*runtime.ResourceHandle, error) {
+		return s.capa.Subscribe(ctx, s.owner, ref.server, ref.original, s.requestOptions(p.Meta))
+	}); err != nil {
+		return nil, err
 	}
-	s.logFailure("subscribe", ref.server, err)
-	return nil, rpcError(ctx, err)
+	return &emptyResult{}, nil
 }
 
 // unsubscribe ends the session's subscription to an exposed URI.
@@ -120,14 +130,12 @@ func (s *session) unsubscribe(ctx context.Context, p *mcp.UnsubscribeParams) (*e
 	if rerr != nil {
 		return nil, rerr
 	}
-	h, err := s.capa.Unsubscribe(ctx, s.owner, ref.server, ref.original, s.requestOptions(p.Meta))
-	if err == nil {
-		if _, err = s.await(ctx, h, nil); err == nil {
-			return &emptyResult{}, nil
-		}
+	if _, err := s.request(ctx, "unsubscribe", ref.server, nil, func() (*runtime.ResourceHandle, error) {
+		return s.capa.Unsubscribe(ctx, s.owner, ref.server, ref.original, s.requestOptions(p.Meta))
+	}); err != nil {
+		return nil, err
 	}
-	s.logFailure("unsubscribe", ref.server, err)
-	return nil, rpcError(ctx, err)
+	return &emptyResult{}, nil
 }
 
 // setLevel applies the client's log level to each of the session's

@@ -152,15 +152,13 @@ func (s *session) readResource(ctx context.Context, p *mcp.ReadResourceParams) (
 	if rerr != nil {
 		return nil, rerr
 	}
-	h, err := s.capa.ReadResource(ctx, s.owner, ref.server, ref.original, s.requestOptions(p.Meta))
-	if err == nil {
-		var res *runtime.ResourceResult
-		if res, err = s.await(ctx, h, s.newProgressRelay(ctx, p.GetProgressToken(), true)); err == nil {
-			return res.Read, nil
-		}
+	res, err := s.request(ctx, "resource read", ref.server, p.GetProgressToken(), func() (*runtime.ResourceHandle, error) {
+		return s.capa.ReadResource(ctx, s.owner, ref.server, ref.original, s.requestOptions(p.Meta))
+	})
+	if err != nil {
+		return nil, err
 	}
-	s.logFailure("resource read", ref.server, err)
-	return nil, rpcError(ctx, err)
+	return res.Read, nil
 }
 
 // await relays the handle's progress to the client through relay (nil:
