@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/leaseledger/leaseledger/events"
+	"github.com/leaseledger/leaseledger/internal/testproc"
 )
 
 // subLines reads the test server's record of resources/subscribe and
@@ -242,6 +243,12 @@ func TestSubscriptionSharedLease(t *testing.T) {
 	if err := e.m.RevokeShared(ctx, "sh", "host_revoked"); err != nil {
 		t.Fatal(err)
 	}
+	// The subscribe's worker may still hold the lease's gate after Await
+	// returned (it releases after completing the handle): the revocation
+	// then leaves the termination to that release. Wait for it.
+	testproc.Eventually(t, "the revoked shared lease terminated", func() bool {
+		return count(e.events(), "lease.terminated", func(x ev) bool { return x.Activation == l.activation }) == 1
+	})
 	evs = e.events()
 	var last *events.SubscriptionEnded
 	for _, p := range subEnded(evs, "sb") {
