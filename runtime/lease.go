@@ -212,24 +212,7 @@ func (l *lease) start(ctx context.Context) error {
 	}
 	// The lease's own client: the capabilities of its session's client
 	// (relay.go), and that session's logging level right after initialize.
-	//
-	// The go-sdk connection keeps the context it is made with, values
-	// included, as the parent of every message it later receives; the
-	// acquirer's context (a gateway's tools/list handler, say) carries
-	// the identity of a client request that will be long over, and a peer
-	// answering under it would write to that request's closed stream. So
-	// the connection gets a context of its own, without the acquirer's
-	// values (the runtime's own cause slot aside), ended by the acquirer's
-	// cancellation only while connecting.
-	cctx, cancelConnect := context.WithCancel(context.Background())
-	if slot != nil {
-		cctx = context.WithValue(cctx, httpCauseKey{}, slot)
-	}
-	stopConnect := context.AfterFunc(ctx, cancelConnect)
-	cs, err := l.newClient().Connect(cctx, tr, &mcp.ClientSessionOptions{ProtocolVersion: ProtocolVersion})
-	if !stopConnect() || err != nil {
-		cancelConnect()
-	}
+	cs, err := l.newClient().Connect(ctx, tr, &mcp.ClientSessionOptions{ProtocolVersion: ProtocolVersion})
 	if err != nil {
 		return fail("initialize_failed", ErrInitialize, ctxCause(ctx), err)
 	}
