@@ -1,9 +1,12 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
+	"slices"
 
+	"github.com/leaseledger/leaseledger/cmd/leaseledger/internal/gatewaybench"
 	"github.com/leaseledger/leaseledger/cmd/leaseledger/internal/servebench"
 	"github.com/leaseledger/leaseledger/ledger/ledgerbench"
 	"github.com/spf13/cobra"
@@ -85,7 +88,7 @@ p99 with snapshots over the p99 without.`,
 	f.StringVar(&path, "path", benchPathLedger, "what is measured: ledger (the bare log) or serve (projection, bus and a subscriber; see above)")
 	f.IntVar(&snapshotEvery, "snapshot-every", 0, "--path serve: events between snapshots on the side with snapshots (default: --events/8)")
 	f.StringVar(&cfg.Dir, "dir", "", "scratch directory (default: the system temp dir)")
-	bench.AddCommand(appendCmd, newBenchGrowCmd(a))
+	bench.AddCommand(appendCmd, newBenchGrowCmd(a), newBenchGatewayCmd(a))
 	return bench
 }
 
@@ -116,5 +119,88 @@ events yet. It keeps the directory.`,
 	f.IntVar(&cfg.Events, "events", 100000, "events to write")
 	f.IntVar(&cfg.Concurrency, "concurrency", 64, "appending goroutines")
 	f.IntVar(&cfg.Batch, "batch", 1, "events per Append call")
+	return cmd
+}
+
+func newBenchGatewayCmd(a *app) *cobra.Command {
+	var (
+		cfg      gatewaybench.Config
+		scratch  string
+		asJSON   bool
+		sessions []int
+	)
+	cmd := &cobra.Command{
+		Use:   "gateway",
+		Short: "A tool call through the gateway against a plain MCP proxy plus one fsync, as ratios",
+		Long: `bench gateway measures, in one run and interleaved round by round, a go-sdk
+client calling an echo tool on a go-sdk upstream directly, through a plain
+go-sdk proxy (a go-sdk server whose tool forwards each call through a
+go-sdk client session of its own: no ledger, no lease) and through the
+stack 'serve' runs (a ledger with fsync through its live projection, the
+embedded bus, the runtime with the guardian helper, the MCP gateway),
+over a Streamable HTTP upstream and over a stdio upstream (the go-sdk test
+server; over stdio also the proxy through a guardian of its own, the
+relay floor). Every side starts its own upstream sessions; clients speak
+MCP 2025-11-25 over Streamable HTTP.
+
+Each round samples the raw fsync floor (4 KiB write + fdatasync on a
+growing file in the scratch directory, the ledger's disk), times --calls
+sequential calls per side (p50/p90/p99), and measures calls per second
+with each --sessions level of concurrent sessions per side. It prints the
+table and the ratios of issue 28: gateway p50 / (proxy p50 + fsync p50)
+(goal <= 1.10; over stdio against the proxy through the guardian) and
+gateway / proxy calls per second at each level (goal >= 0.90), with the
+ledger's events and fsyncs per call.
+
+The stdio server is built with the go tool from the repository
+(runtime/internal/testserver) unless --stdio-server names a built one.
+--profile DIR adds an unmeasured pass writing CPU, blocking and mutex
+profiles of the gateway sides and their floors (sequential and at the
+first --sessions level) into DIR.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			dir, err := gatewaybench.MkdirTemp(scratch)
+			if err != nil {
+				return err
+			}
+			defer os.RemoveAll(dir)
+			c := cfg
+			c.Dir, c.Sessions, c.Log = dir, slices.Clone(sessions), a.stderr
+			if c.HelperPath == "" {
+				if c.HelperPath, err = os.Executable(); err != nil {
+					return fmt.Errorf("locate this executable (the guardian helper): %w", err)
+				}
+				c.HelperArgs = []string{helperArg}
+			}
+			if c.StdioServer == "" {
+				fmt.Fprintf(a.stderr, "bench gateway: building %s\n", gatewaybench.StdioServerPkg)
+				if c.StdioServer, err = gatewaybench.BuildStdioServer(cmd.Context(), dir); err != nil {
+					return err
+				}
+			}
+			res, err := gatewaybench.Run(cmd.Context(), c)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				enc := json.NewEncoder(a.stdout)
+				enc.SetIndent("", "  ")
+				return enc.Encode(res)
+			}
+			fmt.Fprintln(a.stdout, res)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&cfg.Calls, "calls", gatewaybench.DefaultCalls, "timed sequential calls per side per round, and the calls of one throughput phase (at least 8 per session)")
+	f.IntSliceVar(&sessions, "sessions", gatewaybench.DefaultSessions, "concurrent sessions per side of the throughput phases")
+	f.IntVar(&cfg.Rounds, "rounds", gatewaybench.DefaultRounds, "rounds, the sides' order rotating")
+	f.BoolVar(&asJSON, "json", false, "print JSON instead of the table")
+	f.StringVar(&cfg.StdioServer, "stdio-server", "", "go-sdk MCP server binary with an echo tool for the stdio sides (default: build "+gatewaybench.StdioServerPkg+" with the go tool)")
+	f.StringVar(&cfg.HelperPath, "guardian-helper", "", "guardian helper binary (default: this executable acting as the helper)")
+	f.StringVar(&cfg.Profile.Dir, "profile", "", "directory for CPU, blocking and mutex profiles of an extra, unmeasured pass")
+	f.IntVar(&cfg.Profile.Calls, "profile-calls", gatewaybench.DefaultProfileCalls, "--profile: calls of each profiled phase")
+	f.StringSliceVar(&cfg.Profile.Sides, "profile-sides", gatewaybench.DefaultProfileSides, "--profile: the sides profiled")
+	f.StringVar(&scratch, "dir", "", "parent of the scratch directory holding the ledger and the fsync floor's file (default: the system temp dir)")
 	return cmd
 }
