@@ -16,6 +16,7 @@ var kindList = []func() Payload{
 	func() Payload { return new(LeaseAcquired) },
 	func() Payload { return new(LeaseAcquireFailed) },
 	func() Payload { return new(LeaseChildStarted) },
+	func() Payload { return new(LeaseChildClosed) },
 	func() Payload { return new(LeaseListingPinned) },
 	func() Payload { return new(LeasePoisoned) },
 	func() Payload { return new(LeaseRevoked) },
@@ -149,6 +150,59 @@ func (*LeaseChildStarted) Kind() Kind { return "lease.child_started" }
 // Validate implements [Payload].
 func (p *LeaseChildStarted) Validate() error {
 	return checks{positive("pid", int64(p.PID)), nonNegative("guardian_pid", int64(p.GuardianPID)), member("cleanup", p.Cleanup)}.first()
+}
+
+// DescendantsUnknown is LeaseChildClosed.Descendants: a host that starts
+// a child itself cannot tell whether its descendants are gone.
+const DescendantsUnknown = "unknown"
+
+// LeaseChildClosed records what the host itself observed when a child it
+// started without the guardian (lease.child_started cleanup best_effort:
+// an entry's "cleanup": "direct") ended: its own closes of the child's
+// pipes, the signals it sent and its own wait status. It is the host's
+// account, not a receipt: no helper vouches for it, the child's
+// descendants are unknown, and it never confirms the child's release (the
+// projector keeps such a child unsupported, best_effort_cleanup).
+type LeaseChildClosed struct {
+	PID int `json:"pid"`
+	// Reaped: the host's own wait for the child returned (within the
+	// close budget); ExitCode and Signal are its status.
+	Reaped   bool     `json:"reaped"`
+	ExitCode int      `json:"exit_code"`        // -1 when killed by a signal or not reaped
+	Signal   string   `json:"signal,omitempty"` // the signal that ended it ("KILL"), when one did
+	ReapedAt *Instant `json:"reaped_at,omitempty"`
+	// ExitedBeforeClose: the child had already exited (crashed, or was
+	// killed from outside) when the host began closing it.
+	ExitedBeforeClose bool     `json:"exited_before_close,omitempty"`
+	StdinClosedAt     *Instant `json:"stdin_closed_at,omitempty"`  // the host closed its write end
+	StdoutClosedAt    *Instant `json:"stdout_closed_at,omitempty"` // EOF, or the host's forced close
+	StderrClosedAt    *Instant `json:"stderr_closed_at,omitempty"`
+	// StdoutForced and StderrForced: the host closed its read end at the
+	// pipe deadline (a descendant may still hold the write end).
+	StdoutForced bool     `json:"stdout_forced,omitempty"`
+	StderrForced bool     `json:"stderr_forced,omitempty"`
+	TermSentAt   *Instant `json:"term_sent_at,omitempty"`
+	KillSentAt   *Instant `json:"kill_sent_at,omitempty"`
+	// GroupSignalled: the signals went to the child's own process group
+	// (unix), reaching the descendants that stayed in it.
+	GroupSignalled bool `json:"group_signalled,omitempty"`
+	// Descendants is always DescendantsUnknown.
+	Descendants string `json:"descendants"`
+}
+
+// Kind implements [Payload].
+func (*LeaseChildClosed) Kind() Kind { return "lease.child_closed" }
+
+// Validate implements [Payload].
+func (p *LeaseChildClosed) Validate() error {
+	c := checks{positive("pid", int64(p.PID)), between("exit_code", int64(p.ExitCode), -1, 255), text("signal", p.Signal, false),
+		instant("reaped_at", p.ReapedAt, false), instant("stdin_closed_at", p.StdinClosedAt, false),
+		instant("stdout_closed_at", p.StdoutClosedAt, false), instant("stderr_closed_at", p.StderrClosedAt, false),
+		instant("term_sent_at", p.TermSentAt, false), instant("kill_sent_at", p.KillSentAt, false)}
+	if p.Descendants != DescendantsUnknown {
+		c = append(c, invalid("descendants", `want "unknown"`))
+	}
+	return c.first()
 }
 
 // LeaseListingPinned records the tool listing a lease is pinned to.

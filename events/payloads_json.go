@@ -54,6 +54,62 @@ func (p *LeaseChildStarted) appendJSON(b []byte) ([]byte, bool) {
 }
 
 // appendJSON implements jsonAppender.
+func (p *LeaseChildClosed) appendJSON(b []byte) ([]byte, bool) {
+	ok := true
+	start := len(b)
+	b = appendJSONInt(append(b, `,"pid":`...), int64(p.PID))
+	b = appendJSONBool(append(b, `,"reaped":`...), p.Reaped)
+	b = appendJSONInt(append(b, `,"exit_code":`...), int64(p.ExitCode))
+	if p.Signal != "" {
+		b = appendJSONString(append(b, `,"signal":`...), string(p.Signal))
+	}
+	if p.ReapedAt != nil {
+		if b, ok = appendJSONInstant(append(b, `,"reaped_at":`...), p.ReapedAt); !ok {
+			return b, false
+		}
+	}
+	if p.ExitedBeforeClose {
+		b = appendJSONBool(append(b, `,"exited_before_close":`...), p.ExitedBeforeClose)
+	}
+	if p.StdinClosedAt != nil {
+		if b, ok = appendJSONInstant(append(b, `,"stdin_closed_at":`...), p.StdinClosedAt); !ok {
+			return b, false
+		}
+	}
+	if p.StdoutClosedAt != nil {
+		if b, ok = appendJSONInstant(append(b, `,"stdout_closed_at":`...), p.StdoutClosedAt); !ok {
+			return b, false
+		}
+	}
+	if p.StderrClosedAt != nil {
+		if b, ok = appendJSONInstant(append(b, `,"stderr_closed_at":`...), p.StderrClosedAt); !ok {
+			return b, false
+		}
+	}
+	if p.StdoutForced {
+		b = appendJSONBool(append(b, `,"stdout_forced":`...), p.StdoutForced)
+	}
+	if p.StderrForced {
+		b = appendJSONBool(append(b, `,"stderr_forced":`...), p.StderrForced)
+	}
+	if p.TermSentAt != nil {
+		if b, ok = appendJSONInstant(append(b, `,"term_sent_at":`...), p.TermSentAt); !ok {
+			return b, false
+		}
+	}
+	if p.KillSentAt != nil {
+		if b, ok = appendJSONInstant(append(b, `,"kill_sent_at":`...), p.KillSentAt); !ok {
+			return b, false
+		}
+	}
+	if p.GroupSignalled {
+		b = appendJSONBool(append(b, `,"group_signalled":`...), p.GroupSignalled)
+	}
+	b = appendJSONString(append(b, `,"descendants":`...), string(p.Descendants))
+	return closeJSONObject(b, start), true
+}
+
+// appendJSON implements jsonAppender.
 func (p *LeaseListingPinned) appendJSON(b []byte) ([]byte, bool) {
 	start := len(b)
 	b = appendJSONInt(append(b, `,"tool_count":`...), int64(p.ToolCount))

@@ -179,12 +179,19 @@ const (
 	// was refused or failed before anything was started: no resource, so
 	// no cleanup to confirm. Only the projector's audit gives it.
 	ResultNeverStarted Result = "never_started"
+	// ResultUnverified is the verdict of a closed activation whose child
+	// the host started itself ("cleanup": "direct"): everything the host
+	// could observe closed as it should (every other obligation and
+	// resource confirmed, the host's own wait returned), but nothing
+	// vouches for the child's release, so it is not confirmed either.
+	// It is no failure: an audit counts it apart and does not fail on it.
+	ResultUnverified Result = "unverified"
 )
 
 // Valid reports whether v is one of the Result values.
 func (v Result) Valid() bool {
 	switch v {
-	case ResultConfirmed, ResultUnconfirmed, ResultNeverStarted:
+	case ResultConfirmed, ResultUnconfirmed, ResultNeverStarted, ResultUnverified:
 		return true
 	}
 	return false
@@ -192,7 +199,7 @@ func (v Result) Valid() bool {
 
 // values lists the Result values in catalogue order.
 func (Result) values() []Result {
-	return []Result{ResultConfirmed, ResultUnconfirmed, ResultNeverStarted}
+	return []Result{ResultConfirmed, ResultUnconfirmed, ResultNeverStarted, ResultUnverified}
 }
 
 // TerminationReason is why a lease left the table (lease.terminated).

@@ -108,6 +108,12 @@ func ownPayload(p events.Payload) events.Payload {
 		c := *v
 		c.StdinClosedAt, c.StdoutClosedAt, c.StderrClosedAt = ownInstant(v.StdinClosedAt), ownInstant(v.StdoutClosedAt), ownInstant(v.StderrClosedAt)
 		return &c
+	case *events.LeaseChildClosed:
+		c := *v
+		c.ReapedAt = ownInstant(v.ReapedAt)
+		c.StdinClosedAt, c.StdoutClosedAt, c.StderrClosedAt = ownInstant(v.StdinClosedAt), ownInstant(v.StdoutClosedAt), ownInstant(v.StderrClosedAt)
+		c.TermSentAt, c.KillSentAt = ownInstant(v.TermSentAt), ownInstant(v.KillSentAt)
+		return &c
 	}
 	return p
 }
@@ -235,6 +241,12 @@ func (s *State) apply(e *event) {
 		if a != nil {
 			a.Evidence.childStarted(a.ID, e, p)
 		}
+	case *events.LeaseChildClosed:
+		if a == nil {
+			s.anomalies.Unattributed++
+			break
+		}
+		a.Evidence.childClosed(e, p)
 	case *events.LeaseListingPinned:
 		if l := s.leaseFor(e); l != nil {
 			l.ListingDigest, l.ToolCount = p.ListingDigest, p.ToolCount

@@ -71,6 +71,12 @@ const (
 	// was refused or failed before anything was started: no resource, so
 	// no cleanup to confirm.
 	ResultNeverStarted = string(events.ResultNeverStarted)
+	// ResultUnverified is the verdict of a closed activation whose child
+	// the host started itself ("cleanup": "direct"): every obligation and
+	// resource the host can observe is confirmed and it saw the child
+	// exit, but nothing vouches for the child's release (supervisor and
+	// the child unsupported). Counted apart; an audit does not fail on it.
+	ResultUnverified = string(events.ResultUnverified)
 )
 
 // CloseReport is the retained version-1 result of closing an activation's

@@ -31,6 +31,28 @@ func (ev *Evidence) childStarted(activation string, e *event, p *events.LeaseChi
 	r.Status, r.Reason = StatusUnsupported, "best_effort_cleanup"
 }
 
+// childClosed records what the host observed closing its best-effort
+// child (lease.child_closed): facts only. The child stays unsupported
+// (best_effort_cleanup): nothing but the host vouches for them. Facts
+// about a child that is not tracked are an anomaly.
+func (ev *Evidence) childClosed(e *event, p *events.LeaseChildClosed) {
+	if ev.frozen {
+		ev.late++
+		return
+	}
+	r := ev.get("child:"+strconv.Itoa(p.PID), e.seq)
+	if r == nil {
+		return
+	}
+	f := &r.Facts
+	code := p.ExitCode
+	f.Reaped, f.ExitCode, f.Signal, f.ReapedAt = p.Reaped, &code, p.Signal, p.ReapedAt
+	f.StdinClosedAt, f.StdoutClosedAt, f.StderrClosedAt = p.StdinClosedAt, p.StdoutClosedAt, p.StderrClosedAt
+	f.StdoutForced, f.StderrForced = p.StdoutForced, p.StderrForced
+	f.TermSentAt, f.KillSentAt = p.TermSentAt, p.KillSentAt
+	f.ExitedBeforeClose, f.GroupSignalled, f.Descendants = p.ExitedBeforeClose, p.GroupSignalled, p.Descendants
+}
+
 // track returns the open resource ref, creating it pending when absent.
 func (ev *Evidence) track(activation, ref, kind, scope string, seq uint64) *Resource {
 	if r, ok := ev.open[ref]; ok {
@@ -304,8 +326,41 @@ func (a *Activation) close(e *event, elapsed int64, retained bool) {
 	rep.Result = ResultConfirmed
 	if rs.n() > 0 {
 		rep.Result = ResultUnconfirmed
+		if retained && a.onlyUnverified(rep.Obligations) {
+			rep.Result = ResultUnverified
+		}
 	}
 	a.Connection.Report = rep
+}
+
+// onlyUnverified reports whether all that keeps a close from confirmed is
+// a best-effort child's release nobody can vouch for: the connection's
+// cleanup is best_effort, every obligation but supervisor is confirmed,
+// supervisor is unsupported, there is no anomaly, and every unconfirmed
+// resource is a best-effort child (at least one) that is unsupported and
+// whose exit the host observed (lease.child_closed with reaped). A child
+// whose exit the host did not see may still run: that close is
+// unconfirmed.
+func (a *Activation) onlyUnverified(obs []ObligationReport) bool {
+	ev := &a.Evidence
+	if a.Connection.Cleanup != events.CleanupBestEffort || ev.anomalies > 0 || len(ev.open) == 0 {
+		return false
+	}
+	for _, o := range obs {
+		want := StatusConfirmed
+		if o.Name == events.ObligationSupervisor {
+			want = StatusUnsupported
+		}
+		if o.Status != want {
+			return false
+		}
+	}
+	for _, r := range ev.open {
+		if r.Kind != ResourceChild || r.Status != StatusUnsupported || !r.Facts.Reaped {
+			return false
+		}
+	}
+	return true
 }
 
 // reasons collects at most MaxReasons reasons and counts the rest.

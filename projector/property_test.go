@@ -45,7 +45,7 @@ func genDraft(t *rapid.T) events.Draft {
 	// request methods) are drawn twice as often: their counts meet in few
 	// events.
 	uri := pick(t, "uri", eventgen.Digest, eventgen.Digest, otherDigest)
-	switch k := rapid.IntRange(0, 57).Draw(t, "kind"); k {
+	switch k := rapid.IntRange(0, 58).Draw(t, "kind"); k {
 	case 0:
 		p = &events.LeaseAcquiring{KeySession: sess, Fingerprint: eventgen.Digest, Shared: rapid.Bool().Draw(t, "shared")}
 	case 1:
@@ -149,6 +149,15 @@ func genDraft(t *rapid.T) events.Draft {
 		return events.Draft{Session: sess, Payload: &events.SessionLogLevel{Level: pick(t, "level", events.LogDebug, events.LogError)}}
 	case 57:
 		return events.Draft{Session: sess, Payload: &events.SessionOpened{Transport: events.SessionMCPHTTP}} // the log level starts anew
+	case 58:
+		sig, code := pick(t, "ccsig", "", "KILL", "TERM"), 0
+		if sig != "" {
+			code = -1
+		}
+		p = &events.LeaseChildClosed{PID: pid, Reaped: rapid.Float64().Draw(t, "ccreaped") < 0.8, ExitCode: code, Signal: sig, ReapedAt: opt("ccat"),
+			ExitedBeforeClose: rapid.Bool().Draw(t, "ccbefore"), StdinClosedAt: opt("ccin"), StdoutClosedAt: opt("ccout"), StderrClosedAt: opt("ccerr"),
+			StdoutForced: rapid.Bool().Draw(t, "ccforced"), TermSentAt: opt("ccterm"), KillSentAt: opt("cckill"),
+			GroupSignalled: rapid.Bool().Draw(t, "ccgroup"), Descendants: events.DescendantsUnknown}
 	}
 	return events.Draft{Activation: act, Session: sess, Server: srv, Payload: p}
 }

@@ -19,7 +19,8 @@ type ActivationReport struct {
 	FirstSeq   uint64 `json:"first_seq"`
 	LastSeq    uint64 `json:"last_seq"`
 	Events     uint64 `json:"events"`
-	// Verdict is ResultConfirmed, ResultUnconfirmed or ResultNeverStarted.
+	// Verdict is ResultConfirmed, ResultUnconfirmed, ResultUnverified or
+	// ResultNeverStarted.
 	Verdict        string              `json:"verdict"`
 	Reasons        []string            `json:"reasons,omitempty"`
 	ReasonsOmitted int                 `json:"reasons_omitted,omitempty"`

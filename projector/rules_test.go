@@ -12,6 +12,7 @@ import (
 
 	"github.com/leaseledger/leaseledger/events"
 	"github.com/leaseledger/leaseledger/projector"
+	"github.com/leaseledger/leaseledger/projector/audit"
 	"github.com/leaseledger/leaseledger/projector/internal/eventgen"
 )
 
@@ -311,6 +312,67 @@ func TestGuardianReceiptRules(t *testing.T) {
 	f.apply(d("act-2", &events.LeaseChildStarted{PID: 9, Cleanup: "best_effort"}))
 	if got, _ := f.ev("act-2").Resource("child:9"); got.Status != projector.StatusUnsupported {
 		t.Fatalf("best effort child: %+v", got)
+	}
+}
+
+// A direct child ("cleanup": "direct"): lease.child_closed records the
+// host's facts on the child, which stays unsupported; a close whose only
+// gap is that child, seen exiting by the host, is unverified — never
+// confirmed — and anything else about it keeps it unconfirmed.
+func TestDirectChildUnverified(t *testing.T) {
+	at := events.At(time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC))
+	direct := func(a string, reaped bool, barrier func(events.Obligation) events.BarrierOutcome) []events.Draft {
+		code := -1
+		out := []events.Draft{
+			d(a, &events.LeaseChildStarted{PID: 9, Cleanup: events.CleanupBestEffort}),
+			d(a, &events.ConnectionOpened{Transport: events.TransportStdio, Cleanup: events.CleanupBestEffort}),
+			d(a, &events.LeaseChildClosed{PID: 9, Reaped: reaped, ExitCode: code, Signal: "KILL", ReapedAt: at, ExitedBeforeClose: true,
+				StdinClosedAt: at, StdoutClosedAt: at, StderrClosedAt: at, Descendants: events.DescendantsUnknown}),
+		}
+		for _, o := range projector.Obligations {
+			out = append(out, d(a, &events.ConnectionBarrier{Obligation: o, Outcome: barrier(o), ElapsedNS: 1}))
+		}
+		return append(out, closed(a, false))
+	}
+	honest := func(o events.Obligation) events.BarrierOutcome {
+		if o == events.ObligationSupervisor {
+			return events.BarrierUnsupported
+		}
+		return events.BarrierOK
+	}
+	f := newFeed(t)
+	f.apply(direct("act-1", true, honest)...)
+	if v, reasons, _ := f.s.Verdict("act-1"); v != projector.ResultUnverified || len(reasons) == 0 {
+		t.Fatalf("direct child closed as observed: %s %v", v, reasons)
+	}
+	rep, _ := f.s.Report("act-1")
+	r := rep.Resources[0]
+	if r.ID.Reference != "child:9" || r.Status != projector.StatusUnsupported || !r.Facts.Reaped || r.Facts.Signal != "KILL" ||
+		!r.Facts.ExitedBeforeClose || r.Facts.Descendants != "unknown" || r.Facts.ExitCode == nil || *r.Facts.ExitCode != -1 {
+		t.Fatalf("child facts: %+v", r)
+	}
+	// Not seen exiting: it may still run.
+	f.apply(direct("act-2", false, honest)...)
+	// A failed transport step is a failure, whatever the child.
+	f.apply(direct("act-3", true, func(o events.Obligation) events.BarrierOutcome {
+		if o == events.ObligationTransport {
+			return events.BarrierError
+		}
+		return honest(o)
+	})...)
+	for _, a := range []string{"act-2", "act-3"} {
+		if v, _, _ := f.s.Verdict(a); v != projector.ResultUnconfirmed {
+			t.Fatalf("%s: %s", a, v)
+		}
+	}
+	// Facts about a child that was never started are an anomaly.
+	f.apply(d("act-4", &events.LeaseChildClosed{PID: 4, Reaped: true, Descendants: events.DescendantsUnknown}))
+	if f.ev("act-4").Anomalies() != 1 {
+		t.Fatalf("anomalies %d", f.ev("act-4").Anomalies())
+	}
+	sum := audit.Summarize(f.s, audit.All)
+	if sum.Verdicts[projector.ResultUnverified] != 1 || len(sum.Unconfirmed) != 3 {
+		t.Fatalf("summary: %+v", sum)
 	}
 }
 

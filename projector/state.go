@@ -124,6 +124,12 @@ type Facts struct {
 	StderrForced      bool            `json:"stderr_forced,omitempty"`       // likewise
 	StdinDroppedBytes int64           `json:"stdin_dropped_bytes,omitempty"` // stdin the helper dropped at cleanup
 	HelperExitCode    *int            `json:"helper_exit_code,omitempty"`
+	// A best-effort child's close as the host observed it
+	// (lease.child_closed): it had exited before the close, the signals
+	// went to its process group, and its descendants ("unknown").
+	ExitedBeforeClose bool   `json:"exited_before_close,omitempty"`
+	GroupSignalled    bool   `json:"group_signalled,omitempty"`
+	Descendants       string `json:"descendants,omitempty"`
 }
 
 // Resource is one owned resource with its status and facts. Confirmed

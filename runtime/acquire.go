@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"errors"
 
 	"github.com/leaseledger/leaseledger/events"
 )
@@ -61,7 +62,11 @@ func (m *Manager) lookup(ctx context.Context, session, server string) (ServerCon
 		return ServerConfig{}, newErr("config", &leaseKey{session, configErrID(server)}, ErrConfigInvalid, nil)
 	}
 	if err := cfg.check(); err != nil {
-		return ServerConfig{}, newErr("config", &leaseKey{session, configErrID(server)}, ErrConfigInvalid, nil)
+		var cause error // check's text is our own, but only this one is a host's remedy to name
+		if errors.Is(err, ErrVerifiedUnsupported) {
+			cause = ErrVerifiedUnsupported
+		}
+		return ServerConfig{}, newErr("config", &leaseKey{session, configErrID(server)}, ErrConfigInvalid, cause)
 	}
 	cfg.name = server
 	return cfg, nil

@@ -11,6 +11,7 @@ import (
 	"maps"
 	"net/textproto"
 	"os"
+	goruntime "runtime"
 	"slices"
 	"sort"
 	"strings"
@@ -89,6 +90,17 @@ type ServerConfig struct {
 	// spaces (ErrInvalidPrefix). It is exposure, not launch identity: not
 	// part of the fingerprint, so changing it never replaces a lease.
 	Prefix *string `json:"prefix,omitempty"`
+	// Cleanup is how a command entry's child is started and ended:
+	// CleanupVerified ("verified", the default when absent) runs it under
+	// the guardian helper, which is its real parent and returns a cleanup
+	// receipt; CleanupDirect ("direct") has the host start it itself (no
+	// helper, no receipt: its close records only what the host observed,
+	// and its activation's verdict is never confirmed, see
+	// docs/runtime.md). A verified entry on a system without the helper
+	// (VerifiedStdioSupported) is refused, never run direct
+	// (ErrVerifiedUnsupported). It is part of the fingerprint when
+	// "direct" (it changes what is launched); url entries take none.
+	Cleanup string `json:"cleanup,omitempty"`
 
 	// name is the config name the entry was looked up under (set by the
 	// manager), recorded as lease.acquiring's config_name when it is not
@@ -286,7 +298,8 @@ func (c ServerConfig) equal(o ServerConfig) bool {
 	return c.name == o.name && c.Command == o.Command && c.Cwd == o.Cwd && c.Shared == o.Shared &&
 		c.OneShot == o.OneShot && c.URL == o.URL && c.Type == o.Type && c.CallTimeout == o.CallTimeout &&
 		slices.Equal(c.Args, o.Args) && maps.Equal(c.Env, o.Env) && maps.Equal(c.Headers, o.Headers) &&
-		slices.Equal(c.AllowRedirectOrigins, o.AllowRedirectOrigins) && equalPrefix(c.Prefix, o.Prefix)
+		slices.Equal(c.AllowRedirectOrigins, o.AllowRedirectOrigins) && equalPrefix(c.Prefix, o.Prefix) &&
+		c.Cleanup == o.Cleanup
 }
 
 // equalPrefix reports whether two prefixes are the same: both absent, or
@@ -321,7 +334,8 @@ func (c ServerConfig) canonical() []byte {
 		Headers []string `json:"headers,omitempty"`
 		Allow   []string `json:"allow_redirect_origins,omitempty"` // normalised, sorted
 		SSE     bool     `json:"sse,omitempty"`                    // only when set: other fingerprints unchanged
-	}{c.Command, args, env, c.Cwd, c.Shared, c.OneShot, c.URL, c.headerList(), originList(c.AllowRedirectOrigins), c.isSSE()})
+		Direct  bool     `json:"direct,omitempty"`                 // only when set: verified fingerprints unchanged
+	}{c.Command, args, env, c.Cwd, c.Shared, c.OneShot, c.URL, c.headerList(), originList(c.AllowRedirectOrigins), c.isSSE(), c.isDirect()})
 	return b
 }
 
@@ -347,10 +361,70 @@ func (c ServerConfig) isHTTP() bool { return c.URL != "" }
 // HTTP+SSE transport ("type": "sse").
 func (c ServerConfig) isSSE() bool { return c.URL != "" && c.Type == "sse" }
 
+// isDirect reports whether the entry is a command the host starts itself
+// ("cleanup": "direct"), not under the guardian.
+func (c ServerConfig) isDirect() bool { return c.URL == "" && c.Cleanup == CleanupDirect }
+
+// An entry's "cleanup" values (ServerConfig.Cleanup).
+const (
+	// CleanupVerified: the child runs under the guardian helper, which
+	// returns the cleanup receipt that can confirm its release. The
+	// default when "cleanup" is absent.
+	CleanupVerified = "verified"
+	// CleanupDirect: the host starts the child itself, without helper or
+	// receipt; its cleanup is recorded as the host observed it and is
+	// never confirmed (the activation's verdict is "unverified").
+	CleanupDirect = "direct"
+)
+
+// VerifiedStdioSupported reports whether this system has the guardian
+// helper, so verified entries can run (see verifiedSupportedOn, the one
+// place the supported systems are listed).
+func VerifiedStdioSupported() bool { return verifiedSupportedOn(goruntime.GOOS) }
+
+// verifiedSupportedOn reports whether the guardian helper exists for goos
+// (a GOOS value): Linux and macOS. Everywhere else only "direct" entries
+// run.
+func verifiedSupportedOn(goos string) bool { return goos == "linux" || goos == "darwin" }
+
+// ErrVerifiedUnsupported: a command entry asks for verified cleanup (or
+// leaves "cleanup" absent, whose default is verified) on a system without
+// the guardian helper (VerifiedStdioSupported). It is refused when the
+// config is loaded or looked up, never run direct instead: the remedy is
+// "cleanup": "direct" on the entry. The error also matches
+// ErrConfigInvalid and names the entry.
+var ErrVerifiedUnsupported = errors.New(`verified stdio (the guardian helper) is not available on this system; ` +
+	`set "cleanup": "direct" on the entry to run it unverified`)
+
+// checkCleanup refuses an entry's "cleanup" that is not one of the values,
+// one on a url entry, and a verified command entry on goos when it has no
+// guardian helper.
+func (c ServerConfig) checkCleanup(goos string) error {
+	switch c.Cleanup {
+	case "", CleanupVerified, CleanupDirect:
+	default:
+		return errors.New(`has a cleanup other than "verified" or "direct"`)
+	}
+	if c.URL != "" {
+		if c.Cleanup != "" {
+			return errors.New("has a url and a cleanup (cleanup applies to command entries)")
+		}
+		return nil
+	}
+	if c.Cleanup != CleanupDirect && !verifiedSupportedOn(goos) {
+		return fmt.Errorf("has cleanup \"verified\"%s on %s: %w", map[bool]string{true: " (the default)"}[c.Cleanup == ""], goos, ErrVerifiedUnsupported)
+	}
+	return nil
+}
+
 // check refuses an entry that cannot start: neither command nor url, both,
-// a type that contradicts the form, an invalid prefix, or a url that is
-// not an absolute http(s) URL with a host (checkEndpoint).
+// a type that contradicts the form, an invalid prefix or cleanup (or a
+// verified one on a system without the helper, ErrVerifiedUnsupported), or
+// a url that is not an absolute http(s) URL with a host (checkEndpoint).
 func (c ServerConfig) check() error {
+	if err := c.checkCleanup(goruntime.GOOS); err != nil {
+		return err
+	}
 	switch {
 	case c.Prefix != nil && !ValidPrefix(*c.Prefix):
 		return fmt.Errorf("has an invalid prefix: %w", ErrInvalidPrefix)

@@ -65,7 +65,10 @@ func ParseConfig(data []byte) (map[string]ServerConfig, error) {
 // It also refuses, naming the entry, an entry with neither command nor url
 // (or both, a url that is not http(s), an allowRedirectOrigins entry that
 // is not an origin, a "type" that contradicts the form, an invalid
-// "prefix" (ErrInvalidPrefix) — such entry errors match ErrConfigInvalid), a name that is empty or longer than
+// "prefix" (ErrInvalidPrefix), a "cleanup" other than "verified" or
+// "direct" or a verified one (the default) on a system without the
+// guardian helper (ErrVerifiedUnsupported: the remedy is "cleanup":
+// "direct") — such entry errors match ErrConfigInvalid), a name that is empty or longer than
 // MaxServerNameBytes, and two names that map to one server id (see
 // ServerID), so every name it returns works end to end.
 func LoadConfig(data []byte, lookupEnv func(name string) (value string, ok bool)) (LoadedConfig, error) {

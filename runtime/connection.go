@@ -60,6 +60,11 @@ const (
 const (
 	ResultConfirmed   = string(events.ResultConfirmed)
 	ResultUnconfirmed = string(events.ResultUnconfirmed)
+	// ResultUnverified: a direct child's close ("cleanup": "direct")
+	// where every obligation the host can observe is confirmed and it saw
+	// the child exit, but supervisor is unsupported: nothing vouches for
+	// the child's release. Never confirmed.
+	ResultUnverified = string(events.ResultUnverified)
 )
 
 // ObligationReport is what one close obligation observed, as recorded in
@@ -86,7 +91,8 @@ type ConnectionReport struct {
 	Server     string
 	OneShot    bool
 	Phase      ConnectionPhase
-	// Result is ResultConfirmed or ResultUnconfirmed once closed, empty before.
+	// Result is ResultConfirmed, ResultUnconfirmed or (a direct child)
+	// ResultUnverified once closed, empty before.
 	Result string
 	// Retained is false for a close against an activation this manager
 	// holds nothing for (its tree already gone, or its report evicted):

@@ -1,6 +1,8 @@
 // Package runtime is what a host calls to run MCP servers for its sessions:
-// session-scoped, exact runtime leases over the verified-stdio guardian, on
-// the official go-sdk client, with every decision appended as an event
+// session-scoped, exact runtime leases over the verified-stdio guardian (or,
+// for a config entry with "cleanup": "direct", started by the host itself:
+// no receipt, a verdict that is never confirmed; see direct.go and
+// ServerConfig.Cleanup), on the official go-sdk client, with every decision appended as an event
 // through an Appender (a *ledger.Ledger, or anything that appends durably;
 // this package names no ledger type).
 //

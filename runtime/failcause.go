@@ -205,6 +205,9 @@ func (l *lease) acquireFailure(ctx context.Context, slot *httpCallCause, reason 
 // exitStatus is the target's wait status from the lease's guardian
 // receipt, once its cleanup ran; nil when none was reported.
 func (l *lease) exitStatus() *ExitStatus {
+	if dc, ok := l.child.(*directChild); ok {
+		return dc.exitStatus() // the host's own wait
+	}
 	r := l.cleanup.Receipt
 	if r == nil || !r.Reaped {
 		return nil

@@ -195,6 +195,19 @@ func (l *lease) start(ctx context.Context) error {
 			return fail("ledger_failed", ErrLedger, nil, nil)
 		}
 		tr = hc.observed(&l.wire, &l.reqs)
+	} else if l.cfg.isDirect() {
+		// No helper: the host starts the child itself (direct.go). It is
+		// a best-effort child: no guardian.started, no receipt.
+		dc, err := m.launchDirect(l)
+		if err != nil {
+			return fail("spawn_failed", ErrSpawn, err, err) // our own words (directLaunchErr)
+		}
+		l.child = dc
+		if err := m.emit(ctx, l.draft(&events.LeaseChildStarted{PID: dc.pid, Cleanup: events.CleanupBestEffort}),
+			l.draft(&events.ConnectionOpened{Transport: events.TransportStdio, Cleanup: events.CleanupBestEffort, OneShot: l.oneShot})); err != nil {
+			return fail("ledger_failed", ErrLedger, nil, nil)
+		}
+		tr = &streamTransport{stream: dc.stream(), wire: &l.wire, reqs: &l.reqs}
 	} else {
 		c, err := m.launch(ctx, m.launchSpec(l))
 		if err != nil {
@@ -432,7 +445,20 @@ func (l *lease) closeSteps(ctx context.Context, budget time.Duration, rep Connec
 	elapsed := time.Since(t0)
 
 	supervisor, supervisorDetail := events.BarrierOK, ""
-	if isHTTP {
+	if dc, isDirect := l.child.(*directChild); isDirect {
+		// The host's own account (lease.child_closed), never a receipt:
+		// verified cleanup is unsupported for this child. A child whose
+		// exit the host did not see within the budget is a timeout.
+		facts = append(facts, directCloseDraft(l, dc))
+		switch {
+		case !dc.res.Reaped:
+			supervisor, supervisorDetail = events.BarrierTimeout, "direct_not_reaped"
+		case supervisorLate:
+			supervisor, supervisorDetail = events.BarrierTimeout, detailAfterDeadline
+		default:
+			supervisor, supervisorDetail = events.BarrierUnsupported, "direct_child"
+		}
+	} else if isHTTP {
 		// No local process: nothing to supervise. The remote session's
 		// end is the transport step's DELETE, a best-effort fact.
 		supervisorDetail = "no_local_process"
@@ -474,8 +500,28 @@ func (l *lease) closeSteps(ctx context.Context, budget time.Duration, rep Connec
 		facts = append(facts, l.draft(&events.ConnectionBarrier{Obligation: o.Name, Outcome: o.Outcome, Detail: o.Detail, ElapsedNS: o.ElapsedNS}))
 	}
 	rep.Obligations = obs
+	if _, isDirect := l.child.(*directChild); isDirect && rep.Result == ResultUnconfirmed && onlySupervisorUnsupported(obs) {
+		// Everything the host observed closed as it should; the child's
+		// release is not verified (the projector's verdict, too).
+		rep.Result = ResultUnverified
+	}
 	facts = append(facts, l.draft(&events.ConnectionClosed{ElapsedNS: int64(elapsed)}))
 	return facts, rep
+}
+
+// onlySupervisorUnsupported reports whether every obligation is confirmed
+// but supervisor, which is unsupported (a direct child's close).
+func onlySupervisorUnsupported(obs []ObligationReport) bool {
+	for _, o := range obs {
+		want := ObligationConfirmed
+		if o.Name == events.ObligationSupervisor {
+			want = ObligationUnsupported
+		}
+		if o.Status != want {
+			return false
+		}
+	}
+	return true
 }
 
 // detailAfterDeadline is a close step's barrier detail when the step's

@@ -177,13 +177,15 @@ func (e *env) checkCleanupsConfirmed() {
 
 // auditEnvelopes is the audit run after every test: every activation that
 // started a guardian has a guardian.receipt and no guardian.lost, the
-// projector (replaying the events alone) says confirmed for each and
+// projector (replaying the events alone) says confirmed for each,
+// unverified for every direct child's ("cleanup": "direct") and
 // never_started for every other, and its lease table has no live lease and
 // no gate violation.
 func auditEnvelopes(t *testing.T, envs []events.Envelope) {
 	t.Helper()
 	started := map[string]bool{}
 	receipt := map[string]bool{}
+	direct := map[string]bool{} // "cleanup": "direct": lease.child_started best_effort
 	st := projector.New()
 	for i := range envs {
 		x := &envs[i]
@@ -194,6 +196,10 @@ func auditEnvelopes(t *testing.T, envs []events.Envelope) {
 			receipt[x.Activation] = true
 		case "guardian.lost":
 			t.Errorf("activation %s: guardian.lost at seq %d", x.Activation, x.Seq)
+		case "lease.child_started":
+			if p, err := x.Payload(); err == nil && p.(*events.LeaseChildStarted).Cleanup == events.CleanupBestEffort {
+				direct[x.Activation] = true
+			}
 		}
 		if err := st.Apply(x); err != nil {
 			t.Fatal(err)
@@ -208,10 +214,17 @@ func auditEnvelopes(t *testing.T, envs []events.Envelope) {
 			t.Errorf("activation %s: audit verdict %s: %v", a, v, reasons)
 		}
 	}
+	// A direct child's activation is never confirmed: closed as the host
+	// observed (it saw the child exit), it is unverified.
+	for a := range direct {
+		if v, reasons, _ := st.Verdict(a); v != projector.ResultUnverified {
+			t.Errorf("direct activation %s: audit verdict %s: %v", a, v, reasons)
+		}
+	}
 	// Every other activation (a cap refusal, a spawn failure) started
 	// nothing: the audit must say so, not count it as unconfirmed.
 	for _, a := range st.ActivationIDs() {
-		if v, reasons, _ := st.Verdict(a); !started[a] && v != projector.ResultNeverStarted && v != projector.ResultConfirmed {
+		if v, reasons, _ := st.Verdict(a); !started[a] && !direct[a] && v != projector.ResultNeverStarted && v != projector.ResultConfirmed {
 			t.Errorf("activation %s (no guardian started): audit verdict %s: %v", a, v, reasons)
 		}
 	}

@@ -436,6 +436,11 @@ func printSummaryOut(a *app, out audit.Summary, asJSON bool) error {
 		fmt.Fprintf(a.stdout, "events: %d\nactivations: %d\nconfirmed: %d\nunconfirmed: %d (not closed: %d)\nnever started: %d\n",
 			out.Events, out.Activations, out.Verdicts[projector.ResultConfirmed], out.Verdicts[projector.ResultUnconfirmed], out.NotClosed,
 			out.Verdicts[projector.ResultNeverStarted])
+		if n := out.Verdicts[projector.ResultUnverified]; n > 0 {
+			// Direct children ("cleanup": "direct"): closed as the host
+			// observed, with nothing to vouch for their release. No failure.
+			fmt.Fprintf(a.stdout, "unverified: %d (direct children: the host saw them exit; release not verified)\n", n)
+		}
 		if an := out.Anomalies; an != (projector.Anomalies{}) {
 			fmt.Fprintf(a.stdout, "anomalies: unattributed %d, orphan lease events %d, orphan request events %d, unknown %d\n",
 				an.Unattributed, an.OrphanLease, an.OrphanRequest, an.Unknown)

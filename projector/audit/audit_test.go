@@ -246,7 +246,7 @@ func TestAuditSummarize(t *testing.T) {
 	}
 	sum := audit.Summarize(s, 2)
 	if sum.Events != uint64(len(ds)) || sum.Activations != 5 || sum.NotClosed != 3 ||
-		!reflect.DeepEqual(sum.Verdicts, map[string]int{"confirmed": 1, "unconfirmed": 3, "never_started": 1}) ||
+		!reflect.DeepEqual(sum.Verdicts, map[string]int{"confirmed": 1, "unconfirmed": 3, "unverified": 0, "never_started": 1}) ||
 		len(sum.Unconfirmed) != 2 || sum.Omitted != 1 || sum.Unconfirmed[0].Activation != "act-open-0" ||
 		sum.Unconfirmed[0].Closed || !strings.HasPrefix(sum.Unconfirmed[0].Reasons[0], "not_closed") {
 		t.Fatalf("summary: %+v", sum)
@@ -256,7 +256,7 @@ func TestAuditSummarize(t *testing.T) {
 	}
 	empty := audit.Summarize(projector.New(), 0)
 	b, _ := json.Marshal(empty)
-	if want := `{"events":0,"activations":0,"verdicts":{"confirmed":0,"never_started":0,"unconfirmed":0},"not_closed":0,"unconfirmed":[],"unconfirmed_omitted":0,"anomalies":{}}`; string(b) != want {
+	if want := `{"events":0,"activations":0,"verdicts":{"confirmed":0,"never_started":0,"unconfirmed":0,"unverified":0},"not_closed":0,"unconfirmed":[],"unconfirmed_omitted":0,"anomalies":{}}`; string(b) != want {
 		t.Fatalf("empty summary:\n%s\nwant\n%s", b, want)
 	}
 }

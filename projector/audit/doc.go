@@ -65,7 +65,7 @@
 //
 //	{
 //	  "events": 1234, "activations": 3,
-//	  "verdicts": {"confirmed": 1, "unconfirmed": 2, "never_started": 0},
+//	  "verdicts": {"confirmed": 1, "unconfirmed": 2, "unverified": 0, "never_started": 0},
 //	  "not_closed": 1,              // unconfirmed activations with no close recorded
 //	  "unconfirmed": [{"activation_id": "…", "closed": true, "reasons": ["…"], "reasons_omitted": 0}],
 //	  "unconfirmed_omitted": 0,

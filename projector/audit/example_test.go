@@ -62,6 +62,6 @@ func ExampleSummarize() {
 		fmt.Println(u.Activation, "closed:", u.Closed, "first reason:", u.Reasons[0])
 	}
 	// Output:
-	// 2 activations: map[confirmed:0 never_started:1 unconfirmed:1]
+	// 2 activations: map[confirmed:0 never_started:1 unconfirmed:1 unverified:0]
 	// act-1 closed: false first reason: not_closed: no close report retained (phase active)
 }

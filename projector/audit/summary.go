@@ -74,7 +74,7 @@ func NewSummarizer(events uint64, anomalies projector.Anomalies, limit int) *Sum
 		limit = DefaultUnconfirmed
 	}
 	return &Summarizer{limit: limit, out: Summary{Events: events,
-		Verdicts:    map[string]int{projector.ResultConfirmed: 0, projector.ResultUnconfirmed: 0, projector.ResultNeverStarted: 0},
+		Verdicts:    map[string]int{projector.ResultConfirmed: 0, projector.ResultUnconfirmed: 0, projector.ResultUnverified: 0, projector.ResultNeverStarted: 0},
 		Unconfirmed: []Unconfirmed{}, Anomalies: anomalies}}
 }
 
@@ -84,7 +84,7 @@ func (z *Summarizer) Add(id, verdict string, reasons []string, omitted int, clos
 	out := &z.out
 	out.Activations++
 	out.Verdicts[verdict]++
-	if verdict != projector.ResultUnconfirmed { // confirmed, or never started: no cleanup owed
+	if verdict != projector.ResultUnconfirmed { // confirmed, unverified (counted apart) or never started: no failure to list
 		return
 	}
 	if !closed {

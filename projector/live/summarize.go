@@ -28,7 +28,7 @@ func (p *Projection) Summarize(ctx context.Context, limit int) (audit.Summary, e
 	}
 	var mem []audit.Unconfirmed // unconfirmed activations in memory, by id
 	var ids []string
-	sum := audit.Summary{Verdicts: map[string]int{projector.ResultConfirmed: 0, projector.ResultUnconfirmed: 0, projector.ResultNeverStarted: 0},
+	sum := audit.Summary{Verdicts: map[string]int{projector.ResultConfirmed: 0, projector.ResultUnconfirmed: 0, projector.ResultUnverified: 0, projector.ResultNeverStarted: 0},
 		Unconfirmed: []audit.Unconfirmed{}}
 	err := p.View(func(s *projector.State) {
 		sum.Events, sum.Anomalies, sum.Host = s.Applied(), s.Anomalies(), s.Host()
