@@ -12,7 +12,10 @@ import (
 // reach it and when it ends; the child only carries bytes and reports the
 // facts of its start and of its cleanup.
 //
-// The production child is a guardian session (guardianChild). Keeping the
+// The production children are a guardian session (guardianChild, an
+// entry's default "cleanup": "verified"), a process the host started
+// itself (directChild, "cleanup": "direct", direct.go) and a remote HTTP
+// session (httpChild). Keeping the
 // policy behind this seam lets the tests drive single-flight, the cap,
 // reaping, the call gate, revocation and session end against in-process
 // children in milliseconds, without processes or Node.js.
