@@ -19,7 +19,11 @@ import (
 // related client request where there is one (PeerRequest.Related), ended
 // when the server's own request is cancelled, and records each relay
 // (relay.completed). It calls the notification methods from the lease's
-// receive loop: they must not block for long.
+// receive loop: they must not block for long. When Related is nil the
+// context's values are not the peer's to read: they may be those of the
+// request that started the lease, long over (the go-sdk connection keeps
+// them), so a host routes an unrelated message by its own session, as
+// the gateway does.
 type ClientPeer interface {
 	// Capabilities returns what the session's client declared; a lease
 	// acquired for the session declares only these (sampling, elicitation,

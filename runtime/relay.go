@@ -98,9 +98,20 @@ func (l *lease) track(ctx context.Context, session, id string) *relatedReq {
 		return nil
 	}
 	r := &relatedReq{ctx: ctx, session: session, id: id}
+	l.peer.mu.Lock()
+	l.peer.inflight = append(l.peer.inflight, r)
+	l.peer.mu.Unlock()
+	l.remember(session)
+	return r
+}
+
+// remember counts session among the sessions that used l (the recipients
+// of its list changes): a listing shown to it counts as much as a
+// request, so a session that only listed a shared server's tools hears
+// that they changed.
+func (l *lease) remember(session string) {
 	p := &l.peer
 	p.mu.Lock()
-	p.inflight = append(p.inflight, r)
 	_, known := p.sessions[session]
 	full := !known && len(p.sessions) >= MaxLeaseSessions
 	if !known && !full {
@@ -113,7 +124,6 @@ func (l *lease) track(ctx context.Context, session, id string) *relatedReq {
 	if full {
 		p.prune(l.m, session)
 	}
-	return r
 }
 
 func (l *lease) untrack(r *relatedReq) {

@@ -424,6 +424,19 @@ func TestRelaySharedLease(t *testing.T) {
 	}); n != 1 {
 		t.Fatalf("%d lease.list_changed{prompts}", n)
 	}
+	// (e) A session that only listed the shared server's tools hears of
+	// their change too: it holds a listing that changed.
+	pc := &testPeer{caps: fullCaps()}
+	cc, _ := openPeer(t, e, ctx, "sc", pc)
+	if _, err := cc.Tools(ctx, "sh"); err != nil {
+		t.Fatal(err)
+	}
+	if got := call(ca, "a-change2", "change", nil); got != "changed" {
+		t.Fatalf("second change: %q", got)
+	}
+	testproc.Eventually(t, "tools list change delivered to the session that only listed", func() bool {
+		return len(pc.notified(NotifyToolsChanged)) == 1
+	})
 	// The level B set was recorded as B's, and only A's reached the lease.
 	if n := count(e.events(), events.KindSessionLogLevel, nil); n != 2 {
 		t.Fatalf("%d session.log_level", n)

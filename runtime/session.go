@@ -227,6 +227,7 @@ func (c LeaseCapability) Tools(ctx context.Context, server string) ([]PinnedTool
 	if err != nil {
 		return nil, err
 	}
+	l.remember(c.st.id)
 	return l.pinned().sorted(), nil
 }
 
