@@ -284,28 +284,33 @@ const (
 	LockNone
 )
 
-// lockShared takes a shared flock on dir's lock file without creating or
-// writing anything. A writer holding it yields ErrLocked; any other failure
+// lockShared takes a shared lock (lockFileNB) on dir's lock file without
+// creating or writing anything. A writer holding it yields ErrLocked; any other failure
 // to lock yields LockNone and why.
 func lockShared(dir string) (*os.File, LockState, string, error) {
 	f, err := os.Open(filepath.Join(dir, lockFile))
 	if err != nil {
 		return nil, LockNone, "open lock file: " + err.Error(), nil
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB); err != nil {
+	if err := lockFileNB(f, false); err != nil {
 		f.Close()
-		if errors.Is(err, syscall.EWOULDBLOCK) {
+		if errors.Is(err, errLockHeld) {
 			return nil, LockNone, "", &Error{Op: "open", Err: fmt.Errorf("%w: %s", ErrLocked, dir)}
 		}
-		return nil, LockNone, "flock: " + err.Error(), nil
+		return nil, LockNone, lockCall + ": " + err.Error(), nil
 	}
 	return f, LockShared, "", nil
 }
 
-// lockFile is taken with flock before Pebble opens the directory. Pebble
-// has its own lock, but its error differs within and across processes; an
-// flock on a fresh open file description conflicts in both cases, so callers
-// get ErrLocked either way and Pebble never sees a second opener.
+// errLockHeld is lockFileNB's answer when another open file holds a
+// conflicting lock (flock's EWOULDBLOCK, LockFileEx's lock violation).
+var errLockHeld = errors.New("lock held by another open file")
+
+// lockFile is locked (lockFileNB: flock on unix, LockFileEx on windows)
+// before Pebble opens the directory. Pebble has its own lock, but its error
+// differs within and across processes; a lock on a fresh open file
+// conflicts in both cases, so callers get ErrLocked either way and Pebble
+// never sees a second opener.
 const lockFile = "LEASELEDGER.LOCK"
 
 // requireLedger checks that dir exists and holds a Pebble database.
@@ -324,9 +329,9 @@ func lockDir(dir string) (*os.File, error) {
 	if err != nil {
 		return nil, &Error{Op: "open", Err: err}
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+	if err := lockFileNB(f, true); err != nil {
 		f.Close()
-		if errors.Is(err, syscall.EWOULDBLOCK) {
+		if errors.Is(err, errLockHeld) {
 			return nil, &Error{Op: "open", Err: fmt.Errorf("%w: %s", ErrLocked, dir)}
 		}
 		return nil, &Error{Op: "open", Err: fmt.Errorf("lock %s: %w", dir, err)}
@@ -374,11 +379,10 @@ const MinFreeBytes = 1 << 20
 // checkSpace refuses a writable open of dir on a file system without room
 // for its write-ahead logs plus MinFreeBytes.
 func checkSpace(dir string) error {
-	var st syscall.Statfs_t
-	if err := syscall.Statfs(dir, &st); err != nil {
+	free, err := freeBytes(dir)
+	if err != nil {
 		return nil // a new directory, or no statfs: Pebble will say
 	}
-	free := uint64(st.Bavail) * uint64(st.Bsize)
 	var wal uint64
 	logs, _ := filepath.Glob(filepath.Join(dir, "*.log"))
 	for _, name := range logs {

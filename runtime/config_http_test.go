@@ -1,3 +1,5 @@
+//go:build linux
+
 package runtime
 
 import (
@@ -15,10 +17,6 @@ import (
 
 	"github.com/leaseledger/leaseledger/events"
 )
-
-// testFPKey keys the fingerprints the tests compare directly (a Manager
-// draws its own random key).
-var testFPKey = []byte("leaseledger test fingerprint key")
 
 // TestFingerprintKeyed: a fingerprint is keyed by the manager's random
 // key — secrets in header and env values change it within one manager,

@@ -1,12 +1,12 @@
+//go:build unix
+
 package main
 
 import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -15,19 +15,7 @@ import (
 	"time"
 
 	"github.com/leaseledger/leaseledger/events"
-	"github.com/leaseledger/leaseledger/internal/testproc"
 )
-
-// cliBinary builds this command (internal/testproc) into a test's
-// temporary directory, for tests that need it as a real process.
-func cliBinary(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "leaseledger")
-	if err := testproc.Build(testproc.Binary{Out: bin, Pkg: "github.com/leaseledger/leaseledger/cmd/leaseledger"}); err != nil {
-		t.Fatal(err)
-	}
-	return bin
-}
 
 // serveProc is a `serve` process on a fixed port, restartable.
 type serveProc struct {
@@ -59,15 +47,6 @@ func (s *serveProc) start() {
 func (s *serveProc) kill() {
 	_ = s.cmd.Process.Kill()
 	_ = s.cmd.Wait()
-}
-
-func freePort(t *testing.T) int {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }
 
 var failureRange = regexp.MustCompile(`lines (\d+)–(\d+) (not appended|in doubt)`)
