@@ -6,11 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/leaseledger/leaseledger/guardian/internal/wire"
 )
@@ -138,36 +135,16 @@ func (h *helper) duringCleanup(ev hostEvent) {
 	}
 }
 
-// alive asks the kernel, without reaping, whether the direct child has
-// exited. A signal to an exited-but-unreaped child also succeeds, so this is
-// what lets a SignalFact say the signal hit a live process.
-func (h *helper) alive() bool {
-	alive := true
-	err := h.proc.WithHandle(func(fd uintptr) {
-		var info unix.Siginfo
-		if e := unix.Waitid(unix.P_PIDFD, int(fd), &info, unix.WEXITED|unix.WNOWAIT|unix.WNOHANG, nil); e == nil {
-			// With WNOHANG the kernel leaves si_signo zero when no child
-			// is waitable; SIGCHLD there means it has exited.
-			alive = info.Signo == 0
-		} else {
-			alive = false // ECHILD: already reaped by our reaper
-		}
-	})
-	if errors.Is(err, os.ErrProcessDone) {
-		return false
-	}
-	return alive
-}
-
-// signal sends sig to the exact direct child through its pidfd, only while
-// it is unreaped and has not exited.
+// signal sends sig to the exact direct child, only while it is unreaped
+// and has not exited (procOS.signal says how each system keeps a reused
+// pid from being hit).
 func (h *helper) signal(sig syscall.Signal) {
-	if h.reaped || !h.alive() {
+	if h.reaped {
 		return
 	}
-	err := h.proc.Signal(sig)
-	if errors.Is(err, os.ErrProcessDone) {
-		return // reaped in between: nothing was sent
+	err := h.sys.signal(sig)
+	if errors.Is(err, errChildGone) {
+		return // exited, or reaped in between: nothing was sent
 	}
 	if err != nil {
 		h.rc.Faults = append(h.rc.Faults, fmt.Sprintf("signal %s: %v", wire.SignalName(sig), err))

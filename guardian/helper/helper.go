@@ -8,13 +8,10 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/leaseledger/leaseledger/guardian/internal/wire"
 )
@@ -58,7 +55,8 @@ type hostEvent struct {
 	fault string
 }
 
-// exitInfo is the direct child's wait status, from its one reaper.
+// exitInfo is the direct child's wait status, from its one reaper
+// (procOS.wait).
 type exitInfo struct {
 	state *os.ProcessState
 	err   error
@@ -84,6 +82,9 @@ type helper struct {
 	req  wire.LaunchRequest
 	proc *os.Process
 	rc   wire.Receipt
+	// sys is the system's part: how the target is started, reaped and
+	// signalled (see procOS).
+	sys procOS
 
 	stdinW, stdoutR, stderrR *os.File
 	stdinQ                   chan *[]byte
@@ -135,12 +136,7 @@ type helper struct {
 // Main runs one guardian session on stdin/stdout and returns the process
 // exit code. It must be called from the main goroutine (see cmd main).
 func Main() int {
-	// Pdeathsig of the target follows the thread that forks it. Locking the
-	// main goroutine to its thread for the life of the process keeps that
-	// thread alive until the helper itself exits.
-	runtime.LockOSThread()
-
-	h := &helper{pid: os.Getpid(), ppid0: os.Getppid()}
+	h := &helper{pid: os.Getpid(), ppid0: os.Getppid(), sys: newProcOS()}
 	h.rc.HelperVersion = wire.HelperVersion
 	h.rc.HelperPID = h.pid
 	h.rc.ExitCode = -1
@@ -156,12 +152,7 @@ func Main() int {
 	h.hostOut = pollable(1, "host-out")
 	h.out = wire.NewWriter(h.hostOut)
 
-	// Orphans of the target reparent to us, so we can see and reap them.
-	h.rc.Subreaper = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == nil
-	// The host also sets this at fork; setting it again is harmless and
-	// covers a host that did not. SIGUSR1 so a false alarm (the host's
-	// forking thread exited, the host lives) is told apart by getppid.
-	_ = unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(syscall.SIGUSR1), 0, 0, 0)
+	h.rc.Subreaper = h.sys.prepare()
 
 	hello, _ := json.Marshal(wire.Hello{Protocol: wire.ProtocolVersion, Version: wire.HelperVersion, PID: h.pid, Subreaper: h.rc.Subreaper})
 	if err := h.out.WriteFrame(wire.FrameHello, hello); err != nil {
@@ -256,9 +247,7 @@ func (h *helper) start() error {
 		Dir:   h.req.Dir,
 		Env:   env,
 		Files: []*os.File{inR, outW, errW},
-		// SIGKILL when we die without cleaning up (e.g. we are SIGKILLed):
-		// the target must not outlive its guardian.
-		Sys: &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL},
+		Sys:   h.sys.sysProcAttr(),
 	})
 	// The child has its copies; keeping ours would hide EOF from both sides.
 	closeAll(inR, outW, errW)
@@ -269,7 +258,7 @@ func (h *helper) start() error {
 	h.proc = proc
 	h.rc.TargetPID = proc.Pid
 	h.rc.StartedAt = time.Now().UTC()
-	h.rc.PIDFD = proc.WithHandle(func(uintptr) {}) == nil
+	h.rc.PIDFD = h.sys.watch(proc)
 	h.stdinW, h.stdoutR, h.stderrR = inW, outR, errR
 	if h.stdinRC, err = inW.SyscallConn(); err != nil {
 		// Not reached for an os.Pipe end; without it no byte could be
@@ -288,10 +277,7 @@ func (h *helper) start() error {
 	h.desc = newDescendants(h.pid, proc.Pid)
 
 	// The one and only reaper of the direct child.
-	go func() {
-		st, err := proc.Wait()
-		h.exited <- exitInfo{state: st, err: err, at: time.Now().UTC()}
-	}()
+	go func() { h.exited <- h.sys.wait() }()
 	go h.writeStdin()
 	return nil
 }

@@ -144,8 +144,10 @@ func (h *helper) onSignal(s os.Signal) string {
 	case syscall.SIGPIPE:
 		return "" // the failed write reports it
 	case syscall.SIGUSR1:
-		// Our PR_SET_PDEATHSIG. It also fires when only the host's forking
-		// thread exited; the parent pid tells the two apart.
+		// Our PR_SET_PDEATHSIG (Linux; macOS has none, and the tick's
+		// getppid check alone sees the parent go). It also fires when only
+		// the host's forking thread exited; the parent pid tells the two
+		// apart.
 		if os.Getppid() != h.ppid0 {
 			return wire.TriggerParentGone
 		}
