@@ -33,9 +33,9 @@ var testHookCloseBound func()
 
 // Close runs the cleanup sequence through the helper and returns the
 // result. ctx is the one budget for the whole cleanup; give it at least
-// Spec.CleanupBudget(). When it ends first the helper is SIGKILLed (its
-// target follows by parent-death signal) and the result is unconfirmed with
-// ReasonDeadline, keeping the facts gathered so far.
+// Spec.CleanupBudget(). When it ends first the helper is SIGKILLed (on
+// Linux its target follows by parent-death signal) and the result is
+// unconfirmed with ReasonDeadline, keeping the facts gathered so far.
 //
 // Close is idempotent: later calls return the stored result without a
 // second cleanup (a call racing the first waits for it, within its own ctx).
@@ -58,8 +58,10 @@ func (s *Session) Close(ctx context.Context) CleanupResult {
 	deadlineHit := s.awaitHelper(ctx)
 	killed := false
 	if deadlineHit {
-		// Out of budget: end the helper; the target's parent-death signal
-		// (SIGKILL) ends the target with it.
+		// Out of budget: end the helper; on Linux the target's
+		// parent-death signal (SIGKILL) ends the target with it (macOS has
+		// none: the target is left the EOF on its stdin, see
+		// docs/guardian.md).
 		killed = s.proc.Signal(syscall.SIGKILL) == nil
 	}
 	<-s.waitDone

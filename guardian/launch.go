@@ -235,7 +235,8 @@ func watchContext(ctx context.Context, f func()) (stop func()) {
 
 // abort ends a helper whose handshake failed. Before a launch request it has
 // no target; after a failed launch it has none either. SIGKILL is safe: if a
-// target did start, its parent-death signal (SIGKILL) takes it along.
+// target did start, its parent-death signal (SIGKILL, Linux) takes it along,
+// or (macOS) the EOF on its stdin, which only the helper held.
 func (s *Session) abort() {
 	_ = s.proc.Signal(syscall.SIGKILL)
 	<-s.waitDone

@@ -3,12 +3,20 @@
 //
 // It owns the target's lifetime and the evidence about it: it starts the
 // target only when the host asks, relays its stdio as bounded frames, is the
-// one and only reaper of its direct child, signals that child only through
-// the pidfd Go's os.Process holds and only while it is unreaped, acts as
-// child subreaper so orphaned descendants become visible, and ends every
-// session with a Receipt of observed facts.
+// one and only reaper of its direct child, signals that child only while it
+// is unreaped (so never a process that reused its pid), tracks the target's
+// descendants, and ends every session with a Receipt of observed facts.
 //
-// Guarantees of the stdin relay (relay_linux_test.go):
+// It runs on Linux and macOS. What differs between them is behind procOS
+// and type descendants (proc.go): on Linux the helper holds the child by
+// pidfd, is the child subreaper of its orphans and the target dies with it
+// (PR_SET_PDEATHSIG); on macOS the child's exit is seen with kqueue and its
+// descendants are the members of its own process group. The protocol, the
+// relay, the trigger rank and the numbered cleanup sequence are shared, so
+// the tests here on Linux cover them for both; docs/guardian.md lists what
+// is untested on macOS. Elsewhere Main reports the helper unsupported.
+//
+// Guarantees of the stdin relay (relay_test.go):
 //   - the target reads the host's stdin bytes in order, whether a frame was
 //     written straight from the host reader (the fast path) or through the
 //     bounded queue (TestRelayDirectAndQueuedKeepOrder);
@@ -21,12 +29,14 @@
 //
 // so the dropped bytes are always a suffix of the stream.
 //
-// Files: helper_linux.go starts the session and the target; relay_linux.go
-// relays stdio (host frames to the target's stdin, its stdout and stderr to
-// host frames); serve_linux.go waits for a cleanup trigger and ranks
-// simultaneous ones; cleanup_linux.go is the numbered cleanup sequence;
+// Files: helper.go starts the session and the target; relay.go relays
+// stdio (host frames to the target's stdin, its stdout and stderr to host
+// frames); serve.go waits for a cleanup trigger and ranks simultaneous
+// ones; cleanup.go is the numbered cleanup sequence; proc.go declares what
+// each system provides: proc_linux.go and proc_darwin.go. On Linux,
 // descendants_linux.go tracks orphaned descendants, which children_linux.go
-// lists from the helper's threads' children files. The frame protocol is
+// lists from the helper's threads' children files; on macOS
+// proc_darwin.go lists the target's process group. The frame protocol is
 // package guardian/internal/wire; this package does not import the host
 // side (package guardian).
 package helper

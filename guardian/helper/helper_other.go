@@ -1,4 +1,4 @@
-//go:build !linux
+//go:build !linux && !darwin
 
 package helper
 
@@ -8,8 +8,9 @@ import (
 )
 
 // Main reports that the helper is unsupported on this platform: verified
-// stdio relies on pidfds, PR_SET_CHILD_SUBREAPER and PR_SET_PDEATHSIG.
+// stdio needs a way to reap and signal the exact direct child and to see its
+// descendants, which the helper has for Linux and macOS only (procOS).
 func Main() int {
-	fmt.Fprintln(os.Stderr, "leaseledger-guardian: unsupported platform (Linux only)")
+	fmt.Fprintln(os.Stderr, "leaseledger-guardian: unsupported platform (Linux and macOS only)")
 	return 2
 }
