@@ -267,7 +267,7 @@ func TestRepliesValidate(t *testing.T) {
 			ds = append(ds, events.Draft{Activation: "act-big", Session: "s-1", Server: "srv", Payload: pl})
 		}
 	}
-	// act-mcp: what the dashboard shows of issue 27's kinds (relays,
+	// act-mcp: what the dashboard shows of the MCP traffic beside calls (relays,
 	// subscriptions, list changes, request methods; its session's log
 	// level on the lease row).
 	ds = append(ds, events.Draft{Session: "s-3", Payload: &events.SessionOpened{Transport: events.SessionMCPHTTP}},

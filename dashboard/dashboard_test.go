@@ -219,7 +219,7 @@ func TestBundleFresh(t *testing.T) {
 }
 
 // TestBundleReadsActivity: the page reads what the projection API answers
-// of issue 27's kinds under the names the Go types give them — an
+// of the MCP traffic beside calls under the names the Go types give them — an
 // activation report's relays, subscriptions (their end reasons, open,
 // unmatched), list changes and request handles by method, a lease row's
 // log level — so a renamed field fails here rather than vanish from the

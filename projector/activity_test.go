@@ -10,7 +10,7 @@ import (
 	"github.com/leaseledger/leaseledger/projector/internal/eventgen"
 )
 
-// The kinds of issue 27 are counted per activation — subscriptions by how
+// The kinds of MCP traffic beside calls are counted per activation — subscriptions by how
 // they ended and the open ones, list changes by list, request handles by
 // method and outcome — and a session's log level is kept on the session
 // and its own leases; an activation closed with a subscription open is

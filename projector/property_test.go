@@ -41,7 +41,7 @@ func genDraft(t *rapid.T) events.Draft {
 	outcome := func(name string, vs ...string) string { return rapid.SampledFrom(vs).Draw(t, name) }
 	var p events.Payload
 	// Weighted: evidence events (which drive the ring) are most frequent.
-	// The kinds of issue 27 (subscriptions, list changes, log levels,
+	// The kinds of MCP traffic beside calls (subscriptions, list changes, log levels,
 	// request methods) are drawn twice as often: their counts meet in few
 	// events.
 	uri := pick(t, "uri", eventgen.Digest, eventgen.Digest, otherDigest)

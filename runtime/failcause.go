@@ -16,7 +16,7 @@ import (
 	"github.com/leaseledger/leaseledger/guardian"
 )
 
-// The operator's account of a failure (issue 30): why an acquisition or a
+// The operator's account of a failure: why an acquisition or a
 // call failed underneath the step its sentinel names — a refused dial, a
 // resolver or TLS failure, which timer fired, an HTTP status, an exited
 // process. It is what the runtime observed at its own boundary (local

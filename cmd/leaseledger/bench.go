@@ -147,7 +147,7 @@ Each round samples the raw fsync floor (4 KiB write + fdatasync on a
 growing file in the scratch directory, the ledger's disk), times --calls
 sequential calls per side (p50/p90/p99), and measures calls per second
 with each --sessions level of concurrent sessions per side. It prints the
-table and the ratios of issue 28: gateway p50 / (proxy p50 + fsync p50)
+table and the goals' ratios: gateway p50 / (proxy p50 + fsync p50)
 (goal <= 1.10; over stdio against the proxy through the guardian) and
 gateway / proxy calls per second at each level (goal >= 0.90), with the
 ledger's events and fsyncs per call.

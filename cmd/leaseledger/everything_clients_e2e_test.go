@@ -30,7 +30,7 @@ import (
 	"github.com/leaseledger/leaseledger/internal/testproc"
 )
 
-// Acceptance of the transparent gateway (issue 27) with real clients: all
+// Acceptance of the transparent gateway with real clients: all
 // of MCP — prompts, completions, subscriptions, logging, sampling,
 // elicitation, roots, list changes, naming — through one real `serve`, by
 // the go-sdk client and by the official TypeScript SDK client.

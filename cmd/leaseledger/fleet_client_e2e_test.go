@@ -68,7 +68,7 @@ func (p *clientProc) lines() int {
 	return strings.Count(p.out.String(), "\n")
 }
 
-// TestFleetClientsStayWithTheirHost (issue 33 item 1): `append --nats`
+// TestFleetClientsStayWithTheirHost: `append --nats`
 // and `tail --nats` pointed at host h2 of a two-host cluster, whose
 // cluster advertises h1's client URL to them, while h2 is killed (SIGKILL)
 // mid-stream and restarted on the same directory and client port. The

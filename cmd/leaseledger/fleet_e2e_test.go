@@ -13,7 +13,7 @@ import (
 	"time"
 )
 
-// Fleet end-to-end tests (issue 17): real `serve --host-id` processes in
+// Fleet end-to-end tests: real `serve --host-id` processes in
 // one NATS cluster, every route through a netproxy.Proxy the test cuts and
 // heals, and a real `leaseledger collect` mirroring them.
 

@@ -22,7 +22,7 @@ import (
 	"github.com/leaseledger/leaseledger/internal/testproc"
 )
 
-// The standing hostile-client suite (issue 32): one real `serve` with small
+// The standing hostile-client suite: one real `serve` with small
 // caps, attacked from outside over HTTP and TCP, then checked for health,
 // memory, leftover processes and a clean ledger.
 

@@ -815,7 +815,7 @@ function nonZero(o) {
 }
 
 // activityOf summarises what an activation report counts of the MCP
-// traffic beside calls (issue 27): relays by outcome, subscriptions (open
+// traffic beside calls: relays by outcome, subscriptions (open
 // of started), list changes by list, request handles by method.
 function activityOf(r) {
   const relays = r.relays ? Object.values(r.relays).reduce((a, b) => a + b, 0) : 0;
@@ -1011,8 +1011,8 @@ async function showEvidence(a) {
   table(section("Timeline"), rep.timeline, rep.timeline_omitted);
 }
 
-// showActivity adds the evidence's section on the MCP traffic beside calls
-// (issue 27): relays by outcome, subscriptions (started, ended by reason,
+// showActivity adds the evidence's section on the MCP traffic beside calls:
+// relays by outcome, subscriptions (started, ended by reason,
 // open: a subscription ends with its session or lease, so one open is no
 // cleanup failure), list changes by list, request handles by method.
 function showActivity(r) {

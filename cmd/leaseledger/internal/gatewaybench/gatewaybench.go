@@ -1,6 +1,6 @@
 // Package gatewaybench measures what a tool call costs through the
 // leaseledger gateway against the floor any gateway is held against — a
-// plain MCP proxy — in one run, as issue 28 states its goals
+// plain MCP proxy — in one run, with the goals stated as ratios
 // (`leaseledger bench gateway`).
 //
 // It starts everything itself: a go-sdk upstream with an echo tool over
@@ -63,7 +63,7 @@ const (
 // SideNames lists the sides in the order Result.Sides has them.
 var SideNames = []string{DirectHTTP, ProxyHTTP, GatewayHTTP, DirectStdio, ProxyStdio, ProxyGuardian, GatewayStdio}
 
-// Goals of issue 28.
+// The goals, as ratios.
 const (
 	// LatencyGoal bounds gateway p50 / (proxy p50 + fsync p50).
 	LatencyGoal = 1.10
