@@ -222,8 +222,8 @@ func TestBundleFresh(t *testing.T) {
 // of the MCP traffic beside calls under the names the Go types give them — an
 // activation report's relays, subscriptions (their end reasons, open,
 // unmatched), list changes and request handles by method, a lease row's
-// log level — so a renamed field fails here rather than vanish from the
-// page. (control's TestRepliesValidate checks the replies carry them.)
+// log level, each verdict's counter — so a renamed field fails here rather
+// than vanish from the page. (control's TestRepliesValidate checks the replies carry them.)
 func TestBundleReadsActivity(t *testing.T) {
 	rec := httptest.NewRecorder()
 	newHandler(t, dashboard.Options{}).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/assets/app.js", nil))
@@ -250,6 +250,11 @@ func TestBundleReadsActivity(t *testing.T) {
 		want = append(want, name(projector.RequestCounts{}, f))
 	}
 	want = append(want, name(projector.Lease{}, "LogLevel"))
+	// Every verdict the audit summary counts has its counter on the page
+	// (an unverified direct child is counted apart, not as a failure).
+	for _, v := range []string{projector.ResultConfirmed, projector.ResultUnverified, projector.ResultUnconfirmed, projector.ResultNeverStarted} {
+		want = append(want, `"`+v+`"`)
+	}
 	for _, n := range want {
 		if !strings.Contains(bundle, n) {
 			t.Errorf("the bundle never reads %q", n)

@@ -887,7 +887,9 @@ async function refreshAudit() {
     v.appendChild(span);
   };
   add("activations", s.activations);
-  for (const k of ["confirmed", "unconfirmed", "never_started"]) add(k.replace("_", " "), s.verdicts[k], "v-" + k);
+  // unverified: direct children, whose cleanup the host saw but no helper
+  // confirmed; counted apart, never a failure.
+  for (const k of ["confirmed", "unverified", "unconfirmed", "never_started"]) add(k.replace("_", " "), s.verdicts[k] ?? 0, "v-" + k);
   add("not closed", s.not_closed);
   const frag = document.createDocumentFragment();
   for (const u of s.unconfirmed) {
