@@ -83,7 +83,12 @@ func (m *Manager) launchHTTP(l *lease) (*httpChild, error) {
 // the stream announced (refused unless it is the configured origin or an
 // allowed one, ErrHTTPOtherOrigin).
 func (h *httpChild) observed(wire *wireStats, reqs *reqTable) mcp.Transport {
-	var inner mcp.Transport = &mcp.StreamableClientTransport{Endpoint: h.url, HTTPClient: h.client, MaxEventSize: MaxMessageBytes}
+	// MaxRetries -1: a broken stream is never reconnected in the
+	// background (the go-sdk would retry the standalone GET stream with
+	// backoff, keeping a dead server's session looking alive meanwhile);
+	// it fails the connection at once, which is the remote session's loss
+	// (markLost), and the next call replaces the lease.
+	var inner mcp.Transport = &mcp.StreamableClientTransport{Endpoint: h.url, HTTPClient: h.client, MaxEventSize: MaxMessageBytes, MaxRetries: -1}
 	if h.sse {
 		inner = &mcp.SSEClientTransport{Endpoint: h.url, HTTPClient: h.client, MaxEventSize: MaxMessageBytes}
 	}
