@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leaseledger/leaseledger/internal/testproc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/leaseledger/leaseledger/events"
@@ -101,13 +102,7 @@ func TestHTTPLegacySSE(t *testing.T) {
 		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			return &mcp.CallToolResult{}, nil
 		})
-	deadline := time.Now().Add(10 * time.Second)
-	for l.wire.received.Load() == before && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if l.wire.received.Load() == before {
-		t.Fatal("the notification sent outside any request was never read")
-	}
+	testproc.Eventually(t, "the notification sent outside any request read", func() bool { return l.wire.received.Load() != before })
 	reqs := s.requests()
 	gets, posts := 0, 0
 	for _, r := range reqs {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leaseledger/leaseledger/internal/testproc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/leaseledger/leaseledger/events"
@@ -170,22 +171,14 @@ func TestHTTPStandaloneStreamLease(t *testing.T) {
 	}
 	// The GET is made by go-sdk's goroutine once the session is
 	// initialized; wait for it to reach the server.
-	deadline := time.Now().Add(10 * time.Second)
-	for !hasGET(s.requests()) && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	testproc.Eventually(t, "the standalone GET at the server", func() bool { return hasGET(s.requests()) })
 	before := l.wire.received.Load()
 	calls := l.wire.toolsCalls.Load()
 	s.srv.AddTool(&mcp.Tool{Name: "later", InputSchema: json.RawMessage(`{"type":"object"}`)},
 		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			return &mcp.CallToolResult{}, nil
 		})
-	for l.wire.received.Load() == before && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if l.wire.received.Load() == before {
-		t.Fatal("the notification sent outside any request was never read")
-	}
+	testproc.Eventually(t, "the notification sent outside any request read", func() bool { return l.wire.received.Load() != before })
 	// (A list change may make the lease list its tools again: that is a
 	// request of its own, not the stream's.)
 	if l.wire.toolsCalls.Load() != calls {

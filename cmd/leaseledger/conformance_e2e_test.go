@@ -69,12 +69,7 @@ func TestConformanceThroughServe(t *testing.T) {
 		_ = srv.Wait()
 	})
 	upstream := "http://127.0.0.1:" + strconv.Itoa(port) + "/mcp"
-	for deadline := time.Now().Add(e2eWait); !strings.Contains(srvOut.String(), "listening at"); {
-		if time.Now().After(deadline) || srv.ProcessState != nil {
-			t.Fatalf("the conformance server did not start:\n%s", srvOut.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testproc.Eventually(t, "the conformance server listening", func() bool { return strings.Contains(srvOut.String(), "listening at") })
 	if strings.Contains(srvOut.String(), "address already in use") {
 		t.Fatalf("the conformance server did not start:\n%s", srvOut.String())
 	}
