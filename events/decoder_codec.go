@@ -22,6 +22,7 @@ const (
 	fBool
 	fInstant
 	fInts
+	fStrings
 )
 
 type fieldInfo struct {
@@ -74,6 +75,7 @@ const maxInterned = 4096
 var (
 	instantPtrType = reflect.TypeFor[*Instant]()
 	intSliceType   = reflect.TypeFor[[]int]()
+	strSliceType   = reflect.TypeFor[[]string]()
 )
 
 var (
@@ -115,6 +117,8 @@ func fastFieldType(t reflect.Type) (fieldType, bool) {
 		return fBool, true
 	case t == intSliceType:
 		return fInts, true
+	case t == strSliceType:
+		return fStrings, true
 	}
 	return 0, false
 }
@@ -419,8 +423,39 @@ func (c *codec) decode(d *Decoder, data []byte, stored bool) (Payload, bool) {
 			if keep {
 				*(*[]int)(at) = xs
 			}
+		case fStrings:
+			// Plain strings only (policy ids): anything escaped goes to the
+			// strict decoder.
+			if i >= len(data) || data[i] != '[' {
+				return nil, false
+			}
+			i++
+			var xs []string
+			for {
+				if i >= len(data) || data[i] != '"' {
+					return nil, false
+				}
+				j := i + 1 + plainRun(data[i+1:])
+				if j >= len(data) || data[j] != '"' {
+					return nil, false
+				}
+				xs = append(xs, string(data[i+1:j]))
+				i = j + 1
+				if i < len(data) && data[i] == ',' {
+					i++
+					continue
+				}
+				if i < len(data) && data[i] == ']' {
+					i++
+					break
+				}
+				return nil, false
+			}
+			if keep {
+				*(*[]string)(at) = xs
+			}
 		}
-		// Instants and int lists are never zero once read (a pointer; at
+		// Instants and lists are never zero once read (a pointer; at
 		// least one element).
 		if f.omitEmpty && zero {
 			return nil, false // the encoder would have left it out

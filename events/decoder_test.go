@@ -197,3 +197,28 @@ func FuzzWarmDecoderMatchesStrict(f *testing.F) {
 		}
 	})
 }
+
+// The fast path reads a decision's policy ids (a list of strings) exactly
+// as the strict decoder does, and declines a list with an escaped string.
+func TestDecoderPolicyLists(t *testing.T) {
+	const pd = "5d1e0f8a0c1b9e7d2f4a6c8e0b1d3f5a7c9e1b3d5f7a9c1e3b5d7f9a1c3e5b7d"
+	cases := []struct {
+		payload  events.Payload
+		wantFast bool
+	}{
+		{&events.CallAdmitted{CallID: "c-1", Tool: "search", Digest: pd, Policies: []string{"readers-read-only", "p1"}, PolicyDigest: pd}, true},
+		{&events.CallRefused{CallID: "c-2", Tool: "delete", Reason: events.RefusedPolicy, PolicyDigest: pd}, true},
+		{&events.AccessDecided{Action: events.AccessGetPrompt, TargetSHA256: pd, Allowed: true, Policies: []string{"p0"}, PoliciesOmitted: 3, PolicyDigest: pd}, true},
+	}
+	var prev events.Hash
+	var d events.Decoder
+	for i, c := range cases {
+		p, err := events.Prepare(events.Draft{Session: "s-1", Server: "github", Payload: c.payload})
+		if err != nil {
+			t.Fatalf("case %d: %v", i, err)
+		}
+		env, raw := events.Seal(p, events.Seq(i+1), [16]byte{byte(i)}, t0, prev)
+		prev = env.Hash
+		agree(t, &d, raw, c.wantFast)
+	}
+}

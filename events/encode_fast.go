@@ -78,6 +78,19 @@ func appendJSONInts(b []byte, v []int) []byte {
 	return append(b, ']')
 }
 
+// appendJSONStrings appends v as a JSON array of strings (the generator
+// uses it only for omitempty fields, so never for a nil slice).
+func appendJSONStrings(b []byte, v []string) []byte {
+	b = append(b, '[')
+	for i, s := range v {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendJSONString(b, s)
+	}
+	return append(b, ']')
+}
+
 // appendJSONInstant appends v as Instant.MarshalJSON writes it (null for
 // nil); false when MarshalJSON would refuse it.
 func appendJSONInstant(b []byte, v *Instant) ([]byte, bool) {

@@ -72,6 +72,15 @@ func randomize(t *rapid.T, v reflect.Value, keep bool) {
 			default:
 				f.Set(reflect.ValueOf(rapid.SliceOfN(rapid.Int(), 1, 8).Draw(t, name)))
 			}
+		case f.Type() == reflect.TypeFor[[]string]():
+			switch rapid.IntRange(0, 2).Draw(t, name+"_case") {
+			case 0:
+				f.Set(reflect.Zero(f.Type()))
+			case 1:
+				f.Set(reflect.ValueOf([]string{}))
+			default:
+				f.Set(reflect.ValueOf(rapid.SliceOfN(genString(), 1, 8).Draw(t, name)))
+			}
 		default:
 			t.Fatalf("field %s: no generator for %s", name, f.Type())
 		}

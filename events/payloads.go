@@ -53,6 +53,8 @@ var kindList = []func() Payload{
 	func() Payload { return new(HostBound) },
 	func() Payload { return new(ConfigLoaded) },
 	func() Payload { return new(RelayCompleted) },
+	func() Payload { return new(PolicyLoaded) },
+	func() Payload { return new(AccessDecided) },
 	func() Payload { return new(LeaseListChanged) },
 	func() Payload { return new(SessionLogLevel) },
 	func() Payload { return new(SubscriptionStarted) },
@@ -308,6 +310,13 @@ type CallAdmitted struct {
 	CallID string `json:"call_id"`
 	Tool   string `json:"tool"`
 	Digest string `json:"digest"`
+	// Policies are the ids of the permits that allowed the call, and
+	// PolicyDigest the policy set that decided (policy.loaded); both
+	// omitted when no policy set is in force. PoliciesOmitted counts
+	// deciding policies beyond MaxDecidingPolicies.
+	Policies        []string `json:"policies,omitempty"`
+	PoliciesOmitted int      `json:"policies_omitted,omitempty"`
+	PolicyDigest    string   `json:"policy_digest,omitempty"`
 }
 
 // Kind implements [Payload].
@@ -315,7 +324,9 @@ func (*CallAdmitted) Kind() Kind { return "call.admitted" }
 
 // Validate implements [Payload].
 func (p *CallAdmitted) Validate() error {
-	return checks{id("call_id", p.CallID), toolName("tool", p.Tool), digest("digest", p.Digest)}.first()
+	return checks{id("call_id", p.CallID), toolName("tool", p.Tool), digest("digest", p.Digest),
+		policyIDs("policies", p.Policies), between("policies_omitted", int64(p.PoliciesOmitted), 0, MaxPolicies),
+		optDigest("policy_digest", p.PolicyDigest)}.first()
 }
 
 // CallRefused records a call the gate did not let through.
@@ -323,6 +334,13 @@ type CallRefused struct {
 	CallID string        `json:"call_id"`
 	Tool   string        `json:"tool"`
 	Reason RefusalReason `json:"reason"`
+	// Policies are the ids of the forbids that denied the call (none: no
+	// permit applied), and PolicyDigest the policy set that decided
+	// (policy.loaded); reason policy only. PoliciesOmitted counts deciding
+	// policies beyond MaxDecidingPolicies.
+	Policies        []string `json:"policies,omitempty"`
+	PoliciesOmitted int      `json:"policies_omitted,omitempty"`
+	PolicyDigest    string   `json:"policy_digest,omitempty"`
 }
 
 // Kind implements [Payload].
@@ -330,7 +348,14 @@ func (*CallRefused) Kind() Kind { return "call.refused" }
 
 // Validate implements [Payload].
 func (p *CallRefused) Validate() error {
-	return checks{id("call_id", p.CallID), toolName("tool", p.Tool), member("reason", p.Reason)}.first()
+	c := checks{id("call_id", p.CallID), toolName("tool", p.Tool), member("reason", p.Reason),
+		policyIDs("policies", p.Policies), between("policies_omitted", int64(p.PoliciesOmitted), 0, MaxPolicies)}
+	if p.Reason == RefusedPolicy {
+		c = append(c, digest("policy_digest", p.PolicyDigest))
+	} else if p.PolicyDigest != "" || len(p.Policies) > 0 || p.PoliciesOmitted > 0 {
+		c = append(c, invalid("policy_digest", "only for reason policy"))
+	}
+	return c.first()
 }
 
 // CallFinished records the end of an admitted call: sizes and digests of

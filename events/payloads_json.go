@@ -169,6 +169,15 @@ func (p *CallAdmitted) appendJSON(b []byte) ([]byte, bool) {
 	b = appendJSONString(append(b, `,"call_id":`...), string(p.CallID))
 	b = appendJSONString(append(b, `,"tool":`...), string(p.Tool))
 	b = appendJSONString(append(b, `,"digest":`...), string(p.Digest))
+	if len(p.Policies) != 0 {
+		b = appendJSONStrings(append(b, `,"policies":`...), p.Policies)
+	}
+	if p.PoliciesOmitted != 0 {
+		b = appendJSONInt(append(b, `,"policies_omitted":`...), int64(p.PoliciesOmitted))
+	}
+	if p.PolicyDigest != "" {
+		b = appendJSONString(append(b, `,"policy_digest":`...), string(p.PolicyDigest))
+	}
 	return closeJSONObject(b, start), true
 }
 
@@ -178,6 +187,15 @@ func (p *CallRefused) appendJSON(b []byte) ([]byte, bool) {
 	b = appendJSONString(append(b, `,"call_id":`...), string(p.CallID))
 	b = appendJSONString(append(b, `,"tool":`...), string(p.Tool))
 	b = appendJSONString(append(b, `,"reason":`...), string(p.Reason))
+	if len(p.Policies) != 0 {
+		b = appendJSONStrings(append(b, `,"policies":`...), p.Policies)
+	}
+	if p.PoliciesOmitted != 0 {
+		b = appendJSONInt(append(b, `,"policies_omitted":`...), int64(p.PoliciesOmitted))
+	}
+	if p.PolicyDigest != "" {
+		b = appendJSONString(append(b, `,"policy_digest":`...), string(p.PolicyDigest))
+	}
 	return closeJSONObject(b, start), true
 }
 

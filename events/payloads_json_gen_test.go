@@ -258,6 +258,9 @@ func generateType(g *bytes.Buffer, t reflect.Type) error {
 		case f.Type == reflect.TypeFor[[]int]() && omit:
 			cond = "len(" + v + ") != 0"
 			enc = fmt.Sprintf("b = appendJSONInts(%s, %s)", b, v)
+		case f.Type == reflect.TypeFor[[]string]() && omit:
+			cond = "len(" + v + ") != 0"
+			enc = fmt.Sprintf("b = appendJSONStrings(%s, %s)", b, v)
 		default:
 			return fmt.Errorf("%s.%s: no exact encoder for %s", t.Name(), f.Name, f.Type)
 		}

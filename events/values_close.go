@@ -289,6 +289,9 @@ const (
 	// lease pinned earlier and has since replaced (its server changed its
 	// tools); the lease is kept.
 	RefusedListingChanged RefusalReason = "listing_changed"
+	// RefusedPolicy: the access policy in force denied the call to the
+	// session's principal (call.refused names the deciding policies).
+	RefusedPolicy RefusalReason = "policy"
 	// RefusedNameMismatch and RefusedDigestMismatch: this call poisons the
 	// lease; they are the [PoisonReason] values ([PoisonReason.Refusal]).
 	RefusedNameMismatch   RefusalReason = RefusalReason(PoisonNameMismatch)
@@ -299,7 +302,7 @@ const (
 func (v RefusalReason) Valid() bool {
 	switch v {
 	case RefusedCancelled, RefusedPoisoned, RefusedTerminated, RefusedDenied, RefusedNameMismatch, RefusedDigestMismatch,
-		RefusedListingChanged:
+		RefusedListingChanged, RefusedPolicy:
 		return true
 	}
 	return false
@@ -308,7 +311,7 @@ func (v RefusalReason) Valid() bool {
 // values lists the RefusalReason values in catalogue order.
 func (RefusalReason) values() []RefusalReason {
 	return []RefusalReason{RefusedCancelled, RefusedPoisoned, RefusedTerminated, RefusedDenied,
-		RefusedNameMismatch, RefusedDigestMismatch, RefusedListingChanged}
+		RefusedNameMismatch, RefusedDigestMismatch, RefusedListingChanged, RefusedPolicy}
 }
 
 // Refusal is the call.refused reason of the call that poisons a lease for
