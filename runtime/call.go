@@ -67,6 +67,9 @@ type callRun struct {
 	// finishing is the calling session's tracker of outcomes not yet
 	// durable (nil when the call was made without a session's state).
 	finishing *pendingFacts
+	// st is the calling session's state when known (callIn): its access
+	// policy decides the call at the gate.
+	st        *sessionState
 	id        string
 	req       CallRequest
 	args      []byte
@@ -106,17 +109,17 @@ func (c *callRun) err(kind, cause error) *LeaseError {
 // never reached a live child (see neverReached): the caller may run it
 // once more on a fresh lease.
 func (l *lease) call(ctx context.Context, session string, req CallRequest, args []byte) (res *mcp.CallToolResult, retry bool, err error) {
-	return l.callAs(ctx, session, nil, req, args)
+	return l.callAs(ctx, session, nil, nil, req, args)
 }
 
 // callIn is call for the session st, whose end waits for the call's
 // outcome to be durable.
 func (l *lease) callIn(ctx context.Context, st *sessionState, req CallRequest, args []byte) (*mcp.CallToolResult, bool, error) {
-	return l.callAs(ctx, st.id, &st.finishing, req, args)
+	return l.callAs(ctx, st.id, st, &st.finishing, req, args)
 }
 
-func (l *lease) callAs(ctx context.Context, session string, finishing *pendingFacts, req CallRequest, args []byte) (res *mcp.CallToolResult, retry bool, err error) {
-	c := &callRun{l: l, session: session, finishing: finishing, req: req, args: args,
+func (l *lease) callAs(ctx context.Context, session string, st *sessionState, finishing *pendingFacts, req CallRequest, args []byte) (res *mcp.CallToolResult, retry bool, err error) {
+	c := &callRun{l: l, session: session, st: st, finishing: finishing, req: req, args: args,
 		id: l.activation + "-c" + strconv.FormatUint(l.calls.Add(1), 10)}
 	if err := c.admit(ctx); err != nil {
 		return nil, false, err
@@ -139,8 +142,8 @@ func (c *callRun) refuse(ctx context.Context, reason events.RefusalReason, kind 
 }
 
 // admit passes the gate: state check, the child still running, exact name
-// and digest check, then the durable admission. On success the call is
-// counted in flight.
+// and digest check, the session's access policy, then the durable
+// admission. On success the call is counted in flight.
 func (c *callRun) admit(ctx context.Context) error {
 	l, m := c.l, c.l.m
 	ended := l.childDying() // reads /proc: before the gate lock
@@ -184,6 +187,20 @@ func (c *callRun) admit(ctx context.Context) error {
 		l.mu.Unlock()
 		return c.poison(ctx, ok)
 	}
+	// The policy decides the exact pinned tool (its annotations are part
+	// of the question), under the gate lock so that the tool decided is
+	// the one admitted; a cached decision is a map lookup. A denial
+	// refuses the call and keeps the lease: nothing is sent.
+	var policy AccessDecision
+	if c.st != nil {
+		var enforced bool
+		policy, enforced = c.st.decide(AccessRequest{Action: events.AccessCallTool, Server: c.req.Server,
+			Target: c.req.Tool, Tool: pt.Tool})
+		if enforced && !policy.Allowed {
+			l.mu.Unlock()
+			return c.refusePolicy(ctx, policy)
+		}
+	}
 	l.inflight++
 	l.admitting.Add(1)
 	l.mu.Unlock()
@@ -193,7 +210,10 @@ func (c *callRun) admit(ctx context.Context) error {
 	// become durable (the appender reports it in doubt), and a durable
 	// call.admitted must always be followed by its call.finished. A caller
 	// that gives up meanwhile sees its call finish as cancelled.
-	err := m.emitFact(ctx, c.draft(&events.CallAdmitted{CallID: c.id, Tool: c.req.Tool, Digest: c.req.Digest}))
+	admitted := &events.CallAdmitted{CallID: c.id, Tool: c.req.Tool, Digest: c.req.Digest}
+	admitted.Policies, admitted.PoliciesOmitted = policy.recorded()
+	admitted.PolicyDigest = policy.Digest
+	err := m.emitFact(ctx, c.draft(admitted))
 	l.admitting.Done()
 	if err != nil {
 		// Not durably admitted: do not call. Record nothing further about
@@ -202,6 +222,16 @@ func (c *callRun) admit(ctx context.Context) error {
 		return err
 	}
 	return nil
+}
+
+// refusePolicy records a call the access policy denied
+// (call.refused{policy} with the deciding policies and the set's digest)
+// and returns ErrAccessDenied; the lease is kept.
+func (c *callRun) refusePolicy(ctx context.Context, d AccessDecision) error {
+	p := &events.CallRefused{CallID: c.id, Tool: c.req.Tool, Reason: events.RefusedPolicy, PolicyDigest: d.Digest}
+	p.Policies, p.PoliciesOmitted = d.recorded()
+	err := c.l.m.emitFact(ctx, c.draft(p))
+	return c.err(ErrAccessDenied, err)
 }
 
 // poison ends a lease whose pinned listing does not have the requested

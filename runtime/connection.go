@@ -248,6 +248,9 @@ func (c LeaseCapability) OpenConnection(ctx context.Context, server string, opts
 		return ConnectionReport{}, err
 	}
 	defer func() { c.m.keep(c.m.release(ctx, c.st)) }()
+	if err := c.m.allowStart(ctx, c.st, server); err != nil {
+		return ConnectionReport{}, err
+	}
 	l, err := c.m.leaseForOpts(ctx, c.st.id, server, acquireOpts{explicit: true, activation: opts.Activation, oneShot: opts.OneShot})
 	if err != nil {
 		return ConnectionReport{}, err

@@ -58,6 +58,11 @@ var (
 	// denied its shared lease (DenyShared); nothing is acquired or called
 	// until Allow or AllowShared lifts it.
 	ErrDenied = errors.New("runtime: server denied")
+	// ErrAccessDenied: the session's access policy (SessionOptions.Access)
+	// denied the action to its principal; nothing was started or sent,
+	// and the decision was recorded (call.refused{policy} or
+	// access.decided).
+	ErrAccessDenied = errors.New("runtime: denied by access policy")
 	// ErrOneShotEnded: the key's one-shot activation ended (its child
 	// exited, was reaped, revoked, replaced by config or closed); it never
 	// gets a replacement executable. An explicit OpenConnection starts a

@@ -57,6 +57,9 @@ var (
 	errNotAttributable = &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: "request of a shared server not attributable to one session"}
 	// errRelayFailed: the peer failed without a JSON-RPC error of its own.
 	errRelayFailed = &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "relay to the client failed"}
+	// errRelayDenied: the session's access policy does not let the server
+	// ask its client (answer_sampling, answer_elicitation, answer_roots).
+	errRelayDenied = &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: "request denied by the session's access policy"}
 )
 
 // codeUnsupportedMethod is the go-sdk's code for a client request it has
@@ -217,6 +220,28 @@ func (l *lease) sessionsOf() []string {
 	return out
 }
 
+// openSession returns the state of the open session id, nil when it is
+// not open.
+func (m *Manager) openSession(id string) *sessionState {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if st := m.sessions[id]; st != nil && !st.ended {
+		return st
+	}
+	return nil
+}
+
+// relayAction is the access action of a relayed method.
+func relayAction(method events.RelayMethod) events.AccessAction {
+	switch method {
+	case events.RelaySampling:
+		return events.AccessAnswerSampling
+	case events.RelayElicit:
+		return events.AccessAnswerElicitation
+	}
+	return events.AccessAnswerRoots
+}
+
 // sessionPeer returns the peer of the open session id, nil when it has
 // none or is not open.
 func (m *Manager) sessionPeer(id string) ClientPeer {
@@ -356,10 +381,23 @@ func (l *lease) relay(ctx context.Context, method events.RelayMethod, req mcp.Re
 		finish(events.RelayRefused)
 		return nil, errNotAttributable
 	}
-	peer := m.sessionPeer(session)
+	st := m.openSession(session)
+	var peer ClientPeer
+	if st != nil {
+		peer = st.peer
+	}
 	if refusal := refusalFor(peer, method, rec.Mode); refusal != nil {
 		finish(events.RelayRefused)
 		return nil, refusal
+	}
+	// The session's access policy decides whether its server may ask its
+	// client; the decision is durable before anything reaches the client.
+	ar := AccessRequest{Action: relayAction(method), Server: l.serverName()}
+	if d, enforced := st.decide(ar); enforced {
+		if err := m.recordAccess(ctx, st, ar, d, l.activation); err != nil || !d.Allowed {
+			finish(events.RelayRefused)
+			return nil, errRelayDenied
+		}
 	}
 	rctx, cancel := relayContext(ctx, relCtx)
 	defer cancel()

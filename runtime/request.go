@@ -380,6 +380,16 @@ func (c LeaseCapability) startRequest(ctx context.Context, o *Owner, server stri
 	if err := c.m.retain(c.st); err != nil {
 		return nil, err
 	}
+	// The policy decides before any lease is acquired: a denied read,
+	// prompt or completion starts nothing.
+	err = c.m.allowStart(ctx, c.st, server)
+	if ar, ok := spec.requestAction(server); ok && err == nil {
+		err = c.m.allowAction(ctx, c.st, ar)
+	}
+	if err != nil {
+		c.m.keep(c.m.release(ctx, c.st))
+		return nil, err
+	}
 	var l *lease
 	for attempt := 0; ; attempt++ {
 		l, err = c.m.leaseFor(ctx, c.st.id, server)

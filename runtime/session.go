@@ -24,6 +24,9 @@ type sessionState struct {
 	// Manager.mu.
 	peer     ClientPeer
 	logLevel mcp.LoggingLevel
+	// access is the session's access policy (SessionOptions.Access), nil
+	// when none: everything allowed, nothing recorded.
+	access *sessionAccess
 }
 
 // SessionScope is one owner of a session's durable scope. The host opens
@@ -57,6 +60,9 @@ type SessionOptions struct {
 	// ClientPeer). nil: the servers see a client with no capabilities and
 	// their notifications reach no one.
 	Client ClientPeer
+	// Access decides what the session's principal may do (see Access);
+	// nil: everything is allowed and no decision is recorded.
+	Access Access
 }
 
 // OpenSession opens the scope of session with one owner (the returned
@@ -101,6 +107,9 @@ func (m *Manager) OpenSessionWith(ctx context.Context, session string, opts Sess
 	// Reserved before the append, so a concurrent open of the same id
 	// fails with ErrSessionOpen; nobody holds the scope until it returns.
 	st := &sessionState{id: session, owners: 1, peer: opts.Client}
+	if opts.Access != nil {
+		st.access = &sessionAccess{a: opts.Access}
+	}
 	m.sessions[session] = st
 	m.mu.Unlock()
 	err := m.emitFact(ctx, events.Draft{Session: session, Payload: &events.SessionOpened{Principal: opts.Principal, Transport: tr}})
@@ -223,6 +232,9 @@ func (c LeaseCapability) Tools(ctx context.Context, server string) ([]PinnedTool
 	// A release ending the session here has no caller to report to: its
 	// failures are kept for the next TerminateAll or Close.
 	defer func() { c.m.keep(c.m.release(ctx, c.st)) }()
+	if err := c.m.allowStart(ctx, c.st, server); err != nil {
+		return nil, err
+	}
 	l, err := c.m.leaseFor(ctx, c.st.id, server)
 	if err != nil {
 		return nil, err
@@ -264,6 +276,9 @@ func (c LeaseCapability) Call(ctx context.Context, req CallRequest) (*mcp.CallTo
 		return nil, err
 	}
 	defer func() { c.m.keep(c.m.release(ctx, c.st)) }()
+	if err := c.m.allowStart(ctx, c.st, req.Server); err != nil {
+		return nil, err
+	}
 	retried := false
 	for attempt := 0; ; attempt++ {
 		l, err := c.m.leaseFor(ctx, c.st.id, req.Server)
