@@ -47,8 +47,9 @@ type Case struct {
 	Action    events.AccessAction `json:"action"`
 	Server    string              `json:"server"`
 	// Target is the tool, prompt or resource URI (see Request).
-	Target string  `json:"target,omitempty"`
-	Ref    RefKind `json:"ref,omitempty"`
+	Target string `json:"target,omitempty"`
+	// Ref is "ref/prompt" or "ref/resource" (complete only).
+	Ref events.CompletionRef `json:"ref,omitempty"`
 	// Hints are the tool's annotations; nil: DefaultHints.
 	Hints *ToolHints `json:"hints,omitempty"`
 	// ClientAddr is the client's address; zero: unknown.
@@ -169,8 +170,8 @@ func (c *Case) check() error {
 	if c.Expect != ExpectAllow && c.Expect != ExpectDeny {
 		return errors.New(`expect: want "allow" or "deny"`)
 	}
-	if c.Ref != RefNone && c.Ref != RefPrompt && c.Ref != RefResource {
-		return errors.New(`ref: want "prompt" or "resource"`)
+	if c.Ref != "" && !c.Ref.Valid() {
+		return errors.New(`ref: want "ref/prompt" or "ref/resource"`)
 	}
 	if err := c.request(time.Time{}).Validate(); err != nil {
 		return err

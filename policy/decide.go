@@ -16,22 +16,6 @@ import (
 // Request.Validate). Decide denies such a request.
 var ErrRequest = errors.New("policy: request invalid")
 
-// RefKind is what a completion refers to: MCP's completion/complete names
-// a prompt (ref/prompt) or a resource template (ref/resource).
-type RefKind string
-
-// RefKind values.
-const (
-	// RefNone: the action is not complete.
-	RefNone RefKind = ""
-	// RefPrompt: the completion is of a prompt's argument; the resource is
-	// a Prompt.
-	RefPrompt RefKind = "prompt"
-	// RefResource: the completion is of a resource template's variable;
-	// the resource is a Resource whose uri is the template.
-	RefResource RefKind = "resource"
-)
-
 // ToolHints are a tool's MCP annotations as call_tool's context carries
 // them (read_only, destructive, idempotent, open_world). The caller fills
 // them from the tool's annotations as the server listed them, and takes
@@ -64,8 +48,10 @@ type Request struct {
 	// subscribe_resource, complete with RefResource: the template); ""
 	// for the actions on the server itself, which ignore it.
 	Target string
-	// Ref says what complete refers to; ignored by other actions.
-	Ref RefKind
+	// Ref says what complete refers to: a prompt (events.RefPrompt; the
+	// resource is a Prompt) or a resource template (events.RefResource; a
+	// Resource whose uri is the template). Ignored by other actions.
+	Ref events.CompletionRef
 	// Session is the session id (context.session).
 	Session string
 	// ClientAddr is the client's address (context.client_address); the
@@ -111,9 +97,9 @@ func (r *Request) resourceType() types.EntityType {
 		return typePrompt
 	case events.AccessComplete:
 		switch r.Ref {
-		case RefPrompt:
+		case events.RefPrompt:
 			return typePrompt
-		case RefResource:
+		case events.RefResource:
 			return typeResource
 		}
 	}
@@ -143,7 +129,7 @@ func (r Request) normalized() Request {
 		r.Hints = ToolHints{}
 	}
 	if r.Action != events.AccessComplete {
-		r.Ref = RefNone
+		r.Ref = ""
 	}
 	if r.resourceType() == typeServer {
 		r.Target = ""

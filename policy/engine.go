@@ -95,7 +95,7 @@ type cacheKey struct {
 	action events.AccessAction
 	server string
 	target string
-	ref    RefKind
+	ref    events.CompletionRef
 	hints  ToolHints
 }
 
@@ -103,7 +103,7 @@ type cacheKey struct {
 // on it, see Request) under the set in force, and returns the digest of
 // that set ("" when none is: allow all). hints matter to call_tool only,
 // ref to complete only.
-func (a *SessionAccess) Decide(action events.AccessAction, server, target string, ref RefKind, hints ToolHints) (Decision, string) {
+func (a *SessionAccess) Decide(action events.AccessAction, server, target string, ref events.CompletionRef, hints ToolHints) (Decision, string) {
 	st := a.e.cur.Load()
 	if st.set == nil {
 		return Decision{Allowed: true}, ""
