@@ -169,9 +169,10 @@ func (s *State) foldCached(e *event) error {
 // validation and copying of the rest. Reading another field of these
 // payloads in apply means adding it here; TestReplayEquivalence, which
 // compares Apply (whole payloads) with ApplyRaw, fails otherwise.
+// call.admitted and call.refused are decoded whole: the reducer reads
+// their deciding policies, which have value rules (events.Decoder.Only
+// leaves only bool fields unchecked).
 var payloadReads = map[events.Kind][]string{
-	new(events.CallAdmitted).Kind(): nil,
-	new(events.CallRefused).Kind():  nil,
 	new(events.CallFinished).Kind(): {"killed_on_cancel"},
 }
 
@@ -199,7 +200,7 @@ func (s *State) apply(e *event) {
 		a.changedSeq = e.seq
 		a.Events++
 		switch e.payload.(type) {
-		case *events.LeaseAcquiring, *events.LeaseAcquireFailed:
+		case *events.LeaseAcquiring, *events.LeaseAcquireFailed, *events.AccessDecided: // a decision starts nothing
 		default:
 			a.Started = true
 		}
@@ -280,9 +281,15 @@ func (s *State) apply(e *event) {
 			l.CallsAdmitted++
 			l.LastUse = events.Instant{Time: e.time}
 		}
+		if p.PolicyDigest != "" { // admitted under a policy set; without one no policy decided
+			s.accessDecided(e, a, events.AccessCallTool, true, p.Policies, p.PoliciesOmitted)
+		}
 	case *events.CallRefused:
 		if l := s.leaseFor(e); l != nil {
 			l.CallsRefused++
+		}
+		if p.Reason == events.RefusedPolicy {
+			s.accessDecided(e, a, events.AccessCallTool, false, p.Policies, p.PoliciesOmitted)
 		}
 	case *events.CallFinished:
 		if l := s.leaseFor(e); l != nil {
@@ -436,6 +443,12 @@ func (s *State) apply(e *event) {
 		s.host = p.Host
 	// the configuration in force: a fact for auditors, no state
 	case *events.ConfigLoaded:
+	// the access policy: the one in force and its loads; each decision
+	// counted per activation, per open session and in all (access.go)
+	case *events.PolicyLoaded:
+		s.policyLoaded(e, p)
+	case *events.AccessDecided:
+		s.accessDecided(e, a, p.Action, p.Allowed, p.Policies, p.PoliciesOmitted)
 	// the server→client direction: relays counted per activation by
 	// outcome, list changes by list (a tool list change's new listing is
 	// its lease.listing_pinned); a session's log level kept on the session

@@ -65,7 +65,7 @@ func instantFields(p events.Payload) []**events.Instant {
 }
 
 // scribble overwrites, in place, everything p points to: its instants and
-// the elements of its int lists.
+// the elements of its int and string lists (a decision's policies).
 func scribble(p events.Payload) {
 	for _, ip := range instantFields(p) {
 		if *ip != nil {
@@ -77,6 +77,11 @@ func scribble(p events.Payload) {
 		if f := v.Field(i); f.Kind() == reflect.Slice && f.Type().Elem().Kind() == reflect.Int {
 			for j := range f.Len() {
 				f.Index(j).SetInt(-7)
+			}
+		}
+		if f := v.Field(i); f.Kind() == reflect.Slice && f.Type().Elem().Kind() == reflect.String {
+			for j := range f.Len() {
+				f.Index(j).SetString("scribbled")
 			}
 		}
 	}

@@ -45,7 +45,7 @@ func genDraft(t *rapid.T) events.Draft {
 	// request methods) are drawn twice as often: their counts meet in few
 	// events.
 	uri := pick(t, "uri", eventgen.Digest, eventgen.Digest, otherDigest)
-	switch k := rapid.IntRange(0, 58).Draw(t, "kind"); k {
+	switch k := rapid.IntRange(0, 64).Draw(t, "kind"); k {
 	case 0:
 		p = &events.LeaseAcquiring{KeySession: sess, Fingerprint: eventgen.Digest, Shared: rapid.Bool().Draw(t, "shared")}
 	case 1:
@@ -158,8 +158,56 @@ func genDraft(t *rapid.T) events.Draft {
 			ExitedBeforeClose: rapid.Bool().Draw(t, "ccbefore"), StdinClosedAt: opt("ccin"), StdoutClosedAt: opt("ccout"), StderrClosedAt: opt("ccerr"),
 			StdoutForced: rapid.Bool().Draw(t, "ccforced"), TermSentAt: opt("ccterm"), KillSentAt: opt("cckill"),
 			GroupSignalled: rapid.Bool().Draw(t, "ccgroup"), Descendants: events.DescendantsUnknown}
+	// the access policy: its loads, its decisions (with and without an
+	// activation), and the tool calls it admitted or refused
+	case 59:
+		pl := &events.PolicyLoaded{Trigger: pick(t, "ptrigger", events.ConfigStart, events.ConfigReload), Mode: events.PolicyAllowAll}
+		if rapid.Bool().Draw(t, "enforced") {
+			pl.Mode, pl.Digest, pl.Policies = events.PolicyEnforced, pick(t, "pdigest", eventgen.Digest, otherDigest), rapid.IntRange(0, 5).Draw(t, "npolicies")
+		}
+		return events.Draft{Payload: pl}
+	case 60, 61:
+		ad := &events.AccessDecided{Action: pick(t, "action", events.AccessActions()...), TargetSHA256: pick(t, "target", "", uri),
+			Allowed: rapid.Bool().Draw(t, "allowed"), PolicyDigest: eventgen.Digest}
+		ad.Policies, ad.PoliciesOmitted = genPolicies(t)
+		if rapid.Bool().Draw(t, "noact") { // no lease involved (a start refused, a session's own request)
+			return events.Draft{Session: sess, Server: srv, Payload: ad}
+		}
+		p = ad
+	case 62:
+		ca := &events.CallAdmitted{CallID: "c1", Tool: "t", Digest: eventgen.Digest, PolicyDigest: eventgen.Digest}
+		ca.Policies, ca.PoliciesOmitted = genPolicies(t)
+		p = ca
+	case 63, 64:
+		cr := &events.CallRefused{CallID: "c1", Tool: "t", Reason: events.RefusedPolicy, PolicyDigest: eventgen.Digest}
+		cr.Policies, cr.PoliciesOmitted = genPolicies(t)
+		p = cr
 	}
 	return events.Draft{Activation: act, Session: sess, Server: srv, Payload: p}
+}
+
+// genPolicies draws a decision's deciding policies: none (a denial: no
+// permit applied), a few from a small pool (repeats included: counted
+// once per decision), or the most a decision records from a pool wider
+// than projector.MaxAccessPolicies, so that the ids past the bound meet
+// in few events; and sometimes some left out.
+func genPolicies(t *rapid.T) ([]string, int) {
+	omitted := pick(t, "omitted", 0, 0, 0, 2)
+	switch rapid.IntRange(0, 4).Draw(t, "policies") {
+	case 0:
+		return nil, omitted
+	case 1:
+		return []string{"p1"}, omitted
+	case 2:
+		return []string{"p1", "p2", "p1"}, omitted
+	case 3:
+		return []string{"forbid-all"}, omitted
+	}
+	ids := make([]string, events.MaxDecidingPolicies)
+	for i, n := range rapid.SliceOfN(rapid.IntRange(0, 99), len(ids), len(ids)).Draw(t, "wide") {
+		ids[i] = fmt.Sprintf("w%d", n)
+	}
+	return ids, omitted
 }
 
 // otherDigest is a second subscribed URI's digest.
@@ -182,8 +230,24 @@ func genLog(t *rapid.T) []sealed {
 		out = append(out, sealed{env, raw})
 	}
 	for i := range n {
-		if rapid.IntRange(0, 9).Draw(t, "block") < 6 {
+		kind := rapid.IntRange(0, 10).Draw(t, "block")
+		if kind < 6 {
 			add(genDraft(t))
+			continue
+		}
+		if kind == 10 { // a burst of policy loads and wide decisions: past MaxPolicyLoads and MaxAccessPolicies in few blocks
+			for range rapid.IntRange(1, 6).Draw(t, "burst") {
+				if rapid.Bool().Draw(t, "burstload") {
+					add(events.Draft{Payload: &events.PolicyLoaded{Trigger: events.ConfigReload, Mode: events.PolicyEnforced, Digest: eventgen.Digest, Policies: 9}})
+					continue
+				}
+				ids := make([]string, events.MaxDecidingPolicies)
+				for j := range ids {
+					ids[j] = fmt.Sprintf("b%d-%d", i, j)
+				}
+				add(events.Draft{Activation: "act-0", Session: "s-1", Server: "srv", Payload: &events.AccessDecided{Action: events.AccessReadResource,
+					Allowed: rapid.Bool().Draw(t, "burstallowed"), Policies: ids, PolicyDigest: eventgen.Digest}})
+			}
 			continue
 		}
 		act := rapid.SampledFrom([]string{"act-0", "act-0", "act-0", "act-1"}).Draw(t, "bact")
@@ -303,6 +367,15 @@ func checkInvariants(t *rapid.T, s *projector.State, id string) {
 	if sc := a.Subscriptions; sc != nil && sc.Open > sc.Started {
 		t.Fatalf("subscriptions %+v: more open than started", sc)
 	}
+	checkAccess(t, a.Access)
+	checkAccess(t, s.Policy().Decisions)
+	for _, x := range s.Sessions() {
+		checkAccess(t, x.Access)
+	}
+	if pr := s.Policy(); uint64(len(pr.Recent)) != min(pr.Loads, projector.MaxPolicyLoads) || pr.LoadsOmitted+uint64(len(pr.Recent)) != pr.Loads ||
+		(pr.InForce == nil) != (pr.Loads == 0) || (pr.InForce != nil && *pr.InForce != pr.Recent[len(pr.Recent)-1]) {
+		t.Fatalf("policy loads: %+v", pr)
+	}
 	if rep, ok := s.CloseReport(id); ok {
 		if rep.Version != 1 {
 			t.Fatalf("report version %d", rep.Version)
@@ -319,6 +392,31 @@ func checkInvariants(t *rapid.T, s *projector.State, id string) {
 		if !ev.Frozen() {
 			t.Fatalf("closed but evidence not frozen")
 		}
+	}
+}
+
+// checkAccess checks what holds of any access counts: the actions sum to
+// the totals, every decision is counted under at least one policy key or
+// in policies_omitted, and the ids kept one by one stay within
+// MaxAccessPolicies.
+func checkAccess(t *rapid.T, c *projector.AccessCounts) {
+	if c == nil {
+		return
+	}
+	var allowed, denied, byPolicy uint64
+	for _, o := range c.Actions {
+		allowed, denied = allowed+o.Allowed, denied+o.Denied
+	}
+	ids := 0
+	for k, o := range c.Policies {
+		byPolicy += o.Allowed + o.Denied
+		if k != projector.PolicyNoPermit && k != projector.PolicyUnnamed && k != projector.PolicyOther {
+			ids++
+		}
+	}
+	if allowed != c.Allowed || denied != c.Denied || c.Total() == 0 || ids > projector.MaxAccessPolicies ||
+		byPolicy+c.PoliciesOmitted < c.Total() {
+		t.Fatalf("access counts %+v", c)
 	}
 }
 

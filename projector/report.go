@@ -47,6 +47,11 @@ type ActivationReport struct {
 	// RequestMethods counts its request handles by method (registered,
 	// and how they ended); omitted when it had none.
 	RequestMethods map[events.RequestMethod]RequestCounts `json:"request_methods,omitempty"`
+	// Access counts the decisions of the access policy that name the
+	// activation (access.decided, and its tool calls decided under a
+	// policy set) by action and outcome and by deciding policy; omitted
+	// when it had none.
+	Access *AccessCounts `json:"access,omitempty"`
 }
 
 // Report builds the report of activation id, from memory or the archive
@@ -67,7 +72,8 @@ func (s *State) LoadReport(id string) (ActivationReport, bool, error) {
 		FirstSeq: a.FirstSeq, LastSeq: a.LastSeq, Events: a.Events, Counts: ev.Counts(),
 		Resources: ev.Tracked(), Recent: ev.Recent(), Aggregates: ev.Aggregates(a.ID), Frozen: ev.frozen,
 		LateEvents: ev.late, Anomalies: ev.anomalies, Connection: a.Connection, Relays: relayCopy(a.Relays),
-		Subscriptions: subscriptionCopy(a.Subscriptions), ListChanges: listChangeCopy(a.ListChanges), RequestMethods: requestsCopy(a.Requests)}
+		Subscriptions: subscriptionCopy(a.Subscriptions), ListChanges: listChangeCopy(a.ListChanges), RequestMethods: requestsCopy(a.Requests),
+		Access: accessCopy(a.Access)}
 	rep.Verdict, rep.Reasons, rep.ReasonsOmitted = s.verdict(a)
 	if key, ok := s.leaseOf[id]; ok {
 		l := *s.leases[key]
@@ -107,6 +113,9 @@ func (s *State) verdict(a *Activation) (string, []string, int) {
 	}
 	if r := a.Connection.Report; r != nil {
 		return r.Result, append([]string(nil), r.Reasons...), r.Omitted
+	}
+	if a.Refused == refusedAccessDenied && !a.Started {
+		return ResultNeverStarted, []string{"never_started: access.decided denied start_server, nothing was started"}, 0
 	}
 	if a.Refused != "" && !a.Started {
 		return ResultNeverStarted, []string{"never_started: lease.acquire_failed (" + a.Refused + "), nothing was started"}, 0

@@ -22,6 +22,12 @@ type Session struct {
 	// LogLevel is the MCP logging level the session set last
 	// (session.log_level) since its latest opening; absent when none.
 	LogLevel events.LogLevel `json:"log_level,omitempty"`
+	// Access counts the decisions of the access policy made for the
+	// session since its latest opening (access.decided, and its tool calls
+	// decided under a policy set), by action, outcome and deciding policy;
+	// absent before the first. They leave with the session, like its row:
+	// each activation keeps its own, and the log every decision.
+	Access *AccessCounts `json:"access,omitempty"`
 }
 
 // Session returns the open session id.

@@ -15,7 +15,7 @@ import (
 // trusting an older layout half-way.
 const (
 	SnapshotFormat  = "leaseledger-projector"
-	SnapshotVersion = 8 // 3: open sessions (session.opened); 4: calls lost per activation; 5: retired activations stored apart (MarshalLive, MarshalActivation); 6: retired owners stored apart (MarshalOwner); 7: verdict records and their counts beside the parts (a version-6 store lacks them); 8: subscriptions, list changes and request handles by method per activation, the log level of sessions and their leases (a version-7 snapshot covering those events lacks them)
+	SnapshotVersion = 9 // 3: open sessions (session.opened); 4: calls lost per activation; 5: retired activations stored apart (MarshalLive, MarshalActivation); 6: retired owners stored apart (MarshalOwner); 7: verdict records and their counts beside the parts (a version-6 store lacks them); 8: subscriptions, list changes and request handles by method per activation, the log level of sessions and their leases (a version-7 snapshot covering those events lacks them); 9: the access policy's loads and decisions, per activation, per session and in all (a version-8 snapshot covering policy events lacks them)
 )
 
 // Errors of Unmarshal.
@@ -56,7 +56,8 @@ type snapshotWire struct {
 	Leases      map[string]*Lease          `json:"leases"`
 	Owners      map[string]*Owner          `json:"owners"`
 	Sessions    map[string]*Session        `json:"sessions"`
-	Host        string                     `json:"host,omitempty"` // State.Host
+	Host        string                     `json:"host,omitempty"`   // State.Host
+	Policy      *policyWire                `json:"policy,omitempty"` // State.Policy
 }
 
 type activationWire struct {
@@ -77,6 +78,7 @@ type activationWire struct {
 	SubscriptionsOpen []string                               `json:"subscriptions_open,omitempty"` // sorted keys "<session>/<uri_sha256>"
 	ListChanges       *ListChangeCounts                      `json:"list_changes,omitempty"`
 	Requests          map[events.RequestMethod]RequestCounts `json:"requests,omitempty"`
+	Access            *AccessCounts                          `json:"access,omitempty"`
 }
 
 type evidenceWire struct {
@@ -100,7 +102,8 @@ func Marshal(s *State) ([]byte, error) { return marshal(s, false) }
 func marshal(s *State, live bool) ([]byte, error) {
 	w := snapshotWire{Format: SnapshotFormat, Version: SnapshotVersion, Seq: s.seq, Applied: s.applied,
 		Anomalies: s.anomalies, Activations: make(map[string]*activationWire, len(s.activations)),
-		Leases: make(map[string]*Lease, len(s.leases)), Owners: s.owners, Sessions: s.sessions, Host: s.host}
+		Leases: make(map[string]*Lease, len(s.leases)), Owners: s.owners, Sessions: s.sessions, Host: s.host,
+		Policy: wirePolicy(&s.policy)}
 	for id, a := range s.activations {
 		if !live || !s.retired(a) {
 			w.Activations[id] = wireActivation(a)
@@ -129,7 +132,7 @@ func wireActivation(a *Activation) *activationWire {
 	return &activationWire{Session: a.Session, Server: a.Server, FirstSeq: a.FirstSeq,
 		LastSeq: a.LastSeq, Events: a.Events, Connection: a.Connection, Refused: a.Refused, Started: a.Started, Reopened: a.Reopened, CallsLost: a.CallsLost,
 		Relays: relayCopy(a.Relays), Subscriptions: subscriptionCopy(a.Subscriptions), SubscriptionsOpen: subscriptionsOpenList(a.subsOpen),
-		ListChanges: listChangeCopy(a.ListChanges), Requests: requestsCopy(a.Requests),
+		ListChanges: listChangeCopy(a.ListChanges), Requests: requestsCopy(a.Requests), Access: a.Access,
 		Evidence: evidenceWire{Resources: ev.open, Recent: ev.Recent(), Aggregates: ev.aggregates,
 			Confirmed: ev.confirmed, Frozen: ev.frozen, FrozenSeq: ev.frozenSeq, Late: ev.late, Anomalies: ev.anomalies}}
 }
@@ -146,9 +149,12 @@ func restoreActivation(id string, aw *activationWire) (*Activation, error) {
 	a := &Activation{ID: id, Session: aw.Session, Server: aw.Server, FirstSeq: aw.FirstSeq,
 		LastSeq: aw.LastSeq, Events: aw.Events, Connection: aw.Connection, Refused: aw.Refused, Started: aw.Started, Reopened: aw.Reopened, CallsLost: aw.CallsLost,
 		Relays: relayCopy(aw.Relays), Subscriptions: subscriptionCopy(aw.Subscriptions), subsOpen: subscriptionsOpenRestore(aw.SubscriptionsOpen),
-		ListChanges: listChangeCopy(aw.ListChanges)}
+		ListChanges: listChangeCopy(aw.ListChanges), Access: aw.Access}
 	if a.CallsLost < 0 {
 		return nil, corrupt("activation %s: calls lost", id)
+	}
+	if !accessValid(a.Access) {
+		return nil, corrupt("activation %s: access counts", id)
 	}
 	if uint64(len(a.subsOpen)) != a.Subscriptions.openCount() || len(a.subsOpen) != len(aw.SubscriptionsOpen) {
 		return nil, corrupt("activation %s: open subscriptions", id)
@@ -206,6 +212,10 @@ func Unmarshal(b []byte) (*State, error) {
 	}
 	s := New()
 	s.seq, s.applied, s.anomalies, s.host = w.Seq, w.Applied, w.Anomalies, w.Host
+	var ok bool
+	if s.policy, ok = restorePolicy(w.Policy); !ok {
+		return nil, corrupt("policy")
+	}
 	for id, aw := range w.Activations {
 		a, err := restoreActivation(id, aw)
 		if err != nil {
@@ -240,7 +250,7 @@ func Unmarshal(b []byte) (*State, error) {
 		s.owners[id] = o
 	}
 	for id, x := range w.Sessions {
-		if x == nil || x.ID != id || !events.ValidID(id) {
+		if x == nil || x.ID != id || !events.ValidID(id) || !accessValid(x.Access) {
 			return nil, corrupt("session entry")
 		}
 		s.sessions[id] = x

@@ -329,6 +329,11 @@ type Activation struct {
 	Subscriptions *SubscriptionCounts
 	ListChanges   *ListChangeCounts
 	Requests      map[events.RequestMethod]*RequestCounts
+	// Access counts the decisions of the access policy that name the
+	// activation (access.decided, and its tool calls decided under a
+	// policy set) by action, outcome and deciding policy; nil before the
+	// first.
+	Access *AccessCounts
 
 	// subsOpen holds the open subscriptions' keys (subscriptionKey):
 	// Subscriptions.Open is its size. Serialised sorted (activationWire).
@@ -363,7 +368,8 @@ type State struct {
 	owners      map[string]*Owner
 	sessions    map[string]*Session // open sessions only
 	anomalies   Anomalies
-	host        string // the host the latest host.bound names; "" when none
+	host        string      // the host the latest host.bound names; "" when none
+	policy      policyState // the access policy in force, its loads, every decision
 
 	// Derived indexes, rebuilt by Unmarshal and never serialised.
 	leaseOf map[string]LeaseKey // activation → its lease's key
