@@ -137,6 +137,7 @@ func principalOf(ti *auth.TokenInfo) (name, hash string) {
 // read within Options.BodyReadTimeout — holds a slot under the caps until the
 // session ends (or released at once when none opened).
 func (g *Gateway) serveSession(w http.ResponseWriter, r *http.Request, inner http.Handler) {
+	setClientAddress(r)
 	principal, hash := principalOf(auth.TokenInfoFromContext(r.Context()))
 	if r.Method == http.MethodPost {
 		// The whole body is read and checked first (screenPost), so that

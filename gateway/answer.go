@@ -21,7 +21,7 @@ var ownMessages = func() map[string]bool {
 	for _, m := range []string{
 		msgForeignOrigin, msgLoopbackOnly, msgOtherToken, msgTokenCap, msgGlobalCap, msgClosed,
 		msgUnknownTool, msgInvalidCursor, msgUnknownResource, msgUnavailable, msgFailed, msgRemote,
-		msgChanged, msgRefused, msgEnded, msgCancelled, msgTimeout, msgInternal, msgCollision, msgUnknownPrompt,
+		msgChanged, msgRefused, msgEnded, msgCancelled, msgTimeout, msgInternal, msgCollision, msgUnknownPrompt, msgAccessDenied,
 		msgBodyTimeout, msgBodyTooLarge, msgBodyUnread, msgParse, msgInvalidID, msgInvalidReq,
 		msgBatch, msgNoSession, msgMethod, msgInvalidParams, msgInternalError, msgRequestFailed,
 	} {

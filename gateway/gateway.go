@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/leaseledger/leaseledger/policy"
 	"github.com/leaseledger/leaseledger/runtime"
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -85,6 +86,13 @@ type Options struct {
 	// runtime.DefaultRequestBudget when zero, at most
 	// runtime.MaxRequestBudget.
 	RequestBudget time.Duration
+	// Policy decides what each session's principal may do (docs/policy.md):
+	// the runtime enforces and records it at its gates, and the gateway
+	// lists only what a session may use. Swap its set to reload. Nil:
+	// everything is allowed to any valid principal, nothing decided or
+	// recorded per action (serve records that default as
+	// policy.loaded{allow_all}).
+	Policy *policy.Engine
 	// Logger receives the gateway's own records (session ids, server
 	// names, static error text); discarded when nil.
 	Logger *slog.Logger

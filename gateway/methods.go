@@ -7,6 +7,7 @@ import (
 	"runtime/debug"
 	"sync"
 
+	"github.com/leaseledger/leaseledger/events"
 	"github.com/leaseledger/leaseledger/runtime"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -49,6 +50,10 @@ const (
 	// is exposed by two servers (both with that prefix, "" included): it
 	// is left out of listings and never routed.
 	CodeNameCollision = -32017
+	// CodeAccessDenied: the access policy (Options.Policy) does not let
+	// the session's principal do this; nothing was started or sent, and
+	// the decision was recorded with the deciding policies.
+	CodeAccessDenied = -32018
 	// CodeInternal: the ledger could not record the request (nothing was
 	// sent) or another local failure.
 	CodeInternal = jsonrpc.CodeInternalError
@@ -70,6 +75,7 @@ const (
 	msgInternal        = "gateway: request could not be recorded"
 	msgCollision       = "gateway: the name is exposed by more than one server"
 	msgUnknownPrompt   = "gateway: unknown prompt"
+	msgAccessDenied    = "gateway: denied by the access policy"
 )
 
 func codeError(code int64, msg string) *jsonrpc.Error {
@@ -89,6 +95,8 @@ func rpcError(ctx context.Context, err error) *jsonrpc.Error {
 		return codeError(CodeCancelled, msgCancelled)
 	case errors.Is(err, runtime.ErrRemote) && errors.As(err, &le) && le.Code != 0:
 		return codeError(le.Code, msgRemote)
+	case errors.Is(err, runtime.ErrAccessDenied):
+		return codeError(CodeAccessDenied, msgAccessDenied)
 	case errors.Is(err, runtime.ErrNameMismatch), errors.Is(err, runtime.ErrDigestMismatch), errors.Is(err, runtime.ErrListingChanged):
 		return codeError(CodeListingChanged, msgChanged)
 	case errors.Is(err, runtime.ErrRevoked), errors.Is(err, runtime.ErrPoisoned), errors.Is(err, runtime.ErrDenied),
@@ -249,6 +257,9 @@ func (s *session) listTools(ctx context.Context, p *mcp.ListToolsParams) (*mcp.L
 			if ref, ok := s.tools[name]; !ok || ref.server != server {
 				continue // a collision, or a server left out
 			}
+			if !s.pol.allows(events.AccessCallTool, server, pt.Name, pt.Tool) {
+				continue // not the session's to use
+			}
 			t := *pt.Tool
 			t.Name = name
 			out.Tools = append(out.Tools, &t)
@@ -269,6 +280,12 @@ func (s *session) fetchTools(ctx context.Context, list *serverList, servers []st
 	var wg sync.WaitGroup
 	for i, server := range servers {
 		wg.Go(func() {
+			if !s.pol.allows(events.AccessStartServer, server, "", nil) {
+				// Not the session's to use: left out without starting it
+				// (and without recording a denial: a listing is no action).
+				lists[i] = []runtime.PinnedTool{}
+				return
+			}
 			sem <- struct{}{}
 			defer func() { <-sem }()
 			tools, err := s.capa.Tools(ctx, server)
@@ -366,20 +383,36 @@ func (s *session) ref(ctx context.Context, name string) (toolRef, *jsonrpc.Error
 		}
 	}
 	s.mu.Unlock()
-	if len(unseen) == 0 {
-		return toolRef{}, codeError(CodeInvalidParams, msgUnknownTool)
+	if len(unseen) > 0 {
+		failed, err := s.fetchTools(ctx, list, unseen)
+		if err != nil {
+			return toolRef{}, err
+		}
+		if ref, rerr, ok := look(); ok {
+			return ref, rerr
+		}
+		if failed != nil { // the server that might have offered it did not start
+			return toolRef{}, rpcError(ctx, failed)
+		}
 	}
-	failed, err := s.fetchTools(ctx, list, unseen)
-	if err != nil {
-		return toolRef{}, err
+	return toolRef{}, s.deniedServer(ctx, list, name)
+}
+
+// deniedServer is the answer to a name no server the session may use
+// offers: when a server the policy denies the session could offer it
+// (its prefix starts the name), the runtime is asked for that server's
+// tools, so the denial is its — recorded with the deciding policies —
+// and the answer is CodeAccessDenied; otherwise the name is unknown.
+func (s *session) deniedServer(ctx context.Context, list *serverList, name string) *jsonrpc.Error {
+	for _, server := range list.candidates(name) {
+		if s.pol.allows(events.AccessStartServer, server, "", nil) {
+			continue
+		}
+		if _, err := s.capa.Tools(ctx, server); err != nil {
+			return rpcError(ctx, err)
+		}
 	}
-	if ref, rerr, ok := look(); ok {
-		return ref, rerr
-	}
-	if failed != nil { // the server that might have offered it did not start
-		return toolRef{}, rpcError(ctx, failed)
-	}
-	return toolRef{}, codeError(CodeInvalidParams, msgUnknownTool)
+	return codeError(CodeInvalidParams, msgUnknownTool)
 }
 
 // callTool runs the call through the lease's gate with the digest of the

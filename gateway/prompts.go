@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 
+	"github.com/leaseledger/leaseledger/events"
 	"github.com/leaseledger/leaseledger/runtime"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -25,7 +26,8 @@ func (s *session) listPrompts(ctx context.Context, p *mcp.ListPromptsParams) (*m
 			for _, x := range r.Prompts.Prompts {
 				y := *x
 				y.Name = list.exposedName(server, x.Name)
-				if s.note(list, kindPrompt, pickPrompts, y.Name, server, x.Name) {
+				if s.note(list, kindPrompt, pickPrompts, y.Name, server, x.Name) &&
+					s.pol.allows(events.AccessGetPrompt, server, x.Name, nil) {
 					out.Prompts = append(out.Prompts, &y)
 				}
 			}

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 
+	"github.com/leaseledger/leaseledger/events"
 	"github.com/leaseledger/leaseledger/runtime"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -59,6 +60,9 @@ func (s *session) listPage(ctx context.Context, cursor string, token any,
 	items := 0
 	for i := c.Server; i < len(servers); i++ {
 		server := servers[i]
+		if !s.pol.allows(events.AccessStartServer, server, "", nil) {
+			continue // not the session's to use: left out, not started
+		}
 		sc := ""
 		if i == c.Server {
 			sc = c.Cursor
@@ -104,7 +108,8 @@ func (s *session) listResources(ctx context.Context, p *mcp.ListResourcesParams)
 			for _, x := range r.Resources.Resources {
 				y := *x
 				y.URI = list.exposedURI(server, x.URI)
-				if s.note(list, kindURI, pickURIs, y.URI, server, x.URI) {
+				if s.note(list, kindURI, pickURIs, y.URI, server, x.URI) &&
+					s.pol.allows(events.AccessReadResource, server, x.URI, nil) {
 					out.Resources = append(out.Resources, &y)
 				}
 			}
@@ -131,7 +136,8 @@ func (s *session) listTemplates(ctx context.Context, p *mcp.ListResourceTemplate
 			for _, x := range r.Templates.ResourceTemplates {
 				y := *x
 				y.URITemplate = list.exposedURI(server, x.URITemplate)
-				if s.note(list, kindTemplate, pickTemplates, y.URITemplate, server, x.URITemplate) {
+				if s.note(list, kindTemplate, pickTemplates, y.URITemplate, server, x.URITemplate) &&
+					s.pol.allows(events.AccessReadResource, server, x.URITemplate, nil) {
 					out.ResourceTemplates = append(out.ResourceTemplates, &y)
 				}
 			}

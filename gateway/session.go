@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -35,6 +36,9 @@ type session struct {
 	capa      runtime.LeaseCapability
 	owner     *runtime.Owner
 	ss        *mcp.ServerSession
+	// pol is the session's access policy (the zero value without
+	// Options.Policy).
+	pol sessionPolicy
 	// clientCaps are the capabilities the client declared at initialize.
 	clientCaps *mcp.ClientCapabilities
 	// ctx is cancelled when the session ends: every handler of the
@@ -85,8 +89,10 @@ func (g *Gateway) initialize(ctx context.Context, next mcp.MethodHandler, method
 		return next(ctx, method, req)
 	}
 	var principal, hash string
+	var addr netip.Addr
 	if x := req.GetExtra(); x != nil {
 		principal, hash = principalOf(x.TokenInfo)
+		addr = clientAddress(x.Header)
 	}
 	// The session is the runtime session's client peer: it exists before
 	// the scope opens (the runtime asks it for the client's capabilities
@@ -95,10 +101,13 @@ func (g *Gateway) initialize(ctx context.Context, next mcp.MethodHandler, method
 		shown: map[string][]runtime.PinnedTool{}, tools: map[string]toolRef{}, toolClashes: map[string][]string{},
 		done: make(chan struct{})}
 	s.initCatalog()
+	if g.opts.Policy != nil {
+		s.pol = sessionPolicy{sa: g.opts.Policy.Session(principal, id, addr)}
+	}
 	if p, ok := req.GetParams().(*mcp.InitializeParams); ok && p != nil {
 		s.clientCaps = p.Capabilities
 	}
-	scope, err := g.openScope(ctx, id, principal, s)
+	scope, err := g.openScope(ctx, id, principal, s, s.pol)
 	if err != nil {
 		g.opts.Logger.Warn("gateway: session not opened", "session", id, "err", err)
 		return nil, rpcError(ctx, err)
@@ -257,7 +266,12 @@ func (s *session) finish(reason string) {
 // joinErrs is errors.Join that keeps nil for none.
 func joinErrs(errs []error) error { return errors.Join(errs...) }
 
-// openScope opens the runtime session id, recording principal.
-func (g *Gateway) openScope(ctx context.Context, id, principal string, peer runtime.ClientPeer) (*runtime.SessionScope, error) {
-	return g.opts.Manager.OpenSessionWith(ctx, id, runtime.SessionOptions{Principal: principal, Transport: events.SessionMCPHTTP, Client: peer})
+// openScope opens the runtime session id, recording principal; its
+// actions are decided by pol when the gateway has a policy.
+func (g *Gateway) openScope(ctx context.Context, id, principal string, peer runtime.ClientPeer, pol sessionPolicy) (*runtime.SessionScope, error) {
+	opts := runtime.SessionOptions{Principal: principal, Transport: events.SessionMCPHTTP, Client: peer}
+	if pol.sa != nil {
+		opts.Access = pol
+	}
+	return g.opts.Manager.OpenSessionWith(ctx, id, opts)
 }

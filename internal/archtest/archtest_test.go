@@ -127,8 +127,8 @@ func TestArchitectureDocMatchesImports(t *testing.T) {
 
 // Arrows point down the layer table: events, schemas and guardian import no
 // other layer; ledger and projector only events (and schemas); bus only
-// events and ledger; runtime only events and guardian; gateway only events
-// and runtime; control only events, ledger, bus and projector (the runtime
+// events and ledger; runtime only events and guardian; policy only events;
+// gateway only events, runtime and policy; control only events, ledger, bus and projector (the runtime
 // through an interface); cmd anything. Packages under internal/ are leaves
 // (they import nothing of ours outside internal/) that any layer may use:
 // the benchmarks under ledger/ read CPU time through internal/cputime.
@@ -141,7 +141,8 @@ func TestLayers(t *testing.T) {
 		"bus":       {"events", "ledger"}, // the embedded NATS server over the log, and its client
 		"projector": {"events", "ledger"}, // only projector/live may tie the reducer to the log
 		"runtime":   {"events", "guardian"},
-		"gateway":   {"events", "runtime"},                    // the MCP endpoint over the runtime
+		"policy":    {"events"},                               // the access policy (Cedar): schema, sets, decisions
+		"gateway":   {"events", "runtime", "policy"},          // the MCP endpoint over the runtime
 		"control":   {"events", "ledger", "bus", "projector"}, // the bus APIs over the projection; the runtime through an interface
 		"collector": {"events", "ledger", "bus"},              // the fleet's mirror: mirror ledgers fed over the bus protocol
 		"dashboard": {},                                       // the browser page: it speaks to the bus from the browser, links nothing of ours

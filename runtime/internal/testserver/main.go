@@ -202,14 +202,17 @@ func newServer(variant, calls string) *mcp.Server {
 	if variant != "" {
 		echoSchema = `{"type":"object","properties":{"text":{"type":"string"},"variant_` + strconv.Quote(variant)[1:len(strconv.Quote(variant))-1] + `":{"type":"integer"}},"required":["text"]}`
 	}
-	s.AddTool(&mcp.Tool{Name: "echo", Description: "echoes text", InputSchema: json.RawMessage(echoSchema)},
+	// echo and slow say they are read-only (access policy tests decide by
+	// the hint); the other tools leave their annotations out.
+	readOnly := &mcp.ToolAnnotations{ReadOnlyHint: true}
+	s.AddTool(&mcp.Tool{Name: "echo", Description: "echoes text", InputSchema: json.RawMessage(echoSchema), Annotations: readOnly},
 		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			var in struct{ Text string }
 			_ = json.Unmarshal(req.Params.Arguments, &in)
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: in.Text}}}, nil
 		})
 	s.AddTool(&mcp.Tool{Name: "slow", Description: "sleeps ms milliseconds, ignoring cancellation",
-		InputSchema: json.RawMessage(`{"type":"object","properties":{"ms":{"type":"integer"}}}`)},
+		InputSchema: json.RawMessage(`{"type":"object","properties":{"ms":{"type":"integer"}}}`), Annotations: readOnly},
 		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			var in struct{ MS int }
 			_ = json.Unmarshal(req.Params.Arguments, &in)
