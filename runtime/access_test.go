@@ -274,5 +274,3 @@ func TestAccessRelayDenied(t *testing.T) {
 type accessFunc func(AccessRequest) AccessDecision
 
 func (f accessFunc) Decide(r AccessRequest) AccessDecision { return f(r) }
-
-

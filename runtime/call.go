@@ -69,10 +69,10 @@ type callRun struct {
 	finishing *pendingFacts
 	// st is the calling session's state when known (callIn): its access
 	// policy decides the call at the gate.
-	st        *sessionState
-	id        string
-	req       CallRequest
-	args      []byte
+	st   *sessionState
+	id   string
+	req  CallRequest
+	args []byte
 	// progress delivers the call's progress notifications (req.Progress set).
 	progress *callProgress
 	// httpCause is the typed cause of an HTTP call's failed request (nil
