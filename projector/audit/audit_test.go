@@ -220,13 +220,14 @@ func TestAuditJSONShape(t *testing.T) {
 	if err := json.Unmarshal(b, &m); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"report", "requests", "requests_omitted", "http_requests", "http_requests_omitted", "timeline", "timeline_omitted"} {
+	for _, k := range []string{"report", "requests", "requests_omitted", "http_requests", "http_requests_omitted", "timeline", "timeline_omitted",
+		"access_denied", "access_denied_omitted"} {
 		if _, ok := m[k]; !ok {
 			t.Fatalf("key %s missing: %s", k, b)
 		}
 	}
-	if string(m["requests"]) != "[]" || string(m["http_requests"]) != "[]" {
-		t.Fatalf("empty lists: %s %s", m["requests"], m["http_requests"])
+	if string(m["requests"]) != "[]" || string(m["http_requests"]) != "[]" || string(m["access_denied"]) != "[]" {
+		t.Fatalf("empty lists: %s %s %s", m["requests"], m["http_requests"], m["access_denied"])
 	}
 }
 
@@ -256,7 +257,7 @@ func TestAuditSummarize(t *testing.T) {
 	}
 	empty := audit.Summarize(projector.New(), 0)
 	b, _ := json.Marshal(empty)
-	if want := `{"events":0,"activations":0,"verdicts":{"confirmed":0,"never_started":0,"unconfirmed":0,"unverified":0},"not_closed":0,"unconfirmed":[],"unconfirmed_omitted":0,"anomalies":{}}`; string(b) != want {
+	if want := `{"events":0,"activations":0,"verdicts":{"confirmed":0,"never_started":0,"unconfirmed":0,"unverified":0},"not_closed":0,"unconfirmed":[],"unconfirmed_omitted":0,"anomalies":{},"policy":{"loads":0}}`; string(b) != want {
 		t.Fatalf("empty summary:\n%s\nwant\n%s", b, want)
 	}
 }

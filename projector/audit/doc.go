@@ -58,8 +58,29 @@
 //	    "seq": 2, "reason": "initialize_failed", "duration_ns": 1000,
 //	    "cause": "connection_refused", "target": "127.0.0.1:3011", // optional
 //	    "http_status": 503,         // optional, cause http_status
-//	    "exit_code": 3, "signal": "KILL"} // optional, cause process_exited: guardian.reaped's wait status
+//	    "exit_code": 3, "signal": "KILL"}, // optional, cause process_exited: guardian.reaped's wait status
+//	  "access_denied": [            // what the access policy denied it, in seq order, at most MaxDenials
+//	    {"seq": 11, "action": "call_tool", "session": "…",
+//	     "call_id": "…", "tool": "…",          // call_tool (call.refused reason policy) only
+//	     "target_sha256": "…",                 // optional: the prompt name's or resource URI's SHA-256
+//	     "policies": ["no-delete"],            // the forbids that denied it; []: no permit applied
+//	     "policies_omitted": 0,                // optional: those its record left out
+//	     "policy_digest": "…"}                 // the policy set that decided (policy.loaded)
+//	  ],
+//	  "access_denied_omitted": 0
 //	}
+//
+// The report's "access" (optional: none decided) counts every decision of
+// the access policy naming the activation, allowed and denied:
+//
+//	{"allowed": 3, "denied": 2,
+//	 "actions": {"call_tool": {"allowed": 2, "denied": 1}, "read_resource": {"denied": 1}, …},
+//	 "policies": {"readers": {"allowed": 3}, "no-delete": {"denied": 1}, "(no permit)": {"denied": 1}, …},
+//	 "policies_omitted": 0}        // optional
+//
+// where a denial naming no policy counts under "(no permit)", an allowed
+// decision naming none under "(unnamed)", and the ids past
+// projector.MaxAccessPolicies under "(other)".
 //
 // [Summary]:
 //
@@ -69,6 +90,14 @@
 //	  "not_closed": 1,              // unconfirmed activations with no close recorded
 //	  "unconfirmed": [{"activation_id": "…", "closed": true, "reasons": ["…"], "reasons_omitted": 0}],
 //	  "unconfirmed_omitted": 0,
-//	  "anomalies": {…}              // projector.Anomalies
+//	  "anomalies": {…},             // projector.Anomalies
+//	  "host": "…",                  // optional: the host the chain is bound to
+//	  "policy": {                   // projector.PolicyReport
+//	    "in_force": {"seq": 12, "at": "…", "trigger": "reload", "mode": "enforced",
+//	                 "digest": "…", "policies": 4}, // optional: the last policy.loaded; digest enforced only
+//	    "loads": 3,                 // every policy.loaded
+//	    "recent": [{…}],            // optional: the last projector.MaxPolicyLoads, oldest first
+//	    "loads_omitted": 0,         // optional: the earlier ones no longer kept
+//	    "decisions": {…}}           // optional: every decision, as an activation report's "access"
 //	}
 package audit

@@ -87,6 +87,12 @@ type Activation struct {
 	// AcquireFailed is the activation's failed acquisition with its cause
 	// (see AcquireFailure); absent when none was recorded.
 	AcquireFailed *AcquireFailure `json:"acquire_failed,omitempty"`
+	// AccessDenied are the activation's actions the access policy denied
+	// (see Denial), with the policies that decided, in seq order, at most
+	// MaxDenials; AccessDeniedOmitted counts the rest. The report's
+	// access section counts every decision, allowed and denied.
+	AccessDenied        []Denial `json:"access_denied"`
+	AccessDeniedOmitted int      `json:"access_denied_omitted"`
 }
 
 // leaseTerminated is the kind whose event makes the fold's unpaired calls
@@ -119,6 +125,7 @@ type Fold struct {
 	http  httpFold
 	calls callFold
 	acq   acquireFold
+	deny  denialFold
 }
 
 // NewFold returns a fold of activation's events.
@@ -143,7 +150,7 @@ func (f *Fold) Add(env *events.Envelope) error {
 	var p events.Payload
 	family := env.Kind.Family()
 	late := false
-	if family == "request" || family == "http" || family == "call" || env.Kind == leaseTerminated ||
+	if family == "request" || family == "http" || family == "call" || family == "access" || env.Kind == leaseTerminated ||
 		env.Kind == leaseAcquireFailed || env.Kind == guardianReaped {
 		var err error
 		if p, err = env.Payload(); err != nil {
@@ -164,6 +171,9 @@ func (f *Fold) Add(env *events.Envelope) error {
 		f.http.add(seq, p, late)
 	case "call":
 		f.calls.add(seq, env.Session, p)
+		f.deny.add(seq, env.Session, p)
+	case "access":
+		f.deny.add(seq, env.Session, p)
 	case "lease":
 		if env.Kind == leaseTerminated {
 			f.calls.add(seq, env.Session, p)
@@ -208,6 +218,7 @@ func (f *Fold) Result() (Activation, error) {
 	out.HTTPRequests = f.http.result(&a.Evidence)
 	out.CallsOutcomeUnknown, out.CallsOutcomeUnknownOmitted = f.calls.result()
 	out.AcquireFailed = f.acq.result()
+	out.AccessDenied, out.AccessDeniedOmitted = f.deny.result()
 	if f.keep > 0 && f.total > uint64(f.keep) { // the ring, oldest first
 		start := int(f.total % uint64(f.keep))
 		out.Timeline = append(slices.Clone(f.ring[start:]), f.ring[:start]...)

@@ -31,6 +31,10 @@ type Summary struct {
 	// Host is the host the chain is bound to (projector.State.Host),
 	// omitted when none.
 	Host string `json:"host,omitempty"`
+	// Policy is the access policy as the log records it
+	// (projector.State.Policy): the policy in force, its loads, and every
+	// decision by action, outcome and deciding policy.
+	Policy projector.PolicyReport `json:"policy"`
 }
 
 // Unconfirmed is one unconfirmed activation with its reasons (at most
@@ -48,7 +52,7 @@ type Unconfirmed struct {
 // (live.Projection.Summarize adds the stored ones).
 func Summarize(s *projector.State, limit int) Summary {
 	z := NewSummarizer(s.Applied(), s.Anomalies(), limit)
-	z.out.Host = s.Host()
+	z.out.Host, z.out.Policy = s.Host(), s.Policy()
 	for _, id := range s.ActivationIDs() {
 		v, reasons, omitted := s.Verdict(id)
 		_, closed := s.CloseReport(id)

@@ -201,8 +201,9 @@ func (s *Stream) Seq() uint64 { return s.state.Seq() }
 func (s *Stream) Leases() []*projector.Lease { return s.state.Leases() }
 
 // Summary ends an audit stream and returns the audit of every activation
-// it applied (settled or still in memory), with the chain's bound host:
-// what audit.Summarize returns for a plain replay of the same events.
+// it applied (settled or still in memory), with the chain's bound host
+// and its access policy: what audit.Summarize returns for a plain replay
+// of the same events.
 // Add and Scan fail afterwards, and so does a second Summary.
 func (s *Stream) Summary() (audit.Summary, error) {
 	if s.col == nil {
@@ -218,7 +219,7 @@ func (s *Stream) Summary() (audit.Summary, error) {
 		s.col.Add(id, v, reasons, omitted, closed)
 	}
 	sum := s.col.Summary(s.state.Applied(), s.state.Anomalies())
-	sum.Host = s.state.Host()
+	sum.Host, sum.Policy = s.state.Host(), s.state.Policy()
 	return sum, nil
 }
 

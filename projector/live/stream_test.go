@@ -35,6 +35,12 @@ func streamLog(t *testing.T) (*ledger.Ledger, int) {
 	}
 	for i := range n {
 		act, sess := fmt.Sprintf("act-%05d", i), fmt.Sprintf("s-%d", i%7)
+		if i%150 == 0 { // the access policy reloaded: past projector.MaxPolicyLoads over the log
+			ds = append(ds, events.Draft{Payload: &events.PolicyLoaded{Trigger: events.ConfigReload, Mode: events.PolicyEnforced, Digest: streamDigest, Policies: i / 150}})
+		}
+		if i%4 == 0 { // a decision, of ids past projector.MaxAccessPolicies over the log
+			d(act, sess, &events.AccessDecided{Action: events.AccessStartServer, Allowed: i%8 == 0, Policies: []string{fmt.Sprintf("p%d", i%70)}, PolicyDigest: streamDigest})
+		}
 		if i%13 == 0 { // a cap refusal: never started
 			d(act, sess, &events.LeaseAcquireFailed{Reason: "cap", DurationNS: 1})
 			continue
@@ -53,6 +59,7 @@ func streamLog(t *testing.T) (*ledger.Ledger, int) {
 		d(act, sess, &events.LeaseTerminated{Reason: events.TerminatedConnectionClosed})
 		if j := i - 700; j > 0 && j%11 == 0 { // a late event long after retirement
 			d(fmt.Sprintf("act-%05d", j), fmt.Sprintf("s-%d", j%7), &events.HTTPBarrier{Ref: "r1", Outcome: events.HTTPBarrierOK})
+			d(fmt.Sprintf("act-%05d", j), fmt.Sprintf("s-%d", j%7), &events.AccessDecided{Action: events.AccessReadResource, TargetSHA256: streamDigest, PolicyDigest: streamDigest})
 		}
 		if j := i - 900; j > 0 && j%17 == 0 { // a reopen
 			d(fmt.Sprintf("act-%05d", j), "s-x", &events.LeaseAcquiring{KeySession: "s-x", Fingerprint: streamDigest})

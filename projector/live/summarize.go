@@ -31,7 +31,7 @@ func (p *Projection) Summarize(ctx context.Context, limit int) (audit.Summary, e
 	sum := audit.Summary{Verdicts: map[string]int{projector.ResultConfirmed: 0, projector.ResultUnconfirmed: 0, projector.ResultUnverified: 0, projector.ResultNeverStarted: 0},
 		Unconfirmed: []audit.Unconfirmed{}}
 	err := p.View(func(s *projector.State) {
-		sum.Events, sum.Anomalies, sum.Host = s.Applied(), s.Anomalies(), s.Host()
+		sum.Events, sum.Anomalies, sum.Host, sum.Policy = s.Applied(), s.Anomalies(), s.Host(), s.Policy()
 		ids = s.ActivationIDs()
 		for _, id := range ids {
 			verdict, reasons, omitted := s.Verdict(id)
