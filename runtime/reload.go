@@ -37,6 +37,20 @@ func (m *Manager) RecordConfig(ctx context.Context, trigger events.ConfigTrigger
 	return nil
 }
 
+// RecordPolicy records the access policy a host put in force
+// (policy.loaded): at its start (events.ConfigStart: a policy set, or the
+// allow_all default without one) and at every reload that loaded one. p's
+// digest is the set's own (policy.Set.Digest), not keyed: policies hold
+// no secrets, and an auditor recomputes it from the files. A host records
+// nothing for a reload that failed to load: the previous policy stays in
+// force.
+func (m *Manager) RecordPolicy(ctx context.Context, p *events.PolicyLoaded) error {
+	if err := m.emitFact(ctx, events.Draft{Payload: p}); err != nil {
+		return newErr("policy", nil, ErrLedger, err)
+	}
+	return nil
+}
+
 // TerminateServer ends every lease of the server named name (a config
 // name), its sessions' and its shared one, with reason events.TerminatedRemoved:
 // the configuration no longer names it. Each goes through the normal close

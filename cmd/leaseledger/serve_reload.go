@@ -11,6 +11,7 @@ import (
 
 	"github.com/leaseledger/leaseledger/events"
 	"github.com/leaseledger/leaseledger/gateway"
+	"github.com/leaseledger/leaseledger/policy"
 	"github.com/leaseledger/leaseledger/runtime"
 )
 
@@ -76,10 +77,25 @@ type reloadChange struct {
 	servers        []string
 	added, removed []string
 	ended          int // leases of removed servers ended
+	// policy is the access policy set put in force (nil without --policy).
+	policy *policy.Set
+}
+
+// policyLoaded is the policy.loaded of set put in force by trigger: mode
+// enforced with its digest, or allow_all without a set.
+func policyLoaded(trigger events.ConfigTrigger, set *policy.Set) *events.PolicyLoaded {
+	if set == nil {
+		return &events.PolicyLoaded{Trigger: trigger, Mode: events.PolicyAllowAll}
+	}
+	return &events.PolicyLoaded{Trigger: trigger, Mode: events.PolicyEnforced, Digest: set.Digest(), Policies: set.Len()}
 }
 
 func (c reloadChange) String() string {
-	return fmt.Sprintf("config reloaded: %d server(s), added %v, removed %v (%d lease(s) ended)", len(c.servers), c.added, c.removed, c.ended)
+	s := fmt.Sprintf("config reloaded: %d server(s), added %v, removed %v (%d lease(s) ended)", len(c.servers), c.added, c.removed, c.ended)
+	if c.policy != nil {
+		s += fmt.Sprintf("; policy reloaded: %d policies, digest %s", c.policy.Len(), c.policy.Digest())
+	}
+	return s
 }
 
 // offered returns the server names the gateway offers now.
@@ -104,9 +120,18 @@ func (rt *serveRuntime) reload(ctx context.Context) (reloadChange, error) {
 	if err != nil {
 		return reloadChange{}, fmt.Errorf("config not reloaded (the previous one stays in force): %w", err)
 	}
+	// The policy files are read and validated before anything changes: a
+	// reload puts both files in force or neither (a policy that does not
+	// validate keeps the previous configuration and policy deciding).
+	var set *policy.Set
+	if rt.flags.policy != "" {
+		if set, err = policy.Load(rt.flags.policy, rt.flags.policyEntities); err != nil {
+			return reloadChange{}, fmt.Errorf("%s; nor the policy: --policy: %w", configNotReloaded, err)
+		}
+	}
 	names, data := cfg.names, cfg.data
 	logConfigWarnings(rt.a.logger, data)
-	change := reloadChange{servers: names}
+	change := reloadChange{servers: names, policy: set}
 	for _, n := range names {
 		if !slices.Contains(rt.servers, n) {
 			change.added = append(change.added, n)
@@ -126,6 +151,12 @@ func (rt *serveRuntime) reload(ctx context.Context) (reloadChange, error) {
 	}
 	rt.servers = names
 	var errs []error
+	if set != nil {
+		rt.policy.Swap(set)
+		if err := rt.mgr.RecordPolicy(ctx, policyLoaded(events.ConfigReload, set)); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	for _, n := range change.removed {
 		k, err := rt.mgr.TerminateServer(ctx, n)
 		change.ended += k

@@ -19,6 +19,7 @@ import (
 
 	"github.com/leaseledger/leaseledger/events"
 	"github.com/leaseledger/leaseledger/gateway"
+	"github.com/leaseledger/leaseledger/policy"
 	"github.com/leaseledger/leaseledger/projector/live"
 	"github.com/leaseledger/leaseledger/runtime"
 )
@@ -66,6 +67,8 @@ type runtimeFlags struct {
 	shutdownBudget      time.Duration
 	helperPath          string
 	dashboard           bool
+	policy              string
+	policyEntities      string
 }
 
 func (rf *runtimeFlags) register(cmd *cobra.Command) {
@@ -85,6 +88,8 @@ func (rf *runtimeFlags) register(cmd *cobra.Command) {
 	f.DurationVar(&rf.idleMax, "idle-max", runtime.DefaultIdleMax, "a lease without calls for this long is reaped")
 	f.DurationVar(&rf.reapInterval, "reap-interval", defaultReapInterval, "how often the background reaper looks for idle leases (0: only opportunistic reaping)")
 	f.DurationVar(&rf.shutdownBudget, "shutdown-budget", defaultShutdownBudget, "at SIGINT/SIGTERM, time to end every MCP session and lease before the bus and the ledger close")
+	f.StringVar(&rf.policy, "policy", "", "Cedar access policy file deciding what each token may do (docs/policy.md); validated at start (a file that does not validate refuses to start), re-read on SIGHUP and by `control reload`; without it every valid token may do everything")
+	f.StringVar(&rf.policyEntities, "policy-entities", "", "Cedar entities file (JSON) of the access policy: the groups of the tokens' principals; needs --policy")
 	f.StringVar(&rf.helperPath, "guardian-helper", "", "guardian helper binary (default: this executable acting as the helper)")
 	f.BoolVar(&rf.dashboard, "dashboard", true, "serve the dashboard (docs/dashboard.md) at / on --mcp-addr; it follows the bus over --ws-port")
 	_ = f.MarkHidden("guardian-helper")
@@ -110,6 +115,9 @@ type serveRuntime struct {
 	recovery live.RecoveryReport
 	// dashboard, when set, is served at / beside the MCP endpoint.
 	dashboard http.Handler
+	// policy is the access policy in force with --policy (nil without:
+	// everything allowed), swapped by reloads under reloadMu.
+	policy *policy.Engine
 }
 
 // startRuntime builds the manager over the projection's ledger, records
@@ -146,6 +154,16 @@ func startRuntime(ctx context.Context, a *app, proj *live.Projection, rf runtime
 			return nil, fmt.Errorf("--tokens: %w", err)
 		}
 	}
+	var set *policy.Set
+	switch {
+	case rf.policy != "":
+		if set, err = policy.Load(rf.policy, rf.policyEntities); err != nil {
+			return nil, fmt.Errorf("--policy: %w", err)
+		}
+		rt.policy = policy.NewEngine(set)
+	case rf.policyEntities != "":
+		return nil, errors.New("--policy-entities needs --policy")
+	}
 	if rt.recovery, err = live.Recover(ctx, proj, live.GatewayOwnership()); err != nil {
 		return nil, err
 	}
@@ -170,10 +188,15 @@ func startRuntime(ctx context.Context, a *app, proj *live.Projection, rf runtime
 		_ = rt.mgr.Close(context.Background())
 		return nil, fmt.Errorf("recording the configuration: %w", err)
 	}
+	if err := rt.mgr.RecordPolicy(ctx, policyLoaded(events.ConfigStart, set)); err != nil {
+		_ = rt.mgr.Close(context.Background())
+		return nil, fmt.Errorf("recording the access policy: %w", err)
+	}
 	rt.gw, err = gateway.New(gateway.Options{
 		Manager: rt.mgr, Servers: servers, Prefixes: cfg.prefixes, Tokens: rt.tokens, AllowedOrigins: rf.allowedOrigins,
 		MaxSessions: rf.maxSessions, MaxSessionsPerToken: rf.maxSessionsPerToken,
 		SessionIdleTimeout: rf.sessionIdle, BodyReadTimeout: rf.bodyReadTimeout, RequestBudget: rf.requestBudget, Logger: a.logger,
+		Policy: rt.policy,
 	})
 	if err != nil {
 		_ = rt.mgr.Close(context.Background())
