@@ -1,8 +1,14 @@
 package policy_test
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/leaseledger/leaseledger/events"
@@ -115,4 +121,68 @@ func ExampleSet_Test() {
 	}
 	// Output:
 	// research deletes: want allow, got deny (readers-no-destructive)
+}
+
+func ExampleLoad() {
+	dir, err := os.MkdirTemp("", "policy-example")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer os.RemoveAll(dir)
+	pol := filepath.Join(dir, "policy.cedar")
+	if err := os.WriteFile(pol, []byte(examplePolicy), 0o600); err != nil {
+		fmt.Println(err)
+		return
+	}
+	set, err := policy.Load(pol, "") // no entities file: research is in no group
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	d := set.Decide(policy.Request{Principal: "research", Action: events.AccessCallTool, Server: "docs",
+		Target: "edit", Time: time.Now(), Hints: policy.DefaultHints()})
+	fmt.Println(set.Len(), d.Allowed, d.Policies)
+
+	_, err = policy.Load(filepath.Join(dir, "missing.cedar"), "")
+	fmt.Println(errors.Is(err, policy.ErrRead))
+	// Output:
+	// 3 false []
+	// true
+}
+
+// The digest is defined on the files' bytes; this is its whole
+// definition.
+func ExampleDigest() {
+	pol, ent := []byte("permit(principal, action, resource);\n"), []byte("[]\n")
+	sum := sha256.Sum256([]byte(fmt.Sprintf("leaseledger-policy-v1\n%d\n%s%d\n%s", len(pol), pol, len(ent), ent)))
+	fmt.Println(policy.Digest(pol, ent) == hex.EncodeToString(sum[:]))
+
+	set, err := policy.Parse("policy.cedar", pol, "entities.json", ent)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(set.Digest() == policy.Digest(pol, ent))
+	// Output:
+	// true
+	// true
+}
+
+func ExampleSchema() {
+	fmt.Println(strings.Contains(policy.Schema(), "namespace Leaseledger"))
+	// Output:
+	// true
+}
+
+// A question the schema does not have is refused by Validate and denied
+// by Decide.
+func ExampleRequest_Validate() {
+	r := policy.Request{Principal: "bob", Action: events.AccessComplete, Server: "docs", Target: "summarize"}
+	fmt.Println(errors.Is(r.Validate(), policy.ErrRequest))
+	r.Ref = events.RefPrompt // a prompt's argument
+	fmt.Println(r.Validate())
+	// Output:
+	// true
+	// <nil>
 }
