@@ -252,6 +252,9 @@ func (s *session) listTools(ctx context.Context, p *mcp.ListToolsParams) (*mcp.L
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, server := range list.names {
+		if !s.pol.allows(events.AccessStartServer, server, "", nil) {
+			continue // shown before the policy denied it
+		}
 		for _, pt := range s.shown[server] {
 			name := list.exposedName(server, pt.Name)
 			if ref, ok := s.tools[name]; !ok || ref.server != server {
@@ -282,8 +285,8 @@ func (s *session) fetchTools(ctx context.Context, list *serverList, servers []st
 		wg.Go(func() {
 			if !s.pol.allows(events.AccessStartServer, server, "", nil) {
 				// Not the session's to use: left out without starting it
-				// (and without recording a denial: a listing is no action).
-				lists[i] = []runtime.PinnedTool{}
+				// (and without recording a denial: a listing is no action),
+				// and fetched once the policy allows it.
 				return
 			}
 			sem <- struct{}{}

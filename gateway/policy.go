@@ -82,3 +82,29 @@ func hintsOf(t *mcp.Tool) policy.ToolHints {
 	}
 	return h
 }
+
+// PolicyChanged tells every session that what it may use may have
+// changed (the host swapped Options.Policy's set): each client is sent
+// the tools, prompts and resources list_changed notifications, so that it
+// lists again and is shown what the new set allows. Decisions change at
+// the swap itself; this only updates what clients were shown.
+func (g *Gateway) PolicyChanged() {
+	g.mu.Lock()
+	sessions := make([]*session, 0, len(g.sessions))
+	for _, s := range g.sessions {
+		sessions = append(sessions, s)
+	}
+	g.mu.Unlock()
+	for _, s := range sessions {
+		if s.ctx.Err() != nil {
+			continue
+		}
+		for _, note := range []*rawNote{
+			{method: string(runtime.NotifyToolsChanged), params: &mcp.ToolListChangedParams{}},
+			{method: string(runtime.NotifyPromptsChanged), params: &mcp.PromptListChangedParams{}},
+			{method: string(runtime.NotifyResourcesChanged), params: &mcp.ResourceListChangedParams{}},
+		} {
+			s.sendNote(s.ctx, note)
+		}
+	}
+}

@@ -5,14 +5,17 @@ package gateway
 import (
 	"context"
 	"errors"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/leaseledger/leaseledger/events"
+	"github.com/leaseledger/leaseledger/internal/testproc"
 	"github.com/leaseledger/leaseledger/ledger"
 	"github.com/leaseledger/leaseledger/policy"
 	"github.com/leaseledger/leaseledger/runtime"
@@ -56,7 +59,15 @@ func TestPolicyThroughGateway(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
-	reader := e.mustConnect(ctx, e.plain["reader"], nil)
+	var changed atomic.Int32
+	rc := mcp.NewClient(&mcp.Implementation{Name: "reader", Version: "0"}, &mcp.ClientOptions{
+		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) { changed.Add(1) }})
+	reader, err := rc.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: e.srv.URL, MaxRetries: -1,
+		HTTPClient: &http.Client{Transport: &headers{token: e.plain["reader"], base: e.srv.Client().Transport}}},
+		&mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer reader.Close()
 	lt, err := reader.ListTools(ctx, nil)
 	if err != nil {
@@ -121,6 +132,8 @@ forbid (principal, action == Leaseledger::Action::"call_tool", resource == Lease
 		t.Fatal(err)
 	}
 	engine.Swap(set2)
+	e.g.PolicyChanged()
+	testproc.Eventually(t, "the reader was told its tools changed", func() bool { return changed.Load() > 0 })
 	_, err = reader.CallTool(ctx, &mcp.CallToolParams{Name: "ts__echo", Arguments: map[string]any{"text": "again"}})
 	if !errors.As(err, &je) || je.Code != CodeAccessDenied {
 		t.Fatalf("call after the swap: %v", err)

@@ -153,6 +153,7 @@ func (rt *serveRuntime) reload(ctx context.Context) (reloadChange, error) {
 	var errs []error
 	if set != nil {
 		rt.policy.Swap(set)
+		rt.gw.PolicyChanged()
 		if err := rt.mgr.RecordPolicy(ctx, policyLoaded(events.ConfigReload, set)); err != nil {
 			errs = append(errs, err)
 		}
