@@ -42,6 +42,13 @@ type benchSide struct {
 // gateway side.
 func benchGateway(b *testing.B, sessions int) (benchSide, *runtime.Manager) {
 	b.Helper()
+	return benchGatewayWith(b, sessions, nil)
+}
+
+// benchGatewayWith is benchGateway with the gateway's options adjusted
+// by tweak (nil: none).
+func benchGatewayWith(b *testing.B, sessions int, tweak func(*Options)) (benchSide, *runtime.Manager) {
+	b.Helper()
 	l, err := ledger.Open(ledger.Options{Dir: filepath.Join(b.TempDir(), "ledger")})
 	if err != nil {
 		b.Fatal(err)
@@ -54,7 +61,11 @@ func benchGateway(b *testing.B, sessions int) (benchSide, *runtime.Manager) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	g, err := New(Options{Manager: m, Servers: []string{benchServer}, MaxSessions: sessions + 1, MaxSessionsPerToken: sessions + 1})
+	gopts := Options{Manager: m, Servers: []string{benchServer}, MaxSessions: sessions + 1, MaxSessionsPerToken: sessions + 1}
+	if tweak != nil {
+		tweak(&gopts)
+	}
+	g, err := New(gopts)
 	if err != nil {
 		b.Fatal(err)
 	}
