@@ -42,7 +42,9 @@ snapshot is used) and reports cleanup evidence.
 
 With an activation, it prints the activation's timeline, every tracked
 resource with its status and facts, the recent confirmed receipts and the
-aggregate resources, the connection and its close report, the resource
+aggregate resources, the connection and its close report, the access
+policy's decisions naming it (by action and outcome and by deciding
+policy) and what it denied with the deciding policies, the resource
 request timelines, the HTTP request timelines (each redirect hop with its
 origins and barriers, completions, barriers, worker ends, lost evidence),
 and the verdict (confirmed / unconfirmed) with every reason it is not
@@ -52,7 +54,9 @@ documented in package projector/audit).
 
 With --all, it replays the whole log (with a progress bar on stderr) and
 prints the host the chain is bound to (host.bound, when there is one), the
-number of activations by verdict and the unconfirmed ones.
+access policy in force (the last policy.loaded: enforced with its digest,
+or allow_all) with every decision's totals, the number of activations by
+verdict and the unconfirmed ones.
 
 With --bundle FILE --vkey KEY it needs no data directory: it reads an
 evidence bundle (from 'bundle'), verifies every event in it as 'verify
@@ -228,6 +232,10 @@ func printReport(w io.Writer, out *audit.Activation) {
 			rc.Total(), rc.Accepted, rc.Declined, rc.Cancelled, rc.Error, rc.TimedOut, rc.Refused)
 	}
 	printActivity(w, r)
+	if r.Access != nil {
+		printAccess(w, r.Access)
+	}
+	printDenials(w, out)
 	if len(out.Requests) > 0 {
 		printListHeader(w, "requests", len(out.Requests), out.RequestsOmitted)
 		for _, r := range out.Requests {
@@ -269,6 +277,79 @@ func printActivity(w io.Writer, r *projector.ActivationReport) {
 			c := r.RequestMethods[m]
 			fmt.Fprintf(w, "  %s: %d registered (ok %d, error %d, timeout %d, cancelled %d)\n", m, c.Registered, c.OK, c.Error, c.Timeout, c.Cancelled)
 		}
+	}
+}
+
+// printAccess prints decisions of the access policy: the totals, by
+// action (in the catalogue's order) and by deciding policy (in id order,
+// the labels of decisions naming no policy first).
+func printAccess(w io.Writer, c *projector.AccessCounts) {
+	fmt.Fprintf(w, "access: %d decision(s) (%d allowed, %d denied)\n", c.Total(), c.Allowed, c.Denied)
+	for _, act := range events.AccessActions() {
+		if o, ok := c.Actions[act]; ok {
+			fmt.Fprintf(w, "  %s: %d allowed, %d denied\n", act, o.Allowed, o.Denied)
+		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(c.Policies)) {
+		o := c.Policies[id]
+		note := ""
+		switch id {
+		case projector.PolicyNoPermit:
+			note = " (no permit applied)"
+		case projector.PolicyOther:
+			note = fmt.Sprintf(" (the ids past the first %d, counted together)", projector.MaxAccessPolicies)
+		}
+		fmt.Fprintf(w, "  policy %s: %d allowed, %d denied%s\n", id, o.Allowed, o.Denied, note)
+	}
+	if c.PoliciesOmitted > 0 {
+		fmt.Fprintf(w, "  deciding policies the records left out: %d\n", c.PoliciesOmitted)
+	}
+}
+
+// printDenials prints what the access policy denied the activation, with
+// the deciding policies (none: no permit applied) and the policy set.
+func printDenials(w io.Writer, out *audit.Activation) {
+	if len(out.AccessDenied) == 0 && out.AccessDeniedOmitted == 0 {
+		return
+	}
+	printListHeader(w, "access denied", len(out.AccessDenied), out.AccessDeniedOmitted)
+	for _, x := range out.AccessDenied {
+		fmt.Fprintf(w, "  seq %d %s (session %s)", x.Seq, x.Action, orNone(x.Session))
+		if x.CallID != "" {
+			fmt.Fprintf(w, " call %s tool %s", x.CallID, x.Tool)
+		}
+		if x.TargetSHA256 != "" {
+			fmt.Fprintf(w, " target %s", short(x.TargetSHA256))
+		}
+		if len(x.Policies) == 0 && x.PoliciesOmitted == 0 {
+			fmt.Fprint(w, ": no permit applied")
+		} else {
+			fmt.Fprintf(w, ": policies %s", strings.Join(x.Policies, " "))
+			if x.PoliciesOmitted > 0 {
+				fmt.Fprintf(w, " (+%d left out)", x.PoliciesOmitted)
+			}
+		}
+		fmt.Fprintf(w, "; policy set %s\n", short(x.PolicyDigest))
+	}
+}
+
+// printPolicy prints the access policy in force (the last policy.loaded)
+// and every decision's totals.
+func printPolicy(w io.Writer, p *projector.PolicyReport) {
+	loads := fmt.Sprintf("%d load(s)", p.Loads)
+	if p.LoadsOmitted > 0 {
+		loads += fmt.Sprintf(", the last %d kept", len(p.Recent))
+	}
+	switch in := p.InForce; {
+	case in == nil:
+		fmt.Fprintln(w, "policy: none recorded (no policy.loaded in the log)")
+	case in.Mode == events.PolicyEnforced:
+		fmt.Fprintf(w, "policy: enforced %s (%d policies, loaded at seq %d; %s)\n", short(in.Digest), in.Policies, in.Seq, loads)
+	default:
+		fmt.Fprintf(w, "policy: %s (default), loaded at seq %d; %s\n", in.Mode, in.Seq, loads)
+	}
+	if p.Decisions != nil {
+		printAccess(w, p.Decisions)
 	}
 }
 
@@ -441,6 +522,7 @@ func printSummaryOut(a *app, out audit.Summary, asJSON bool) error {
 			// observed, with nothing to vouch for their release. No failure.
 			fmt.Fprintf(a.stdout, "unverified: %d (direct children: the host saw them exit; release not verified)\n", n)
 		}
+		printPolicy(a.stdout, &out.Policy)
 		if an := out.Anomalies; an != (projector.Anomalies{}) {
 			fmt.Fprintf(a.stdout, "anomalies: unattributed %d, orphan lease events %d, orphan request events %d, unknown %d\n",
 				an.Unattributed, an.OrphanLease, an.OrphanRequest, an.Unknown)
