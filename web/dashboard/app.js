@@ -29,6 +29,7 @@ const INITIAL_BACKLOG = 1000; // events replayed on open (the newest; fewer when
 const LEASES_PAGE = 1000; // lease rows asked for (control.MaxLeasesPage; the count says when there are more)
 const MAX_RUNNING = 100; // live leases the landing view's "Running now" table renders (all of them: the Leases view)
 const MAX_RECENT = 30; // recent activations whose verdict is followed
+const MAX_DENIED_SESSIONS = 200; // sessions whose policy denials the page counts (the least recently denied dropped, counted)
 const CHART_POINTS = 300; // seconds of history in the charts
 const MAX_SHOWN = 2000; // (seq, time shown) pairs kept for measurement
 const REFRESH_MS = 150; // lease table refresh after a lease-related event, at most this often
@@ -335,12 +336,15 @@ function resetViews() {
   leasesTimer = auditTimer = verdictTimer = null;
   auditRetries = 0;
   recent.clear();
+  denied.clear();
+  deniedDropped = 0;
+  dirtyDenied = true;
   liveLeases = 0;
   leasesSeq = 0;
   perSecond.clear();
   for (const k in series) series[k].length = 0;
   cleanupBuckets.fill(0);
-  for (const id of ["events-body", "running-body", "leases-body", "recent-body", "unconfirmed-body", "verdicts", "evidence"]) $(id).replaceChildren();
+  for (const id of ["events-body", "running-body", "leases-body", "recent-body", "unconfirmed-body", "verdicts", "policy", "denied-body", "evidence"]) $(id).replaceChildren();
   for (const id of ["leases-note", "running-note", "backlog-note"]) $(id).textContent = "";
   $("checkpoint").textContent = "none yet";
   dirtyList = true;
@@ -575,6 +579,8 @@ function apply(ev) {
     if (visible("activations")) scheduleAudit();
   }
   if (ev.kind === "connection.closed" && ev.data) cleanup(ev.data.elapsed_ns);
+  countDenied(ev);
+  if (ev.kind === "policy.loaded" && visible("activations")) scheduleAudit(); // the policy in force changed
   dirtyList = true;
   scheduleFrame();
 }
@@ -598,6 +604,7 @@ function frame() {
   $("head-hash").textContent = D.head.hash || "–";
   $("followed").textContent = followedFrom ? String(followedFrom) : "–";
   $("backlog-note").textContent = backlogText();
+  if (dirtyDenied && visible("activations")) renderDenied();
   if (dirtyList && paused) {
     // Paused: the list keeps its position (filters still apply to it);
     // the page goes on following underneath.
@@ -827,7 +834,10 @@ function activityOf(r) {
   if (lists) parts.push("list changes " + lists + " (" + nonZero(r.list_changes) + ")");
   const methods = Object.entries(r.request_methods || {});
   if (methods.length) parts.push("requests " + methods.map(([m, c]) => m + " " + c.registered).join(", "));
-  return { relays, open: subs.open || 0, listChanges: lists, text: parts.join("; ") };
+  // The access policy's decisions naming it (a denied action was not performed).
+  const access = r.access;
+  if (access) parts.push("access " + access.allowed + " allowed, " + access.denied + " denied");
+  return { relays, open: subs.open || 0, listChanges: lists, denied: access ? access.denied : 0, text: parts.join("; ") };
 }
 
 function verdictCell(tr, v) {
@@ -850,6 +860,8 @@ function renderRecent() {
     tr.dataset.relays = act.relays;
     tr.dataset.subscriptionsOpen = act.open;
     tr.dataset.listChanges = act.listChanges;
+    tr.dataset.accessDenied = act.denied;
+    if (act.denied) tr.classList.add("denied");
     cell(tr, act.text, "wrap");
     cell(tr, r.reasons.join("; "), "wrap");
     frag.appendChild(tr);
@@ -891,6 +903,7 @@ async function refreshAudit() {
   // confirmed; counted apart, never a failure.
   for (const k of ["confirmed", "unverified", "unconfirmed", "never_started"]) add(k.replace("_", " "), s.verdicts[k] ?? 0, "v-" + k);
   add("not closed", s.not_closed);
+  showPolicy(s.policy);
   const frag = document.createDocumentFragment();
   for (const u of s.unconfirmed) {
     const tr = document.createElement("tr");
@@ -1009,6 +1022,7 @@ async function showEvidence(a) {
     table(cs, close.obligations);
   }
   showActivity(r);
+  showAccess(r, rep);
   table(section("Calls without an outcome"), rep.calls_outcome_unknown, rep.calls_outcome_unknown_omitted);
   table(section("Timeline"), rep.timeline, rep.timeline_omitted);
 }
@@ -1040,6 +1054,104 @@ function showActivity(r) {
   const rows = Object.entries(r.request_methods || {}).sort(([a], [b]) => (a < b ? -1 : 1))
     .map(([method, c]) => ({ method, registered: c.registered || 0, ok: c.ok || 0, error: c.error || 0, timeout: c.timeout || 0, cancelled: c.cancelled || 0 }));
   table(s, rows);
+}
+
+// ---- access policy -----------------------------------------------------------
+
+// shortDigest is a digest's first 12 hex digits, as `leaseledger audit`
+// prints them.
+const shortDigest = (d) => (d ? d.slice(0, 12) : "");
+
+// showPolicy shows the access policy in force (the summary's policy: the
+// last policy.loaded, its loads) and every decision's totals.
+function showPolicy(p) {
+  const el = $("policy");
+  p = p || { loads: 0 };
+  const f = p.in_force;
+  el.dataset.mode = f ? f.mode : "";
+  el.dataset.digest = f && f.digest ? f.digest : "";
+  const loads = p.loads + " load(s)" + (p.loads_omitted ? ", the last " + (p.recent || []).length + " kept" : "");
+  let text = "policy: none recorded";
+  if (f && f.mode === "enforced") text = "policy: enforced " + shortDigest(f.digest) + " (" + f.policies + " policies, loaded at seq " + f.seq + "; " + loads + ")";
+  else if (f) text = "policy: " + f.mode + " (default), loaded at seq " + f.seq + "; " + loads;
+  const d = p.decisions;
+  const span = document.createElement("span");
+  span.textContent = text;
+  const totals = document.createElement("span");
+  totals.textContent = d ? "decisions: " + d.allowed + " allowed, " + d.denied + " denied" + (d.policies_omitted ? " (" + d.policies_omitted + " deciding policies left out of the records)" : "") : "no decisions recorded";
+  if (d && d.denied) totals.className = "v-unconfirmed";
+  el.replaceChildren(span, totals);
+}
+
+// The page counts, per session, the decisions of the access policy that
+// denied it among the events it follows (access.decided not allowed,
+// call.refused reason policy): the projection keeps a session's counts
+// only while it is open and the API has no session report, so this view
+// is of the events followed (see the note), not the whole log.
+const denied = new Map(); // session -> {denied, actions: {action: n}, last: {seq, action, policies}}
+let deniedDropped = 0;
+let dirtyDenied = false;
+
+function countDenied(ev) {
+  const data = ev.data;
+  if (!data || !ev.session) return;
+  let action;
+  if (ev.kind === "access.decided" && data.allowed === false) action = data.action;
+  else if (ev.kind === "call.refused" && data.reason === "policy") action = "call_tool";
+  else return;
+  let x = denied.get(ev.session);
+  if (x) denied.delete(ev.session); // the most recently denied last
+  else x = { denied: 0, actions: {}, last: null };
+  denied.set(ev.session, x);
+  while (denied.size > MAX_DENIED_SESSIONS) {
+    denied.delete(denied.keys().next().value);
+    deniedDropped++;
+  }
+  x.denied++;
+  x.actions[action] = (x.actions[action] || 0) + 1;
+  x.last = { seq: ev.seq, action, policies: data.policies || [], tool: data.tool };
+  dirtyDenied = true;
+}
+
+function renderDenied() {
+  dirtyDenied = false;
+  const frag = document.createDocumentFragment();
+  for (const [session, x] of [...denied].reverse()) {
+    const tr = document.createElement("tr");
+    tr.dataset.session = session;
+    tr.dataset.denied = x.denied;
+    cell(tr, session);
+    cell(tr, x.denied, "v-unconfirmed");
+    cell(tr, nonZero(x.actions), "wrap");
+    const l = x.last;
+    cell(tr, "seq " + l.seq + " " + l.action + (l.tool ? " " + l.tool : "") + ": " + (l.policies.length ? l.policies.join(" ") : "no permit applied"), "wrap");
+    frag.appendChild(tr);
+  }
+  $("denied-body").replaceChildren(frag);
+  $("denied-note").textContent = followedFrom ? "in the events followed from seq " + followedFrom + (deniedDropped ? "; " + deniedDropped + " less recently denied session(s) dropped" : "") : "";
+}
+
+// showAccess adds the evidence's section on the access policy's decisions
+// naming the activation: by action and outcome, by deciding policy ("(no
+// permit)": denials no permit applied to; "(other)": ids past the
+// projector's bound), and what it denied with the deciding policies.
+function showAccess(r, rep) {
+  const s = section("Access decisions");
+  s.dataset.section = "access";
+  const c = r.access;
+  const p = document.createElement("p");
+  p.dataset.fact = "access";
+  p.textContent = c ? c.allowed + " allowed, " + c.denied + " denied" + (c.policies_omitted ? "; " + c.policies_omitted + " deciding policies left out of the records" : "") : "none recorded";
+  s.appendChild(p);
+  if (!c) return;
+  const outcomes = (o) => ({ allowed: o.allowed || 0, denied: o.denied || 0 });
+  table(s, Object.entries(c.actions || {}).map(([action, o]) => Object.assign({ action }, outcomes(o))));
+  table(s, Object.entries(c.policies || {}).sort(([a], [b]) => (a < b ? -1 : 1)).map(([policy, o]) => Object.assign({ policy }, outcomes(o))));
+  table(s, (rep.access_denied || []).map((x) => ({
+    seq: x.seq, action: x.action, session: x.session || "", call: x.call_id ? x.call_id + " " + x.tool : "",
+    target: shortDigest(x.target_sha256), policies: x.policies.length ? x.policies.join(" ") + (x.policies_omitted ? " (+" + x.policies_omitted + ")" : "") : "no permit applied",
+    "policy set": shortDigest(x.policy_digest),
+  })), rep.access_denied_omitted);
 }
 
 // ---- ledger: rate and checkpoints ------------------------------------------
@@ -1118,7 +1230,7 @@ function showView(name) {
   for (const s of document.querySelectorAll("main > section")) s.hidden = s.id !== "view-" + name;
   if (name === "charts") drawCharts();
   if (name === "leases") refreshLeases();
-  if (name === "activations") { refreshAudit(); renderRecent(); refreshVerdicts(); }
+  if (name === "activations") { refreshAudit(); renderRecent(); refreshVerdicts(); renderDenied(); }
 }
 
 function init() {
