@@ -16,7 +16,13 @@ package ledger
 //   - Failure is sticky: after Pebble refuses a commit or a sync, every later
 //     append fails with ErrFailed; only reopening recovers (also with a
 //     batch sealed while the failing one was in the applier:
-//     TestApplyFailureWithSealedOpenBatch).
+//     TestApplyFailureWithSealedOpenBatch). Every batch not yet acknowledged
+//     when the ledger fails fails too, in order, even one applied behind a
+//     failed fsync (TestFailedFsyncFailsLaterBatches): it is in doubt,
+//     never acknowledged.
+//   - A batch's ack follows its own fsync, never only an earlier batch's,
+//     also while later batches are written during that fsync
+//     (TestAckAwaitsOwnFsync); batches are acknowledged in seq order.
 //   - Observers see batches in seq order after fsync: BeforeAck before the
 //     batch's appenders are woken, Watch observers after, batch after batch.
 //     A keyed retry is a batch's appender too: it is answered only once
@@ -37,9 +43,10 @@ package ledger
 //     most max(MaxBatchEvents, MaxAppendEvents) events (a call larger than
 //     MaxBatchEvents is sealed alone, never split) preallocated to at most
 //     maxBatchPrealloc bytes, inflightBatches closed batches being applied
-//     or awaiting their fsync, one batch being acknowledged (whose records
-//     the committer keeps until the next flush, for Import's re-delivery
-//     check) and ObserverQueueLen batches per Watch observer; a full queue blocks the
+//     or awaiting their fsync, one batch being acknowledged (the committer
+//     keeps the records of the last inflightBatches batches flushed while
+//     they are not durable, for Import's re-delivery check) and
+//     ObserverQueueLen batches per Watch observer; a full queue blocks the
 //     appender until its context ends.
 //   - Close drains: everything enqueued before Close is committed (also
 //     while a batch is held in the applier: TestCloseWhileApplyHeld).
@@ -56,27 +63,8 @@ package ledger
 //     records allocated up front a quarter more than the last batch's
 //     (TestRecordsPrealloc).
 //
-// The commit pipeline is classic group commit in three overlapped stages,
-// each on its own goroutine:
-//
-//	committer: seals every request that arrives into the open batch (seqs,
-//	           ULIDs, times, chain hashes, index entries, Merkle nodes);
-//	applier:   applies a closed batch to Pebble with a Sync commit (WAL
-//	           write and memtable insertion: about as costly as sealing);
-//	syncer:    awaits its fsync, publishes the head, runs BeforeAck,
-//	           publishes the acknowledged head, wakes the appenders.
-//
-// Exactly one batch is past the committer (being applied, or applied with
-// its fsync awaited): it holds the token. When the fsync completes, the
-// syncer hands the token back and the committer closes the whole open batch
-// and hands it to the applier: one Pebble commit, one fsync for everything
-// queued during the previous one. The committer never waits for Pebble's
-// memtable insertion (TestCommitterSealsWhileApplyHeld holds a batch in the
-// applier): it goes on sealing the next batch meanwhile, so that
-// with large batches sealing and insertion proceed side by side instead of
-// one after the other. The applier changes nothing of a batch's content:
-// the stored bytes are those the sealing wrote, whichever goroutine applies
-// them (TestPipelinedApplyTwin compares both against each other).
+// The stages of the pipeline (committer, applier, syncer) and how batch
+// N+1 is written while batch N's fsync runs are described in pipeline.go.
 
 import (
 	"context"
@@ -91,11 +79,6 @@ import (
 	"github.com/leaseledger/leaseledger/ledger/internal/keys"
 	"github.com/oklog/ulid/v2"
 )
-
-// inflightBatches is how many batches may be applied to Pebble with their
-// fsync not yet observed. One is classic group commit: everything that
-// queues during an fsync goes into the next batch.
-const inflightBatches = 1
 
 // maxBatchPrealloc bounds the bytes an open batch is allocated up front
 // (batchPrealloc). Without it one call of MaxAppendEvents large events
@@ -145,6 +128,9 @@ type pending struct {
 	appliedAt time.Time
 	applied   bool   // applied by the committer itself (hookInlineApply)
 	keyBuf    []byte // scratch for the keys setEvent builds
+	// err is set by applyBatch when the batch was not applied (the
+	// ledger's sticky failure): the syncer fails its appenders in order.
+	err error
 }
 
 // setEvent writes the sealed event env (raw under e/<seq>) and its index
@@ -279,66 +265,16 @@ func (l *Ledger) failed() error {
 
 func (l *Ledger) fail(err error) error { return l.setFailed(err) } // ledger/storage.go
 
-// committer owns the chain state (tail, lastT, entropy) and the open batch.
-// Closing l.inflight when it returns stops the applier, then the syncer.
-func (l *Ledger) committer(syncerDone <-chan struct{}) {
-	defer close(l.done)
-	defer func() { <-syncerDone }()
-	defer close(l.inflight)
-	c := &committerLocal{}
-	var open *pending
-	for {
-		if open == nil {
-			select {
-			case r := <-l.queue:
-				open = l.add(c, open, r)
-			case <-l.stop:
-				l.drainOnStop(c, open)
-				return
-			}
-			continue
-		}
-		select {
-		case r := <-l.queue:
-			open = l.add(c, open, r)
-		case <-l.token:
-			l.flush(c, open)
-			open = nil
-		case <-l.stop:
-			l.drainOnStop(c, open)
-			return
-		}
-	}
-}
-
 // newPending starts an open batch. Its Pebble batch is allocated when the
 // first event is sealed into it (add): a batch of retries writes nothing.
 func (l *Ledger) newPending(*committerLocal) *pending {
 	return &pending{}
 }
 
-// drainOnStop runs after Close set closed under the write lock, so nothing
-// is being enqueued any more: it seals what is left and flushes it.
-func (l *Ledger) drainOnStop(c *committerLocal, open *pending) {
-	for {
-		select {
-		case r := <-l.queue:
-			open = l.add(c, open, r)
-			continue
-		default:
-		}
-		break
-	}
-	if open != nil {
-		<-l.token
-		l.flush(c, open)
-	}
-}
-
 // add seals r's events into the open batch (starting one when open is nil)
 // and returns the open batch. A request that would overflow the batch first
-// waits for the token and flushes the open batch: one Append call is always
-// committed atomically, in one batch.
+// waits until the open batch may be flushed (awaitFlush) and flushes it: one
+// Append call is always committed atomically, in one batch.
 func (l *Ledger) add(c *committerLocal, open *pending, r *appendReq) *pending {
 	if err := l.failed(); err != nil {
 		r.err = err
@@ -381,12 +317,7 @@ func (l *Ledger) add(c *committerLocal, open *pending, r *appendReq) *pending {
 		return open
 	}
 	if open != nil && open.events+len(r.prepared) > l.opts.MaxBatchEvents {
-		select {
-		case <-l.token:
-		default:
-			l.opts.hooks.call(hookTokenWait)
-			<-l.token
-		}
+		l.awaitFlush(c)
 		l.flush(c, open)
 		open = nil
 	}
@@ -419,73 +350,6 @@ func (l *Ledger) add(c *committerLocal, open *pending, r *appendReq) *pending {
 	return open
 }
 
-// flush closes the open batch: it writes the head and tree size, and hands
-// the batch to the applier, which returns the token once its fsync is done
-// (through the syncer). The caller holds the token. With the hook
-// hookInlineApply set, the committer applies the batch itself instead (the
-// sequential reference of the twin test).
-//
-// A batch of retries only (p.batch nil) writes nothing, not even m/head and
-// m/tree, which it would leave unchanged: it still passes the applier and
-// the syncer, which is what orders its wake-up after the batches before it.
-func (l *Ledger) flush(c *committerLocal, p *pending) {
-	if p.batch != nil {
-		_ = p.batch.Set([]byte(keys.Head), keys.EncodeHead(p.head.Seq, p.head.Hash), nil)
-		_ = p.batch.Set([]byte(keys.TreeSize), keys.EncodeTreeSize(p.head.Seq), nil)
-		c.batchBytes = p.batch.Len()
-	}
-	if len(p.records) > 0 {
-		c.flushed = p.records
-		c.batchEvents = len(p.records)
-	}
-	if h := l.opts.hooks; h != nil && h[hookInlineApply] != nil {
-		if p.batch != nil {
-			h.call(hookInlineApply) // counts Pebble commits (the twin test)
-		}
-		if p.applied = l.applyBatch(p); !p.applied {
-			return
-		}
-	}
-	l.inflight <- p // never waits: the applier is idle while the token is here
-}
-
-// applier applies the batches the committer closes (l.inflight), in order,
-// and hands each to the syncer (applied). It closes applied once the
-// committer has closed l.inflight and everything in it is handed on.
-func (l *Ledger) applier(applied chan<- *pending) {
-	defer close(applied)
-	for p := range l.inflight {
-		if p.applied || l.applyBatch(p) {
-			applied <- p
-		}
-	}
-}
-
-// applyBatch applies p with a Sync commit and reports whether it did; on
-// failure it fails p's appenders and returns the token itself.
-func (l *Ledger) applyBatch(p *pending) bool {
-	l.opts.hooks.call(hookApply)
-	err := l.failed() // an earlier batch failed: applying this one would leave a gap
-	if err == nil && p.batch != nil {
-		p.appliedAt = time.Now()
-		if aerr := l.db.ApplyNoSyncWait(p.batch, pebble.Sync); aerr != nil {
-			err = l.fail(fmt.Errorf("commit: %w", aerr))
-		}
-	}
-	if err != nil {
-		if p.batch != nil {
-			p.batch.Close()
-		}
-		for _, r := range p.reqs {
-			r.acks, r.err = nil, err
-			close(r.done)
-		}
-		l.token <- struct{}{} // nothing in flight
-		return false
-	}
-	return true
-}
-
 // seal assigns the next seq, a ULID and time t (checked by add) to p and
 // chains it after the tail. It allocates nothing beyond events.Seal
 // (TestSealIDAllocs).
@@ -501,96 +365,4 @@ func (l *Ledger) seal(c *committerLocal, p events.Prepared, t time.Time) (events
 	env, raw := events.Seal(p, seq, id, t, l.tail.Hash)
 	l.tail = Head{Seq: seq, Hash: env.Hash}
 	return env, raw
-}
-
-// syncer starts the applier, waits for each applied batch's fsync,
-// publishes the new durable head, returns the token, runs BeforeAck,
-// publishes the acknowledged head and wakes the batch's appenders.
-func (l *Ledger) syncer(done chan<- struct{}) {
-	defer close(done)
-	applied := make(chan *pending, inflightBatches)
-	go l.applier(applied)
-	for p := range applied {
-		var err error
-		if p.batch != nil { // nil: retries only, nothing written
-			err = p.batch.SyncWait()
-			p.batch.Close()
-		}
-		if err == nil {
-			// A Pebble fatal error (see pebbleLogger) since the batch was
-			// applied: Pebble returned, but vouches for nothing.
-			err = l.failed()
-		}
-		if err != nil {
-			err = l.fail(fmt.Errorf("sync: %w", err))
-			l.token <- struct{}{}
-			for _, r := range p.reqs {
-				r.acks, r.err = nil, err
-				close(r.done)
-			}
-			continue
-		}
-		head := p.head
-		l.head.Store(&head)
-		if p.batch != nil {
-			l.commits.Add(1)
-			l.eventsDone.Add(uint64(len(p.records)))
-			l.commitNanos.Add(uint64(time.Since(p.appliedAt)))
-		}
-		// The next batch may be applied now: it is ordered after this one in
-		// Pebble's WAL, and this goroutine acknowledges batches in order.
-		l.token <- struct{}{}
-		if l.opts.BeforeAck != nil && len(p.records) > 0 {
-			handPayloads(p.records) // only those of calls still waiting (payload.go)
-			l.opts.BeforeAck.Committed(p.records)
-		}
-		// Once acknowledged the payloads are their appenders' again: Watch
-		// observers, which run after, never see them (payload.go).
-		takePayloads(p.records)
-		// After BeforeAck: the committer answers a retry of these events at
-		// once only from now on (add).
-		l.acked.Store(uint64(head.Seq))
-		for _, r := range p.reqs {
-			close(r.done)
-		}
-		if len(p.records) == 0 {
-			continue // only retries of keyed appends: nothing to observe
-		}
-		l.notifyObservers(p.records) // queued: never waits for an observer
-	}
-}
-
-// Points of the pipeline a test can wait for (see Options.hooks).
-const (
-	// hookQueueFull: an appender found the queue full and is about to block.
-	hookQueueFull = iota
-	// hookTokenWait: the committer holds a call that does not fit the open
-	// batch, no token is free, and it is about to block until the syncer
-	// returns one.
-	hookTokenWait
-	// hookCloseWaitsReaders: Close has stopped the committer and is about
-	// to wait for reads in progress.
-	hookCloseWaitsReaders
-	// hookInlineApply: when set, the committer applies each batch itself,
-	// without the applier (the sequential pipeline, the reference of the
-	// twin test), calling it before each apply.
-	hookInlineApply
-	// hookApply: a closed batch is about to be applied (applyBatch, on the
-	// applier, or on the committer with hookInlineApply); blocking in it
-	// holds the batch in the applier.
-	hookApply
-	// hookSealed: the committer has sealed a call's events into the open
-	// batch.
-	hookSealed
-	numHooks
-)
-
-// testHooks are functions called at the points above; nil entries and a
-// nil *testHooks are skipped.
-type testHooks [numHooks]func()
-
-func (h *testHooks) call(point int) {
-	if h != nil && h[point] != nil {
-		h[point]()
-	}
 }

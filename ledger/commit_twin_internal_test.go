@@ -128,10 +128,12 @@ func dumpPebble(t *testing.T, dir string) (ks, vs [][]byte) {
 }
 
 // TestPipelinedApplyTwin: the pipelined committer (batches applied by the
-// applier while the committer seals the next) stores byte-identical keys and
-// values — events, indexes, head, Merkle nodes and tree size, idempotency
-// records — and reaches the same chain head as the sequential pipeline (the
-// committer applying each batch itself), for the same appends.
+// applier while the committer seals the next, up to inflightBatches of them
+// awaiting their fsyncs) stores byte-identical keys and values — events,
+// indexes, head, Merkle nodes and tree size, idempotency records — and
+// reaches the same chain head as the sequential pipeline (the committer
+// applying each batch itself, one batch past it at a time), for the same
+// appends.
 func TestPipelinedApplyTwin(t *testing.T) {
 	dirs := [2]string{t.TempDir(), t.TempDir()}
 	var applies [2]atomic.Int64

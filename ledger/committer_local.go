@@ -15,10 +15,15 @@ type committerLocal struct {
 	// and copying (a tenth of the committer's time with thousands of events
 	// per batch).
 	batchBytes int
-	// flushed are the records of the last batch flushed that wrote events:
-	// an Import compares re-delivered events with them while that batch
-	// may not be durable yet (sealedRaw).
-	flushed []Record
+	// flushed are the records of the last batches flushed that wrote
+	// events and were not durable yet when a later one was flushed, oldest
+	// first: an Import compares re-delivered events with them while those
+	// batches may not be durable yet (sealedRaw). At most inflightBatches:
+	// only that many batches are ever past the committer undurable.
+	flushed [][]Record
+	// token and idle are the permissions to flush the committer holds
+	// (awaitFlush, pipeline.go): a token, and the idle applier.
+	token, idle bool
 	// batchEvents is how many events the last batch closed that wrote
 	// events held: the next one's records are allocated after it up front
 	// (recordsPrealloc) rather than grown by doubling and copying.
@@ -85,3 +90,33 @@ func newID(m *ulid.MonotonicEntropy, scratch *[10]byte, ms uint64) (ulid.ULID, e
 	copy(id[6:], scratch[:])
 	return id, err
 }
+
+// keepFlushed records recs, a batch just flushed, for sealedRaw, and drops
+// the batches kept that are durable: those up to head.
+func (c *committerLocal) keepFlushed(recs []Record, head Seq) {
+	drop := 0
+	for drop < len(c.flushed) && lastSeq(c.flushed[drop]) <= head {
+		drop++
+	}
+	if drop == 0 && len(c.flushed) == inflightBatches {
+		// The committer holds a token for recs, so the oldest kept batch
+		// has returned its own: durable, or failed (the ledger with it).
+		drop = 1
+	}
+	n := copy(c.flushed, c.flushed[drop:])
+	clear(c.flushed[n:])
+	c.flushed = append(c.flushed[:n], recs)
+}
+
+// sealedInFlight returns the bytes sealed at seq when a batch kept by
+// keepFlushed holds it.
+func (c *committerLocal) sealedInFlight(seq Seq) ([]byte, bool) {
+	for _, recs := range c.flushed {
+		if recs[0].Env.Seq <= seq && seq <= lastSeq(recs) {
+			return recs[seq-recs[0].Env.Seq].Raw, true
+		}
+	}
+	return nil, false
+}
+
+func lastSeq(recs []Record) Seq { return recs[len(recs)-1].Env.Seq }

@@ -206,12 +206,7 @@ func (l *Ledger) addImport(c *committerLocal, open *pending, r *appendReq) *pend
 		return open
 	}
 	if open != nil && open.events+len(fresh) > l.opts.MaxBatchEvents {
-		select {
-		case <-l.token:
-		default:
-			l.opts.hooks.call(hookTokenWait)
-			<-l.token
-		}
+		l.awaitFlush(c)
 		l.flush(c, open)
 		open = nil
 	}
@@ -261,10 +256,12 @@ func (l *Ledger) forkAt(c *committerLocal, open *pending, recs []Record, k Seq) 
 }
 
 // sealedRaw (committer only) returns the bytes sealed at seq <= tail:
-// from Pebble when durable, else from the open batch or the one batch
-// flushed and not yet durable (c.flushed). Only one batch is ever past the
-// committer unacknowledged (inflightBatches), so a seq past the durable
-// head read here is in one of the two.
+// from Pebble when durable, else from the open batch or one of the batches
+// flushed and not yet durable (c.flushed). At most inflightBatches batches
+// are past the committer with their fsync not yet observed, and the syncer
+// publishes a batch's head before it returns its token, so a seq past the
+// durable head read here is in the open batch or in one of the last
+// inflightBatches flushed, which keepFlushed keeps.
 func (l *Ledger) sealedRaw(c *committerLocal, open *pending, seq Seq) ([]byte, error) {
 	if seq <= l.Head().Seq {
 		v, closer, err := l.db.Get(keys.Event(seq))
@@ -277,10 +274,11 @@ func (l *Ledger) sealedRaw(c *committerLocal, open *pending, seq Seq) ([]byte, e
 		defer closer.Close()
 		return bytes.Clone(v), nil
 	}
-	for _, recs := range [][]Record{c.flushed, recordsOf(open)} {
-		if len(recs) > 0 && recs[0].Env.Seq <= seq && seq <= recs[len(recs)-1].Env.Seq {
-			return recs[seq-recs[0].Env.Seq].Raw, nil
-		}
+	if raw, ok := c.sealedInFlight(seq); ok {
+		return raw, nil
+	}
+	if recs := recordsOf(open); len(recs) > 0 && recs[0].Env.Seq <= seq && seq <= lastSeq(recs) {
+		return recs[seq-recs[0].Env.Seq].Raw, nil
 	}
 	return nil, fmt.Errorf("%w: sealed seq %d is neither durable nor in flight", ErrCorrupt, seq)
 }

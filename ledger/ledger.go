@@ -1,8 +1,9 @@
 // Package ledger owns the durable event log: a Pebble database in which
 // every event is stored with a gapless sequence number and a SHA-256 hash
 // chain, appended by one committer goroutine that group-commits everything
-// queued with a single fsync and acknowledges nothing before that fsync
-// (see commit.go). It also owns the read side (Get, Scan and Events over
+// queued into one batch, writes the next batches while a batch's fsync
+// runs, and acknowledges nothing before its own batch's fsync (see
+// commit.go and pipeline.go). It also owns the read side (Get, Scan and Events over
 // ranges and the secondary indexes by activation, session and kind), Watch
 // for committed batches, projection snapshots and the ledger's counters,
 // the RFC 6962 Merkle node index behind TreeRoot, InclusionProof and
@@ -195,6 +196,10 @@ type Options struct {
 	// hooks are called at points of the commit pipeline that tests must
 	// synchronise with (see export_test.go); nil outside tests.
 	hooks *testHooks
+	// inflight, when positive and below inflightBatches, is how many
+	// batches may be past the committer: 1 is classic group commit, the
+	// baseline of the benchmarks of the overlapped pipeline (pipeline.go).
+	inflight int
 }
 
 // Ledger is an open log. It is safe for concurrent use.
@@ -230,14 +235,16 @@ type Ledger struct {
 	readers sync.WaitGroup
 
 	queue    chan *appendReq
-	inflight chan *pending // the closed batch, to the applier (commit.go)
-	// token is with the committer while no batch is past it; a closed batch
-	// takes it to the applier and the syncer, which returns it once that
+	inflight chan *pending // the closed batch, to the applier (pipeline.go)
+	// token holds the free ones of inflightBatches tokens: a closed batch
+	// takes one to the applier and the syncer, which returns it once that
 	// batch's fsync is observed (or the batch failed), so that at most
 	// inflightBatches batches are applied and not yet known durable.
 	token chan struct{}
-	stop  chan struct{}
-	done  chan struct{}
+	// applierIdle holds a value while the applier is idle (pipeline.go).
+	applierIdle chan struct{}
+	stop        chan struct{}
+	done        chan struct{}
 
 	commits     atomic.Uint64        // batches durably committed
 	eventsDone  atomic.Uint64        // events durably committed
@@ -316,12 +323,13 @@ func Open(opts Options) (*Ledger, error) {
 	l := &Ledger{
 		db: db, lock: lock, opts: opts, logger: opts.Logger, faults: f,
 		lockState: lockState, lockNote: lockNote,
-		queue:    make(chan *appendReq, opts.QueueLen),
-		inflight: make(chan *pending, inflightBatches),
-		token:    make(chan struct{}, inflightBatches),
-		stop:     make(chan struct{}),
-		done:     make(chan struct{}),
-		failedCh: make(chan struct{}),
+		queue:       make(chan *appendReq, opts.QueueLen),
+		inflight:    make(chan *pending, 1),
+		token:       make(chan struct{}, inflightBatches),
+		applierIdle: make(chan struct{}, 1),
+		stop:        make(chan struct{}),
+		done:        make(chan struct{}),
+		failedCh:    make(chan struct{}),
 	}
 	onFailure := func(err error) { l.setFailed(err) }
 	f.onFailure.Store(&onFailure)
@@ -380,9 +388,17 @@ func Open(opts Options) (*Ledger, error) {
 	empty := []*watcher{}
 	l.observers.Store(&empty)
 	syncerDone := make(chan struct{})
-	for range inflightBatches {
+	tokens := inflightBatches
+	if opts.inflight > 0 {
+		tokens = min(opts.inflight, inflightBatches)
+	}
+	if h := opts.hooks; h != nil && h[hookInlineApply] != nil {
+		tokens = 1 // the sequential pipeline: one batch past the committer
+	}
+	for range tokens {
 		l.token <- struct{}{}
 	}
+	l.applierIdle <- struct{}{}
 	go l.syncer(syncerDone)
 	go l.committer(syncerDone)
 	return l, nil
@@ -532,12 +548,15 @@ func (l *Ledger) Close() error {
 type Stats struct {
 	// Commits is the number of batches durably committed since Open; each is
 	// one Pebble Sync commit. Events appended divided by Commits is the
-	// group-commit factor.
+	// group-commit factor. Batches applied while an fsync runs share the
+	// next one, so there may be more commits than fsyncs.
 	Commits uint64
 	// Events is the number of events durably appended since Open.
 	Events uint64
 	// CommitNanos is the total time from applying a batch to observing its
-	// fsync, over all commits since Open.
+	// fsync, over all commits since Open. Several commits are in progress
+	// at once (the next batches are applied while a batch's fsync runs),
+	// so it may grow faster than the wall clock.
 	CommitNanos uint64
 	// Queued is the number of Append calls waiting for the committer.
 	Queued int

@@ -1,6 +1,6 @@
 package ledger
 
-// Deterministic tests of the commit pipeline's stages (commit.go): a batch
+// Deterministic tests of the commit pipeline's stages (pipeline.go): a batch
 // held in the applier (hookApply) while the committer goes on sealing, a
 // failure and a Close meeting that state, keyed retries against BeforeAck,
 // and the batch preallocation bounds.
