@@ -28,8 +28,9 @@ const (
 	// further redirect is ErrHTTPTooManyRedirects before any request is
 	// sent to it.
 	MaxRedirectHops = events.MaxRedirectHops
-	// httpMaxIdlePerHost bounds the idle connections the boundary keeps per
-	// host (16 concurrent calls reuse their connections).
+	// httpMaxIdlePerHost is the least bound on the idle connections the
+	// boundary keeps per host (16 concurrent calls reuse their
+	// connections); a manager raises it to its lease bound (keepIdle).
 	httpMaxIdlePerHost = 32
 	// httpIdleTimeout closes a pooled connection idle this long.
 	httpIdleTimeout = 90 * time.Second
@@ -153,6 +154,15 @@ func (b *httpBoundary) dialContext(ctx context.Context, network, addr string) (n
 		return nil, ErrHTTPConnectTimeout
 	}
 	return c, err
+}
+
+// keepIdle raises the idle connections kept per host to n (at least
+// httpMaxIdlePerHost), before the boundary's first request: a manager of
+// n live leases, each with a call in flight to one upstream, then finds
+// every call's connection in the pool for the next call instead of
+// dialing, say, 32 of 64 again.
+func (b *httpBoundary) keepIdle(n int) {
+	b.transport.MaxIdleConnsPerHost = max(httpMaxIdlePerHost, n)
 }
 
 // refuseRedirect keeps net/http from following any redirect: ours are

@@ -172,6 +172,7 @@ func (m *Manager) httpBoundary() *httpBoundary {
 			to.request = DefaultHTTPRequestTimeout
 		}
 		m.http = newHTTPBoundary(to)
+		m.http.keepIdle(m.maxLive)
 	})
 	return m.http
 }
@@ -269,6 +270,10 @@ type httpConn struct {
 	merged context.Context
 	stop   func() bool
 	cancel context.CancelFunc
+
+	// replies are the calls sent whose response has not been read yet
+	// (callCtx).
+	replies callReplies
 }
 
 // readCtx returns ctx merged with the child's readStop.
@@ -295,6 +300,11 @@ func (c *httpConn) releaseLocked() {
 // Read implements mcp.Connection.
 func (c *httpConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 	m, err := c.observedConn.Read(c.readCtx(ctx))
+	if r, ok := m.(*jsonrpc.Response); ok && err == nil {
+		// Before the caller can see it, so before it can end its call's
+		// context: that call's POST then drains its stream (callCtx).
+		c.replies.answered(r.ID)
+	}
 	// A legacy SSE stream that ends (io.EOF) before the connection's own
 	// close is the remote session's end: it has no session id to resume.
 	if err != nil && (!errors.Is(err, io.EOF) || c.h.sse && !c.closing.Load()) && ctx.Err() == nil && c.h.readStop.Err() == nil {
@@ -313,6 +323,14 @@ func (c *httpConn) Write(ctx context.Context, m jsonrpc.Message) error {
 			c.hook()
 		}
 	}
+	if r, ok := m.(*jsonrpc.Request); ok && r.IsCall() && !c.h.sse {
+		pctx, release := c.replies.callCtx(ctx, r.ID)
+		err := c.observedConn.Write(pctx, m)
+		if err != nil {
+			release()
+		}
+		return err
+	}
 	return c.observedConn.Write(ctx, m)
 }
 
@@ -325,4 +343,84 @@ func (c *httpConn) Close() error {
 	c.releaseLocked()
 	c.mu.Unlock()
 	return err
+}
+
+// httpDrainGrace bounds how long a call's POST may go on reading its
+// response stream after the call's context ended, once the call's
+// response was read: the server ends the stream right after the response,
+// and a stream read to its end leaves its connection in the pool for the
+// next request. Past the grace the request is cancelled, as it would have
+// been at once before (its connection closed).
+const httpDrainGrace = time.Second
+
+// callReplies are an HTTP lease's calls whose response has not been read,
+// by JSON-RPC id.
+type callReplies struct {
+	mu   sync.Mutex
+	byID map[jsonrpc.ID]*callReply
+}
+
+// callReply is one call sent: answered once its response was read.
+type callReply struct{ answered bool }
+
+// callCtx returns the context a call's POST is sent under, in place of
+// ctx (the call's): ctx's values, and ctx's end only while the call is
+// unanswered. The go-sdk reads a call's response stream under the
+// context of the call's write, and goes on reading it to its end after
+// handing the response over: by then the call has returned and its
+// caller ended ctx, which aborted the read and dropped the connection
+// (about one call in three over loopback). So:
+//
+//   - ctx ends before the response was read (the call is cancelled or
+//     timed out): the POST is cancelled at once, with ctx's cause;
+//   - ctx ends after it (the call completed): the POST is cancelled only
+//     httpDrainGrace later, which a stream that ends with its response
+//     never meets (TestHTTPCallsReuseConnections).
+//
+// release forgets the call at once (its write failed).
+func (r *callReplies) callCtx(ctx context.Context, id jsonrpc.ID) (context.Context, func()) {
+	pctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	w := &callReply{}
+	r.mu.Lock()
+	if r.byID == nil {
+		r.byID = make(map[jsonrpc.ID]*callReply)
+	}
+	r.byID[id] = w
+	r.mu.Unlock()
+	stop := context.AfterFunc(ctx, func() {
+		answered := r.forget(id, w)
+		cause := context.Cause(ctx)
+		if !answered {
+			cancel(cause)
+			return
+		}
+		time.AfterFunc(httpDrainGrace, func() { cancel(cause) })
+	})
+	return pctx, func() {
+		stop()
+		r.forget(id, w)
+		cancel(nil)
+	}
+}
+
+// answered marks the call id as answered (its response read) and forgets
+// it.
+func (r *callReplies) answered(id jsonrpc.ID) {
+	r.mu.Lock()
+	if w := r.byID[id]; w != nil {
+		w.answered = true
+		delete(r.byID, id)
+	}
+	r.mu.Unlock()
+}
+
+// forget drops w (id's) when it is still listed and reports whether its
+// call was answered.
+func (r *callReplies) forget(id jsonrpc.ID, w *callReply) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.byID[id] == w {
+		delete(r.byID, id)
+	}
+	return w.answered
 }
