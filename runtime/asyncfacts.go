@@ -296,3 +296,53 @@ func (m *Manager) awaitFacts(p *pendingFacts) {
 	}
 	p.wait()
 }
+
+// queueFact queues a fact like emitFact but returns before it is durable:
+// wait (bounded by factTimeout, detached from ctx's cancellation) reports
+// its durability. Everything the manager or its leases append after
+// queueFact returns is ordered after it, and a failed append fails every
+// later one (AsyncAppender), so any later append that is acknowledged
+// proves the fact durable. The deferred facts ride in front of it. Without
+// an AsyncAppender it is emitFact, and wait returns nil at once.
+func (m *Manager) queueFact(ctx context.Context, d events.Draft) (wait func() error, err error) {
+	aa, ok := m.opts.Ledger.(AsyncAppender)
+	if !ok {
+		return func() error { return nil }, m.emitFact(ctx, d)
+	}
+	prepared, err := prepare([]events.Draft{d})
+	if err != nil {
+		return nil, appendErr(err, []events.Draft{d})
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), factTimeout)
+	df := &m.deferred
+	df.mu.Lock()
+	taken := df.takeLocked()
+	w, err := aa.AppendPreparedAsync(ctx, withDeferred(taken, prepared)...)
+	if err != nil && len(taken) > 0 {
+		df.list = append(taken, df.list...)
+		df.mu.Unlock()
+		cancel()
+		m.flushDeferred(false)
+		return nil, appendErr(err, []events.Draft{d})
+	}
+	df.mu.Unlock()
+	if err != nil {
+		cancel()
+		return nil, appendErr(err, []events.Draft{d})
+	}
+	var once sync.Once
+	var werr error
+	return func() error {
+		once.Do(func() {
+			defer cancel()
+			_, werr = w(ctx)
+			if len(taken) > 0 {
+				m.settle(taken, werr)
+			}
+			if werr != nil {
+				werr = appendErr(werr, []events.Draft{d})
+			}
+		})
+		return werr
+	}, nil
+}

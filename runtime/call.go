@@ -80,6 +80,9 @@ type callRun struct {
 	httpCause *httpCallCause
 	// timedOut: the call's budget (lease.callBudget) ended it.
 	timedOut bool
+	// admitWait, when set, reports the durability of the call's queued
+	// call.admitted (an HTTP lease's call: see admit).
+	admitWait func() error
 }
 
 // callBudget is the budget of one call of l: its server's "callTimeout",
@@ -213,7 +216,19 @@ func (c *callRun) admit(ctx context.Context) error {
 	admitted := &events.CallAdmitted{CallID: c.id, Tool: c.req.Tool, Digest: c.req.Digest}
 	admitted.Policies, admitted.PoliciesOmitted = policy.recorded()
 	admitted.PolicyDigest = policy.Digest
-	err := m.emitFact(ctx, c.draft(admitted))
+	var err error
+	if hc, ok := l.child.(*httpChild); ok && hc.ev != nil {
+		// An HTTP lease registers every request durably (http.registered)
+		// before it sends anything, and that registration is appended
+		// after this admission: its acknowledgement proves the admission
+		// durable too, and a failed admission fails it (a failed append
+		// fails every later one), so nothing is sent. Queued, not awaited
+		// here: the call pays one fsync before its request, not two. run
+		// awaits it once the call returned.
+		c.admitWait, err = m.queueFact(ctx, c.draft(admitted))
+	} else {
+		err = m.emitFact(ctx, c.draft(admitted))
+	}
 	l.admitting.Done()
 	if err != nil {
 		// Not durably admitted: do not call. Record nothing further about
@@ -285,6 +300,19 @@ func (c *callRun) run(ctx context.Context) (*mcp.CallToolResult, bool, error) {
 	callCtx, hc := l.withHTTPCause(budgetCtx)
 	c.httpCause = hc
 	res, err := l.cs.CallTool(callCtx, params)
+	if c.admitWait != nil {
+		if aerr := c.admitWait(); aerr != nil {
+			// Never durably admitted: the ledger failed, and with it the
+			// request's registration, so nothing was sent. As when the
+			// admission fails in admit: nothing further is recorded.
+			endBudget()
+			if c.progress != nil {
+				l.reqs.calls.remove(c.id)
+			}
+			l.release()
+			return nil, false, aerr
+		}
+	}
 	if ctx.Err() == nil {
 		// The notifications the server sent before its answer reach the
 		// session before the call returns (noteBarrier).

@@ -1,0 +1,152 @@
+//go:build linux
+
+package runtime
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/leaseledger/leaseledger/events"
+	"github.com/leaseledger/leaseledger/ledger"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// admitServer serves a tool "look" over Streamable HTTP that reports, when
+// called, whether the ledger already holds the call.admitted of a call of
+// it (each call counted).
+func admitServer(t *testing.T, l *ledger.Ledger) (url string, calls *atomic.Int32, unadmitted *atomic.Int32) {
+	t.Helper()
+	calls, unadmitted = &atomic.Int32{}, &atomic.Int32{}
+	srv := mcp.NewServer(&mcp.Implementation{Name: "admit", Version: "0"}, nil)
+	var mu sync.Mutex
+	seen := 0
+	mcp.AddTool(srv, &mcp.Tool{Name: "look"}, func(ctx context.Context, _ *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+		calls.Add(1)
+		mu.Lock()
+		defer mu.Unlock()
+		admitted := 0
+		for env, err := range l.Events(ctx, ledger.Query{}) {
+			if err != nil {
+				return nil, nil, err
+			}
+			if env.Kind == "call.admitted" {
+				admitted++
+			}
+		}
+		// Calls are sequential: this one's admission is the newest.
+		seen++
+		if admitted < seen {
+			unadmitted.Add(1)
+		}
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "ok"}}}, nil, nil
+	})
+	hs := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil))
+	t.Cleanup(func() {
+		// A lease whose ledger failed cannot close its session: the
+		// server's sessions are ended here.
+		for ss := range srv.Sessions() {
+			_ = ss.Close()
+		}
+		hs.CloseClientConnections()
+		hs.Close()
+	})
+	return hs.URL + "/mcp", calls, unadmitted
+}
+
+// An HTTP lease's call.admitted is queued, not awaited, before the call's
+// request, whose registration (http.registered, appended after it) is
+// awaited: ack means durable for both, so the server never receives a
+// call whose admission is not in the ledger.
+func TestHTTPAdmissionDurableBeforeRequest(t *testing.T) {
+	e := newEnv(t, nil)
+	url, calls, unadmitted := admitServer(t, e.l)
+	e.cfg.Set("remote", ServerConfig{Type: "http", URL: url})
+	ctx := ctxT(t, 60*time.Second)
+	s, err := e.m.OpenSession(ctx, "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Release(ctx)
+	tools, err := s.Capability().Tools(ctx, "remote")
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := CallRequest{Server: "remote", Tool: "look", Digest: digestOf(t, tools, "look")}
+	for range 20 {
+		if _, err := s.Capability().Call(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if calls.Load() != 20 || unadmitted.Load() != 0 {
+		t.Fatalf("%d calls reached the server, %d before their admission was durable", calls.Load(), unadmitted.Load())
+	}
+}
+
+// failingLedger fails the append that carries a call.admitted and, like
+// the ledger (a failed append fails every later one), every append after
+// it.
+type failingLedger struct {
+	*ledger.Ledger
+	failed atomic.Bool
+}
+
+var errLedgerBroke = errors.New("test: the ledger failed")
+
+func (f *failingLedger) AppendPreparedAsync(ctx context.Context, prepared ...events.Prepared) (func(context.Context) ([]events.Seq, error), error) {
+	for _, p := range prepared {
+		if p.Kind == "call.admitted" {
+			f.failed.Store(true)
+		}
+	}
+	if f.failed.Load() {
+		return func(context.Context) ([]events.Seq, error) { return nil, errLedgerBroke }, nil
+	}
+	return f.Ledger.AppendPreparedAsync(ctx, prepared...)
+}
+
+// An HTTP call whose queued admission failed is never sent (its
+// registration fails after it) and fails with ErrLedger.
+func TestHTTPAdmissionFailedNothingSent(t *testing.T) {
+	l, err := ledger.Open(ledger.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fl := &failingLedger{Ledger: l}
+	cfg := &MapConfigSource{}
+	m, err := NewManager(Options{Config: cfg, Ledger: fl, HelperPath: helperBin.Out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = m.Close(ctx) // its records fail: the ledger failed
+		_ = l.Close()
+	})
+	e := &env{t: t, m: m, l: l, cfg: cfg}
+	url, calls, _ := admitServer(t, e.l)
+	e.cfg.Set("remote", ServerConfig{Type: "http", URL: url})
+	ctx := ctxT(t, 60*time.Second)
+	s, err := e.m.OpenSession(ctx, "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tools, err := s.Capability().Tools(ctx, "remote")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.Capability().Call(ctx, CallRequest{Server: "remote", Tool: "look", Digest: digestOf(t, tools, "look")})
+	if !errors.Is(err, ErrLedger) {
+		t.Fatalf("call on a failed ledger: %v", err)
+	}
+	if !fl.failed.Load() || calls.Load() != 0 {
+		t.Fatalf("failed %v; %d calls reached the server", fl.failed.Load(), calls.Load())
+	}
+	_ = s.Release(ctx)
+}
