@@ -315,6 +315,8 @@ func (c *codec) decode(d *Decoder, data []byte, stored bool) (Payload, bool) {
 	if len(data) < 2 || data[0] != '{' || data[len(data)-1] != '}' {
 		return nil, false
 	}
+	// checked: a kept field with value rules is present (see Decoder.Only).
+	checked := false
 	i, fi := 1, 0 // "{}" ends the loop at once; "{}" followed by more fails below
 	for i < len(data)-1 {
 		if i > 1 {
@@ -460,11 +462,19 @@ func (c *codec) decode(d *Decoder, data []byte, stored bool) (Payload, bool) {
 		if f.omitEmpty && zero {
 			return nil, false // the encoder would have left it out
 		}
+		if narrowed && keep && f.typ != fBool && !zero {
+			checked = true
+		}
 	}
 	for ; fi < len(c.fields); fi++ {
 		if !c.fields[fi].omitEmpty {
 			return nil, false
 		}
+	}
+	if narrowed && checked {
+		// A kept field with value rules holds a value: decoded whole and
+		// validated, as if not narrowed.
+		return c.decode(d, data, false)
 	}
 	if narrowed {
 		return sc.p, true // what Only asked for: the values are not checked

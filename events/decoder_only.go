@@ -18,14 +18,16 @@ const maxOnlyFields = 64
 // decodes and validates the whole payload), but the values are not
 // checked. That is for bytes read back from a ledger, which validated
 // every payload when it was appended and whose hash chain `verify` checks,
-// and only for callers that read nothing but the named fields. A kept
-// field must be a bool, whose every value of its JSON type is valid: what
-// the caller reads is then never a value Validate would refuse, and only
-// an unkept field's value can go unchecked.
+// and only for callers that read nothing but the named fields. What the
+// caller reads is never a value Validate would refuse: a kept bool is
+// valid whatever its value, and a kept field with value rules (a string,
+// a number, a list) that is present makes the payload decoded whole and
+// validated, as without Only. Only an unkept field's value goes unchecked,
+// and keeping an optional field that is usually absent (the deciding
+// policies of a call.admitted) costs nothing while it is absent.
 //
-// An unknown kind, a kind the fast path does not decode, an unknown field
-// or a field that is not a bool is an error wrapping [ErrInvalid], and d
-// is unchanged.
+// An unknown kind, a kind the fast path does not decode or an unknown
+// field is an error wrapping [ErrInvalid], and d is unchanged.
 func (d *Decoder) Only(kind Kind, fields ...string) error {
 	c := codecs[kind]
 	if c == nil || len(c.fields) > maxOnlyFields {
@@ -39,9 +41,6 @@ func (d *Decoder) Only(kind Kind, fields ...string) error {
 		found := false
 		for i, f := range c.fields {
 			if f.name == name {
-				if f.typ != fBool {
-					return fmt.Errorf("%w: %s field %q has value rules: only a bool field is kept unchecked", ErrInvalid, kind, name)
-				}
 				skip &^= 1 << i
 				found = true
 			}

@@ -17,7 +17,7 @@ import (
 // narrowing is what the tests narrow: the projection's reads of its most
 // frequent kinds, and a kind narrowed to nothing.
 var narrowing = map[events.Kind][]string{
-	"call.admitted":   nil,
+	"call.admitted":   {"policies", "policies_omitted", "policy_digest"},
 	"call.finished":   {"killed_on_cancel"},
 	"lease.acquiring": {"shared"},
 	"http.completed":  nil,
@@ -34,11 +34,19 @@ func narrowedDecoder(t testing.TB) *events.Decoder {
 	return &d
 }
 
-// keepOnly returns a copy of p with every field not named in kept zeroed.
+// keepOnly returns a copy of p with every field not named in kept zeroed,
+// or p whole when a kept field that is not a bool holds a value (such a
+// payload is decoded whole and validated; see Decoder.Only).
 func keepOnly(p events.Payload, kept []string) events.Payload {
 	v := reflect.New(reflect.TypeOf(p).Elem())
 	v.Elem().Set(reflect.ValueOf(p).Elem())
 	s := v.Elem()
+	for i := range s.NumField() {
+		name, _, _ := strings.Cut(s.Type().Field(i).Tag.Get("json"), ",")
+		if slices.Contains(kept, name) && s.Field(i).Kind() != reflect.Bool && !s.Field(i).IsZero() {
+			return p
+		}
+	}
 	for i := range s.NumField() {
 		name, _, _ := strings.Cut(s.Type().Field(i).Tag.Get("json"), ",")
 		keep := false
@@ -228,13 +236,49 @@ func TestNarrowedDecoderUnkeptValues(t *testing.T) {
 	if accepted < 3 {
 		t.Fatalf("only %d of %d generated events exercised the narrowed-only path", accepted, len(ms))
 	}
-	// Keeping a field with value rules is refused: its value would go
-	// unchecked.
-	var o events.Decoder
-	for _, f := range [][2]string{{"http.completed", "ref"}, {"http.completed", "status"}, {"call.finished", "duration_ns"}} {
-		if err := o.Only(events.Kind(f[0]), f[1]); !errors.Is(err, events.ErrInvalid) {
-			t.Fatalf("Only(%s, %s) = %v", f[0], f[1], err)
+}
+
+// A kept field with value rules is never read unchecked: absent, the
+// payload is narrowed; present, the payload is decoded whole and
+// validated, so a value Validate refuses is refused.
+func TestNarrowedDecoderChecksKeptValues(t *testing.T) {
+	const pd = "5d1e0f8a0c1b9e7d2f4a6c8e0b1d3f5a7c9e1b3d5f7a9c1e3b5d7f9a1c3e5b7d"
+	seal := func(p events.Payload) []byte {
+		pr, err := events.Prepare(events.Draft{Activation: "act-1", Session: "s-1", Server: "github", Payload: p})
+		if err != nil {
+			t.Fatal(err)
 		}
+		_, raw := events.Seal(pr, 1, [16]byte{1}, t0, events.Hash{})
+		return raw
+	}
+	d := narrowedDecoder(t)
+	var h events.Header
+	plain := seal(&events.CallAdmitted{CallID: "c-1", Tool: "search", Digest: pd})
+	p, err := d.Decode(plain, &h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := p.(*events.CallAdmitted); a.CallID != "" || a.Tool != "" {
+		t.Fatalf("without its policies a call.admitted is narrowed: %+v", a)
+	}
+	decided := seal(&events.CallAdmitted{CallID: "c-2", Tool: "search", Digest: pd, Policies: []string{"p0"}, PolicyDigest: pd})
+	p, err = d.Decode(decided, &h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := p.(*events.CallAdmitted); a.CallID != "c-2" || a.PolicyDigest != pd || len(a.Policies) != 1 {
+		t.Fatalf("with its policies a call.admitted is decoded whole: %+v", a)
+	}
+	bad := bytes.Replace(decided, []byte(`"policy_digest":"5d1e`), []byte(`"policy_digest":"Xd1e`), 1)
+	if bytes.Equal(bad, decided) {
+		t.Fatalf("example changed shape: %s", decided)
+	}
+	if _, err := d.Decode(bad, &h); err == nil {
+		t.Fatal("a narrowed Decoder read a kept value Validate refuses")
+	}
+	badUnkept := bytes.Replace(decided, []byte(`"call_id":"c-2"`), []byte(`"call_id":"c 2"`), 1)
+	if _, err := d.Decode(badUnkept, &h); err == nil {
+		t.Fatal("a payload decoded whole went unvalidated")
 	}
 }
 

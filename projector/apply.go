@@ -169,10 +169,12 @@ func (s *State) foldCached(e *event) error {
 // validation and copying of the rest. Reading another field of these
 // payloads in apply means adding it here; TestReplayEquivalence, which
 // compares Apply (whole payloads) with ApplyRaw, fails otherwise.
-// call.admitted and call.refused are decoded whole: the reducer reads
-// their deciding policies, which have value rules (events.Decoder.Only
-// leaves only bool fields unchecked).
+// A call.admitted keeps its deciding policies, which have value rules: one
+// that carries them is decoded whole and validated, one without them (no
+// policy in force) is narrowed to nothing (events.Decoder.Only).
+// call.refused is decoded whole: the reducer reads its reason.
 var payloadReads = map[events.Kind][]string{
+	new(events.CallAdmitted).Kind(): {"policies", "policies_omitted", "policy_digest"},
 	new(events.CallFinished).Kind(): {"killed_on_cancel"},
 }
 
