@@ -190,8 +190,10 @@ func TestServePolicy(t *testing.T) {
 		t.Fatalf("policy.loaded: %+v", loaded)
 	}
 	var refusals []string
+	var deniedIn string // the activation of the denial after the reload
 	for _, e := range srv.busEvents("call.refused") {
 		refusals = append(refusals, string(e.Data))
+		deniedIn = e.Activation
 	}
 	if len(refusals) != 4 || !strings.Contains(refusals[3], `"policies":["readers-no-echo"]`) {
 		t.Fatalf("call.refused: %v", refusals)
@@ -206,7 +208,14 @@ func TestServePolicy(t *testing.T) {
 	if code := srv.stop(syscall.SIGTERM); code != 0 {
 		t.Fatalf("serve exited %d:\n%s", code, srv.out.String())
 	}
-	if r := runCLI(t, ctx, "", "--data-dir", dir, "audit", "--all"); r.code != 0 {
+	// The audit shows the policy in force and each decision with the
+	// policy that decided it.
+	if r := runCLI(t, ctx, "", "--data-dir", dir, "audit", "--all"); r.code != 0 || !strings.Contains(r.stdout, "policy: enforced") {
 		t.Fatalf("audit --all: %+v", r)
+	}
+	r = runCLI(t, ctx, "", "--data-dir", dir, "audit", deniedIn)
+	if !strings.Contains(r.stdout, "access denied") || !strings.Contains(r.stdout, "readers-no-echo") ||
+		!strings.Contains(r.stdout, "policy reader-read-only: 2 allowed") {
+		t.Fatalf("audit %s:\n%s", deniedIn, r.stdout)
 	}
 }
