@@ -62,11 +62,12 @@ import (
 // fsync, and what it holds then waits for one fsync more than in classic
 // group commit: a bound the batches of one fsync exhaust costs more than
 // the overlap gains (BenchmarkCommitOverlap, 16 writers of one event: 0.83
-// of classic's calls per second with 4, 0.9 with 8, 1.08–1.17 with 16). A
-// batch holds what arrived while the one before was applied, so with few
-// writers most batches hold one call, each costing its Pebble commit and
-// hand-offs (there, 1.26–1.33 times classic's CPU per event). Sixteen
-// batches of at most MaxBatchEvents keep memory bounded when fsyncs stall.
+// of classic's calls per second with 4, 0.9 with 8, 1.00–1.18 with 16, and
+// 1.5–1.7 with 16 while other goroutines keep the cores busy). A batch
+// holds what arrived while the one before was applied, so with few writers
+// most batches hold one call, each costing its Pebble commit and hand-offs
+// (there, 1.27–1.34 times classic's CPU per event). Sixteen batches of at
+// most MaxBatchEvents keep memory bounded when fsyncs stall.
 const inflightBatches = 16
 
 // committer owns the chain state (tail, lastT, entropy) and the open batch.

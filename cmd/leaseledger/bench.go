@@ -150,7 +150,7 @@ with each --sessions level of concurrent sessions per side. It prints the
 table and the goals' ratios: gateway p50 / (proxy p50 + fsync p50)
 (goal <= 1.10; over stdio against the proxy through the guardian) and
 gateway / proxy calls per second at each level (goal >= 0.90), with the
-ledger's events and fsyncs per call.
+ledger's events and commits per call.
 
 The stdio server is built with the go tool from the repository
 (runtime/internal/testserver) unless --stdio-server names a built one.

@@ -74,7 +74,8 @@ func (p Phase) Rate() float64 {
 func (p Phase) CPUPerCall() time.Duration { return p.CPU / time.Duration(max(p.Calls, 1)) }
 
 // EventsPerCall and CommitsPerCall are the ledger's events and commits
-// (fsyncs) per call.
+// (Pebble batches; the batches applied during one fsync share the next)
+// per call.
 func (p Phase) EventsPerCall() float64  { return float64(p.Events) / float64(max(p.Calls, 1)) }
 func (p Phase) CommitsPerCall() float64 { return float64(p.Commits) / float64(max(p.Calls, 1)) }
 
@@ -197,7 +198,7 @@ func (r Result) String() string {
 	for _, n := range r.Config.Sessions {
 		pf(" %12s", fmt.Sprintf("calls/s@%d", n))
 	}
-	pf("  ledger: events/call, fsyncs/call seq")
+	pf("  ledger: events/call, commits/call seq")
 	for _, n := range r.Config.Sessions {
 		pf(",@%d", n)
 	}
