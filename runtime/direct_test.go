@@ -292,9 +292,13 @@ func modeKillIdle(t *testing.T, mode string) {
 		t.Fatal(err)
 	}
 	l := e.m.leaseOf("s1", "ts")
-	if err := syscall.Kill(l.child.facts().TargetPID, syscall.SIGKILL); err != nil {
+	pid := l.child.facts().TargetPID
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
+	// kill returns before the child is dead: the next call comes once it
+	// has exited, so the host's close must find it exited already.
+	testproc.Eventually(t, "the killed child exited", func() bool { return !testproc.Running(pid) })
 	if err := call(); err != nil {
 		t.Fatalf("call after an idle child was killed: %v", err)
 	}
