@@ -230,19 +230,7 @@ func (m *Manager) emitAsync(ctx context.Context, aa AsyncAppender, drafts []even
 	if err != nil {
 		return appendErr(err, drafts)
 	}
-	df := &m.deferred
-	df.mu.Lock()
-	taken := df.takeLocked()
-	wait, err := aa.AppendPreparedAsync(ctx, withDeferred(taken, prepared)...)
-	if err != nil && len(taken) > 0 {
-		// Not queued (the caller's context ended, say): the deferred facts
-		// go on their own, still before anything appended later.
-		df.list = append(taken, df.list...)
-		df.mu.Unlock()
-		m.flushDeferred(false)
-		return appendErr(err, drafts)
-	}
-	df.mu.Unlock()
+	wait, taken, err := m.enqueue(ctx, aa, prepared)
 	if err != nil {
 		return appendErr(err, drafts)
 	}
@@ -265,6 +253,29 @@ func (m *Manager) emitAsync(ctx context.Context, aa AsyncAppender, drafts []even
 		return appendErr(err, drafts)
 	}
 	return nil
+}
+
+// enqueue queues prepared behind the deferred facts it takes, in one
+// atomic append, and returns its wait and the facts taken (to settle once
+// it completed). When nothing could be queued (the caller's context
+// ended, say), the deferred facts go on their own, still before anything
+// appended later, and none is returned.
+func (m *Manager) enqueue(ctx context.Context, aa AsyncAppender, prepared []events.Prepared) (func(context.Context) ([]events.Seq, error), []deferredFact, error) {
+	df := &m.deferred
+	df.mu.Lock()
+	taken := df.takeLocked()
+	wait, err := aa.AppendPreparedAsync(ctx, withDeferred(taken, prepared)...)
+	if err != nil && len(taken) > 0 {
+		df.list = append(taken, df.list...)
+		df.mu.Unlock()
+		m.flushDeferred(false)
+		return nil, nil, err
+	}
+	df.mu.Unlock()
+	if err != nil {
+		return nil, nil, err
+	}
+	return wait, taken, nil
 }
 
 // settle ends the tracking of deferred facts whose append completed with
@@ -314,18 +325,7 @@ func (m *Manager) queueFact(ctx context.Context, d events.Draft) (wait func() er
 		return nil, appendErr(err, []events.Draft{d})
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), factTimeout)
-	df := &m.deferred
-	df.mu.Lock()
-	taken := df.takeLocked()
-	w, err := aa.AppendPreparedAsync(ctx, withDeferred(taken, prepared)...)
-	if err != nil && len(taken) > 0 {
-		df.list = append(taken, df.list...)
-		df.mu.Unlock()
-		cancel()
-		m.flushDeferred(false)
-		return nil, appendErr(err, []events.Draft{d})
-	}
-	df.mu.Unlock()
+	w, taken, err := m.enqueue(ctx, aa, prepared)
 	if err != nil {
 		cancel()
 		return nil, appendErr(err, []events.Draft{d})
