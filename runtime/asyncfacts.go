@@ -86,6 +86,11 @@ const (
 type deferredFact struct {
 	p              events.Prepared
 	lease, session *pendingFacts
+	// done, set on the last fact of an emitFactDeferred group, receives
+	// the group's append outcome (cap 1). A group is deferred under one
+	// hold of deferredFacts.mu and taken whole, so its facts share one
+	// atomic append.
+	done chan error
 }
 
 // deferredFacts holds facts appended without waiting (emitFactAsync) until
@@ -166,21 +171,69 @@ func (m *Manager) emitFactAsync(ctx context.Context, lease, session *pendingFact
 		m.keep(appendErr(err, []events.Draft{d}))
 		return
 	}
-	m.facts.add()
-	if lease != nil {
-		lease.add()
+	m.deferFacts([]events.Prepared{p}, lease, session, nil)
+}
+
+// deferFactsWait defers facts about a step already taken until the
+// manager's next append carries them (in the same atomic append, within
+// outcomeLinger) instead of committing them on their own, and returns a
+// wait for their durability: for a caller that can wait without holding
+// anything up — the HTTP cleanup worker, whose settle facts then ride the
+// next call's registration, so a sequential HTTP call costs one commit,
+// not two. wait is bounded by factTimeout; the facts stay counted in the
+// manager's tracker until their append completed, whatever wait returned.
+// It needs an AsyncAppender.
+func (m *Manager) deferFactsWait(drafts ...events.Draft) (wait func() error, err error) {
+	prepared, err := prepare(drafts)
+	if err != nil {
+		return nil, appendErr(err, drafts)
 	}
-	if session != nil {
-		session.add()
+	done := make(chan error, 1)
+	m.deferFacts(prepared, nil, nil, done)
+	return func() error {
+		timer := time.NewTimer(factTimeout)
+		defer timer.Stop()
+		var err error
+		select {
+		case err = <-done:
+		case <-timer.C:
+			err = context.DeadlineExceeded
+		}
+		if err != nil {
+			return appendErr(err, drafts)
+		}
+		return nil
+	}, nil
+}
+
+// deferFacts adds prepared to the deferred facts (counted in lease,
+// session and the manager's tracker until durable) and arms the linger;
+// done, if not nil, is told the outcome of their append. Filling
+// maxDeferredOutcomes appends them all at once.
+func (m *Manager) deferFacts(prepared []events.Prepared, lease, session *pendingFacts, done chan error) {
+	for range prepared {
+		m.facts.add()
+		if lease != nil {
+			lease.add()
+		}
+		if session != nil {
+			session.add()
+		}
 	}
 	df := &m.deferred
 	df.mu.Lock()
-	df.list = append(df.list, deferredFact{p: p, lease: lease, session: session})
+	for i, p := range prepared {
+		f := deferredFact{p: p, lease: lease, session: session}
+		if i == len(prepared)-1 {
+			f.done = done
+		}
+		df.list = append(df.list, f)
+	}
 	full := len(df.list) >= maxDeferredOutcomes
 	if !full {
 		if df.timer == nil {
 			df.timer = time.AfterFunc(df.lingerOr(), func() { m.flushDeferred(true) })
-		} else if len(df.list) == 1 {
+		} else if len(df.list) == len(prepared) {
 			df.timer.Reset(df.lingerOr())
 		}
 	}
@@ -285,6 +338,9 @@ func (m *Manager) settle(taken []deferredFact, err error) {
 		m.keep(appendErr(err, []events.Draft{preparedDraft(taken[0].p)}))
 	}
 	for _, f := range taken {
+		if f.done != nil {
+			f.done <- err
+		}
 		if f.lease != nil {
 			f.lease.done()
 		}

@@ -150,3 +150,82 @@ func TestHTTPAdmissionFailedNothingSent(t *testing.T) {
 	}
 	_ = s.Release(ctx)
 }
+
+// settleKinds are the facts the cleanup worker appends for a request.
+var settleKinds = map[string]bool{"http.completed": true, "http.barrier": true, "http.worker_down": true}
+
+// A request's settle facts ride the manager's next append (a sequential
+// caller's next registration) instead of a commit of their own, and a
+// close neither waits for the linger nor loses them: with the linger at an
+// hour, no append before the close holds settle facts alone, every request
+// is settled in the log, and the close's http_requests barrier is OK.
+func TestHTTPSettleFactsRideNextAppend(t *testing.T) {
+	var rl *recordingLedger
+	e := newEnv(t, func(o *Options) {
+		rl = &recordingLedger{Ledger: o.Ledger.(*ledger.Ledger)}
+		o.Ledger = rl
+	})
+	e.m.deferred.linger = time.Hour // only a later append, or the close, carries them
+	url, _, _ := admitServer(t, e.l)
+	e.cfg.Set("remote", ServerConfig{Type: "http", URL: url})
+	ctx := ctxT(t, 60*time.Second)
+	s, err := e.m.OpenSession(ctx, "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tools, err := s.Capability().Tools(ctx, "remote")
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := CallRequest{Server: "remote", Tool: "look", Digest: digestOf(t, tools, "look")}
+	const calls = 10
+	for range calls {
+		if _, err := s.Capability().Call(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	act := e.m.leaseOf("s1", "remote").activation
+	rl.mu.Lock()
+	beforeClose := len(rl.appends)
+	rl.mu.Unlock()
+	rep, err := e.m.CloseConnection(ctx, ConnectionRef{Activation: act}, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Confirmed() || rep.Obligations[3].Outcome != events.BarrierOK {
+		t.Fatalf("report %+v", rep)
+	}
+	if err := s.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rl.mu.Lock()
+	carried := 0
+	// The close flushes what is still deferred (the last call's facts)
+	// and appends the session DELETE's at once: only the appends before
+	// it must carry settle facts with other events.
+	for _, a := range rl.appends[:beforeClose] {
+		alone := true
+		settles := 0
+		for _, k := range a {
+			if settleKinds[k] {
+				settles++
+			} else {
+				alone = false
+			}
+		}
+		if settles > 0 && alone {
+			t.Errorf("an append of settle facts alone: %v", a)
+		}
+		if settles > 0 {
+			carried++
+		}
+	}
+	rl.mu.Unlock()
+	if carried == 0 {
+		t.Fatal("no append carried settle facts")
+	}
+	completed, _ := checkHTTPEvidence(t, httpPayloads(e.events(), act))
+	if len(completed) < calls {
+		t.Fatalf("%d requests completed in the log, want at least the %d calls", len(completed), calls)
+	}
+}

@@ -63,6 +63,10 @@ func (m *Manager) launchHTTP(l *lease) (*httpChild, error) {
 	}
 	b := m.httpBoundary()
 	ev := newHTTPEvidence(m.emitFact, l.draft)
+	if _, ok := m.opts.Ledger.(AsyncAppender); ok {
+		ev.deferSettled = m.deferFactsWait
+		ev.flushSettled = func() { m.flushDeferred(false) }
+	}
 	rt := newLeaseRoundTripper(b, u, headers, ev)
 	rt.allowed = allowed
 	rt.ownOrigins = l.cfg.isSSE()

@@ -19,7 +19,9 @@ import (
 // worker's release of it (http.worker_down{released}: the go-sdk
 // goroutine closed the body or the request failed; that goroutine's own
 // end is not observed, so it is not claimed) are handed to the activation's one
-// sequential cleanup worker, which appends them in hand-off order.
+// sequential cleanup worker, which appends them in hand-off order,
+// letting the manager's next append carry them (deferSettled): the worker
+// waits for them, a call does not.
 //
 // The same worker aborts: when the lease ends (its owner's loss — session
 // end, revocation, reaping, poisoning, TerminateAll, a lost remote — or
@@ -88,8 +90,16 @@ type abortJob struct {
 
 // httpEvidence records one HTTP activation's requests.
 type httpEvidence struct {
-	emit  func(ctx context.Context, drafts ...events.Draft) error
-	draft func(events.Payload) events.Draft
+	emit func(ctx context.Context, drafts ...events.Draft) error
+	// deferSettled, when set, defers the worker's settle facts until the
+	// manager's next append (a sequential caller's next registration)
+	// carries them, so they cost no commit of their own, and returns the
+	// wait for their durability; flushSettled appends what is deferred
+	// now. Once the evidence is finishing the worker emits at once, and
+	// finish flushes, so a close never waits for a linger.
+	deferSettled func(drafts ...events.Draft) (wait func() error, err error)
+	flushSettled func()
+	draft        func(events.Payload) events.Draft
 
 	mu    sync.Mutex
 	next  uint64 // registration order of requests and hops
@@ -105,6 +115,8 @@ type httpEvidence struct {
 	// freeze is closed when the evidence is frozen: an abort in progress
 	// stops waiting for barriers.
 	freeze chan struct{}
+	// finishing: finish has begun; settle facts are no longer deferred.
+	finishing bool
 	// draining: the lease is ending; only the session DELETE may start.
 	// closed: nothing may start any more.
 	draining, closed bool
@@ -369,13 +381,35 @@ func (ev *httpEvidence) worker() {
 			}
 			ev.queue = ev.queue[k:]
 			ev.busy, ev.inIO = true, true
+			finishing := ev.finishing
 			ev.mu.Unlock()
-			ctx, cancel := context.WithTimeout(context.Background(), factTimeout)
-			err := ev.emit(ctx, drafts...)
-			cancel()
-			ev.done(err != nil)
+			ev.done(ev.appendSettled(finishing, drafts) != nil)
 		}
 	}
+}
+
+// appendSettled appends settle facts for the worker and waits for their
+// durability: deferred (deferSettled) unless the evidence is finishing.
+// finish sets finishing and then flushes, and the worker reads finishing
+// again after deferring, so a deferral racing finish is flushed by one of
+// them and the close never waits for the linger.
+func (ev *httpEvidence) appendSettled(finishing bool, drafts []events.Draft) error {
+	if finishing || ev.deferSettled == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), factTimeout)
+		defer cancel()
+		return ev.emit(ctx, drafts...)
+	}
+	wait, err := ev.deferSettled(drafts...)
+	if err != nil {
+		return err
+	}
+	ev.mu.Lock()
+	finishing = ev.finishing
+	ev.mu.Unlock()
+	if finishing {
+		ev.flushSettled()
+	}
+	return wait()
 }
 
 // done ends the worker's turn (failed: its append failed).
@@ -403,6 +437,12 @@ func (ev *httpEvidence) done(failed bool) {
 // or hop that had not settled.
 func (ev *httpEvidence) finish(deadline time.Time) (events.BarrierOutcome, string, []events.Draft) {
 	expired := until(deadline)
+	ev.mu.Lock()
+	ev.finishing = true
+	ev.mu.Unlock()
+	if ev.flushSettled != nil {
+		ev.flushSettled()
+	}
 	for {
 		ev.mu.Lock()
 		quiet := ev.quietLocked()
