@@ -8,6 +8,7 @@ import (
 
 	"github.com/leaseledger/leaseledger/cmd/leaseledger/internal/gatewaybench"
 	"github.com/leaseledger/leaseledger/cmd/leaseledger/internal/servebench"
+	"github.com/leaseledger/leaseledger/cmd/leaseledger/internal/startupbench"
 	"github.com/leaseledger/leaseledger/ledger/ledgerbench"
 	"github.com/spf13/cobra"
 )
@@ -88,7 +89,7 @@ p99 with snapshots over the p99 without.`,
 	f.StringVar(&path, "path", benchPathLedger, "what is measured: ledger (the bare log) or serve (projection, bus and a subscriber; see above)")
 	f.IntVar(&snapshotEvery, "snapshot-every", 0, "--path serve: events between snapshots on the side with snapshots (default: --events/8)")
 	f.StringVar(&cfg.Dir, "dir", "", "scratch directory (default: the system temp dir)")
-	bench.AddCommand(appendCmd, newBenchGrowCmd(a), newBenchGatewayCmd(a))
+	bench.AddCommand(appendCmd, newBenchGrowCmd(a), newBenchGatewayCmd(a), newBenchStartupCmd(a), newBenchStartupFloorCmd(a))
 	return bench
 }
 
@@ -203,4 +204,85 @@ first --sessions level) into DIR.`,
 	f.StringSliceVar(&cfg.Profile.Sides, "profile-sides", gatewaybench.DefaultProfileSides, "--profile: the sides profiled")
 	f.StringVar(&scratch, "dir", "", "parent of the scratch directory holding the ledger and the fsync floor's file (default: the system temp dir)")
 	return cmd
+}
+
+func newBenchStartupCmd(a *app) *cobra.Command {
+	var (
+		cfg    startupbench.Config
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "startup",
+		Short: "serve's time to listening against a raw Pebble open plus an embedded NATS start, as ratios",
+		Long: `bench startup measures serve's start-up against its floor on ledgers of
+--events sizes, each grown as 'bench grow' grows it (a gateway's traffic
+through the live projection, serve's periodic snapshots and a final one).
+With --keep DIR the ledgers are kept as DIR/events-<N> and reused by later
+runs (a ledger of 10^7 events takes minutes to grow); without it they are
+grown in a scratch directory and removed.
+
+Each side is this executable started as a process of its own; its time is
+from starting the process to the first TCP connection accepted on the NATS
+port it prints (the moment a client such as 'tail' or a dashboard can
+connect). serve runs as 'serve --data-dir D --port -1' (no --config: the
+ledger, its projection and the bus); the floor is a raw Pebble open of the
+same directory with the ledger's Pebble options plus an embedded NATS server
+started with the bus's options (the hidden 'bench startup-floor'). After
+--warmup unmeasured starts of each, --rounds rounds alternate the sides and
+sizes; each child is stopped with SIGTERM and reaped before the next starts.
+
+It prints per size the median time to listening and peak RSS of both sides
+and the ratio serve/floor (goal <= 1.5), and between the largest and the
+smallest ledger the ratios of serve's and the floor's start-up and of
+serve's peak RSS.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c := cfg
+			c.Log = a.stderr
+			if c.Exe == "" {
+				exe, err := os.Executable()
+				if err != nil {
+					return fmt.Errorf("locate this executable (both sides start it): %w", err)
+				}
+				c.Exe = exe
+			}
+			res, err := startupbench.Run(cmd.Context(), c)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				enc := json.NewEncoder(a.stdout)
+				enc.SetIndent("", "  ")
+				return enc.Encode(res)
+			}
+			fmt.Fprintln(a.stdout, res)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.IntSliceVar(&cfg.Sizes, "events", startupbench.DefaultSizes, "ledger sizes in events")
+	f.StringVar(&cfg.Keep, "keep", "", "directory keeping the grown ledgers as events-<N>, reused when present (default: grow in a scratch directory and remove)")
+	f.StringVar(&cfg.Dir, "dir", "", "parent of the scratch directory without --keep (default: the system temp dir)")
+	f.IntVar(&cfg.Rounds, "rounds", startupbench.DefaultRounds, "measured rounds, each starting both sides on every ledger once")
+	f.IntVar(&cfg.Warmup, "warmup", startupbench.DefaultWarmup, "unmeasured starts of each side on each ledger first (-1: none)")
+	f.DurationVar(&cfg.Timeout, "timeout", startupbench.DefaultTimeout, "bound on one child's start and stop")
+	f.IntVar(&cfg.GrowConcurrency, "grow-concurrency", startupbench.DefaultGrowConcurrency, "appending goroutines when growing a ledger (as bench grow --concurrency)")
+	f.IntVar(&cfg.GrowBatch, "grow-batch", startupbench.DefaultGrowBatch, "events per Append call when growing a ledger (as bench grow --batch)")
+	f.StringVar(&cfg.Exe, "exe", "", "leaseledger executable both sides run (default: this one)")
+	f.BoolVar(&asJSON, "json", false, "print JSON instead of the table")
+	return cmd
+}
+
+// newBenchStartupFloorCmd is the floor side of bench startup, started by
+// it as a child: not a command for people.
+func newBenchStartupFloorCmd(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:    "startup-floor",
+		Short:  "bench startup's floor: open --data-dir with raw Pebble, start an embedded NATS server, print its URL, hold until SIGTERM",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return startupbench.Floor(cmd.Context(), a.dataDir, a.stdout)
+		},
+	}
 }
