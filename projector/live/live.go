@@ -98,8 +98,14 @@ type Projection struct {
 	err       error
 	sinceSnap uint64
 
-	snapMu sync.Mutex       // serialises snapshots; guards shadow and reset
+	snapMu sync.Mutex       // serialises snapshots; guards shadow, seed and reset
 	shadow *projector.State // the snapshotter's own state, see Snapshot
+	// seed, while shadow is nil, is the stored snapshot header Open
+	// restored from, nothing having been stored since: the first Snapshot
+	// builds the shadow from it (shadowState) rather than Open from the
+	// restored state, which kept a copy's encoding and decoding on every
+	// start-up's path to listening.
+	seed []byte
 	// reset: the stored parts do not belong to the state (no usable
 	// snapshot was loaded); the next snapshot deletes them all, and until
 	// it is durable the archive reads nothing.
@@ -155,8 +161,11 @@ func Open(ctx context.Context, opts Options) (*Projection, error) {
 	p.state.SetArchive(p.archive)
 	p.mu.Lock()
 	err = p.restore(ctx)
-	if err == nil {
-		// The snapshotter's own copy (see Snapshot), taken once here.
+	if err == nil && p.seed == nil {
+		// The snapshotter's own copy (see Snapshot), taken once here
+		// when no stored header equals the restored state's origin (no
+		// snapshot, or replay stored newer ones; otherwise the first
+		// Snapshot builds it from p.seed).
 		var data []byte
 		if data, err = projector.Marshal(p.state); err == nil {
 			if p.shadow, err = projector.Unmarshal(data); err == nil {
@@ -189,7 +198,7 @@ func (p *Projection) restore(ctx context.Context) error {
 			p.stats.SnapshotIgnored = fmt.Sprintf("snapshot state is at seq %d but claims to cover %d", st.Seq(), covers)
 		default:
 			st.SetArchive(p.archive)
-			p.state, p.stats.SnapshotSeq = st, uint64(covers)
+			p.state, p.stats.SnapshotSeq, p.seed = st, uint64(covers), data
 		}
 	}
 	if p.stats.SnapshotIgnored != "" {
@@ -222,6 +231,7 @@ func (p *Projection) restore(ctx context.Context) error {
 			} else {
 				p.state.Evict(p.state.Seq())
 				p.stats.Snapshots++
+				p.seed = nil // the stored header is this state's now
 			}
 		}
 		return nil
@@ -290,8 +300,9 @@ func (p *Projection) snapshotter() {
 //
 // It does not serialise the live state: that would hold the state's lock,
 // and with it every acknowledgement of the ledger, for the whole encoding.
-// Instead the snapshotter keeps a shadow state of its own, which it brings
-// up to the live seq by replaying the log (ApplyRaw over the stored bytes —
+// Instead the snapshotter keeps a shadow state of its own (made by Open, or
+// after a start from a stored snapshot by the first Snapshot, from that
+// snapshot's header), which it brings up to the live seq by replaying the log (ApplyRaw over the stored bytes —
 // the replay path, which the projector's property tests hold byte-identical
 // to live application) and then serialises at leisure. The cost is a second
 // copy of the live part in memory (bounded by live state, as the live one)
@@ -307,8 +318,8 @@ func (p *Projection) Snapshot() error {
 	if err != nil {
 		return err
 	}
-	if p.shadow == nil {
-		return errors.New("live: no shadow state")
+	if err := p.shadowState(); err != nil {
+		return err
 	}
 	err = p.l.Scan(context.Background(), ledger.Query{From: ledger.Seq(p.shadow.Seq() + 1), To: ledger.Seq(target)},
 		func(seq ledger.Seq, raw []byte) error {
@@ -334,6 +345,27 @@ func (p *Projection) Snapshot() error {
 	p.mu.Lock()
 	p.state.Evict(covered)
 	p.mu.Unlock()
+	return nil
+}
+
+// shadowState makes sure the snapshotter's shadow exists (p.snapMu held):
+// built from p.seed, the stored header Open restored from, it stands at that
+// header's seq with the stored parts that go with it (no snapshot was
+// stored since), so Snapshot's replay of the log from there brings it to
+// the live seq as Open's replay brought the live state.
+func (p *Projection) shadowState() error {
+	if p.shadow != nil {
+		return nil
+	}
+	if p.seed == nil {
+		return errors.New("live: no shadow state")
+	}
+	st, err := projector.Unmarshal(p.seed)
+	if err != nil {
+		return fmt.Errorf("live: shadow from the stored snapshot: %w", err)
+	}
+	st.SetArchive(p.archive)
+	p.shadow, p.seed = st, nil
 	return nil
 }
 

@@ -138,6 +138,125 @@ func TestRestartSnapshotPlusTail(t *testing.T) {
 	}
 }
 
+// TestSnapshotAfterRestart: a projection started from a stored snapshot
+// plus a tail builds its snapshotter's shadow from that snapshot only when
+// it first snapshots (not on the way to serving); what that snapshot and
+// the next ones store is still exactly the live state and a full replay's,
+// with every report read back from the stored parts equal to a full
+// replay's after a further restart.
+func TestSnapshotAfterRestart(t *testing.T) {
+	dir := t.TempDir()
+	work := eventgen.Workload(5000, 25)
+	p := mustOpen(t, dir, -1)
+	appendAll(t, p.Ledger(), work[:2000])
+	if err := p.Close(); err != nil { // the final snapshot, at 2000
+		t.Fatal(err)
+	}
+	// A tail the next start replays (what a killed serve leaves).
+	l, err := ledger.Open(ledger.Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	appendAll(t, l, work[2000:2700])
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	p = mustOpen(t, dir, -1)
+	if st := p.Stats(); st.SnapshotSeq != 2000 || st.Replayed != 700 || st.Snapshots != 0 {
+		t.Fatalf("open stats %+v", st)
+	}
+	if m := p.Memory(); m.Shadow != 0 {
+		t.Errorf("Open built a shadow of %d activations before any snapshot", m.Shadow)
+	}
+	for i, chunk := range [][]events.Draft{work[2700:3500], nil, work[3500:]} {
+		appendAll(t, p.Ledger(), chunk)
+		if err := p.Snapshot(); err != nil {
+			t.Fatal(err)
+		}
+		covers, data, err := p.Ledger().LoadSnapshot(live.DefaultSnapshotName)
+		if err != nil {
+			t.Fatal(err)
+		}
+		liveState, err := p.Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if covers != p.Ledger().Head().Seq || !bytes.Equal(data, liveState) || !bytes.Equal(data, fullReplay(t, p.Ledger())) {
+			t.Fatalf("snapshot %d after the restart (covers %d, head %d) differs from the live state or a full replay", i, covers, p.Ledger().Head().Seq)
+		}
+	}
+	want := replayState(t, p.Ledger())
+	sameReports(t, p, want)
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Restarted from that snapshot with nothing to replay, and closed at
+	// once: the final snapshot (the first, building the shadow) changes
+	// nothing a reader sees.
+	for range 2 {
+		p = mustOpen(t, dir, -1)
+		if st := p.Stats(); st.SnapshotSeq != uint64(len(work)) || st.Replayed != 0 {
+			t.Fatalf("reopen stats %+v", st)
+		}
+		sameReports(t, p, want)
+		sameSummary(t, p, want)
+		if got, _ := p.Marshal(); !bytes.Equal(got, fullReplay(t, p.Ledger())) {
+			t.Fatal("live part after the restart differs from full replay")
+		}
+		if err := p.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestSnapshotAfterStoringReplay: a start whose tail replay stored
+// snapshots of its own (every SnapshotEvery events) snapshots on from the
+// newest of them: no activation the replay's snapshots encoded is encoded
+// again (each of the history's retired activations is encoded once in
+// all), and the snapshot equals the live state and a full replay.
+func TestSnapshotAfterStoringReplay(t *testing.T) {
+	dir := t.TempDir()
+	work := eventgen.Workload(20_000, 500)
+	p := mustOpen(t, dir, -1)
+	appendAll(t, p.Ledger(), work[:1000])
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	encoded := p.Memory().Encoded // by the final snapshot
+	l, err := ledger.Open(ledger.Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	appendAll(t, l, work[1000:16_000])
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	p = mustOpen(t, dir, 5000) // stores at 6000, 11000 and 16000 while replaying
+	defer p.Close()
+	if st := p.Stats(); st.SnapshotSeq != 1000 || st.Replayed != 15_000 || st.Snapshots != 3 {
+		t.Fatalf("open stats %+v", st)
+	}
+	appendAll(t, p.Ledger(), work[16_000:])
+	if err := p.Snapshot(); err != nil {
+		t.Fatal(err)
+	}
+	want := replayState(t, p.Ledger())
+	if encoded += p.Memory().Encoded; encoded > uint64(want.InMemory()) {
+		t.Fatalf("%d encodings for %d activations: the snapshot after the replay encoded again what the replay's had", encoded, want.InMemory())
+	}
+	covers, data, err := p.Ledger().LoadSnapshot(live.DefaultSnapshotName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if liveState, _ := p.Marshal(); covers != ledger.Seq(len(work)) || !bytes.Equal(data, liveState) || !bytes.Equal(data, fullReplay(t, p.Ledger())) {
+		t.Fatalf("snapshot (covers %d) differs from the live state or a full replay", covers)
+	}
+	sameReports(t, p, want)
+}
+
 // TestOlderSnapshotIgnored: a snapshot of another format version is never
 // trusted; Open replays the whole log and says why.
 func TestOlderSnapshotIgnored(t *testing.T) {
