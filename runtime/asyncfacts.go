@@ -177,13 +177,24 @@ func (m *Manager) emitFactAsync(ctx context.Context, lease, session *pendingFact
 // deferFactsWait defers facts about a step already taken until the
 // manager's next append carries them (in the same atomic append, within
 // outcomeLinger) instead of committing them on their own, and returns a
-// wait for their durability: for a caller that can wait without holding
-// anything up — the HTTP cleanup worker, whose settle facts then ride the
-// next call's registration, so a sequential HTTP call costs one commit,
-// not two. wait is bounded by factTimeout; the facts stay counted in the
-// manager's tracker until their append completed, whatever wait returned.
-// It needs an AsyncAppender.
+// wait for their durability. Two callers use it: the HTTP cleanup worker,
+// whose settle facts then ride the next call's registration, and an HTTP
+// call's call.admitted, which rides its own request's registration (the
+// next append of the manager, ordered before it: its acknowledgement
+// proves the admission durable, and a failed append fails it), so a
+// sequential HTTP call costs one commit, not two or three. Everything the
+// manager appends after deferFactsWait returns is ordered after the facts.
+// wait is bounded by factTimeout; the facts stay counted in the manager's
+// tracker until their append completed, whatever wait returned. Without
+// an AsyncAppender the facts are appended at once (emitFact) and wait
+// returns nil.
 func (m *Manager) deferFactsWait(drafts ...events.Draft) (wait func() error, err error) {
+	if _, ok := m.opts.Ledger.(AsyncAppender); !ok {
+		if err := m.emitFact(context.Background(), drafts...); err != nil {
+			return nil, err
+		}
+		return func() error { return nil }, nil
+	}
 	prepared, err := prepare(drafts)
 	if err != nil {
 		return nil, appendErr(err, drafts)
@@ -362,43 +373,4 @@ func (m *Manager) awaitFacts(p *pendingFacts) {
 		p = &m.facts
 	}
 	p.wait()
-}
-
-// queueFact queues a fact like emitFact but returns before it is durable:
-// wait (bounded by factTimeout, detached from ctx's cancellation) reports
-// its durability. Everything the manager or its leases append after
-// queueFact returns is ordered after it, and a failed append fails every
-// later one (AsyncAppender), so any later append that is acknowledged
-// proves the fact durable. The deferred facts ride in front of it. Without
-// an AsyncAppender it is emitFact, and wait returns nil at once.
-func (m *Manager) queueFact(ctx context.Context, d events.Draft) (wait func() error, err error) {
-	aa, ok := m.opts.Ledger.(AsyncAppender)
-	if !ok {
-		return func() error { return nil }, m.emitFact(ctx, d)
-	}
-	prepared, err := prepare([]events.Draft{d})
-	if err != nil {
-		return nil, appendErr(err, []events.Draft{d})
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), factTimeout)
-	w, taken, err := m.enqueue(ctx, aa, prepared)
-	if err != nil {
-		cancel()
-		return nil, appendErr(err, []events.Draft{d})
-	}
-	var once sync.Once
-	var werr error
-	return func() error {
-		once.Do(func() {
-			defer cancel()
-			_, werr = w(ctx)
-			if len(taken) > 0 {
-				m.settle(taken, werr)
-			}
-			if werr != nil {
-				werr = appendErr(werr, []events.Draft{d})
-			}
-		})
-		return werr
-	}, nil
 }

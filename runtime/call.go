@@ -222,10 +222,12 @@ func (c *callRun) admit(ctx context.Context) error {
 		// before it sends anything, and that registration is appended
 		// after this admission: its acknowledgement proves the admission
 		// durable too, and a failed admission fails it (a failed append
-		// fails every later one), so nothing is sent. Queued, not awaited
-		// here: the call pays one fsync before its request, not two. run
-		// awaits it once the call returned.
-		c.admitWait, err = m.queueFact(ctx, c.draft(admitted))
+		// fails every later one), so nothing is sent. Deferred, not
+		// awaited here: the registration's append carries it (the same
+		// atomic append, one commit), so the call pays one fsync before
+		// its request, not two, nor two commits in a row. run awaits it
+		// once the call returned.
+		c.admitWait, err = m.deferFactsWait(c.draft(admitted))
 	} else {
 		err = m.emitFact(ctx, c.draft(admitted))
 	}

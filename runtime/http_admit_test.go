@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -59,10 +60,10 @@ func admitServer(t *testing.T, l *ledger.Ledger) (url string, calls *atomic.Int3
 	return hs.URL + "/mcp", calls, unadmitted
 }
 
-// An HTTP lease's call.admitted is queued, not awaited, before the call's
-// request, whose registration (http.registered, appended after it) is
-// awaited: ack means durable for both, so the server never receives a
-// call whose admission is not in the ledger.
+// An HTTP lease's call.admitted is deferred, not awaited, before the
+// call's request, whose registration (http.registered, carrying it in
+// front) is awaited: ack means durable for both, so the server never
+// receives a call whose admission is not in the ledger.
 func TestHTTPAdmissionDurableBeforeRequest(t *testing.T) {
 	e := newEnv(t, nil)
 	url, calls, unadmitted := admitServer(t, e.l)
@@ -110,7 +111,7 @@ func (f *failingLedger) AppendPreparedAsync(ctx context.Context, prepared ...eve
 	return f.Ledger.AppendPreparedAsync(ctx, prepared...)
 }
 
-// An HTTP call whose queued admission failed is never sent (its
+// An HTTP call whose deferred admission failed is never sent (its
 // registration fails after it) and fails with ErrLedger.
 func TestHTTPAdmissionFailedNothingSent(t *testing.T) {
 	l, err := ledger.Open(ledger.Options{Dir: t.TempDir()})
@@ -154,12 +155,13 @@ func TestHTTPAdmissionFailedNothingSent(t *testing.T) {
 // settleKinds are the facts the cleanup worker appends for a request.
 var settleKinds = map[string]bool{"http.completed": true, "http.barrier": true, "http.worker_down": true}
 
-// A request's settle facts ride the manager's next append (a sequential
-// caller's next registration) instead of a commit of their own, and a
+// A call's admission rides its request's registration, and a request's
+// settle facts the manager's next append (a sequential caller's next
+// registration), instead of commits of their own; and a
 // close neither waits for the linger nor loses them: with the linger at an
 // hour, no append before the close holds settle facts alone, every request
 // is settled in the log, and the close's http_requests barrier is OK.
-func TestHTTPSettleFactsRideNextAppend(t *testing.T) {
+func TestHTTPFactsRideRegistrations(t *testing.T) {
 	var rl *recordingLedger
 	e := newEnv(t, func(o *Options) {
 		rl = &recordingLedger{Ledger: o.Ledger.(*ledger.Ledger)}
@@ -199,7 +201,18 @@ func TestHTTPSettleFactsRideNextAppend(t *testing.T) {
 		t.Fatal(err)
 	}
 	rl.mu.Lock()
-	carried := 0
+	carried, admissions := 0, 0
+	for _, a := range rl.appends {
+		if slices.Contains(a, "call.admitted") {
+			admissions++
+			if !slices.Contains(a, "http.registered") {
+				t.Errorf("an admission not carried by a registration: %v", a)
+			}
+		}
+	}
+	if admissions != calls {
+		t.Errorf("%d appends carried an admission, want one per call (%d)", admissions, calls)
+	}
 	// The close flushes what is still deferred (the last call's facts)
 	// and appends the session DELETE's at once: only the appends before
 	// it must carry settle facts with other events.
