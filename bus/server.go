@@ -108,7 +108,13 @@ func newServer(opts Options, g grants) (*Bus, error) {
 		return nil, &Error{Op: "start", Err: err}
 	}
 	auth.clients = srv.NumClients
-	go srv.Start()
+	// Start returns once its listeners are open (the accept loops run on
+	// goroutines of their own), so that ReadyForConnections finds them
+	// at its first look: started on a goroutine instead, the server is
+	// almost never ready then, and ReadyForConnections sleeps its 25 ms
+	// polling interval before it looks again — a quarter of serve's
+	// start-up (leaseledger bench startup).
+	srv.Start()
 	if !srv.ReadyForConnections(10 * time.Second) {
 		srv.Shutdown()
 		srv.WaitForShutdown()

@@ -61,7 +61,7 @@ func Floor(ctx context.Context, dir string, stdout io.Writer) error {
 	if err != nil {
 		return errors.Join(fmt.Errorf("startupbench: floor: NATS: %w", err), db.Close())
 	}
-	go ns.Start()
+	ns.Start() // returns with the listener open, as bus.Start starts it
 	defer func() {
 		ns.Shutdown()
 		ns.WaitForShutdown()
