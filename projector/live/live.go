@@ -106,6 +106,10 @@ type Projection struct {
 	// restored state, which kept a copy's encoding and decoding on every
 	// start-up's path to listening.
 	seed []byte
+	// stored says a snapshot of this projection is stored, covering
+	// storedSeq: loaded by Open or stored since (p.snapMu held, or Open).
+	stored    bool
+	storedSeq uint64
 	// reset: the stored parts do not belong to the state (no usable
 	// snapshot was loaded); the next snapshot deletes them all, and until
 	// it is durable the archive reads nothing.
@@ -199,6 +203,7 @@ func (p *Projection) restore(ctx context.Context) error {
 		default:
 			st.SetArchive(p.archive)
 			p.state, p.stats.SnapshotSeq, p.seed = st, uint64(covers), data
+			p.stored, p.storedSeq = true, uint64(covers)
 		}
 	}
 	if p.stats.SnapshotIgnored != "" {
@@ -297,6 +302,7 @@ func (p *Projection) snapshotter() {
 // live part as header and every retired activation changed since the
 // previous snapshot as a part, in one synced batch (see the package
 // documentation); then the retired activations it covers leave memory.
+// When the stored snapshot already covers the live seq it stores nothing.
 //
 // It does not serialise the live state: that would hold the state's lock,
 // and with it every acknowledgement of the ledger, for the whole encoding.
@@ -317,6 +323,13 @@ func (p *Projection) Snapshot() error {
 	p.mu.RUnlock()
 	if err != nil {
 		return err
+	}
+	if p.stored && target == p.storedSeq {
+		// Nothing was applied since the stored snapshot: storing it
+		// again (a clean stop of a serve that appended nothing) would
+		// only leave a write-ahead log record that the next start must
+		// replay and flush before it can serve.
+		return nil
 	}
 	if err := p.shadowState(); err != nil {
 		return err
@@ -451,8 +464,8 @@ func (p *Projection) Marshal() (data []byte, err error) {
 	return data, err
 }
 
-// Close stops the snapshot goroutine, saves a final snapshot and closes
-// the ledger. Events committed while the ledger drains its queue are not
+// Close stops the snapshot goroutine, saves a final snapshot (unless the
+// stored one already covers every applied event) and closes the ledger. Events committed while the ledger drains its queue are not
 // in that snapshot; the next Open replays them from the log. Close is
 // idempotent.
 func (p *Projection) Close() error {

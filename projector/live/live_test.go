@@ -257,6 +257,79 @@ func TestSnapshotAfterStoringReplay(t *testing.T) {
 	sameReports(t, p, want)
 }
 
+// TestUnchangedSnapshotNotStoredAgain: a snapshot is stored only when
+// events were applied since the stored one — a restart that appends
+// nothing and stops stores nothing (nothing for the next start to replay
+// and flush) — and one is stored whenever there were, so that the next
+// start still replays nothing.
+func TestUnchangedSnapshotNotStoredAgain(t *testing.T) {
+	dir := t.TempDir()
+	work := eventgen.Workload(3000, 60)
+	stores := 0
+	open := func() *live.Projection {
+		p := mustOpen(t, dir, -1)
+		live.SetAfterStore(p, func() { stores++ })
+		return p
+	}
+	p := open()
+	appendAll(t, p.Ledger(), work[:1000])
+	for range 2 {
+		if err := p.Snapshot(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if stores != 1 {
+		t.Fatalf("%d snapshots stored for one interval with events", stores)
+	}
+	// Idle restarts: nothing replayed, nothing stored.
+	for range 2 {
+		stores = 0
+		p = open()
+		if st := p.Stats(); st.SnapshotSeq != 1000 || st.Replayed != 0 {
+			t.Fatalf("idle restart: %+v", st)
+		}
+		if err := p.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if stores != 0 {
+			t.Fatalf("an idle restart stored %d snapshots", stores)
+		}
+	}
+	// A tail replayed at the start is stored at the stop even with no
+	// append in between; appends are stored too.
+	l, err := ledger.Open(ledger.Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	appendAll(t, l, work[1000:2000])
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for i, chunk := range [][]events.Draft{nil, work[2000:]} {
+		stores = 0
+		p = open()
+		appendAll(t, p.Ledger(), chunk)
+		if err := p.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if stores != 1 {
+			t.Fatalf("stop %d after new events stored %d snapshots", i, stores)
+		}
+	}
+	p = open()
+	defer p.Close()
+	if st := p.Stats(); st.SnapshotSeq != uint64(len(work)) || st.Replayed != 0 {
+		t.Fatalf("restart after the stores: %+v", st)
+	}
+	if got, _ := p.Marshal(); !bytes.Equal(got, fullReplay(t, p.Ledger())) {
+		t.Fatal("live part differs from full replay")
+	}
+	sameReports(t, p, replayState(t, p.Ledger()))
+}
+
 // TestOlderSnapshotIgnored: a snapshot of another format version is never
 // trusted; Open replays the whole log and says why.
 func TestOlderSnapshotIgnored(t *testing.T) {

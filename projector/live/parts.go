@@ -73,6 +73,7 @@ func (p *Projection) store(s *projector.State) error {
 		return err
 	}
 	p.encoded.Add(uint64(len(retired)))
+	p.stored, p.storedSeq = true, s.Seq()
 	p.reset = false
 	p.archive.off.Store(false)
 	return nil
