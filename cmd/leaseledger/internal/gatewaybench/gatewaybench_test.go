@@ -60,12 +60,13 @@ func TestRunTiny(t *testing.T) {
 		if s.Gateway != gw {
 			t.Errorf("%s: Gateway %v", s.Name, s.Gateway)
 		}
-		if gw && (s.Phases[0].EventsPerCall() < 1 || s.Phases[0].CommitsPerCall() <= 0) {
+		if gw && (s.Phases[0].EventsPerCall() < 1 || s.Phases[0].CommitsPerCall() <= 0 || s.Phases[0].MeanCommit() <= 0) {
 			t.Errorf("%s: %.2f ledger events and %.2f commits per call: the calls were not recorded", s.Name, s.Phases[0].EventsPerCall(), s.Phases[0].CommitsPerCall())
 		}
 	}
-	// Per transport: the latency ratio and its context, then per level.
-	if want := 2 * (3 + 2*2); len(res.Ratios) != want-1 {
+	// Per transport: the latency ratio and its context (the ledger's
+	// commit against the fsync floor among it), then per level.
+	if want := 2 * (4 + 2*2); len(res.Ratios) != want-1 {
 		t.Errorf("%d ratios, want %d", len(res.Ratios), want-1)
 	}
 	for _, q := range res.Ratios {
@@ -84,7 +85,7 @@ func TestRunTiny(t *testing.T) {
 		}
 	}
 	out := res.String()
-	for _, name := range append(SideNames, "fsync floor", "gateway p50 / (proxy p50 + fsync p50)", "calls/s at 3 sessions") {
+	for _, name := range append(SideNames, "fsync floor", "gateway p50 / (proxy p50 + fsync p50)", "ledger mean commit", "calls/s at 3 sessions") {
 		if !strings.Contains(out, name) {
 			t.Errorf("the table has no %q:\n%s", name, out)
 		}

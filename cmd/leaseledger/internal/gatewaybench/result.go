@@ -11,10 +11,11 @@ import (
 
 // Latency is a distribution of call (or fsync) latencies.
 type Latency struct {
-	N   int           `json:"n"`
-	P50 time.Duration `json:"p50_ns"`
-	P90 time.Duration `json:"p90_ns"`
-	P99 time.Duration `json:"p99_ns"`
+	N    int           `json:"n"`
+	P50  time.Duration `json:"p50_ns"`
+	P90  time.Duration `json:"p90_ns"`
+	P99  time.Duration `json:"p99_ns"`
+	Mean time.Duration `json:"mean_ns"`
 }
 
 // latencyOf sorts ds (in place) and reads its percentiles.
@@ -24,7 +25,11 @@ func latencyOf(ds []time.Duration) Latency {
 	}
 	slices.Sort(ds)
 	at := func(q float64) time.Duration { return ds[min(len(ds)-1, int(q*float64(len(ds))))] }
-	return Latency{N: len(ds), P50: at(0.50), P90: at(0.90), P99: at(0.99)}
+	var sum time.Duration
+	for _, d := range ds {
+		sum += d
+	}
+	return Latency{N: len(ds), P50: at(0.50), P90: at(0.90), P99: at(0.99), Mean: sum / time.Duration(len(ds))}
 }
 
 // Phase is one load on one side, summed over the rounds.
@@ -78,6 +83,12 @@ func (p Phase) CPUPerCall() time.Duration { return p.CPU / time.Duration(max(p.C
 // per call.
 func (p Phase) EventsPerCall() float64  { return float64(p.Events) / float64(max(p.Calls, 1)) }
 func (p Phase) CommitsPerCall() float64 { return float64(p.Commits) / float64(max(p.Calls, 1)) }
+
+// MeanCommit is the ledger's mean commit time, apply to fsync observed:
+// against the fsync floor's mean it is what the ledger's commit adds to
+// the disk's own durable write (hand-offs between its stages and Pebble's
+// WAL writer, waits behind other commits, the wake-ups on a busy machine).
+func (p Phase) MeanCommit() time.Duration { return p.CommitTime / time.Duration(max(p.Commits, 1)) }
 
 // Side is one side's figures.
 type Side struct {
@@ -165,6 +176,7 @@ func (r Result) ratios() []Ratio {
 			info(t.label+": proxy through the guardian p50 / proxy p50", div(ms(floor.Sequential.P50), ms(proxy.Sequential.P50)))
 		}
 		info(t.label+": proxy p50 / direct p50", div(ms(proxy.Sequential.P50), ms(direct.Sequential.P50)))
+		info(fmt.Sprintf("%s: ledger mean commit (apply to fsync observed), sequential / fsync mean", t.label), div(ms(gw.Phases[0].MeanCommit()), ms(r.Fsync.Mean)))
 		for _, n := range r.Config.Sessions {
 			g, _ := gw.Throughput(n)
 			p, _ := proxy.Throughput(n)
@@ -192,8 +204,8 @@ func (r Result) String() string {
 	}
 	pf("bench gateway: %d sequential calls per side per round, throughput at %s sessions, %d rounds, MCP %s\n",
 		r.Config.Calls, levels, r.Config.Rounds, ProtocolVersion)
-	pf("fsync floor (4 KiB write + fdatasync, growing file, ledger's disk): p50 %.3f ms  p90 %.3f ms  p99 %.3f ms  (n=%d)\n\n",
-		ms(r.Fsync.P50), ms(r.Fsync.P90), ms(r.Fsync.P99), r.Fsync.N)
+	pf("fsync floor (4 KiB write + fdatasync, growing file, ledger's disk): p50 %.3f ms  p90 %.3f ms  p99 %.3f ms  mean %.3f ms  (n=%d)\n\n",
+		ms(r.Fsync.P50), ms(r.Fsync.P90), ms(r.Fsync.P99), ms(r.Fsync.Mean), r.Fsync.N)
 	pf("%-22s %9s %9s %9s %10s", "side", "p50 ms", "p90 ms", "p99 ms", "cpu µs/call")
 	for _, n := range r.Config.Sessions {
 		pf(" %12s", fmt.Sprintf("calls/s@%d", n))
@@ -217,6 +229,21 @@ func (r Result) String() string {
 				}
 				pf("%s%.2f", sep, p.CommitsPerCall())
 			}
+		}
+		pf("\n")
+	}
+	pf("\nledger mean commit ms (apply to fsync observed): sequential")
+	for _, n := range r.Config.Sessions {
+		pf(", @%d", n)
+	}
+	pf("\n")
+	for _, s := range r.Sides {
+		if !s.Gateway {
+			continue
+		}
+		pf("%-22s", s.Name)
+		for _, p := range s.Phases {
+			pf(" %8.3f", ms(p.MeanCommit()))
 		}
 		pf("\n")
 	}
