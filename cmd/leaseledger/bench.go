@@ -156,8 +156,8 @@ ledger's events and commits per call.
 The stdio server is built with the go tool from the repository
 (runtime/internal/testserver) unless --stdio-server names a built one.
 --profile DIR adds an unmeasured pass writing CPU, blocking and mutex
-profiles of the gateway sides and their floors (sequential and at the
-first --sessions level) into DIR.`,
+profiles and an execution trace of the gateway sides and their floors
+(sequential and at the first --sessions level) into DIR.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			dir, err := gatewaybench.MkdirTemp(scratch)
@@ -199,7 +199,7 @@ first --sessions level) into DIR.`,
 	f.BoolVar(&asJSON, "json", false, "print JSON instead of the table")
 	f.StringVar(&cfg.StdioServer, "stdio-server", "", "go-sdk MCP server binary with an echo tool for the stdio sides (default: build "+gatewaybench.StdioServerPkg+" with the go tool)")
 	f.StringVar(&cfg.HelperPath, "guardian-helper", "", "guardian helper binary (default: this executable acting as the helper)")
-	f.StringVar(&cfg.Profile.Dir, "profile", "", "directory for CPU, blocking and mutex profiles of an extra, unmeasured pass")
+	f.StringVar(&cfg.Profile.Dir, "profile", "", "directory for CPU, blocking and mutex profiles and execution traces of an extra, unmeasured pass")
 	f.IntVar(&cfg.Profile.Calls, "profile-calls", gatewaybench.DefaultProfileCalls, "--profile: calls of each profiled phase")
 	f.StringSliceVar(&cfg.Profile.Sides, "profile-sides", gatewaybench.DefaultProfileSides, "--profile: the sides profiled")
 	f.StringVar(&scratch, "dir", "", "parent of the scratch directory holding the ledger and the fsync floor's file (default: the system temp dir)")

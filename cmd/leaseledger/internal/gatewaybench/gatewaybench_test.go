@@ -78,7 +78,7 @@ func TestRunTiny(t *testing.T) {
 		t.Fatalf("%d profiled phases, want 4", len(res.Profiles))
 	}
 	for _, p := range res.Profiles {
-		for _, f := range []string{p.CPU, p.Block, p.BlockBase, p.Mutex, p.MutexBase} {
+		for _, f := range []string{p.CPU, p.Block, p.BlockBase, p.Mutex, p.MutexBase, p.Trace} {
 			if st, err := os.Stat(f); err != nil || st.Size() == 0 {
 				t.Errorf("profile %s: %v", f, err)
 			}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"runtime/trace"
 	"slices"
 	"time"
 )
@@ -21,7 +22,11 @@ import (
 // cumulative over the process's life, so each comes with the profile as it
 // was when the phase began (.block.base.pprof, .mutex.base.pprof): read the
 // phase alone with `go tool pprof -diff_base X.block.base.pprof
-// X.block.pprof`. The profiled phases are not part of the figures.
+// X.block.pprof`. A third run of the same load writes an execution trace
+// (<side>-<load>.trace): the scheduling latencies and the hand-offs
+// between goroutines that neither profile shows (`go tool trace
+// -pprof=sched X.trace` profiles the time goroutines waited, runnable, for
+// a core). The profiled phases are not part of the figures.
 type ProfileConfig struct {
 	// Dir receives the profiles; empty: no profiled pass.
 	Dir string `json:"dir,omitempty"`
@@ -72,6 +77,7 @@ type Profiled struct {
 	BlockBase string  `json:"block_base"`
 	Mutex     string  `json:"mutex"`
 	MutexBase string  `json:"mutex_base"`
+	Trace     string  `json:"trace"`
 }
 
 // blockRate records every blocking event of a profiled phase (ns).
@@ -95,7 +101,7 @@ func profile(ctx context.Context, cfg Config, sides []*side) ([]Profiled, error)
 			base := filepath.Join(cfg.Profile.Dir, name+"-"+load)
 			p := Profiled{Side: name, Sessions: sessions, CPU: base + ".cpu.pprof",
 				Block: base + ".block.pprof", BlockBase: base + ".block.base.pprof",
-				Mutex: base + ".mutex.pprof", MutexBase: base + ".mutex.base.pprof"}
+				Mutex: base + ".mutex.pprof", MutexBase: base + ".mutex.base.pprof", Trace: base + ".trace"}
 			run := func() (Phase, error) {
 				if sessions == 1 {
 					ph, _, err := s.sequential(ctx, cfg.Profile.Calls)
@@ -130,6 +136,18 @@ func profile(ctx context.Context, cfg Config, sides []*side) ([]Profiled, error)
 				return out, err
 			}
 			if err := errors.Join(writeProfile("block", p.Block), writeProfile("mutex", p.Mutex)); err != nil {
+				return out, err
+			}
+			// And once more under the execution tracer.
+			if f, err = os.Create(p.Trace); err != nil {
+				return out, err
+			}
+			if err := trace.Start(f); err != nil {
+				return out, errors.Join(err, f.Close())
+			}
+			_, err = run()
+			trace.Stop()
+			if err = errors.Join(err, f.Close()); err != nil {
 				return out, err
 			}
 			p.Calls, p.Rate = ph.Calls, ph.Rate()

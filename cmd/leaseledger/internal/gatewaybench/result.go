@@ -274,7 +274,7 @@ func (r Result) String() string {
 	}
 	for _, p := range r.Profiles {
 		pf("profiled %s at %d session(s): %d calls, %.0f calls/s; go tool pprof -top %s", p.Side, p.Sessions, p.Calls, p.Rate, p.CPU)
-		pf("; blocking: go tool pprof -top -diff_base %s %s\n", p.BlockBase, p.Block)
+		pf("; blocking: go tool pprof -top -diff_base %s %s; scheduling: go tool trace -pprof=sched %s\n", p.BlockBase, p.Block, p.Trace)
 	}
 	return string(b[:len(b)-1])
 }
