@@ -230,6 +230,10 @@ same directory with the ledger's Pebble options plus an embedded NATS server
 started with the bus's options (the hidden 'bench startup-floor'). After
 --warmup unmeasured starts of each, --rounds rounds alternate the sides and
 sizes; each child is stopped with SIGTERM and reaped before the next starts.
+A grow at full speed outruns Pebble's compactions and leaves a debt (10^7
+events: about 300 tables in level 0) that every start's Pebble takes up
+again in the background, on the cores serve's own start-up needs;
+--compact compacts each ledger fully first (a ledger at rest).
 
 It prints per size the median time to listening and peak RSS of both sides
 and the ratio serve/floor (goal <= 1.5), and between the largest and the
@@ -266,6 +270,7 @@ serve's peak RSS.`,
 	f.IntVar(&cfg.Rounds, "rounds", startupbench.DefaultRounds, "measured rounds, each starting both sides on every ledger once")
 	f.IntVar(&cfg.Warmup, "warmup", startupbench.DefaultWarmup, "unmeasured starts of each side on each ledger first (-1: none)")
 	f.DurationVar(&cfg.Timeout, "timeout", startupbench.DefaultTimeout, "bound on one child's start and stop")
+	f.BoolVar(&cfg.Compact, "compact", false, "compact each ledger fully first: a ledger at rest instead of the compaction debt a grow at full speed leaves (a kept ledger stays compacted)")
 	f.IntVar(&cfg.GrowConcurrency, "grow-concurrency", startupbench.DefaultGrowConcurrency, "appending goroutines when growing a ledger (as bench grow --concurrency)")
 	f.IntVar(&cfg.GrowBatch, "grow-batch", startupbench.DefaultGrowBatch, "events per Append call when growing a ledger (as bench grow --batch)")
 	f.StringVar(&cfg.Exe, "exe", "", "leaseledger executable both sides run (default: this one)")

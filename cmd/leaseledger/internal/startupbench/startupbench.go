@@ -11,7 +11,8 @@
 // The ledgers are grown with servebench.Grow (`leaseledger bench grow`: a
 // gateway's traffic written through the live projection with serve's
 // periodic snapshots and a final one) at each requested size, or reused
-// from a directory that keeps them. After an unmeasured warm-up start of
+// from a directory that keeps them, and with Config.Compact compacted
+// fully first (a ledger at rest). After an unmeasured warm-up start of
 // each side on each ledger (the page cache, and serve's final snapshot on
 // a ledger whose grower did not close it), the rounds alternate the sides
 // and sizes. It reports the median time to listening and the peak resident
@@ -31,6 +32,8 @@ import (
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/leaseledger/leaseledger/cmd/leaseledger/internal/servebench"
 	"github.com/leaseledger/leaseledger/ledger"
@@ -72,6 +75,12 @@ type Config struct {
 	// Timeout bounds one start-up and stop of a child; DefaultTimeout when
 	// zero.
 	Timeout time.Duration
+	// Compact compacts each ledger fully (every table into Pebble's last
+	// level) before the warm-up: a ledger at rest, as a serve that outlived
+	// its write burst leaves it, rather than with the compaction debt a
+	// grow at full speed leaves, which each start's Pebble picks up again
+	// in the background. A kept ledger stays compacted.
+	Compact bool
 	// GrowConcurrency and GrowBatch are servebench.GrowConfig's
 	// Concurrency and Batch; the defaults when zero.
 	GrowConcurrency, GrowBatch int
@@ -158,6 +167,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		if err := ensureLedger(ctx, cfg, dir, n); err != nil {
 			return nil, err
 		}
+		if cfg.Compact {
+			if err := compact(ctx, cfg.Log, dir); err != nil {
+				return nil, err
+			}
+		}
 		res.Sizes[i] = SizeResult{Events: n, Dir: dir, Bytes: dirBytes(dir)}
 	}
 	type side struct {
@@ -242,4 +256,26 @@ func dirBytes(dir string) int64 {
 		}
 	}
 	return n
+}
+
+// compact compacts every key of the ledger in dir into Pebble's last level
+// (opened as the ledger opens it).
+func compact(ctx context.Context, log io.Writer, dir string) error {
+	po := ledger.DefaultPebbleOptions()
+	po.ErrorIfNotExists = true
+	db, err := pebble.Open(dir, po)
+	if err != nil {
+		return fmt.Errorf("startupbench: compact %s: %w", dir, err)
+	}
+	start := time.Now()
+	// Every key of the keyspace is printable ASCII (keys.Prefix…).
+	err = db.Compact(ctx, []byte{0}, []byte{0xff}, true)
+	if cerr := db.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("startupbench: compact %s: %w", dir, err)
+	}
+	fmt.Fprintf(log, "bench startup: compacted %s in %v\n", dir, time.Since(start).Round(time.Millisecond))
+	return nil
 }

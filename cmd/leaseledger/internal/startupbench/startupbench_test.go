@@ -69,13 +69,14 @@ func TestRunTiny(t *testing.T) {
 	}
 	t.Log("\n" + out)
 
-	// The kept ledgers are reused as they are, not grown again.
+	// The kept ledgers are reused as they are, not grown again; compacted
+	// on request.
 	var log strings.Builder
-	cfg.Sizes, cfg.Log = []int{2000}, &log
+	cfg.Sizes, cfg.Log, cfg.Compact = []int{2000}, &log, true
 	if _, err := Run(context.Background(), cfg); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(log.String(), "reusing") || strings.Contains(log.String(), "growing") {
+	if !strings.Contains(log.String(), "reusing") || strings.Contains(log.String(), "growing") || !strings.Contains(log.String(), "compacted") {
 		t.Errorf("second run's log:\n%s", log.String())
 	}
 }
