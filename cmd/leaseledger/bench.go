@@ -183,13 +183,7 @@ profiles and an execution trace of the gateway sides and their floors
 			if err != nil {
 				return err
 			}
-			if asJSON {
-				enc := json.NewEncoder(a.stdout)
-				enc.SetIndent("", "  ")
-				return enc.Encode(res)
-			}
-			fmt.Fprintln(a.stdout, res)
-			return nil
+			return a.printBench(res, asJSON)
 		},
 	}
 	f := cmd.Flags()
@@ -254,13 +248,7 @@ serve's peak RSS.`,
 			if err != nil {
 				return err
 			}
-			if asJSON {
-				enc := json.NewEncoder(a.stdout)
-				enc.SetIndent("", "  ")
-				return enc.Encode(res)
-			}
-			fmt.Fprintln(a.stdout, res)
-			return nil
+			return a.printBench(res, asJSON)
 		},
 	}
 	f := cmd.Flags()
@@ -290,4 +278,16 @@ func newBenchStartupFloorCmd(a *app) *cobra.Command {
 			return startupbench.Floor(cmd.Context(), a.dataDir, a.stdout)
 		},
 	}
+}
+
+// printBench prints a bench command's result: indented JSON with --json,
+// else its table (String).
+func (a *app) printBench(res fmt.Stringer, asJSON bool) error {
+	if asJSON {
+		enc := json.NewEncoder(a.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(res)
+	}
+	_, err := fmt.Fprintln(a.stdout, res)
+	return err
 }
