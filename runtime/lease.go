@@ -78,10 +78,12 @@ type lease struct {
 	// timeouts counts the calls in a row that ran past their budget; at
 	// MaxConsecutiveTimeouts the lease is retired as wedged.
 	timeouts int
-	// admitting counts calls past the gate whose call.admitted append is
-	// not yet acknowledged. Adds happen only under mu while the state is
-	// active, so waiting on it after leaving active is race-free; it keeps
-	// every admitted event before lease.revoked / lease.terminated.
+	// admitting counts calls past the gate whose call.admitted is not yet
+	// acknowledged or, on an HTTP lease, deferred (deferFactsWait: ordered
+	// before everything the manager appends later). Adds happen only under
+	// mu while the state is active, so waiting on it after leaving active
+	// is race-free; it keeps every admitted event before lease.revoked /
+	// lease.terminated.
 	admitting sync.WaitGroup
 	// finishing counts calls whose call.finished is not yet durable
 	// (emitFactAsync); termination waits for them, so the close report
