@@ -49,9 +49,7 @@ func TestCallTimeout(t *testing.T) {
 	echo := CallRequest{Server: "ts", Tool: "echo", Digest: digestOf(t, tools, "echo"), Arguments: map[string]any{"text": "hi"}}
 	old := e.m.leaseOf("s1", "ts")
 	pid := childPID(t, e, old.activation)
-	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
+	testproc.Stop(t, pid)
 	_, err = s.Capability().Call(ctx, echo)
 	if cerr := syscall.Kill(pid, syscall.SIGCONT); cerr != nil {
 		t.Fatal(cerr)

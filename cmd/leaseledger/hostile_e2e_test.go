@@ -263,10 +263,8 @@ func TestHostileClients(t *testing.T) {
 			t.Fatalf("slow call past --call-timeout: %v, want code %d", err, gateway.CodeRequestTimeout)
 		}
 		pid := h.childOf(t, cs.ID())
-		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-			t.Fatal(err)
-		}
 		defer syscall.Kill(pid, syscall.SIGCONT)
+		testproc.Stop(t, pid)
 		if err := echo(ctx, cs, "stopped"); !errors.As(err, &we) || we.Code != gateway.CodeRequestTimeout {
 			t.Fatalf("call to a stopped server: %v, want code %d", err, gateway.CodeRequestTimeout)
 		}

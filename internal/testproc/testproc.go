@@ -115,17 +115,31 @@ func Stat(pid int) (ppid int, state byte, ok bool) {
 	if err != nil {
 		return 0, 0, false
 	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')') // the command name may hold spaces and parentheses
-	if i < 0 {
-		return 0, 0, false
-	}
-	f := strings.Fields(s[i+1:])
+	f := statFields(b)
 	if len(f) < 2 {
 		return 0, 0, false
 	}
 	ppid, err = strconv.Atoi(f[1])
 	return ppid, f[0][0], err == nil
+}
+
+// statFields are the fields of a /proc stat line after the command name
+// (which may hold spaces and parentheses): state, ppid, ...
+func statFields(b []byte) []string {
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return nil
+	}
+	return strings.Fields(s[i+1:])
+}
+
+// stateOf is the state letter of a /proc stat line (0 if unreadable).
+func stateOf(b []byte) byte {
+	if f := statFields(b); len(f) > 0 {
+		return f[0][0]
+	}
+	return 0
 }
 
 // Running reports whether pid exists and is neither a zombie nor dead.
