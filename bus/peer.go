@@ -109,10 +109,7 @@ func StartPeer(opts PeerOptions) (*Peer, error) {
 	if err != nil {
 		return nil, &Error{Op: "start peer", Err: err}
 	}
-	go srv.Start()
-	if !srv.ReadyForConnections(peerStartTimeout) {
-		srv.Shutdown()
-		srv.WaitForShutdown()
+	if !startServer(srv, peerStartTimeout) {
 		return nil, &Error{Op: "start peer", Err: fmt.Errorf("not ready within %v", peerStartTimeout)}
 	}
 	p := &Peer{srv: srv, port: opts.Port != 0, token: token, logger: opts.Logger}

@@ -108,16 +108,7 @@ func newServer(opts Options, g grants) (*Bus, error) {
 		return nil, &Error{Op: "start", Err: err}
 	}
 	auth.clients = srv.NumClients
-	// Start returns once its listeners are open (the accept loops run on
-	// goroutines of their own), so that ReadyForConnections finds them
-	// at its first look: started on a goroutine instead, the server is
-	// almost never ready then, and ReadyForConnections sleeps its 25 ms
-	// polling interval before it looks again — a quarter of serve's
-	// start-up (leaseledger bench startup).
-	srv.Start()
-	if !srv.ReadyForConnections(10 * time.Second) {
-		srv.Shutdown()
-		srv.WaitForShutdown()
+	if !startServer(srv, 10*time.Second) {
 		return nil, &Error{Op: "start", Err: fmt.Errorf("not ready to accept connections on %s:%d", opts.Host, opts.Port)}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -134,4 +125,21 @@ func newServer(opts Options, g grants) (*Bus, error) {
 		return nil, &Error{Op: "start", Err: err}
 	}
 	return b, nil
+}
+
+// startServer starts srv and reports whether it is ready for connections
+// within timeout; a server that is not is shut down. Start returns once
+// its listeners are open (the accept loops run on goroutines of their
+// own), so ReadyForConnections finds them at its first look: started on a
+// goroutine instead, the server is almost never ready then, and
+// ReadyForConnections sleeps its 25 ms polling interval before it looks
+// again — a quarter of serve's start-up (leaseledger bench startup).
+func startServer(srv *server.Server, timeout time.Duration) bool {
+	srv.Start()
+	if srv.ReadyForConnections(timeout) {
+		return true
+	}
+	srv.Shutdown()
+	srv.WaitForShutdown()
+	return false
 }
