@@ -69,15 +69,17 @@ func (p *pendingFacts) wait() {
 	}
 }
 
-// Bounds of deferred outcomes.
+// Bounds of deferred facts.
 const (
-	// outcomeLinger bounds how long a call's call.finished waits for a
-	// later append of the manager to carry it (in the same atomic append,
-	// so one fsync covers both: a sequential caller's next call.admitted
-	// usually does) before it is appended on its own.
+	// outcomeLinger bounds how long a deferred fact (a call's
+	// call.finished, an HTTP call's call.admitted, the HTTP cleanup
+	// worker's settle facts) waits for a later append of the manager to
+	// carry it (in the same atomic append, so one fsync covers both: a
+	// sequential caller's next call.admitted or registration usually does)
+	// before it is appended on its own.
 	outcomeLinger = 2 * time.Millisecond
-	// maxDeferredOutcomes bounds the outcomes waiting to be carried; the
-	// one that fills it appends them all at once.
+	// maxDeferredOutcomes bounds the facts waiting to be carried; the
+	// deferral that fills it appends them all at once.
 	maxDeferredOutcomes = 256
 )
 
@@ -86,14 +88,15 @@ const (
 type deferredFact struct {
 	p              events.Prepared
 	lease, session *pendingFacts
-	// done, set on the last fact of an emitFactDeferred group, receives
+	// done, set on the last fact of a deferFactsWait group, receives
 	// the group's append outcome (cap 1). A group is deferred under one
 	// hold of deferredFacts.mu and taken whole, so its facts share one
 	// atomic append.
 	done chan error
 }
 
-// deferredFacts holds facts appended without waiting (emitFactAsync) until
+// deferredFacts holds facts appended without waiting (emitFactAsync,
+// deferFactsWait) until
 // the next append of the manager carries them or the linger expires. mu is
 // held across the enqueue of every append of the manager (never across its
 // wait), so a deferred fact is queued before everything the manager
