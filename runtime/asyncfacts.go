@@ -96,11 +96,10 @@ type deferredFact struct {
 }
 
 // deferredFacts holds facts appended without waiting (emitFactAsync,
-// deferFactsWait) until
-// the next append of the manager carries them or the linger expires. mu is
-// held across the enqueue of every append of the manager (never across its
-// wait), so a deferred fact is queued before everything the manager
-// appends after deferring it.
+// deferFactsWait) until the next append of the manager carries them or the
+// linger expires. mu is held across the enqueue of every append of the
+// manager (never across its wait), so a deferred fact is queued before
+// everything the manager appends after deferring it.
 type deferredFacts struct {
 	mu    sync.Mutex
 	list  []deferredFact
