@@ -60,25 +60,33 @@ func admitServer(t *testing.T, l *ledger.Ledger) (url string, calls *atomic.Int3
 	return hs.URL + "/mcp", calls, unadmitted
 }
 
+// admitSession opens session s1 of e on admitServer's tool "look" (server
+// "remote") and returns it with a request calling it, and the server's
+// counters.
+func admitSession(t *testing.T, e *env) (ctx context.Context, s *SessionScope, req CallRequest, calls, unadmitted *atomic.Int32) {
+	t.Helper()
+	url, calls, unadmitted := admitServer(t, e.l)
+	e.cfg.Set("remote", ServerConfig{Type: "http", URL: url})
+	ctx = ctxT(t, 60*time.Second)
+	s, err := e.m.OpenSession(ctx, "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tools, err := s.Capability().Tools(ctx, "remote")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ctx, s, CallRequest{Server: "remote", Tool: "look", Digest: digestOf(t, tools, "look")}, calls, unadmitted
+}
+
 // An HTTP lease's call.admitted is deferred, not awaited, before the
 // call's request, whose registration (http.registered, carrying it in
 // front) is awaited: ack means durable for both, so the server never
 // receives a call whose admission is not in the ledger.
 func TestHTTPAdmissionDurableBeforeRequest(t *testing.T) {
 	e := newEnv(t, nil)
-	url, calls, unadmitted := admitServer(t, e.l)
-	e.cfg.Set("remote", ServerConfig{Type: "http", URL: url})
-	ctx := ctxT(t, 60*time.Second)
-	s, err := e.m.OpenSession(ctx, "s1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, s, req, calls, unadmitted := admitSession(t, e)
 	defer s.Release(ctx)
-	tools, err := s.Capability().Tools(ctx, "remote")
-	if err != nil {
-		t.Fatal(err)
-	}
-	req := CallRequest{Server: "remote", Tool: "look", Digest: digestOf(t, tools, "look")}
 	for range 20 {
 		if _, err := s.Capability().Call(ctx, req); err != nil {
 			t.Fatal(err)
@@ -131,18 +139,8 @@ func TestHTTPAdmissionFailedNothingSent(t *testing.T) {
 		_ = l.Close()
 	})
 	e := &env{t: t, m: m, l: l, cfg: cfg}
-	url, calls, _ := admitServer(t, e.l)
-	e.cfg.Set("remote", ServerConfig{Type: "http", URL: url})
-	ctx := ctxT(t, 60*time.Second)
-	s, err := e.m.OpenSession(ctx, "s1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tools, err := s.Capability().Tools(ctx, "remote")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = s.Capability().Call(ctx, CallRequest{Server: "remote", Tool: "look", Digest: digestOf(t, tools, "look")})
+	ctx, s, req, calls, _ := admitSession(t, e)
+	_, err = s.Capability().Call(ctx, req)
 	if !errors.Is(err, ErrLedger) {
 		t.Fatalf("call on a failed ledger: %v", err)
 	}
@@ -168,18 +166,7 @@ func TestHTTPFactsRideRegistrations(t *testing.T) {
 		o.Ledger = rl
 	})
 	e.m.deferred.linger = time.Hour // only a later append, or the close, carries them
-	url, _, _ := admitServer(t, e.l)
-	e.cfg.Set("remote", ServerConfig{Type: "http", URL: url})
-	ctx := ctxT(t, 60*time.Second)
-	s, err := e.m.OpenSession(ctx, "s1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tools, err := s.Capability().Tools(ctx, "remote")
-	if err != nil {
-		t.Fatal(err)
-	}
-	req := CallRequest{Server: "remote", Tool: "look", Digest: digestOf(t, tools, "look")}
+	ctx, s, req, _, _ := admitSession(t, e)
 	const calls = 10
 	for range calls {
 		if _, err := s.Capability().Call(ctx, req); err != nil {
