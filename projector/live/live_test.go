@@ -28,6 +28,20 @@ func appendAll(t testing.TB, l *ledger.Ledger, ds []events.Draft) {
 	}
 }
 
+// appendBare appends ds to the ledger in dir opened bare, with no
+// projection: the tail a killed serve leaves for the next start to replay.
+func appendBare(t testing.TB, dir string, ds []events.Draft) {
+	t.Helper()
+	l, err := ledger.Open(ledger.Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	appendAll(t, l, ds)
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // fullReplay rebuilds the state from the whole log of an open ledger and
 // returns its live part (what Projection.Marshal returns).
 func fullReplay(t testing.TB, l *ledger.Ledger) []byte {
@@ -153,14 +167,7 @@ func TestSnapshotAfterRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A tail the next start replays (what a killed serve leaves).
-	l, err := ledger.Open(ledger.Options{Dir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	appendAll(t, l, work[2000:2700])
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
+	appendBare(t, dir, work[2000:2700])
 
 	p = mustOpen(t, dir, -1)
 	if st := p.Stats(); st.SnapshotSeq != 2000 || st.Replayed != 700 || st.Snapshots != 0 {
@@ -225,14 +232,7 @@ func TestSnapshotAfterStoringReplay(t *testing.T) {
 		t.Fatal(err)
 	}
 	encoded := p.Memory().Encoded // by the final snapshot
-	l, err := ledger.Open(ledger.Options{Dir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	appendAll(t, l, work[1000:16_000])
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
+	appendBare(t, dir, work[1000:16_000])
 
 	p = mustOpen(t, dir, 5000) // stores at 6000, 11000 and 16000 while replaying
 	defer p.Close()
@@ -300,14 +300,7 @@ func TestUnchangedSnapshotNotStoredAgain(t *testing.T) {
 	}
 	// A tail replayed at the start is stored at the stop even with no
 	// append in between; appends are stored too.
-	l, err := ledger.Open(ledger.Options{Dir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	appendAll(t, l, work[1000:2000])
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
+	appendBare(t, dir, work[1000:2000])
 	for i, chunk := range [][]events.Draft{nil, work[2000:]} {
 		stores = 0
 		p = open()
