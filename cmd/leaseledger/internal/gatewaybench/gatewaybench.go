@@ -408,7 +408,7 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 		cfg.logf("%s: %d sessions open in %v", s.name, maxSessions, time.Since(t).Round(time.Millisecond))
 	}
 
-	var fsyncs []time.Duration
+	var fsyncs, pebbles []time.Duration
 	for round := range cfg.Rounds {
 		t := time.Now()
 		fs, err := fsyncFloor(filepath.Join(cfg.Dir, fmt.Sprintf("fsync-%d", round)), cfg.Calls)
@@ -416,6 +416,11 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 			return res, err
 		}
 		fsyncs = append(fsyncs, fs...)
+		pc, err := pebbleFloor(ctx, filepath.Join(cfg.Dir, fmt.Sprintf("pebble-%d", round)), cfg.Calls)
+		if err != nil {
+			return res, err
+		}
+		pebbles = append(pebbles, pc...)
 		n := len(e.sides)
 		for k := range n {
 			s := e.sides[(k+round)%n]
@@ -439,6 +444,7 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 		cfg.logf("round %d/%d in %v", round+1, cfg.Rounds, time.Since(t).Round(time.Millisecond))
 	}
 	res.Fsync = latencyOf(fsyncs)
+	res.PebbleCommit = latencyOf(pebbles)
 	for _, s := range e.sides {
 		res.Sides = append(res.Sides, Side{Name: s.name, Sequential: latencyOf(s.lat), Phases: s.phases, Gateway: s.ledger != nil})
 	}

@@ -40,6 +40,9 @@ func TestRunTiny(t *testing.T) {
 	if res.Fsync.N != 6 || res.Fsync.P50 <= 0 {
 		t.Errorf("fsync floor: %+v", res.Fsync)
 	}
+	if res.PebbleCommit.N != 6 || res.PebbleCommit.P50 <= 0 {
+		t.Errorf("raw Pebble floor: %+v", res.PebbleCommit)
+	}
 	if len(res.Sides) != len(SideNames) {
 		t.Fatalf("%d sides, want %d", len(res.Sides), len(SideNames))
 	}
@@ -65,8 +68,9 @@ func TestRunTiny(t *testing.T) {
 		}
 	}
 	// Per transport: the latency ratio and its context (the ledger's
-	// commit against the fsync floor among it), then per level.
-	if want := 2 * (4 + 2*2); len(res.Ratios) != want-1 {
+	// commit against the fsync and raw Pebble floors among it), then per
+	// level.
+	if want := 2 * (6 + 2*2); len(res.Ratios) != want-1 {
 		t.Errorf("%d ratios, want %d", len(res.Ratios), want-1)
 	}
 	for _, q := range res.Ratios {
@@ -78,14 +82,14 @@ func TestRunTiny(t *testing.T) {
 		t.Fatalf("%d profiled phases, want 4", len(res.Profiles))
 	}
 	for _, p := range res.Profiles {
-		for _, f := range []string{p.CPU, p.Block, p.BlockBase, p.Mutex, p.MutexBase, p.Trace} {
+		for _, f := range []string{p.CPU, p.Block, p.BlockBase, p.Mutex, p.MutexBase, p.Trace, p.Allocs, p.AllocsBase} {
 			if st, err := os.Stat(f); err != nil || st.Size() == 0 {
 				t.Errorf("profile %s: %v", f, err)
 			}
 		}
 	}
 	out := res.String()
-	for _, name := range append(SideNames, "fsync floor", "gateway p50 / (proxy p50 + fsync p50)", "ledger mean commit", "calls/s at 3 sessions") {
+	for _, name := range append(SideNames, "fsync floor", "raw Pebble floor", "gateway p50 / (proxy p50 + fsync p50)", "raw Pebble commit p50", "ledger mean commit", "calls/s at 3 sessions") {
 		if !strings.Contains(out, name) {
 			t.Errorf("the table has no %q:\n%s", name, out)
 		}

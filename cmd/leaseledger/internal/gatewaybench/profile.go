@@ -26,7 +26,12 @@ import (
 // (<side>-<load>.trace): the scheduling latencies and the hand-offs
 // between goroutines that neither profile shows (`go tool trace
 // -pprof=sched X.trace` profiles the time goroutines waited, runnable, for
-// a core). The profiled phases are not part of the figures.
+// a core). The CPU run also records what was allocated: the heap's
+// cumulative allocation profile before it (.allocs.base.pprof) and after
+// it (.allocs.pprof); `go tool pprof -sample_index=alloc_space -diff_base
+// X.allocs.base.pprof X.allocs.pprof` reads the phase's bytes allocated,
+// the garbage collector's work. The profiled phases are not part of the
+// figures.
 type ProfileConfig struct {
 	// Dir receives the profiles; empty: no profiled pass.
 	Dir string `json:"dir,omitempty"`
@@ -78,6 +83,10 @@ type Profiled struct {
 	Mutex     string  `json:"mutex"`
 	MutexBase string  `json:"mutex_base"`
 	Trace     string  `json:"trace"`
+	// Allocs and AllocsBase are the heap's allocation profile after and
+	// before the CPU run.
+	Allocs     string `json:"allocs"`
+	AllocsBase string `json:"allocs_base"`
 }
 
 // blockRate records every blocking event of a profiled phase (ns).
@@ -101,7 +110,8 @@ func profile(ctx context.Context, cfg Config, sides []*side) ([]Profiled, error)
 			base := filepath.Join(cfg.Profile.Dir, name+"-"+load)
 			p := Profiled{Side: name, Sessions: sessions, CPU: base + ".cpu.pprof",
 				Block: base + ".block.pprof", BlockBase: base + ".block.base.pprof",
-				Mutex: base + ".mutex.pprof", MutexBase: base + ".mutex.base.pprof", Trace: base + ".trace"}
+				Mutex: base + ".mutex.pprof", MutexBase: base + ".mutex.base.pprof", Trace: base + ".trace",
+				Allocs: base + ".allocs.pprof", AllocsBase: base + ".allocs.base.pprof"}
 			run := func() (Phase, error) {
 				if sessions == 1 {
 					ph, _, err := s.sequential(ctx, cfg.Profile.Calls)
@@ -111,6 +121,12 @@ func profile(ctx context.Context, cfg Config, sides []*side) ([]Profiled, error)
 			}
 			// The CPU profile first, alone: recording every blocking
 			// event unwinds a stack each time, which would show in it.
+			// The allocation profile is always on (sampled every
+			// runtime.MemProfileRate bytes) and cumulative: its phase is
+			// the difference from the base.
+			if err := writeProfile("allocs", p.AllocsBase); err != nil {
+				return out, err
+			}
 			f, err := os.Create(p.CPU)
 			if err != nil {
 				return out, err
@@ -120,7 +136,7 @@ func profile(ctx context.Context, cfg Config, sides []*side) ([]Profiled, error)
 			}
 			ph, err := run()
 			pprof.StopCPUProfile()
-			if err = errors.Join(err, f.Close()); err != nil {
+			if err = errors.Join(err, f.Close(), writeProfile("allocs", p.Allocs)); err != nil {
 				return out, err
 			}
 			// Then the same load again with blocking and contention recorded.
@@ -158,8 +174,13 @@ func profile(ctx context.Context, cfg Config, sides []*side) ([]Profiled, error)
 	return out, nil
 }
 
-// writeProfile writes the named runtime profile to path.
+// writeProfile writes the named runtime profile to path. The allocation
+// profile counts what the last completed garbage collection saw, so one
+// runs first: the profile then holds every allocation made until now.
 func writeProfile(name, path string) error {
+	if name == "allocs" {
+		runtime.GC()
+	}
 	f, err := os.Create(path)
 	if err != nil {
 		return err

@@ -125,7 +125,11 @@ type Result struct {
 	Config Config `json:"config"`
 	// Fsync is the raw fsync floor: 4 KiB write + fdatasync on a growing
 	// file in Config.Dir.
-	Fsync  Latency `json:"fsync"`
+	Fsync Latency `json:"fsync"`
+	// PebbleCommit is the raw Pebble floor: sequential Sync commits of
+	// six events' keys and values as the ledger writes them, in a fresh
+	// Pebble in Config.Dir.
+	PebbleCommit Latency `json:"pebble_commit"`
 	Sides  []Side  `json:"sides"`
 	Ratios []Ratio `json:"ratios"`
 	// Profiles lists the profiled phases (Config.Profile).
@@ -171,12 +175,14 @@ func (r Result) ratios() []Ratio {
 			what = "proxy through the guardian"
 		}
 		le(fmt.Sprintf("%s: gateway p50 / (%s p50 + fsync p50)", t.label, what), div(ms(gw.Sequential.P50), ms(floor.Sequential.P50)+f), LatencyGoal)
+		info(fmt.Sprintf("%s: gateway p50 / (%s p50 + raw Pebble commit p50)", t.label, what), div(ms(gw.Sequential.P50), ms(floor.Sequential.P50)+ms(r.PebbleCommit.P50)))
 		info(fmt.Sprintf("%s: gateway p50 / %s p50", t.label, what), div(ms(gw.Sequential.P50), ms(floor.Sequential.P50)))
 		if t.floor != t.proxy {
 			info(t.label+": proxy through the guardian p50 / proxy p50", div(ms(floor.Sequential.P50), ms(proxy.Sequential.P50)))
 		}
 		info(t.label+": proxy p50 / direct p50", div(ms(proxy.Sequential.P50), ms(direct.Sequential.P50)))
 		info(fmt.Sprintf("%s: ledger mean commit (apply to fsync observed), sequential / fsync mean", t.label), div(ms(gw.Phases[0].MeanCommit()), ms(r.Fsync.Mean)))
+		info(fmt.Sprintf("%s: ledger mean commit, sequential / raw Pebble commit mean", t.label), div(ms(gw.Phases[0].MeanCommit()), ms(r.PebbleCommit.Mean)))
 		for _, n := range r.Config.Sessions {
 			g, _ := gw.Throughput(n)
 			p, _ := proxy.Throughput(n)
@@ -206,6 +212,8 @@ func (r Result) String() string {
 		r.Config.Calls, levels, r.Config.Rounds, ProtocolVersion)
 	pf("fsync floor (4 KiB write + fdatasync, growing file, ledger's disk): p50 %.3f ms  p90 %.3f ms  p99 %.3f ms  mean %.3f ms  (n=%d)\n\n",
 		ms(r.Fsync.P50), ms(r.Fsync.P90), ms(r.Fsync.P99), ms(r.Fsync.Mean), r.Fsync.N)
+	pf("raw Pebble floor (Sync commits of %d events' keys as the ledger writes them, one at a time): p50 %.3f ms  p90 %.3f ms  p99 %.3f ms  mean %.3f ms  (n=%d)\n\n",
+		pebbleCommitEvents, ms(r.PebbleCommit.P50), ms(r.PebbleCommit.P90), ms(r.PebbleCommit.P99), ms(r.PebbleCommit.Mean), r.PebbleCommit.N)
 	pf("%-22s %9s %9s %9s %10s", "side", "p50 ms", "p90 ms", "p99 ms", "cpu µs/call")
 	for _, n := range r.Config.Sessions {
 		pf(" %12s", fmt.Sprintf("calls/s@%d", n))
@@ -274,7 +282,7 @@ func (r Result) String() string {
 	}
 	for _, p := range r.Profiles {
 		pf("profiled %s at %d session(s): %d calls, %.0f calls/s; go tool pprof -top %s", p.Side, p.Sessions, p.Calls, p.Rate, p.CPU)
-		pf("; blocking: go tool pprof -top -diff_base %s %s; scheduling: go tool trace -pprof=sched %s\n", p.BlockBase, p.Block, p.Trace)
+		pf("; blocking: go tool pprof -top -diff_base %s %s; allocations: go tool pprof -top -sample_index=alloc_space -diff_base %s %s; scheduling: go tool trace -pprof=sched %s\n", p.BlockBase, p.Block, p.AllocsBase, p.Allocs, p.Trace)
 	}
 	return string(b[:len(b)-1])
 }
