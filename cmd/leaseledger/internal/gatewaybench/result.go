@@ -130,8 +130,8 @@ type Result struct {
 	// six events' keys and values as the ledger writes them, in a fresh
 	// Pebble in Config.Dir.
 	PebbleCommit Latency `json:"pebble_commit"`
-	Sides  []Side  `json:"sides"`
-	Ratios []Ratio `json:"ratios"`
+	Sides        []Side  `json:"sides"`
+	Ratios       []Ratio `json:"ratios"`
 	// Profiles lists the profiled phases (Config.Profile).
 	Profiles []Profiled `json:"profiles,omitempty"`
 }
