@@ -23,8 +23,9 @@ package ledger
 //   - A batch's ack follows its own fsync, never only an earlier batch's,
 //     also while later batches are written during that fsync
 //     (TestAckAwaitsOwnFsync); batches are acknowledged in seq order.
-//   - Observers see batches in seq order after fsync: BeforeAck before the
-//     batch's appenders are woken, Watch observers after, batch after batch.
+//   - Observers see batches in seq order after fsync: BeforeAck runs, then
+//     the batch is queued for the Watch observers, then its appenders are
+//     woken; batch after batch.
 //     A keyed retry is a batch's appender too: it is answered only once
 //     BeforeAck has seen the original's events (the acknowledged head;
 //     TestRetryWaitsForBeforeAck).

@@ -11,8 +11,8 @@ package ledger
 //	           write and memtable insertion: about as costly as sealing),
 //	           which requests the batch's fsync without waiting for it;
 //	syncer:    awaits each applied batch's fsync in order, publishes the
-//	           head, runs BeforeAck, publishes the acknowledged head, wakes
-//	           the appenders.
+//	           head, runs BeforeAck, publishes the acknowledged head, queues
+//	           the batch for the Watch observers, wakes the appenders.
 //
 // The committer closes the open batch and hands it to the applier once it
 // holds both permissions to: the applier is idle (applierIdle), and a token
@@ -235,8 +235,8 @@ func (l *Ledger) applyBatch(p *pending) {
 
 // syncer starts the applier, waits for each applied batch's fsync in order,
 // publishes the new durable head, returns the batch's token, runs
-// BeforeAck, publishes the acknowledged head and wakes the batch's
-// appenders.
+// BeforeAck, publishes the acknowledged head, queues the batch for the
+// Watch observers and wakes the batch's appenders.
 func (l *Ledger) syncer(done chan<- struct{}) {
 	defer close(done)
 	applied := make(chan *pending, inflightBatches)
@@ -287,13 +287,20 @@ func (l *Ledger) syncer(done chan<- struct{}) {
 		// After BeforeAck: the committer answers a retry of these events at
 		// once only from now on (add).
 		l.acked.Store(uint64(head.Seq))
+		// The Watch observers are handed the batch before its appenders
+		// are woken, not after: of the goroutines this one makes runnable,
+		// the scheduler runs the last one first on this core once the
+		// syncer waits again, and an appender is what a caller waits for
+		// (woken first, it waited behind the observer's goroutine).
+		// Waking gives no order either way: an observer's goroutine may
+		// run before or after the appender's.
+		if len(p.records) > 0 { // none: only retries of keyed appends
+			l.notifyObservers(p.records) // queued: never waits for an observer
+		}
 		for _, r := range p.reqs {
 			close(r.done)
 		}
-		if len(p.records) == 0 {
-			continue // only retries of keyed appends: nothing to observe
-		}
-		l.notifyObservers(p.records) // queued: never waits for an observer
+		l.opts.hooks.call(hookWoken)
 	}
 }
 
@@ -325,6 +332,8 @@ const (
 	// hookSealed: the committer has sealed a call's events into the open
 	// batch.
 	hookSealed
+	// hookWoken: the syncer has woken an acknowledged batch's appenders.
+	hookWoken
 	numHooks
 )
 

@@ -3,7 +3,8 @@ package ledger
 // Deterministic tests of the commit pipeline's stages (pipeline.go): a batch
 // held in the applier (hookApply) while the committer goes on sealing, a
 // failure and a Close meeting that state, keyed retries against BeforeAck,
-// and the batch preallocation bounds.
+// the batch preallocation bounds, and a batch queued for the Watch
+// observers before its appenders are woken.
 
 import (
 	"context"
@@ -491,4 +492,71 @@ func TestApplyFailureStress(t *testing.T) {
 		}
 		l2.Close()
 	}
+}
+
+// blockingWatch is a Watch observer that holds its goroutine in the first
+// batch until release, so that later batches stay in its queue.
+type blockingWatch struct {
+	entered, release chan struct{}
+	once             sync.Once
+}
+
+func (b *blockingWatch) Committed([]Record) {
+	b.once.Do(func() {
+		close(b.entered)
+		<-b.release
+	})
+}
+
+// A batch is queued for the Watch observers before its appenders are
+// woken (the appender, woken last, is the goroutine the syncer's core runs
+// next; pipeline.go): with the syncer held just after it woke them
+// (hookWoken), the returned Append's batch is already in the observer's
+// queue.
+func TestWatchQueuedBeforeAppendReturns(t *testing.T) {
+	var armed atomic.Bool
+	proceed := make(chan struct{})
+	l, err := Open(Options{Dir: t.TempDir(), hooks: &testHooks{hookWoken: func() {
+		if armed.Load() {
+			<-proceed
+		}
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	b := &blockingWatch{entered: make(chan struct{}), release: make(chan struct{})}
+	unwatch := l.Watch(b)
+	defer unwatch()
+	defer close(b.release) // before unwatch, which waits for the call in progress
+	ctx := context.Background()
+	if _, err := l.Append(ctx, pipeDraft(1)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-b.entered:
+	case <-time.After(pipeTimeout):
+		t.Fatal("the observer never got the first batch")
+	}
+	w := l.watchers()[0]
+	armed.Store(true)
+	for i := 2; i <= 5; i++ {
+		seqs, err := l.Append(ctx, pipeDraft(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.mu.Lock()
+		n := len(w.q)
+		last := Seq(0)
+		if n > 0 {
+			q := w.q[n-1]
+			last = Seq(q[len(q)-1].Env.Seq)
+		}
+		w.mu.Unlock()
+		proceed <- struct{}{}
+		if n != i-1 || last != seqs[0] {
+			t.Fatalf("Append of seq %d returned with %d batches queued for the observer, the last up to seq %d", seqs[0], n, last)
+		}
+	}
+	armed.Store(false)
 }
