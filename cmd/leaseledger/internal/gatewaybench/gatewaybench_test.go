@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -82,6 +83,27 @@ func TestRunTiny(t *testing.T) {
 		t.Fatalf("%d profiled phases, want 4", len(res.Profiles))
 	}
 	for _, p := range res.Profiles {
+		if (p.Sessions == 1) != (p.Path != nil) {
+			t.Errorf("%s at %d sessions: critical path %v", p.Side, p.Sessions, p.Path)
+		}
+		if p.Path != nil {
+			// Every traced call shows its total and the ledger's stages
+			// (both profiled sides are gateways); over HTTP also the
+			// upstream hop and what follows the ack.
+			want := []string{stageTotal, stageRequestIn, stageSeal, stageWALWait, stageFsync}
+			if p.Side == GatewayHTTP {
+				want = append(want, stageAck, stageAckToSend, stageUpstream, stageResponseOut)
+			}
+			for _, name := range want {
+				i := slices.IndexFunc(p.Path.Stages, func(s Stage) bool { return s.Name == name })
+				if i < 0 || p.Path.Stages[i].N < 1 || p.Path.Stages[i].P50 < 0 {
+					t.Errorf("%s: no stage %q in %+v", p.Side, name, p.Path)
+				}
+			}
+			if p.Path.Calls < p.Calls {
+				t.Errorf("%s: %d calls traced, want at least the phase's %d", p.Side, p.Path.Calls, p.Calls)
+			}
+		}
 		for _, f := range []string{p.CPU, p.Block, p.BlockBase, p.Mutex, p.MutexBase, p.Trace, p.Allocs, p.AllocsBase} {
 			if st, err := os.Stat(f); err != nil || st.Size() == 0 {
 				t.Errorf("profile %s: %v", f, err)
@@ -89,7 +111,7 @@ func TestRunTiny(t *testing.T) {
 		}
 	}
 	out := res.String()
-	for _, name := range append(SideNames, "fsync floor", "raw Pebble floor", "gateway p50 / (proxy p50 + fsync p50)", "raw Pebble commit p50", "ledger mean commit", "calls/s at 3 sessions") {
+	for _, name := range append(SideNames, "fsync floor", "raw Pebble floor", "gateway p50 / (proxy p50 + fsync p50)", "raw Pebble commit p50", "ledger mean commit", "calls/s at 3 sessions", "critical path of a sequential call") {
 		if !strings.Contains(out, name) {
 			t.Errorf("the table has no %q:\n%s", name, out)
 		}

@@ -26,7 +26,8 @@ import (
 // (<side>-<load>.trace): the scheduling latencies and the hand-offs
 // between goroutines that neither profile shows (`go tool trace
 // -pprof=sched X.trace` profiles the time goroutines waited, runnable, for
-// a core). The CPU run also records what was allocated: the heap's
+// a core); the sequential phase's trace is also read back into the
+// critical path of its calls (critpath.go). The CPU run also records what was allocated: the heap's
 // cumulative allocation profile before it (.allocs.base.pprof) and after
 // it (.allocs.pprof); `go tool pprof -sample_index=alloc_space -diff_base
 // X.allocs.base.pprof X.allocs.pprof` reads the phase's bytes allocated,
@@ -83,6 +84,9 @@ type Profiled struct {
 	Mutex     string  `json:"mutex"`
 	MutexBase string  `json:"mutex_base"`
 	Trace     string  `json:"trace"`
+	// Path is the critical path of the sequential phase's calls, read
+	// from its trace (nil for the phase with sessions).
+	Path *CriticalPath `json:"critical_path,omitempty"`
 	// Allocs and AllocsBase are the heap's allocation profile after and
 	// before the CPU run.
 	Allocs     string `json:"allocs"`
@@ -165,6 +169,13 @@ func profile(ctx context.Context, cfg Config, sides []*side) ([]Profiled, error)
 			trace.Stop()
 			if err = errors.Join(err, f.Close()); err != nil {
 				return out, err
+			}
+			if sessions == 1 {
+				cp, err := readCriticalPath(p.Trace, name)
+				if err != nil {
+					return out, err
+				}
+				p.Path = &cp
 			}
 			p.Calls, p.Rate = ph.Calls, ph.Rate()
 			out = append(out, p)

@@ -280,9 +280,43 @@ func (r Result) String() string {
 		}
 		pf("  %-72s %7.3f%s\n", q.Name, q.Value, verdict)
 	}
+	r.printPaths(pf)
 	for _, p := range r.Profiles {
 		pf("profiled %s at %d session(s): %d calls, %.0f calls/s; go tool pprof -top %s", p.Side, p.Sessions, p.Calls, p.Rate, p.CPU)
 		pf("; blocking: go tool pprof -top -diff_base %s %s; allocations: go tool pprof -top -sample_index=alloc_space -diff_base %s %s; scheduling: go tool trace -pprof=sched %s\n", p.BlockBase, p.Block, p.AllocsBase, p.Allocs, p.Trace)
 	}
 	return string(b[:len(b)-1])
+}
+
+// printPaths prints the critical paths of the profiled sequential phases
+// side by side: each stage's p50 in µs ("-": the side has no such stage).
+func (r Result) printPaths(pf func(string, ...any)) {
+	var paths []Profiled
+	for _, p := range r.Profiles {
+		if p.Path != nil {
+			paths = append(paths, p)
+		}
+	}
+	if len(paths) == 0 {
+		return
+	}
+	pf("critical path of a sequential call, from the profiled pass's traces (p50 µs; calls traced):\n")
+	pf("  %-80s", "stage")
+	for _, p := range paths {
+		pf(" %22s", fmt.Sprintf("%s (%d)", p.Side, p.Path.Calls))
+	}
+	pf("\n")
+	for _, name := range stageNames {
+		pf("  %-80s", name)
+		for _, p := range paths {
+			cell := "-"
+			for _, st := range p.Path.Stages {
+				if st.Name == name {
+					cell = fmt.Sprintf("%.1f", float64(st.P50)/1e3)
+				}
+			}
+			pf(" %22s", cell)
+		}
+		pf("\n")
+	}
 }
