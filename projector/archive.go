@@ -1,7 +1,6 @@
 package projector
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -271,18 +270,9 @@ func MarshalActivation(a *Activation) ([]byte, error) {
 // output: a *FormatError for another format or version, ErrSnapshotCorrupt
 // for inconsistent content.
 func UnmarshalActivation(b []byte) (*Activation, error) {
-	var h snapshotHeader
-	if err := json.Unmarshal(b, &h); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrSnapshotCorrupt, err)
-	}
-	if h.Format != SnapshotFormat || h.Version != SnapshotVersion {
-		return nil, &FormatError{Format: h.Format, Version: h.Version}
-	}
 	var r activationRecord
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&r); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrSnapshotCorrupt, err)
+	if err := decodeSnapshot(b, &r, func() snapshotHeader { return snapshotHeader{r.Format, r.Version} }); err != nil {
+		return nil, err
 	}
 	return restoreActivation(r.ID, r.Activation)
 }
@@ -310,18 +300,9 @@ func MarshalOwner(o *Owner) ([]byte, error) {
 // *FormatError for another format or version, ErrSnapshotCorrupt for
 // inconsistent content.
 func UnmarshalOwner(b []byte) (*Owner, error) {
-	var h snapshotHeader
-	if err := json.Unmarshal(b, &h); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrSnapshotCorrupt, err)
-	}
-	if h.Format != SnapshotFormat || h.Version != SnapshotVersion {
-		return nil, &FormatError{Format: h.Format, Version: h.Version}
-	}
 	var r ownerRecord
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&r); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrSnapshotCorrupt, err)
+	if err := decodeSnapshot(b, &r, func() snapshotHeader { return snapshotHeader{r.Format, r.Version} }); err != nil {
+		return nil, err
 	}
 	if r.Owner == nil || r.Owner.ID != r.ID || !retiredOwner(r.Owner) {
 		return nil, fmt.Errorf("%w: owner entry %q", ErrSnapshotCorrupt, r.ID)
