@@ -21,13 +21,11 @@ import (
 	"golang.org/x/exp/trace"
 )
 
-// Stage is one stage of the critical path: its median and mean over the
+// Stage is one stage of the critical path: its distribution over the
 // calls in which the trace showed it.
 type Stage struct {
-	Name string        `json:"name"`
-	P50  time.Duration `json:"p50_ns"`
-	Mean time.Duration `json:"mean_ns"`
-	N    int           `json:"n"`
+	Name string `json:"name"`
+	Latency
 }
 
 // CriticalPath is the stages of a profiled side's sequential calls, in
@@ -129,28 +127,32 @@ func readCriticalPath(path, side string) (CriticalPath, error) {
 	return criticalPath(all, roles, marker != ""), nil
 }
 
-// frameFlags returns the flags of the frames of s.
+// frameMarks are the functions whose frames set each flag (a frame's
+// function name contains the mark: readLoop's closures count as readLoop).
+var frameMarks = []struct {
+	mark string
+	flag int
+}{
+	{"net/http.(*persistConn).roundTrip", fRoundTrip},
+	{"net/http.(*persistConn).readLoop", fReadLoop},
+	{"gatewaybench.(*side).sequential", fClient},
+	{"ledger.(*Ledger).committer", fCommitter},
+	{"record.(*LogWriter).flushLoop", fFlushLoop},
+	{"ledger.(*Ledger).syncer", fSyncer},
+	{"ledger.(*watcher).run", fWatcher},
+}
+
+// frameFlags returns the flags of the frames of s; marker, when not
+// empty, sets fUpstream.
 func frameFlags(s trace.Stack, marker string) int {
 	flags := 0
 	for fr := range s.Frames() {
-		fn := fr.Func
-		switch {
-		case strings.HasSuffix(fn, "net/http.(*persistConn).roundTrip"):
-			flags |= fRoundTrip
-		case strings.HasPrefix(fn, "net/http.(*persistConn).readLoop"):
-			flags |= fReadLoop
-		case strings.HasSuffix(fn, "gatewaybench.(*side).sequential"):
-			flags |= fClient
-		case strings.HasSuffix(fn, "ledger.(*Ledger).committer"):
-			flags |= fCommitter
-		case strings.HasSuffix(fn, "record.(*LogWriter).flushLoop"):
-			flags |= fFlushLoop
-		case strings.HasSuffix(fn, "ledger.(*Ledger).syncer"):
-			flags |= fSyncer
-		case strings.HasSuffix(fn, "ledger.(*watcher).run"):
-			flags |= fWatcher
+		for _, m := range frameMarks {
+			if strings.Contains(fr.Func, m.mark) {
+				flags |= m.flag
+			}
 		}
-		if marker != "" && strings.HasSuffix(fn, marker) {
+		if marker != "" && strings.Contains(fr.Func, marker) {
 			flags |= fUpstream
 		}
 	}
@@ -268,18 +270,8 @@ func criticalPath(all []transition, roles map[trace.GoID]int, upstream bool) Cri
 	cp := CriticalPath{Calls: len(calls)}
 	for _, name := range stageNames {
 		if s := samples[name]; len(s) > 0 {
-			cp.Stages = append(cp.Stages, stageOf(name, s))
+			cp.Stages = append(cp.Stages, Stage{Name: name, Latency: latencyOf(s)})
 		}
 	}
 	return cp
-}
-
-// stageOf summarises one stage's samples.
-func stageOf(name string, s []time.Duration) Stage {
-	slices.Sort(s)
-	var sum time.Duration
-	for _, d := range s {
-		sum += d
-	}
-	return Stage{Name: name, P50: s[len(s)/2], Mean: sum / time.Duration(len(s)), N: len(s)}
 }
