@@ -54,10 +54,10 @@ type snapshotHeader struct {
 // anything else that is not exactly one document of this version (an
 // unknown field, a wrong type, bytes after it).
 //
-// One pass over b, where reading the header first would be two and a
-// half (the header's validation and decoding, then the document's):
-// decoding the live part of a snapshot is most of serve's start-up beyond
-// opening Pebble. The header is read on its own only when the document
+// One decoding of b, where reading the header first decoded it twice
+// (the header's, which validates the whole document to keep two fields,
+// then the document's): decoding the live part of a snapshot is most of
+// serve's start-up beyond opening Pebble. The header is read on its own only when the document
 // does not decode, to tell another version (whose fields this one may not
 // know) from a damaged one; TestDecodeSnapshotTwin holds the outcome to
 // the header-first reading's.
