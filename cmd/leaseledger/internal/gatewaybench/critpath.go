@@ -40,7 +40,7 @@ type CriticalPath struct {
 // only; the upstream hop's are those of sides that call an HTTP upstream.
 const (
 	stageRequestIn   = "request in: client send to upstream send (proxy) or to ledger enqueue (gateway)"
-	stageSeal        = "ledger: committer woken to WAL write queued (sealing, Pebble apply)"
+	stageSeal        = "ledger: committer woken to WAL writer woken (sealing, the applier's hand-off)"
 	stageWALWait     = "ledger: WAL writer woken to running (waits for a core)"
 	stageFsync       = "ledger: WAL write + fdatasync, to syncer woken"
 	stageAck         = "ledger: syncer woken to appender running (BeforeAck, wake-ups)"
@@ -62,7 +62,6 @@ const (
 	fCommitter             // the ledger's committer
 	fFlushLoop             // Pebble's WAL writer
 	fSyncer                // the ledger's syncer
-	fWatcher               // a ledger Watch observer
 )
 
 // upstreamMarkers name the function through which each side that calls an
@@ -96,7 +95,7 @@ func readCriticalPath(path, side string) (CriticalPath, error) {
 	}
 	marker := upstreamMarkers[side]
 	var all []transition
-	roles := map[trace.GoID]int{} // goroutine → fCommitter, fFlushLoop, fSyncer, fWatcher
+	roles := map[trace.GoID]int{} // goroutine → fCommitter, fFlushLoop or fSyncer
 	for {
 		ev, err := r.ReadEvent()
 		if errors.Is(err, io.EOF) {
@@ -118,7 +117,7 @@ func readCriticalPath(path, side string) (CriticalPath, error) {
 			tr.flags = frameFlags(st.Stack, marker) | frameFlags(ev.Stack(), marker)
 		}
 		if from == trace.GoRunning && to == trace.GoWaiting {
-			if role := tr.flags & (fCommitter | fFlushLoop | fSyncer | fWatcher); role != 0 && roles[tr.g] == 0 {
+			if role := tr.flags & (fCommitter | fFlushLoop | fSyncer); role != 0 && roles[tr.g] == 0 {
 				roles[tr.g] = role
 			}
 		}
@@ -139,7 +138,6 @@ var frameMarks = []struct {
 	{"ledger.(*Ledger).committer", fCommitter},
 	{"record.(*LogWriter).flushLoop", fFlushLoop},
 	{"ledger.(*Ledger).syncer", fSyncer},
-	{"ledger.(*watcher).run", fWatcher},
 }
 
 // frameFlags returns the flags of the frames of s; marker, when not
