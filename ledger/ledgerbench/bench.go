@@ -174,9 +174,10 @@ func (r Result) String() string {
 		r.Ratio(), r.RecordsRatio(), r.CPURatio(), float64(r.Ledger.Events)/float64(max(1, r.Ledger.Commits)))
 }
 
-// sampleDraft is the event both sides write: a call.finished with digests,
-// typical of the runtime's traffic.
-func sampleDraft(i int) events.Draft {
+// SampleDraft is the event both sides write: a call.finished with digests,
+// typical of the runtime's traffic (the i-th of a workload). Other floors
+// built on Seal and RunRaw write it too.
+func SampleDraft(i int) events.Draft {
 	return events.Draft{Activation: fmt.Sprintf("act-%d", i%64), Session: "session-1", Server: "everything",
 		Payload: &events.CallFinished{CallID: fmt.Sprintf("call-%d", i), Tool: "echo", Outcome: "ok", DurationNS: 123456,
 			ArgsBytes: 42, ArgsSHA256: strings.Repeat("ab", 32), ResultBytes: 99, ResultSHA256: strings.Repeat("cd", 32)}}
@@ -195,7 +196,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	// drafts; seal them up front so that sealing is not charged to them.
 	drafts := make([]events.Draft, cfg.Events)
 	for i := range drafts {
-		drafts[i] = sampleDraft(i)
+		drafts[i] = SampleDraft(i)
 	}
 	sealed, err := Seal(drafts)
 	if err != nil {
@@ -299,7 +300,7 @@ func runLedger(ctx context.Context, dir string, cfg Config) (Side, error) {
 	defer l.Close()
 	drafts := make([]events.Draft, cfg.Events)
 	for i := range drafts {
-		drafts[i] = sampleDraft(i)
+		drafts[i] = SampleDraft(i)
 	}
 	side, err := work(ctx, cfg, func(first, n int) error {
 		_, err := l.Append(ctx, drafts[first:first+n]...)

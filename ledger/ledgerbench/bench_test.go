@@ -89,7 +89,7 @@ func TestSideCPU(t *testing.T) {
 // the one before, its stored bytes beside it; an invalid draft is an error
 // naming its index.
 func TestSealChains(t *testing.T) {
-	drafts := []events.Draft{sampleDraft(0), sampleDraft(1), sampleDraft(2)}
+	drafts := []events.Draft{SampleDraft(0), SampleDraft(1), SampleDraft(2)}
 	s, err := Seal(drafts)
 	if err != nil {
 		t.Fatal(err)
@@ -104,7 +104,7 @@ func TestSealChains(t *testing.T) {
 		}
 		prev = env.Hash
 	}
-	bad := sampleDraft(3)
+	bad := SampleDraft(3)
 	bad.Activation = "not a valid id"
 	if _, err := Seal(append(drafts, bad)); err == nil {
 		t.Fatal("Seal took an invalid draft")
@@ -118,7 +118,7 @@ func TestRunRawCallsAfterEachCommit(t *testing.T) {
 	const n, batch = 100, 7
 	drafts := make([]events.Draft, n)
 	for i := range drafts {
-		drafts[i] = sampleDraft(i)
+		drafts[i] = SampleDraft(i)
 	}
 	s, err := Seal(drafts)
 	if err != nil {

@@ -3,9 +3,7 @@ package gatewaybench
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/leaseledger/leaseledger/events"
@@ -51,17 +49,15 @@ func fsyncFloor(path string, n int) ([]time.Duration, error) {
 const pebbleCommitEvents = 6
 
 // pebbleFloor makes n raw Pebble Sync commits, one after the other, each
-// of pebbleCommitEvents events' keys and values exactly as the ledger
-// writes them (ledgerbench.RunRaw: a fresh Pebble at dir with the
-// ledger's options), and returns each commit's time: what one durable
+// of pebbleCommitEvents events (ledgerbench.SampleDraft, a call.finished)
+// whose keys and values are exactly those the ledger writes for them
+// (ledgerbench.RunRaw: a fresh Pebble at dir with the ledger's options), and returns each commit's time: what one durable
 // commit of a call's events costs through Pebble, with nothing of the
 // ledger's own pipeline. dir is removed.
 func pebbleFloor(ctx context.Context, dir string, n int) ([]time.Duration, error) {
 	drafts := make([]events.Draft, n*pebbleCommitEvents)
 	for i := range drafts {
-		drafts[i] = events.Draft{Activation: "act-1", Session: "session-1", Server: "upstream",
-			Payload: &events.CallFinished{CallID: fmt.Sprintf("act-1-c%d", i), Tool: "echo", Outcome: "ok", DurationNS: 123456,
-				ArgsBytes: 20, ArgsSHA256: strings.Repeat("ab", 32), ResultBytes: 60, ResultSHA256: strings.Repeat("cd", 32)}}
+		drafts[i] = ledgerbench.SampleDraft(i)
 	}
 	sealed, err := ledgerbench.Seal(drafts)
 	if err != nil {

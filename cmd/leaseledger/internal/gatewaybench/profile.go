@@ -27,12 +27,12 @@ import (
 // between goroutines that neither profile shows (`go tool trace
 // -pprof=sched X.trace` profiles the time goroutines waited, runnable, for
 // a core); the sequential phase's trace is also read back into the
-// critical path of its calls (critpath.go). The CPU run also records what was allocated: the heap's
-// cumulative allocation profile before it (.allocs.base.pprof) and after
-// it (.allocs.pprof); `go tool pprof -sample_index=alloc_space -diff_base
-// X.allocs.base.pprof X.allocs.pprof` reads the phase's bytes allocated,
-// the garbage collector's work. The profiled phases are not part of the
-// figures.
+// critical path of its calls (critpath.go). The CPU run also records what
+// was allocated: the heap's cumulative allocation profile before it
+// (.allocs.base.pprof) and after it (.allocs.pprof); `go tool pprof
+// -sample_index=alloc_space -diff_base X.allocs.base.pprof X.allocs.pprof`
+// reads the phase's bytes allocated, the garbage collector's work. The
+// profiled phases are not part of the figures.
 type ProfileConfig struct {
 	// Dir receives the profiles; empty: no profiled pass.
 	Dir string `json:"dir,omitempty"`
