@@ -142,6 +142,7 @@ func (g *Gateway) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 		default:
 			return next(ctx, method, req)
 		}
+		growHandlerStack() // once, shallow, rather than deep and repeatedly (stack.go)
 		s := g.sessionOf(req)
 		if s == nil {
 			return nil, codeError(CodeSessionEnded, msgEnded)
