@@ -37,7 +37,8 @@ type CriticalPath struct {
 }
 
 // The stages' names, in call order. Those of the ledger are a gateway's
-// only; the upstream hop's are those of sides that call an HTTP upstream.
+// only; the upstream hop's are those of the proxies and gateways (an HTTP
+// upstream's request, or a JSON-RPC call to a stdio server).
 const (
 	stageRequestIn   = "request in: client send to upstream send (proxy) or to ledger enqueue (gateway)"
 	stageSeal        = "ledger: committer woken to WAL writer woken (sealing, the applier's hand-off)"
@@ -55,20 +56,35 @@ var stageNames = []string{stageRequestIn, stageSeal, stageWALWait, stageFsync, s
 
 // frame flags: what a transition's stacks show.
 const (
-	fRoundTrip = 1 << iota // blocked in net/http's persistConn.roundTrip
-	fReadLoop              // woken by net/http's persistConn.readLoop
-	fClient                // the benchmark's sequential client
-	fUpstream              // the side's own upstream call
-	fCommitter             // the ledger's committer
-	fFlushLoop             // Pebble's WAL writer
-	fSyncer                // the ledger's syncer
+	fRoundTrip    = 1 << iota // blocked in net/http's persistConn.roundTrip
+	fReadLoop                 // woken by net/http's persistConn.readLoop
+	fClient                   // the benchmark's sequential client
+	fUpstream                 // the side's own upstream call
+	fCommitter                // the ledger's committer
+	fFlushLoop                // Pebble's WAL writer
+	fSyncer                   // the ledger's syncer
+	fAwait                    // blocked in the go-sdk's wait for a JSON-RPC response
+	fReadIncoming             // woken by the go-sdk's JSON-RPC reader
 )
 
-// upstreamMarkers name the function through which each side that calls an
-// HTTP upstream sends its request.
-var upstreamMarkers = map[string]string{
-	GatewayHTTP: "leaseledger/runtime.(*leaseRoundTripper).RoundTrip",
-	ProxyHTTP:   "gatewaybench.(*proxy).echo",
+// upstreamMark names the function through which a side sends its
+// upstream request, and how it waits for the answer: an HTTP upstream's
+// request waits in net/http's round trip for the response's headers,
+// woken by the connection's read loop; a call to a stdio server waits in
+// the go-sdk's JSON-RPC call for its response, woken by the connection's
+// reader.
+type upstreamMark struct {
+	fn    string
+	stdio bool
+}
+
+// upstreamMarkers are the sides' upstream marks; a direct side has none.
+var upstreamMarkers = map[string]upstreamMark{
+	GatewayHTTP:   {fn: "leaseledger/runtime.(*leaseRoundTripper).RoundTrip"},
+	ProxyHTTP:     {fn: "gatewaybench.(*proxy).echo"},
+	GatewayStdio:  {fn: "leaseledger/runtime.(*callRun).run", stdio: true},
+	ProxyStdio:    {fn: "gatewaybench.(*proxy).echo", stdio: true},
+	ProxyGuardian: {fn: "gatewaybench.(*proxy).echo", stdio: true},
 }
 
 // transition is one goroutine state transition: at t, goroutine g went
@@ -93,7 +109,8 @@ func readCriticalPath(path, side string) (CriticalPath, error) {
 	if err != nil {
 		return CriticalPath{}, fmt.Errorf("gatewaybench: trace %s: %w", path, err)
 	}
-	marker := upstreamMarkers[side]
+	mark, upstream := upstreamMarkers[side]
+	marker := mark.fn
 	var all []transition
 	roles := map[trace.GoID]int{} // goroutine → fCommitter, fFlushLoop or fSyncer
 	for {
@@ -123,7 +140,7 @@ func readCriticalPath(path, side string) (CriticalPath, error) {
 		}
 		all = append(all, tr)
 	}
-	return criticalPath(all, roles, marker != ""), nil
+	return criticalPath(all, roles, upstream, mark.stdio), nil
 }
 
 // frameMarks are the functions whose frames set each flag (a frame's
@@ -138,6 +155,8 @@ var frameMarks = []struct {
 	{"ledger.(*Ledger).committer", fCommitter},
 	{"record.(*LogWriter).flushLoop", fFlushLoop},
 	{"ledger.(*Ledger).syncer", fSyncer},
+	{"jsonrpc2.(*AsyncCall).Await", fAwait},
+	{"jsonrpc2.(*Connection).readIncoming", fReadIncoming},
 }
 
 // frameFlags returns the flags of the frames of s; marker, when not
@@ -160,12 +179,14 @@ func frameFlags(s trace.Stack, marker string) int {
 // criticalPath cuts the transitions into calls and stages. A call is the
 // client's wait in a round trip, from its blocking to its wake-up by the
 // response (the HTTP read loop); its upstream hop is the same wait of
-// another goroutine, through the side's upstream function, within it. The
+// another goroutine, through the side's upstream function, within it, or
+// with stdio set the wait of the side's JSON-RPC call, woken by its
+// connection's reader (upstream reports whether the side has one). The
 // ledger's stages are bounded by the first wake-up of the committer in
 // the call, the WAL writer's wake-up and run after it, its wake-up of the
 // syncer, and the syncer's wake-up of the goroutine that then sends the
 // upstream request (the appender).
-func criticalPath(all []transition, roles map[trace.GoID]int, upstream bool) CriticalPath {
+func criticalPath(all []transition, roles map[trace.GoID]int, upstream, stdio bool) CriticalPath {
 	slices.SortStableFunc(all, func(a, b transition) int { return cmp.Compare(a.t, b.t) })
 	byG := map[trace.GoID][]transition{}
 	for _, tr := range all {
@@ -195,8 +216,10 @@ func criticalPath(all []transition, roles map[trace.GoID]int, upstream bool) Cri
 		}
 		return transition{}, false
 	}
-	// waits are the round-trip waits answered by a response: blocked in
-	// roundTrip, then woken by the read loop.
+	// waits are the waits answered by a response: blocked in roundTrip,
+	// then woken by the read loop (the client's, an HTTP upstream's), or
+	// blocked in a JSON-RPC call, then woken by the connection's reader (a
+	// stdio upstream's).
 	type wait struct {
 		g          trace.GoID
 		start, end trace.Time
@@ -205,14 +228,15 @@ func criticalPath(all []transition, roles map[trace.GoID]int, upstream bool) Cri
 	for g, ts := range byG {
 		for i := 0; i+1 < len(ts); i++ {
 			a, b := ts[i], ts[i+1]
-			if a.from != trace.GoRunning || a.to != trace.GoWaiting || a.flags&fRoundTrip == 0 ||
-				b.from != trace.GoWaiting || b.to != trace.GoRunnable || b.flags&fReadLoop == 0 {
+			if a.from != trace.GoRunning || a.to != trace.GoWaiting || b.from != trace.GoWaiting || b.to != trace.GoRunnable {
 				continue
 			}
+			overHTTP := a.flags&fRoundTrip != 0 && b.flags&fReadLoop != 0
+			overRPC := a.flags&fAwait != 0 && b.flags&fReadIncoming != 0
 			switch {
-			case a.flags&fClient != 0:
+			case a.flags&fClient != 0 && overHTTP:
 				calls = append(calls, wait{g, a.t, b.t})
-			case a.flags&fUpstream != 0:
+			case a.flags&fUpstream != 0 && (stdio && overRPC || !stdio && overHTTP):
 				ups = append(ups, wait{g, a.t, b.t})
 			}
 		}

@@ -87,13 +87,12 @@ func TestRunTiny(t *testing.T) {
 			t.Errorf("%s at %d sessions: critical path %v", p.Side, p.Sessions, p.Path)
 		}
 		if p.Path != nil {
-			// Every traced call shows its total and the ledger's stages
-			// (both profiled sides are gateways); over HTTP also the
-			// upstream hop and what follows the ack.
-			want := []string{stageTotal, stageRequestIn, stageSeal, stageWALWait, stageFsync}
-			if p.Side == GatewayHTTP {
-				want = append(want, stageAck, stageAckToSend, stageUpstream, stageResponseOut)
-			}
+			// Every traced call shows its total, the ledger's stages (both
+			// profiled sides are gateways), what follows the ack and the
+			// upstream hop: an HTTP request, or a JSON-RPC call to the
+			// stdio server.
+			want := []string{stageTotal, stageRequestIn, stageSeal, stageWALWait, stageFsync,
+				stageAck, stageAckToSend, stageUpstream, stageResponseOut}
 			for _, name := range want {
 				i := slices.IndexFunc(p.Path.Stages, func(s Stage) bool { return s.Name == name })
 				if i < 0 || p.Path.Stages[i].N < 1 || p.Path.Stages[i].P50 < 0 {
