@@ -1,20 +1,20 @@
 package gateway
 
-// handlerStackBytes is how much stack a request handler grows to in one
-// step before it serves a method through the runtime.
+// handlerStackBytes is the stack a request handler makes room for, in one
+// step, before it serves a method through the runtime.
 //
 // The go-sdk runs every request on a goroutine of its own, started with
 // the runtime's average stack size, which the many small idle goroutines
 // of a server keep small. A tools/call then runs through this package,
 // the runtime's gate, the go-sdk's client and net/http: deep enough that
-// the stack doubled two or three times during every call, and each
-// doubling copies the stack and adjusts every frame on it, so the later
-// ones, already deep, cost the most. Growing it once at the handler's
-// entry, where the stack is a few go-sdk frames deep, costs one cheap
-// copy: profiled under `leaseledger bench gateway --profile`, stack
-// growth fell from ≈ 40 µs to ≈ 10 µs of CPU per sequential HTTP call, on
-// the call's own path (docs/benchmarks.md). A deeper path than this still
-// works: its stack grows as before.
+// the stack doubled twice during every call (in the runtime's lease
+// lookup and in its HTTP round tripper), and each doubling copies the
+// stack and adjusts every frame on it, the deeper the dearer. Growing it
+// once at the handler's entry, where the stack is a few go-sdk frames
+// deep, costs one cheap copy: profiled under `leaseledger bench gateway
+// --profile`, the stack growth on a sequential HTTP call's own path fell
+// from ≈ 40 µs to ≈ 10 µs of CPU (docs/benchmarks.md). A path deeper than
+// this still works: its stack grows as before.
 const handlerStackBytes = 16 << 10
 
 // growHandlerStack grows the calling goroutine's stack so that at least
