@@ -200,6 +200,10 @@ type Options struct {
 	// batches may be past the committer: 1 is classic group commit, the
 	// baseline of the benchmarks of the overlapped pipeline (pipeline.go).
 	inflight int
+	// plainWAL leaves Pebble's write-ahead logs growing as written, not
+	// written ahead with zeros (walfill.go): the baseline of its benchmark
+	// and tests.
+	plainWAL bool
 }
 
 // Ledger is an open log. It is safe for concurrent use.

@@ -429,6 +429,9 @@ func openBounded(opts Options, f *faults) (*pebble.DB, error) {
 	if po.FS == nil {
 		po.FS = vfs.Default
 	}
+	if !opts.plainWAL {
+		po.FS = walFillFS{po.FS}
+	}
 	po.FS = spaceFS{po.FS, f}
 	type result struct {
 		db  *pebble.DB
