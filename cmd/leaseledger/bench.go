@@ -145,7 +145,8 @@ relay floor). Every side starts its own upstream sessions; clients speak
 MCP 2025-11-25 over Streamable HTTP.
 
 Each round samples the raw fsync floor (4 KiB write + fdatasync on a
-growing file in the scratch directory, the ledger's disk), times --calls
+growing file in the scratch directory, the ledger's disk) and the same
+over blocks written before (the ledger writes its log ahead), times --calls
 sequential calls per side (p50/p90/p99), and measures calls per second
 with each --sessions level of concurrent sessions per side. It prints the
 table and the goals' ratios: gateway p50 / (proxy p50 + fsync p50)

@@ -42,6 +42,45 @@ func fsyncFloor(path string, n int) ([]time.Duration, error) {
 	return out, f.Close()
 }
 
+// writtenFsyncFloor is fsyncFloor over blocks written before: a new file
+// at path is written with n blocks of fsyncBlock bytes and synced, then each
+// block is written again in order, each write followed by datasync, and
+// each write's and sync's time is returned. The file's size and blocks do
+// not change, so a sync flushes only data: what a commit costs on a
+// recycled or written-ahead write-ahead log (ledger/walfill.go), the
+// cheapest durable write this disk makes. The file is removed.
+func writtenFsyncFloor(path string, n int) ([]time.Duration, error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	defer os.Remove(path)
+	buf := make([]byte, fsyncBlock)
+	for i := range buf {
+		buf[i] = byte(i)
+	}
+	for range n {
+		if _, err := f.Write(buf); err != nil {
+			return nil, errors.Join(err, f.Close())
+		}
+	}
+	if err := f.Sync(); err != nil {
+		return nil, errors.Join(err, f.Close())
+	}
+	out := make([]time.Duration, 0, n)
+	for i := range n {
+		t := time.Now()
+		if _, err := f.WriteAt(buf, int64(i)*fsyncBlock); err != nil {
+			return nil, errors.Join(err, f.Close())
+		}
+		if err := datasync(f); err != nil {
+			return nil, errors.Join(err, f.Close())
+		}
+		out = append(out, time.Since(t))
+	}
+	return out, f.Close()
+}
+
 // pebbleCommitEvents is the number of events in one commit of the Pebble
 // floor: a sequential HTTP gateway call's six (its admission and
 // registration, and the previous call's settle facts and completion that

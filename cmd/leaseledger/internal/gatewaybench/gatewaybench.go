@@ -17,9 +17,9 @@
 //
 // Seven sides, each with its own sessions: direct-http, proxy-http,
 // gateway-http; direct-stdio, proxy-stdio, proxy-guardian-stdio,
-// gateway-stdio. Each round runs a raw fsync sample (4 KiB write +
-// fdatasync on a growing file in Config.Dir, the ledger's disk), then the
-// sequential phase (Config.Calls calls, each timed) on every side, then a
+// gateway-stdio. Each round runs two raw fsync samples in Config.Dir, the
+// ledger's disk (4 KiB write + fdatasync on a growing file, and the same
+// over blocks written before), then the sequential phase (Config.Calls calls, each timed) on every side, then a
 // throughput phase per Config.Sessions level on every side, the sides'
 // order rotating from round to round so machine noise hits all alike.
 //
@@ -408,7 +408,7 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 		cfg.logf("%s: %d sessions open in %v", s.name, maxSessions, time.Since(t).Round(time.Millisecond))
 	}
 
-	var fsyncs, pebbles []time.Duration
+	var fsyncs, written, pebbles []time.Duration
 	for round := range cfg.Rounds {
 		t := time.Now()
 		fs, err := fsyncFloor(filepath.Join(cfg.Dir, fmt.Sprintf("fsync-%d", round)), cfg.Calls)
@@ -416,6 +416,11 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 			return res, err
 		}
 		fsyncs = append(fsyncs, fs...)
+		ws, err := writtenFsyncFloor(filepath.Join(cfg.Dir, fmt.Sprintf("fsync-written-%d", round)), cfg.Calls)
+		if err != nil {
+			return res, err
+		}
+		written = append(written, ws...)
 		pc, err := pebbleFloor(ctx, filepath.Join(cfg.Dir, fmt.Sprintf("pebble-%d", round)), cfg.Calls)
 		if err != nil {
 			return res, err
@@ -444,6 +449,7 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 		cfg.logf("round %d/%d in %v", round+1, cfg.Rounds, time.Since(t).Round(time.Millisecond))
 	}
 	res.Fsync = latencyOf(fsyncs)
+	res.FsyncWritten = latencyOf(written)
 	res.PebbleCommit = latencyOf(pebbles)
 	for _, s := range e.sides {
 		res.Sides = append(res.Sides, Side{Name: s.name, Sequential: latencyOf(s.lat), Phases: s.phases, Gateway: s.ledger != nil})

@@ -41,6 +41,9 @@ func TestRunTiny(t *testing.T) {
 	if res.Fsync.N != 6 || res.Fsync.P50 <= 0 {
 		t.Errorf("fsync floor: %+v", res.Fsync)
 	}
+	if res.FsyncWritten.N != 6 || res.FsyncWritten.P50 <= 0 {
+		t.Errorf("fsync floor on written blocks: %+v", res.FsyncWritten)
+	}
 	if res.PebbleCommit.N != 6 || res.PebbleCommit.P50 <= 0 {
 		t.Errorf("raw Pebble floor: %+v", res.PebbleCommit)
 	}
@@ -68,10 +71,10 @@ func TestRunTiny(t *testing.T) {
 			t.Errorf("%s: %.2f ledger events and %.2f commits per call: the calls were not recorded", s.Name, s.Phases[0].EventsPerCall(), s.Phases[0].CommitsPerCall())
 		}
 	}
-	// Per transport: the latency ratio and its context (the ledger's
-	// commit against the fsync and raw Pebble floors among it), then per
-	// level.
-	if want := 2 * (6 + 2*2); len(res.Ratios) != want-1 {
+	// Per transport: the latency ratio and its context (against the fsync
+	// floor on written blocks, the ledger's commit against the fsync and
+	// raw Pebble floors among it), then per level.
+	if want := 2 * (7 + 2*2); len(res.Ratios) != want-1 {
 		t.Errorf("%d ratios, want %d", len(res.Ratios), want-1)
 	}
 	for _, q := range res.Ratios {
@@ -110,7 +113,7 @@ func TestRunTiny(t *testing.T) {
 		}
 	}
 	out := res.String()
-	for _, name := range append(SideNames, "fsync floor", "raw Pebble floor", "gateway p50 / (proxy p50 + fsync p50)", "raw Pebble commit p50", "ledger mean commit", "calls/s at 3 sessions", "critical path of a sequential call") {
+	for _, name := range append(SideNames, "fsync floor", "fsync floor on written blocks", "raw Pebble floor", "gateway p50 / (proxy p50 + fsync p50)", "fsync on written blocks p50", "raw Pebble commit p50", "ledger mean commit", "calls/s at 3 sessions", "critical path of a sequential call") {
 		if !strings.Contains(out, name) {
 			t.Errorf("the table has no %q:\n%s", name, out)
 		}
