@@ -25,16 +25,28 @@ const twinDigest = "abababababababababababababababababababababababababababababab
 // itself); applies counts its inline applies.
 func twinLedger(t *testing.T, dir string, inline bool, applies *atomic.Int64) *Ledger {
 	t.Helper()
+	opts := twinOptions(dir)
+	if inline {
+		opts.hooks = &testHooks{hookInlineApply: func() { applies.Add(1) }}
+	}
+	return openTwin(t, opts)
+}
+
+// twinOptions are the options of a twin ledger at dir: its own clock.
+func twinOptions(dir string) Options {
 	var ticks atomic.Int64
 	base := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
-	opts := Options{Dir: dir, MaxBatchEvents: 64, IdempotencyWindow: 8,
+	return Options{Dir: dir, MaxBatchEvents: 64, IdempotencyWindow: 8,
 		// Every request reads the clock once (add): the n-th request gets
 		// the same time on both ledgers. Some share a millisecond, so the
 		// monotonic entropy's increments are exercised too.
 		Now: func() time.Time { return base.Add(time.Duration(ticks.Add(1)) * 300 * time.Microsecond) }}
-	if inline {
-		opts.hooks = &testHooks{hookInlineApply: func() { applies.Add(1) }}
-	}
+}
+
+// openTwin opens a twin ledger with opts (twinOptions) and its fixed
+// entropy.
+func openTwin(t *testing.T, opts Options) *Ledger {
+	t.Helper()
 	l, err := Open(opts)
 	if err != nil {
 		t.Fatal(err)

@@ -204,6 +204,9 @@ type Options struct {
 	// written ahead with zeros (walfill.go): the baseline of its benchmark
 	// and tests.
 	plainWAL bool
+	// walFillChunk, when positive, replaces walFillChunk: tests fill
+	// often with a small one.
+	walFillChunk int64
 }
 
 // Ledger is an open log. It is safe for concurrent use.

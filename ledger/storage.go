@@ -430,7 +430,11 @@ func openBounded(opts Options, f *faults) (*pebble.DB, error) {
 		po.FS = vfs.Default
 	}
 	if !opts.plainWAL {
-		po.FS = walFillFS{po.FS}
+		chunk := int64(walFillChunk)
+		if opts.walFillChunk > 0 {
+			chunk = opts.walFillChunk
+		}
+		po.FS = walFillFS{po.FS, chunk}
 	}
 	po.FS = spaceFS{po.FS, f}
 	type result struct {

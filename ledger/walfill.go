@@ -44,9 +44,11 @@ const walFillBuf = 64 << 10
 
 // walFillFS wraps the file system of a writable ledger's Pebble: every
 // write-ahead log ("*.log", Pebble's log file names) it creates or reuses
-// is a walFillFile.
+// is a walFillFile writing chunk bytes ahead (walFillChunk; tests make it
+// small, to fill often).
 type walFillFS struct {
 	vfs.FS
+	chunk int64
 }
 
 func isWAL(name string) bool { return strings.HasSuffix(name, ".log") }
@@ -57,7 +59,7 @@ func (fs walFillFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, erro
 	if err != nil || !isWAL(name) {
 		return f, err
 	}
-	return &walFillFile{File: f}, nil
+	return &walFillFile{File: f, chunk: fs.chunk}, nil
 }
 
 // ReuseForWrite implements vfs.FS: a recycled log's blocks up to its size
@@ -67,7 +69,7 @@ func (fs walFillFS) ReuseForWrite(old, name string, c vfs.DiskWriteCategory) (vf
 	if err != nil || !isWAL(name) {
 		return f, err
 	}
-	w := &walFillFile{File: f}
+	w := &walFillFile{File: f, chunk: fs.chunk}
 	if fi, err := f.Stat(); err == nil {
 		w.filled = fi.Size()
 	} else {
@@ -81,6 +83,7 @@ func (fs walFillFS) ReuseForWrite(old, name string, c vfs.DiskWriteCategory) (vf
 // are that goroutine's.
 type walFillFile struct {
 	vfs.File
+	chunk  int64 // how far past a write a fill reaches
 	off    int64 // the end of Pebble's data: the next Write's offset
 	filled int64 // the end of the written region (data or zeros)
 	failed bool  // a fill failed: the log grows as written from then on
@@ -100,12 +103,12 @@ func (f *walFillFile) Write(p []byte) (int, error) {
 }
 
 // fill writes zeros from the end of the written region (never before the
-// end of Pebble's data) to walFillChunk past end.
+// end of Pebble's data) to f.chunk past end.
 func (f *walFillFile) fill(end int64) {
 	if f.zeros == nil {
 		f.zeros = make([]byte, walFillBuf)
 	}
-	from, to := max(f.filled, f.off), end+walFillChunk
+	from, to := max(f.filled, f.off), end+f.chunk
 	for from < to {
 		n := min(int64(len(f.zeros)), to-from)
 		if _, err := f.File.WriteAt(f.zeros[:n], from); err != nil {
