@@ -8,8 +8,8 @@ package ledger
 // commit on top of the data's own write. Writing over blocks that are
 // already written and within the file's size needs none of that; it is why
 // Pebble recycles old logs in place, but only once a memtable has been
-// flushed, so a ledger's first log after every open (64 MiB of commits, a
-// gateway's first ten thousand calls or so) always grows. The file system
+// flushed, so a ledger's first log after every open (until its 64 MiB
+// memtable is full) always grows. The file system
 // Pebble writes a writable ledger through (walFillFS) keeps each log's
 // written region ahead of Pebble's data: when a write would pass it, zeros
 // are written first from the region's end to walFillChunk past the write,
@@ -21,8 +21,9 @@ package ledger
 // overwritten (a fill starts at or after the end of Pebble's data, and only
 // the goroutine writing the log fills it, TestWALFillNeverOverwritesData);
 // the zeros after the last record are what a preallocated or recycled log
-// ends with, which Pebble's replay reads as the end of the log (the crash
-// tests kill writers of filled logs). A fill that fails is dropped for good
+// ends with, which Pebble's replay reads as the end of the log
+// (TestWALFillZeroTailReplays, TestWALFillTwin; TestCrashDurability kills
+// writers of filled logs). A fill that fails is dropped for good
 // for that log, which then grows as Pebble writes it
 // (TestWALFillFailureFallsBack): speed is lost, nothing else.
 
