@@ -411,18 +411,6 @@ func Open(opts Options) (*Ledger, error) {
 	return l, nil
 }
 
-// DefaultPebbleOptions is the Pebble configuration a ledger uses unless
-// Options.PebbleOptions is set. The log is write-heavy and append-mostly:
-// a larger memtable means fewer, larger flushes and fewer L0 compactions of
-// the interleaved index keys (measured: ≈1.5× append throughput at 256-event
-// batches against Pebble's 4 MiB default).
-func DefaultPebbleOptions() *pebble.Options {
-	return &pebble.Options{
-		FormatMajorVersion: pebble.FormatNewest,
-		MemTableSize:       64 << 20,
-	}
-}
-
 func openPebble(opts Options, f *faults) (*pebble.DB, error) {
 	db, err := openBounded(opts, f)
 	var le *Error
