@@ -149,6 +149,21 @@ func appendWALFill(t *testing.T, l *Ledger, from, n int) []Seq {
 	return seqs
 }
 
+// appendClosed opens a ledger with opts, appends n one-event calls
+// (appendWALFill) and closes it.
+func appendClosed(t *testing.T, opts Options, n int) []Seq {
+	t.Helper()
+	l, err := Open(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seqs := appendWALFill(t, l, 0, n)
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return seqs
+}
+
 // readBack checks that every seq in seqs reads back from a ledger
 // reopened on dir.
 func readBack(t *testing.T, opts Options, seqs []Seq) {
@@ -178,14 +193,7 @@ func TestWALFillNeverOverwritesData(t *testing.T) {
 			opts, fs := walTraceOptions(dir)
 			opts.plainWAL = plain
 			opts.walFillChunk = smallFillChunk
-			l, err := Open(opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			seqs := appendWALFill(t, l, 0, 300)
-			if err := l.Close(); err != nil {
-				t.Fatal(err)
-			}
+			seqs := appendClosed(t, opts, 300)
 			logs := fs.snapshot()
 			if len(logs) == 0 {
 				t.Fatal("no write-ahead log was written")
@@ -221,14 +229,7 @@ func TestWALFillFailureFallsBack(t *testing.T) {
 	dir := t.TempDir()
 	opts, fs := walTraceOptions(dir)
 	fs.failFill = errors.New("injected: no fill")
-	l, err := Open(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	seqs := appendWALFill(t, l, 0, 100)
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
+	seqs := appendClosed(t, opts, 100)
 	var past int
 	for name, lt := range fs.snapshot() {
 		if lt.fills != 0 {

@@ -17,29 +17,18 @@ const fsyncBlock = 4096
 // each followed by datasync (fdatasync on Linux), and returns each write's
 // and sync's time: what one durable commit costs on this disk, with
 // nothing of Pebble.
-// The file grows, as the ledger's write-ahead log does; it is removed.
+// The file grows, as a write-ahead log written as it goes does; it is
+// removed.
 func fsyncFloor(path string, n int) ([]time.Duration, error) {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, err
 	}
 	defer os.Remove(path)
-	buf := make([]byte, fsyncBlock)
-	for i := range buf {
-		buf[i] = byte(i)
-	}
-	out := make([]time.Duration, 0, n)
-	for range n {
-		t := time.Now()
-		if _, err := f.Write(buf); err != nil {
-			return nil, errors.Join(err, f.Close())
-		}
-		if err := datasync(f); err != nil {
-			return nil, errors.Join(err, f.Close())
-		}
-		out = append(out, time.Since(t))
-	}
-	return out, f.Close()
+	return timeSyncs(f, n, func(_ int, buf []byte) error {
+		_, err := f.Write(buf)
+		return err
+	})
 }
 
 // writtenFsyncFloor is fsyncFloor over blocks written before: a new file
@@ -55,22 +44,29 @@ func writtenFsyncFloor(path string, n int) ([]time.Duration, error) {
 		return nil, err
 	}
 	defer os.Remove(path)
-	buf := make([]byte, fsyncBlock)
-	for i := range buf {
-		buf[i] = byte(i)
-	}
-	for range n {
-		if _, err := f.Write(buf); err != nil {
-			return nil, errors.Join(err, f.Close())
-		}
+	if _, err := f.Write(make([]byte, n*fsyncBlock)); err != nil {
+		return nil, errors.Join(err, f.Close())
 	}
 	if err := f.Sync(); err != nil {
 		return nil, errors.Join(err, f.Close())
 	}
+	return timeSyncs(f, n, func(i int, buf []byte) error {
+		_, err := f.WriteAt(buf, int64(i)*fsyncBlock)
+		return err
+	})
+}
+
+// timeSyncs makes n durable writes of one fsyncBlock to f, each write(i,
+// block) followed by datasync, and returns each one's time; it closes f.
+func timeSyncs(f *os.File, n int, write func(i int, block []byte) error) ([]time.Duration, error) {
+	buf := make([]byte, fsyncBlock)
+	for i := range buf {
+		buf[i] = byte(i)
+	}
 	out := make([]time.Duration, 0, n)
 	for i := range n {
 		t := time.Now()
-		if _, err := f.WriteAt(buf, int64(i)*fsyncBlock); err != nil {
+		if err := write(i, buf); err != nil {
 			return nil, errors.Join(err, f.Close())
 		}
 		if err := datasync(f); err != nil {
