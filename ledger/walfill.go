@@ -3,13 +3,13 @@ package ledger
 // A write-ahead log is written ahead with zeros.
 //
 // Every acknowledged commit ends with an fsync of Pebble's write-ahead log.
-// A fresh log grows with every commit, so each fdatasync must also make the
-// file's new size and newly allocated blocks durable: on ext4 a journal
-// commit on top of the data's own write. Writing over blocks that are
-// already written and within the file's size needs none of that; it is why
-// Pebble recycles old logs in place, but only once a memtable has been
-// flushed, so a ledger's first log after every open (until its 64 MiB
-// memtable is full) always grows. The file system Pebble writes a writable
+// A fresh log grows with every commit, so each fdatasync must also write the
+// file's metadata (its new size, its newly allocated blocks) to disk, on top
+// of the data's own write. Writing over blocks that are already written and
+// within the file's size needs none of that; it is why Pebble recycles old
+// logs in place, but only once a memtable has been flushed, so a ledger's
+// first log after every open (until its 64 MiB memtable is full) always
+// grows. The file system Pebble writes a writable
 // ledger through (walFillFS) keeps each log's written region ahead of
 // Pebble's data: when a write would pass it, zeros are written first from
 // the region's end to walFillChunk past the write, on the same goroutine,
