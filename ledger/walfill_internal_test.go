@@ -21,8 +21,9 @@ type walTraceFS struct {
 	vfs.FS
 	failFill error
 
-	mu   sync.Mutex
-	logs map[string]*walTrace
+	mu     sync.Mutex
+	logs   map[string]*walTrace
+	reused int // logs Pebble recycled (ReuseForWrite)
 }
 
 // walTrace is one log's record: dataEnd is the end of Pebble's data,
@@ -66,6 +67,9 @@ func (fs *walTraceFS) ReuseForWrite(old, name string, c vfs.DiskWriteCategory) (
 	if fi, err := f.Stat(); err == nil {
 		t.writtenEnd = fi.Size()
 	}
+	fs.mu.Lock()
+	fs.reused++
+	fs.mu.Unlock()
 	return &walTraceFile{File: f, fs: fs, t: t}, nil
 }
 
@@ -220,6 +224,32 @@ func TestWALFillNeverOverwritesData(t *testing.T) {
 			readBack(t, opts, seqs)
 		})
 	}
+}
+
+// Recycled logs are filled past their old size only: with memtables small
+// enough to be flushed many times over, Pebble reuses old logs, every data
+// write still lands on written blocks, and every event reads back.
+func TestWALFillRecycledLogs(t *testing.T) {
+	dir := t.TempDir()
+	opts, fs := walTraceOptions(dir)
+	opts.PebbleOptions.MemTableSize = 256 << 10
+	opts.walFillChunk = smallFillChunk
+	seqs := appendClosed(t, opts, 2000)
+	fs.mu.Lock()
+	reused := fs.reused
+	fs.mu.Unlock()
+	if reused == 0 {
+		t.Fatal("no log was recycled: the test did not reach ReuseForWrite")
+	}
+	for name, lt := range fs.snapshot() {
+		for _, p := range lt.problems {
+			t.Errorf("%s: %s", name, p)
+		}
+		if lt.dataPastWritten != 0 {
+			t.Errorf("%s: %d of %d data writes past the written region", name, lt.dataPastWritten, lt.dataWrites)
+		}
+	}
+	readBack(t, opts, seqs)
 }
 
 // A fill that fails costs only speed: the log grows as Pebble writes it,
