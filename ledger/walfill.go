@@ -64,7 +64,8 @@ func (fs walFillFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, erro
 }
 
 // ReuseForWrite implements vfs.FS: a recycled log's blocks up to its size
-// are written already (Pebble writes it again from the start).
+// are written already (Pebble writes it again from the start), so it is
+// filled past that size only (TestWALFillRecycledLogs).
 func (fs walFillFS) ReuseForWrite(old, name string, c vfs.DiskWriteCategory) (vfs.File, error) {
 	f, err := fs.FS.ReuseForWrite(old, name, c)
 	if err != nil || !isWAL(name) {
