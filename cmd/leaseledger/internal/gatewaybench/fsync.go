@@ -36,8 +36,8 @@ func fsyncFloor(path string, n int) ([]time.Duration, error) {
 // block is written again in order, each write followed by datasync, and
 // each write's and sync's time is returned. The file's size and blocks do
 // not change, so a sync flushes only data: what a commit costs on a
-// recycled or written-ahead write-ahead log (ledger/walfill.go), the
-// cheapest durable write this disk makes. The file is removed.
+// recycled or written-ahead write-ahead log (ledger/walfill.go). The file
+// is removed.
 func writtenFsyncFloor(path string, n int) ([]time.Duration, error) {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
