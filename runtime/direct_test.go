@@ -344,6 +344,8 @@ func modeStubborn(t *testing.T, mode string) {
 func modeResourceRead(t *testing.T, mode string) {
 	e := newEnv(t, nil)
 	e.cfg.Set("ts", modeServer(mode, nil))
+	released := make(chan struct{})
+	e.m.testHookWorkerReleasing = func(*ResourceHandle) { <-released }
 	ctx := ctxT(t, 60*time.Second)
 	s, err := e.m.OpenSession(ctx, "s1")
 	if err != nil {
@@ -367,6 +369,16 @@ func modeResourceRead(t *testing.T, mode string) {
 	l := e.m.leaseOf("s1", "ts")
 	if err := s.Release(ctx); err != nil {
 		t.Fatal(err)
+	}
+	close(released)
+	// The handle's worker holds the session until its deferred release,
+	// which may come after the owner's end and after this Release (the
+	// hook makes it so): then the worker's release is the last and ends
+	// the session. The lease's termination is the event to wait on.
+	select {
+	case <-l.termDone:
+	case <-ctx.Done():
+		t.Fatal("the session's end never terminated the lease")
 	}
 	checkModeEvidence(t, e, mode, l.activation)
 }

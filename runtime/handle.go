@@ -284,7 +284,8 @@ func (h *ResourceHandle) run() {
 		// then the worker's exit — it counts until its releases (which
 		// may record session.ended and end leases) returned. Either
 		// release may end this lease, whose close waits for the workers:
-		// that close, run here, does not wait for this worker (selfWorker).
+		// while this worker waits for that close, whoever runs it, the
+		// close does not wait for this worker (reqTable.park).
 		if hook := m.testHookWorkerReleasing; hook != nil {
 			hook(h)
 		}

@@ -276,6 +276,14 @@ func (l *lease) terminate(ctx context.Context, reason events.TerminationReason) 
 // that asks and nil to every later one, so each failure is reported once;
 // a caller with no one to report to hands it to Manager.keep.
 func (l *lease) terminateWithin(ctx context.Context, reason events.TerminationReason, budget time.Duration) error {
+	if isSelfWorker(ctx, l) {
+		// A worker of this lease ending it from its releases waits for
+		// the close, run here or by a concurrent caller (Close, a session
+		// end), whose workers barrier must not wait for it in turn: each
+		// would wait for the other until the deadline.
+		l.reqs.park()
+		defer l.reqs.unpark()
+	}
 	l.termOnce.Do(func() {
 		m := l.m
 		defer close(l.termDone)
@@ -409,7 +417,7 @@ func (l *lease) closeSteps(ctx context.Context, budget time.Duration, rep Connec
 	workers, workersDetail := events.BarrierOK, ""
 	select {
 	case <-exited:
-		if l.reqs.awaitWorkers(deadline, selfWorker(ctx, l)) > 0 {
+		if l.reqs.awaitWorkers(deadline) > 0 {
 			workers, workersDetail = events.BarrierTimeout, "request_workers_running"
 		}
 	case <-until(deadline):

@@ -25,7 +25,8 @@ type reqTable struct {
 	byToken map[string]*ResourceHandle
 	byWire  map[string]*ResourceHandle
 	workers int
-	exited  chan struct{} // closed (and cleared) at each worker's exit; nil when nobody waits
+	parked  int           // workers waiting, from their releases, for their own lease's close
+	exited  chan struct{} // closed (and cleared) at each worker's exit or park; nil when nobody waits
 
 	// calls are the lease's tool calls that asked for progress (transport.go).
 	calls progressRoutes
@@ -65,34 +66,53 @@ func (t *reqTable) untrack(h *ResourceHandle) {
 func (t *reqTable) workerExit() {
 	t.mu.Lock()
 	t.workers--
+	t.wakeLocked()
+	t.mu.Unlock()
+}
+
+// park records that a worker waits, from its releases, for its own
+// lease's close; unpark that the wait is over. A parked worker does
+// nothing more to the connection: all that is left of it is its return.
+func (t *reqTable) park() {
+	t.mu.Lock()
+	t.parked++
+	t.wakeLocked()
+	t.mu.Unlock()
+}
+
+func (t *reqTable) unpark() {
+	t.mu.Lock()
+	t.parked--
+	t.mu.Unlock()
+}
+
+// wakeLocked wakes awaitWorkers to count again.
+func (t *reqTable) wakeLocked() {
 	if t.exited != nil {
 		close(t.exited)
 		t.exited = nil
 	}
-	t.mu.Unlock()
 }
 
 // selfWorkerKey marks the context of a handle worker's releases with its
-// lease: a close of that lease run by those releases does not wait for
-// the worker running it (it would wait for itself).
+// lease: a close of that lease, whoever runs it, is then awaited by that
+// worker, and does not wait for it (park).
 type selfWorkerKey struct{}
 
-// selfWorker is 1 when ctx is the releases' context of one of l's
-// workers, else 0.
-func selfWorker(ctx context.Context, l *lease) int {
-	if v, _ := ctx.Value(selfWorkerKey{}).(*lease); v == l {
-		return 1
-	}
-	return 0
+// isSelfWorker reports whether ctx is the releases' context of one of l's
+// workers.
+func isSelfWorker(ctx context.Context, l *lease) bool {
+	v, _ := ctx.Value(selfWorkerKey{}).(*lease)
+	return v == l
 }
 
-// awaitWorkers waits until no handle worker runs (but self, the calling
-// worker), or until deadline; it returns the number still running.
-func (t *reqTable) awaitWorkers(deadline time.Time, self int) int {
+// awaitWorkers waits until every handle worker has exited or parked, or
+// until deadline; it returns the number still running.
+func (t *reqTable) awaitWorkers(deadline time.Time) int {
 	var late <-chan time.Time
 	for {
 		t.mu.Lock()
-		n := t.workers - self
+		n := t.workers - t.parked
 		if n <= 0 {
 			t.mu.Unlock()
 			return 0
@@ -110,7 +130,7 @@ func (t *reqTable) awaitWorkers(deadline time.Time, self int) int {
 		case <-late:
 			t.mu.Lock()
 			defer t.mu.Unlock()
-			return max(t.workers-self, 0)
+			return max(t.workers-t.parked, 0)
 		}
 	}
 }

@@ -137,6 +137,64 @@ func TestRequestWorkerEndsItsOwnLease(t *testing.T) {
 	}
 }
 
+// A worker whose release ends its revoked lease while another caller
+// (here TerminateAll, as in a shutdown) already runs that lease's close
+// waits for that close, and the close does not wait for it: its workers
+// barrier is confirmed, not timed out at the deadline.
+func TestRequestWorkerEndsItsLeaseUnderAnotherClose(t *testing.T) {
+	p := newPolicyEnv(t, nil)
+	s := p.open("s1")
+	capa := s.Capability()
+	ctx := ctxT(t, 30*time.Second)
+	o, err := capa.NewOwner(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parked, release := make(chan *ResourceHandle, 1), make(chan struct{})
+	p.m.testHookWorkerReleasing = func(h *ResourceHandle) {
+		parked <- h
+		<-release
+	}
+	const uri = "fake://gate/revoked"
+	h, err := capa.ReadResource(ctx, o, "fs", uri, RequestOptions{Budget: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Revoked with the request in flight: the worker's release of the
+	// lease is the one that ends it.
+	if err := p.m.Revoke(ctx, "s1", "fs", "test"); err != nil {
+		t.Fatal(err)
+	}
+	p.w.openGate(uri)
+	select {
+	case <-parked:
+	case <-ctx.Done():
+		t.Fatal("the hook never ran")
+	}
+	term := make(chan error, 1)
+	go func() { term <- p.m.TerminateAll(context.Background()) }()
+	act := h.Activation()
+	testproc.Eventually(t, "TerminateAll began the lease's close", func() bool {
+		for _, x := range p.events() {
+			if _, ok := x.Payload.(*events.LeaseTerminated); ok && x.Activation == act {
+				return true
+			}
+		}
+		return false
+	})
+	close(release)
+	if err := <-term; err != nil {
+		t.Fatalf("TerminateAll: %v", err)
+	}
+	<-h.workerDone
+	if b := workersBarrier(p, act); b == nil || b.Outcome != events.BarrierOK {
+		t.Fatalf("workers barrier %+v", b)
+	}
+	if _, err := h.Await(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // An owner created with an already-ended context ends at once (its
 // AfterFunc runs concurrently with NewOwner's return): no race, no panic.
 func TestOwnerNewWithEndedContext(t *testing.T) {
