@@ -148,7 +148,8 @@ Each round samples the raw fsync floor (4 KiB write + fdatasync on a
 growing file in the scratch directory, the ledger's disk) and the same
 over blocks written before (the ledger writes its log ahead), times --calls
 sequential calls per side (p50/p90/p99), and measures calls per second
-with each --sessions level of concurrent sessions per side. It prints the
+with each --sessions level of concurrent sessions per side, each session
+calling for --phase-time. It prints the
 table and the goals' ratios: gateway p50 / (proxy p50 + fsync p50)
 (goal <= 1.10; over stdio against the proxy through the guardian) and
 gateway / proxy calls per second at each level (goal >= 0.90), with the
@@ -188,7 +189,8 @@ profiles and an execution trace of the gateway sides and their floors
 		},
 	}
 	f := cmd.Flags()
-	f.IntVar(&cfg.Calls, "calls", gatewaybench.DefaultCalls, "timed sequential calls per side per round, and the calls of one throughput phase (at least 8 per session)")
+	f.IntVar(&cfg.Calls, "calls", gatewaybench.DefaultCalls, "timed sequential calls per side per round")
+	f.DurationVar(&cfg.PhaseTime, "phase-time", gatewaybench.DefaultPhaseTime, "how long each session of a throughput phase keeps calling (after at least 8 calls)")
 	f.IntSliceVar(&sessions, "sessions", gatewaybench.DefaultSessions, "concurrent sessions per side of the throughput phases")
 	f.IntVar(&cfg.Rounds, "rounds", gatewaybench.DefaultRounds, "rounds, the sides' order rotating")
 	f.BoolVar(&asJSON, "json", false, "print JSON instead of the table")

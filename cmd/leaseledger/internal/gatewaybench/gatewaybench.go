@@ -71,18 +71,19 @@ const (
 	ThroughputGoal = 0.90
 )
 
-// Defaults of the command's flags: a run well under a minute.
+// Defaults of the command's flags: a run of about a minute.
 const (
-	DefaultCalls  = 300
-	DefaultRounds = 3
+	DefaultCalls     = 300
+	DefaultRounds    = 3
+	DefaultPhaseTime = time.Second
 )
 
 // DefaultSessions are the throughput levels of the issue.
 var DefaultSessions = []int{16, 64}
 
 // minCallsPerSession is the least a session makes in one throughput
-// phase, however few Calls are asked for, so that the phase is not all
-// ramp-up and ramp-down.
+// phase, however short the phase, so that it is not all ramp-up and
+// ramp-down.
 const minCallsPerSession = 8
 
 // phaseTimeout bounds one phase, so that a hang fails the run. Calls run
@@ -98,10 +99,14 @@ const closeBudget = 2 * time.Minute
 
 // Config describes one Run.
 type Config struct {
-	// Calls is the number of timed sequential calls per side per round,
-	// and the calls of one throughput phase (spread over its sessions, at
-	// least minCallsPerSession each).
+	// Calls is the number of timed sequential calls per side per round.
 	Calls int `json:"calls"`
+	// PhaseTime is how long each session of a throughput phase keeps
+	// calling (after at least minCallsPerSession calls): every side gets
+	// the same time at every level, whatever its speed, so a phase is long
+	// enough to average over the machine's noise. A call started before
+	// the end completes and counts, as does its time.
+	PhaseTime time.Duration `json:"phase_time_ns"`
 	// Sessions are the concurrency levels of the throughput phases.
 	Sessions []int `json:"sessions"`
 	Rounds   int   `json:"rounds"`
@@ -204,30 +209,36 @@ func (s *side) sequential(ctx context.Context, n int) (Phase, []time.Duration, e
 	return s.phase(1, n, elapsed, a, s.snap()), lat, nil
 }
 
-// perSession is the calls each of c sessions makes in a throughput phase.
+// perSession is the calls each of c sessions makes in a phase of calls
+// calls (the profiled pass's).
 func perSession(calls, c int) int { return max((calls+c-1)/c, minCallsPerSession) }
 
-// concurrent makes per calls on each of the side's first c sessions at
-// once, released together.
-func (s *side) concurrent(ctx context.Context, c, per int) (Phase, error) {
+// concurrent calls on each of the side's first c sessions at once,
+// released together: each makes at least per calls and goes on until d
+// has passed since the release. The phase ends when the last session's
+// last call returned.
+func (s *side) concurrent(ctx context.Context, c, per int, d time.Duration) (Phase, error) {
 	ctx, cancel := context.WithTimeout(ctx, phaseTimeout)
 	defer cancel()
 	var wg sync.WaitGroup
 	errs := make([]error, c)
+	made := make([]int, c)
 	release := make(chan struct{})
+	var start time.Time
 	for i, cs := range s.sessions[:c] {
 		wg.Go(func() {
 			<-release
-			for range per {
+			for made[i] < per || time.Since(start) < d {
 				if err := s.call(ctx, cs); err != nil {
 					errs[i] = err
 					return
 				}
+				made[i]++
 			}
 		})
 	}
 	a := s.snap()
-	start := time.Now()
+	start = time.Now() // written before the release: read after it
 	close(release)
 	wg.Wait()
 	elapsed := time.Since(start)
@@ -235,7 +246,11 @@ func (s *side) concurrent(ctx context.Context, c, per int) (Phase, error) {
 	if err := errors.Join(errs...); err != nil {
 		return Phase{}, err
 	}
-	return s.phase(c, c*per, elapsed, a, b), nil
+	calls := 0
+	for _, n := range made {
+		calls += n
+	}
+	return s.phase(c, calls, elapsed, a, b), nil
 }
 
 // openSessions opens n sessions on the side and makes two calls on each
@@ -325,8 +340,8 @@ func (cfg *Config) validate() error {
 		}
 	}
 	switch {
-	case cfg.Calls <= 0, cfg.Rounds <= 0:
-		return errors.New("gatewaybench: Calls and Rounds must be positive")
+	case cfg.Calls <= 0, cfg.Rounds <= 0, cfg.PhaseTime <= 0:
+		return errors.New("gatewaybench: Calls, Rounds and PhaseTime must be positive")
 	case cfg.Dir == "", cfg.HelperPath == "", cfg.StdioServer == "":
 		return errors.New("gatewaybench: Dir, HelperPath and StdioServer must be set")
 	}
@@ -439,7 +454,7 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 		for i, c := range cfg.Sessions {
 			for k := range n {
 				s := e.sides[(k+round+i+1)%n]
-				p, err := s.concurrent(ctx, c, perSession(cfg.Calls, c))
+				p, err := s.concurrent(ctx, c, minCallsPerSession, cfg.PhaseTime)
 				if err != nil {
 					return res, err
 				}

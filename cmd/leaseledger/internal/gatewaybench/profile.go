@@ -121,7 +121,7 @@ func profile(ctx context.Context, cfg Config, sides []*side) ([]Profiled, error)
 					ph, _, err := s.sequential(ctx, cfg.Profile.Calls)
 					return ph, err
 				}
-				return s.concurrent(ctx, sessions, perSession(cfg.Profile.Calls, sessions))
+				return s.concurrent(ctx, sessions, perSession(cfg.Profile.Calls, sessions), 0)
 			}
 			// The CPU profile first, alone: recording every blocking
 			// event unwinds a stack each time, which would show in it.
