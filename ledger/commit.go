@@ -134,26 +134,22 @@ type pending struct {
 	err error
 }
 
-// setEvent writes the sealed event env (raw under e/<seq>) and its index
-// entries to b: the keys of keys.For, built in buf and returned for reuse
-// (Set copies them), so that sealing allocates no key
-// (TestSetEventKeysTwin holds it equal to keys.For).
-func setEvent(b *pebble.Batch, buf []byte, env *events.Envelope, raw []byte) []byte {
+// setEvent writes the sealed event env to b (raw under e/<seq>, its key
+// built in buf and returned for reuse: Set copies it) and holds its index
+// entries in ix, which writes them at the batch's flush (indexKeys): the
+// keys of keys.For, so that sealing allocates no key (TestSetEventKeysTwin
+// holds them equal to keys.For).
+func setEvent(b *pebble.Batch, buf []byte, ix *indexKeys, env *events.Envelope, raw []byte) []byte {
 	seq := uint64(env.Seq)
 	buf = binary.BigEndian.AppendUint64(append(buf[:0], keys.PrefixEvent...), seq)
 	_ = b.Set(buf, raw, nil)
-	index := func(prefix, id string) {
-		buf = append(append(append(buf[:0], prefix...), id...), '/')
-		buf = binary.BigEndian.AppendUint64(buf, seq)
-		_ = b.Set(buf, nil, nil)
-	}
 	if env.Activation != "" {
-		index(keys.PrefixActivation, env.Activation)
+		ix.add(keys.PrefixActivation, env.Activation, seq)
 	}
 	if env.Session != "" {
-		index(keys.PrefixSession, env.Session)
+		ix.add(keys.PrefixSession, env.Session, seq)
 	}
-	index(keys.PrefixKind, string(env.Kind))
+	ix.add(keys.PrefixKind, string(env.Kind), seq)
 	return buf
 }
 
@@ -341,7 +337,7 @@ func (l *Ledger) add(c *committerLocal, open *pending, r *appendReq) *pending {
 			rec.Payload, rec.owner = r.payloads[i], r
 		}
 		open.records = append(open.records, rec)
-		open.keyBuf = setEvent(open.batch, open.keyBuf, &env, raw)
+		open.keyBuf = setEvent(open.batch, open.keyBuf, &c.index, &env, raw)
 	}
 	if r.key != "" {
 		l.recordIdem(open.batch, r, t.UnixNano())

@@ -200,11 +200,13 @@ func TestSetEventKeysTwin(t *testing.T) {
 	}
 	defer db.Close()
 	var buf []byte
+	var ix indexKeys
 	for i, ids := range [][3]string{{"act-1", "s-1", ""}, {"", "s-2", "x"}, {"a", "", "srv"}, {"", "", ""}, {"a-very-long-activation-id-" + string(bytes.Repeat([]byte("z"), 100)), "s", "srv"}} {
 		env := events.Envelope{Seq: Seq(1 + i*1000003), Kind: (&events.CallAdmitted{}).Kind(), Activation: ids[0], Session: ids[1], Server: ids[2]}
 		raw := []byte(fmt.Sprintf("raw-%d", i))
 		b := db.NewIndexedBatch()
-		buf = setEvent(b, buf, &env, raw)
+		buf = setEvent(b, buf, &ix, &env, raw)
+		ix.writeTo(b)
 		it, err := b.NewIter(nil)
 		if err != nil {
 			t.Fatal(err)

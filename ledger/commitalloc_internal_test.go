@@ -1,12 +1,17 @@
 package ledger
 
 import (
+	"bytes"
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/leaseledger/leaseledger/events"
+	"github.com/leaseledger/leaseledger/ledger/internal/keys"
 	"github.com/oklog/ulid/v2"
 )
 
@@ -102,5 +107,60 @@ func TestTakeAcks(t *testing.T) {
 	})
 	if allocs > 1 {
 		t.Fatalf("%d one-event calls: %.1f allocations, want at most 1", ackSlabLen, allocs)
+	}
+}
+
+// indexKeys writes exactly the entries it was given, each once with an
+// empty value, in key order whatever the order they came in, and holds
+// none of them after writeTo (the next batch starts empty).
+func TestIndexKeysWrittenInKeyOrder(t *testing.T) {
+	db, err := pebble.Open("", &pebble.Options{FS: vfs.NewMem(), Logger: twinQuiet{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	rng := rand.New(rand.NewPCG(7, 11))
+	prefixes := []string{keys.PrefixActivation, keys.PrefixSession, keys.PrefixKind}
+	var x indexKeys
+	for round := range 5 {
+		var want [][]byte
+		for range 1 + rng.IntN(300) {
+			prefix := prefixes[rng.IntN(len(prefixes))]
+			id := string(rune('a' + rng.IntN(4)))
+			if rng.IntN(3) == 0 {
+				id += id // an id that another extends
+			}
+			seq := uint64(rng.IntN(1 << 20))
+			key := append([]byte(prefix+id+"/"), byte(seq>>56), byte(seq>>48), byte(seq>>40), byte(seq>>32), byte(seq>>24), byte(seq>>16), byte(seq>>8), byte(seq))
+			if slices.ContainsFunc(want, func(k []byte) bool { return bytes.Equal(k, key) }) {
+				continue // a seq is never indexed twice under one prefix and id
+			}
+			x.add(prefix, id, seq)
+			want = append(want, key)
+		}
+		b := db.NewBatch()
+		x.writeTo(b)
+		var got [][]byte
+		for r := b.Reader(); ; {
+			kind, k, v, ok, err := r.Next()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !ok {
+				break
+			}
+			if kind != pebble.InternalKeyKindSet || len(v) != 0 {
+				t.Fatalf("round %d: entry %q is %v with value %q", round, k, kind, v)
+			}
+			got = append(got, bytes.Clone(k))
+		}
+		b.Close()
+		slices.SortFunc(want, bytes.Compare)
+		if !slices.EqualFunc(got, want, bytes.Equal) {
+			t.Fatalf("round %d: wrote %d entries %q, want %d in key order %q", round, len(got), got, len(want), want)
+		}
+		if len(x.buf) != 0 || len(x.spans) != 0 {
+			t.Fatalf("round %d: %d entries still held after writeTo", round, len(x.spans))
+		}
 	}
 }

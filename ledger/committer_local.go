@@ -5,7 +5,14 @@ package ledger
 // the last ones, ULIDs drawn without allocation, Acks cut from slabs. The
 // guarantees are listed in commit.go's header.
 
-import "github.com/oklog/ulid/v2"
+import (
+	"bytes"
+	"encoding/binary"
+	"slices"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/oklog/ulid/v2"
+)
 
 // committerLocal is the committer's own bookkeeping across batches.
 type committerLocal struct {
@@ -33,6 +40,8 @@ type committerLocal struct {
 	// ackSlab is the unused rest of the last ackSlabLen Acks allocated
 	// together (takeAcks).
 	ackSlab []Ack
+	// index holds the open batch's index entries until its flush.
+	index indexKeys
 }
 
 // ackSlabLen is how many Acks takeAcks allocates at once for calls of few
@@ -120,3 +129,42 @@ func (c *committerLocal) sealedInFlight(seq Seq) ([]byte, bool) {
 }
 
 func lastSeq(recs []Record) Seq { return recs[len(recs)-1].Env.Seq }
+
+// indexKeys are the index entries (keys.For's keys after the record's) of
+// the events sealed into the open batch, held until it is flushed and then
+// written in key order (writeTo). Pebble inserts a batch into its memtable
+// in the batch's order, starting each search at the previous key's place:
+// entries in key order go in beside each other, while entries in sealing
+// order (an activation's, a session's and a kind's in turn, each elsewhere
+// in the key space) each search the skiplist from more levels up. On a
+// memtable of 120 000 events, a batch of six events under 64 activations
+// and sessions applies in 0.72–0.73 of the time (BenchmarkIndexOrder,
+// 16–18 µs against 22–25). The batch's content is the same either way
+// (TestSetEventKeysTwin, the commit twins); only its order changes.
+//
+// The committer keeps one indexKeys across batches (committerLocal.index):
+// a batch's entries are written into its pebble.Batch, which copies them,
+// before the next batch is opened.
+type indexKeys struct {
+	buf   []byte   // the keys, back to back
+	spans [][2]int // each key's [start, end) in buf, in sealing order until writeTo sorts them
+}
+
+// add holds the entry prefix + id + "/" + seq (big-endian), as
+// keys.For builds it.
+func (x *indexKeys) add(prefix, id string, seq uint64) {
+	start := len(x.buf)
+	x.buf = append(append(append(x.buf, prefix...), id...), '/')
+	x.buf = binary.BigEndian.AppendUint64(x.buf, seq)
+	x.spans = append(x.spans, [2]int{start, len(x.buf)})
+}
+
+// writeTo writes the held entries to b in key order, with empty values,
+// and forgets them (keeping their memory for the next batch).
+func (x *indexKeys) writeTo(b *pebble.Batch) {
+	slices.SortFunc(x.spans, func(p, q [2]int) int { return bytes.Compare(x.buf[p[0]:p[1]], x.buf[q[0]:q[1]]) })
+	for _, s := range x.spans {
+		_ = b.Set(x.buf[s[0]:s[1]], nil, nil)
+	}
+	x.buf, x.spans = x.buf[:0], x.spans[:0]
+}

@@ -222,7 +222,7 @@ func (l *Ledger) addImport(c *committerLocal, open *pending, r *appendReq) *pend
 		rec := fresh[i]
 		l.treeAppend(open.batch, rec.Raw)
 		open.records = append(open.records, rec)
-		open.keyBuf = setEvent(open.batch, open.keyBuf, &rec.Env, rec.Raw)
+		open.keyBuf = setEvent(open.batch, open.keyBuf, &c.index, &rec.Env, rec.Raw)
 		l.tail = Head{Seq: rec.Env.Seq, Hash: rec.Env.Hash}
 		if rec.Env.Time.After(l.lastT) {
 			l.lastT = rec.Env.Time

@@ -181,6 +181,7 @@ func (l *Ledger) drainOnStop(c *committerLocal, open *pending) {
 func (l *Ledger) flush(c *committerLocal, p *pending) {
 	c.token, c.idle = false, false
 	if p.batch != nil {
+		c.index.writeTo(p.batch)
 		_ = p.batch.Set([]byte(keys.Head), keys.EncodeHead(p.head.Seq, p.head.Hash), nil)
 		_ = p.batch.Set([]byte(keys.TreeSize), keys.EncodeTreeSize(p.head.Seq), nil)
 		c.batchBytes = p.batch.Len()

@@ -391,6 +391,8 @@ func TestBatchPreallocNoGrow(t *testing.T) {
 	l := &Ledger{db: db}
 	fill := func(b *pebble.Batch, n int) {
 		var buf []byte
+		var ix indexKeys
+		defer ix.writeTo(b)
 		for i := range n {
 			d := pipeDraft(i)
 			p, err := events.Prepare(d)
@@ -398,7 +400,7 @@ func TestBatchPreallocNoGrow(t *testing.T) {
 				t.Fatal(err)
 			}
 			env, raw := events.Seal(p, Seq(i+1), ulid.ULID{byte(i), byte(i >> 8)}, time.Unix(0, 0).UTC(), events.Hash{})
-			buf = setEvent(b, buf, &env, raw)
+			buf = setEvent(b, buf, &ix, &env, raw)
 		}
 	}
 	for _, n := range []int{10, 100, 1000} {

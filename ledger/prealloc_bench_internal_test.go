@@ -39,6 +39,7 @@ func BenchmarkBatchPrealloc(b *testing.B) {
 		sizes[i] = mean - mean/10 + rng.IntN(mean/5)
 	}
 	var buf []byte
+	var ix indexKeys
 	run := func(policy func(int) int) (time.Duration, int) {
 		last, grown := 0, 0
 		start := time.Now()
@@ -46,8 +47,9 @@ func BenchmarkBatchPrealloc(b *testing.B) {
 			bt := db.NewBatchWithSize(policy(last))
 			c0 := cap(bt.Repr())
 			for i := range n {
-				buf = setEvent(bt, buf, &envs[i], raws[i])
+				buf = setEvent(bt, buf, &ix, &envs[i], raws[i])
 			}
+			ix.writeTo(bt)
 			if cap(bt.Repr()) != c0 {
 				grown++
 			}
