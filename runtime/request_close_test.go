@@ -22,24 +22,56 @@ func workersBarrier(p *policyEnv, act string) *events.ConnectionBarrier {
 	return nil
 }
 
+// heldWorkers is session s1 of a policyEnv with one owner, whose handle
+// workers park in a hook (holdWorkers) until release is closed.
+type heldWorkers struct {
+	p       *policyEnv
+	capa    LeaseCapability
+	ctx     context.Context
+	o       *Owner
+	parked  chan *ResourceHandle // each parked worker's handle
+	release chan struct{}
+}
+
+// holdWorkers opens the session and its owner and arms the hook (set by
+// arm) that parks the workers.
+func holdWorkers(t *testing.T, arm func(p *policyEnv, hook func(*ResourceHandle))) heldWorkers {
+	w := heldWorkers{p: newPolicyEnv(t, nil), ctx: ctxT(t, 30*time.Second),
+		parked: make(chan *ResourceHandle, 1), release: make(chan struct{})}
+	w.capa = w.p.open("s1").Capability()
+	var err error
+	if w.o, err = w.capa.NewOwner(w.ctx); err != nil {
+		t.Fatal(err)
+	}
+	arm(w.p, func(h *ResourceHandle) {
+		w.parked <- h
+		<-w.release
+	})
+	return w
+}
+
+// releaseAndConfirm releases the parked worker of h, waits for the
+// termination's result on term and the worker's exit, and requires the
+// workers barrier confirmed.
+func releaseAndConfirm(t *testing.T, p *policyEnv, h *ResourceHandle, release chan struct{}, term <-chan error) {
+	t.Helper()
+	close(release)
+	if err := <-term; err != nil {
+		t.Fatalf("TerminateAll: %v", err)
+	}
+	<-h.workerDone
+	if b := workersBarrier(p, h.Activation()); b == nil || b.Outcome != events.BarrierOK {
+		t.Fatalf("workers barrier %+v", b)
+	}
+}
+
 // holdWorkerThenTerminate parks a handle's worker in a hook (set by arm)
 // and runs TerminateAll meanwhile: the termination's workers obligation
 // must not be confirmed while the worker is parked; once released, the
 // worker ends and the termination completes.
 func holdWorkerThenTerminate(t *testing.T, arm func(p *policyEnv, hook func(*ResourceHandle)), uri string, openGate bool) {
-	p := newPolicyEnv(t, nil)
-	s := p.open("s1")
-	capa := s.Capability()
-	ctx := ctxT(t, 30*time.Second)
-	o, err := capa.NewOwner(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	parked, release := make(chan *ResourceHandle, 1), make(chan struct{})
-	arm(p, func(h *ResourceHandle) {
-		parked <- h
-		<-release
-	})
+	w := holdWorkers(t, arm)
+	p, capa, ctx, o, parked, release := w.p, w.capa, w.ctx, w.o, w.parked, w.release
 	type started struct {
 		h   *ResourceHandle
 		err error
@@ -69,14 +101,7 @@ func holdWorkerThenTerminate(t *testing.T, arm func(p *policyEnv, hook func(*Res
 	if b := workersBarrier(p, act); b != nil {
 		t.Fatalf("workers barrier recorded while the worker was held: %+v", b)
 	}
-	close(release)
-	if err := <-term; err != nil {
-		t.Fatalf("TerminateAll: %v", err)
-	}
-	<-h.workerDone
-	if b := workersBarrier(p, act); b == nil || b.Outcome != events.BarrierOK {
-		t.Fatalf("workers barrier %+v", b)
-	}
+	releaseAndConfirm(t, p, h, release, term)
 	if r := <-st; r.err != nil {
 		t.Fatalf("start: %v", r.err)
 	}
@@ -142,19 +167,8 @@ func TestRequestWorkerEndsItsOwnLease(t *testing.T) {
 // waits for that close, and the close does not wait for it: its workers
 // barrier is confirmed, not timed out at the deadline.
 func TestRequestWorkerEndsItsLeaseUnderAnotherClose(t *testing.T) {
-	p := newPolicyEnv(t, nil)
-	s := p.open("s1")
-	capa := s.Capability()
-	ctx := ctxT(t, 30*time.Second)
-	o, err := capa.NewOwner(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	parked, release := make(chan *ResourceHandle, 1), make(chan struct{})
-	p.m.testHookWorkerReleasing = func(h *ResourceHandle) {
-		parked <- h
-		<-release
-	}
+	w := holdWorkers(t, func(p *policyEnv, hook func(*ResourceHandle)) { p.m.testHookWorkerReleasing = hook })
+	p, capa, ctx, o, parked, release := w.p, w.capa, w.ctx, w.o, w.parked, w.release
 	const uri = "fake://gate/revoked"
 	h, err := capa.ReadResource(ctx, o, "fs", uri, RequestOptions{Budget: 10 * time.Second})
 	if err != nil {
@@ -182,14 +196,7 @@ func TestRequestWorkerEndsItsLeaseUnderAnotherClose(t *testing.T) {
 		}
 		return false
 	})
-	close(release)
-	if err := <-term; err != nil {
-		t.Fatalf("TerminateAll: %v", err)
-	}
-	<-h.workerDone
-	if b := workersBarrier(p, act); b == nil || b.Outcome != events.BarrierOK {
-		t.Fatalf("workers barrier %+v", b)
-	}
+	releaseAndConfirm(t, p, h, release, term)
 	if _, err := h.Await(ctx); err != nil {
 		t.Fatal(err)
 	}
