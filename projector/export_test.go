@@ -13,6 +13,23 @@ func DecodePayloadForTest(k events.Kind, data []byte) (events.Payload, error) {
 	return New().dec.DecodePayload(k, data)
 }
 
+// UnmarshalStrictForTest is Unmarshal with the reference decoder alone
+// (encoding/json, one pass): the baseline of BenchmarkUnmarshalSnapshot.
+func UnmarshalStrictForTest(b []byte) (*State, error) {
+	var w snapshotWire
+	if err := decodeSnapshotWith(b, &w, func() snapshotHeader { return snapshotHeader{w.Format, w.Version} }, false); err != nil {
+		return nil, err
+	}
+	return restoreState(&w)
+}
+
+// DecodesFastForTest reports whether the fast decoder alone accepts b as
+// a state's snapshot document (decodeFast).
+func DecodesFastForTest(b []byte) bool {
+	var w snapshotWire
+	return decodeFast(b, &w)
+}
+
 // UnmarshalHeaderFirstForTest is Unmarshal as it read a snapshot before
 // decodeSnapshot: the header (format, version) decoded and checked first,
 // then the whole document — the reference of TestDecodeSnapshotTwin.
