@@ -442,8 +442,11 @@ func (c *callRun) classify(ctx context.Context, err error) failure {
 	e := c.err(ErrCallFailed, nil)
 	f := failure{outcome: events.CallTransportError, err: e}
 	var we *jsonrpc.Error
-	// A request the transport refused (-32005) leaves the connection up.
-	f.ends = !errors.As(err, &we) || we.Code != codeRejected
+	// A request the transport refused (-32005) leaves the connection up,
+	// unless the boundary found the remote session lost meanwhile (a POST
+	// left unanswered by a server that no longer listens, confirmed by its
+	// probe before the request's error returned).
+	f.ends = !errors.As(err, &we) || we.Code != codeRejected || c.l.childGone()
 	if f.ends {
 		f.exited = c.l.awaitChildEnd(ctx)
 	}

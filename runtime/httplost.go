@@ -27,6 +27,8 @@ const (
 	lostSessionNotFound   = "session_not_found"
 	lostSessionRejected   = "session_rejected"
 	lostSessionFailed     = "session_failed"
+	// lostUnanswered is a candidate only (lostSignal): never a reason.
+	lostUnanswered = "unanswered"
 )
 
 // lostProbeTimeout bounds the probe that confirms a 400 means the session
@@ -44,7 +46,8 @@ type probeKey struct{}
 
 // lostSignal returns why a request's outcome may prove the remote session
 // gone, or "": a dial refused (nothing listens at the origin: whatever
-// session it held is gone), or a 404 — the spec's answer for a terminated
+// session it held is gone), a POST in the session left without any answer
+// (a candidate, confirmed by a probe: TestHTTPUnansweredPost), or a 404 — the spec's answer for a terminated
 // session — or a 400 — what common servers (server-everything, the
 // TypeScript SDK's examples) answer for a session id they do not know — to
 // a POST, or a resuming GET, carrying the session id. A 400 is only a
@@ -54,8 +57,16 @@ type probeKey struct{}
 // offers no stream.
 func lostSignal(out *http.Request, resp *http.Response, err error) string {
 	if err != nil {
-		if errors.Is(err, syscall.ECONNREFUSED) {
+		switch {
+		case errors.Is(err, syscall.ECONNREFUSED):
 			return lostConnectionRefused
+		case out.Method == http.MethodPost && out.Header.Get(sessionIDHeader) != "" &&
+			!errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded):
+			// A POST in the session that got no answer at all (the
+			// connection reset or closed under it): the server may have
+			// died, or dropped that one request. Only a candidate, like a
+			// 400; go-sdk keeps the connection for it.
+			return lostUnanswered
 		}
 		return ""
 	}
@@ -82,7 +93,7 @@ func (rt *leaseRoundTripper) checkLost(ctx context.Context, cur *url.URL, out *h
 		return
 	}
 	reason := lostSignal(out, resp, err)
-	if reason == lostSessionRejected {
+	if reason == lostSessionRejected || reason == lostUnanswered {
 		reason = rt.probeLost(ctx, out.Header)
 	}
 	if reason != "" {
