@@ -47,14 +47,14 @@ type probeKey struct{}
 // lostSignal returns why a request's outcome may prove the remote session
 // gone, or "": a dial refused (nothing listens at the origin: whatever
 // session it held is gone), a POST in the session left without any answer
-// (a candidate, confirmed by a probe: TestHTTPUnansweredPost), or a 404 — the spec's answer for a terminated
-// session — or a 400 — what common servers (server-everything, the
-// TypeScript SDK's examples) answer for a session id they do not know — to
-// a POST, or a resuming GET, carrying the session id. A 400 is only a
-// candidate: a proxy, a gateway or the server's own validation may refuse
-// one request with it while the session lives, so checkLost confirms it
-// with a probe. A 404 to a first standalone GET only means the server
-// offers no stream.
+// (a candidate, confirmed by a probe: TestHTTPUnansweredPost), or a 404 —
+// the spec's answer for a terminated session — or a 400 — what common
+// servers (server-everything, the TypeScript SDK's examples) answer for a
+// session id they do not know — to a POST, or a resuming GET, carrying the
+// session id. A 400 is only a candidate: a proxy, a gateway or the
+// server's own validation may refuse one request with it while the session
+// lives, so checkLost confirms it with a probe. A 404 to a first
+// standalone GET only means the server offers no stream.
 func lostSignal(out *http.Request, resp *http.Response, err error) string {
 	if err != nil {
 		switch {
