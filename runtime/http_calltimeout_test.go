@@ -13,8 +13,6 @@ import (
 	"net/url"
 	"testing"
 	"time"
-
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // TestHTTPReceiveTimeoutKeepsLease: a healthy server's tool takes longer
@@ -69,13 +67,7 @@ func TestHTTPReceiveTimeoutJSONBody(t *testing.T) {
 	// The lost lease's remote session stays on this healthy server (only
 	// the client's connection failed): end it so its goroutines exit.
 	defer func() {
-		var ss []*mcp.ServerSession
-		for s := range srv.Sessions() {
-			ss = append(ss, s)
-		}
-		for _, s := range ss {
-			_ = s.Close()
-		}
+		closeServerSessions(srv)
 	}()
 	target, _ := url.Parse(endpoint)
 	proxy := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: target.Scheme, Host: target.Host})

@@ -60,6 +60,19 @@ func goSDKHTTPServer(t testing.TB) (endpoint string, started chan struct{}, srv 
 	return hs.URL + "/mcp", started, srv
 }
 
+// closeServerSessions ends srv's sessions from the server's side: those a
+// lease left behind (its DELETE cut off or never sent) keep their
+// goroutines until then.
+func closeServerSessions(srv *mcp.Server) {
+	var ss []*mcp.ServerSession
+	for s := range srv.Sessions() {
+		ss = append(ss, s)
+	}
+	for _, s := range ss {
+		_ = s.Close()
+	}
+}
+
 // TestHTTPBodyNeverEndsAbortedOnClose: a tool call whose response stream
 // never ends is aborted by the connection's close within its budget; its
 // request is recorded aborted with its barrier, and the close is

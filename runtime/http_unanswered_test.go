@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/leaseledger/leaseledger/internal/testproc"
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // droppingFront serves a go-sdk server (echo) through a reverse proxy that
@@ -46,13 +45,7 @@ func droppingFront(t *testing.T, dead bool) (endpoint string) {
 	t.Cleanup(func() {
 		// The leases' remote sessions may stay on the healthy upstream:
 		// end them so their goroutines exit.
-		var ss []*mcp.ServerSession
-		for s := range srv.Sessions() {
-			ss = append(ss, s)
-		}
-		for _, s := range ss {
-			_ = s.Close()
-		}
+		closeServerSessions(srv)
 		front.CloseClientConnections()
 		front.Close()
 	})

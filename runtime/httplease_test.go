@@ -389,13 +389,7 @@ func TestHTTPRemoteSessionLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	old := e.m.leaseOf("s1", "remote")
-	var sessions []*mcp.ServerSession
-	for ss := range srv.Sessions() {
-		sessions = append(sessions, ss)
-	}
-	for _, ss := range sessions {
-		ss.Close()
-	}
+	closeServerSessions(srv)
 	// The first call may be the one that learns it (its POST gets the
 	// 404: it fails, nothing retried), or find the lease already lost.
 	var res *mcp.CallToolResult
@@ -521,13 +515,7 @@ func TestHTTPCloseExpiredDeadline(t *testing.T) {
 	// stay on the server until ended from its side, so their goroutines
 	// exit.
 	t.Cleanup(func() {
-		var ss []*mcp.ServerSession
-		for s := range srv.Sessions() {
-			ss = append(ss, s)
-		}
-		for _, s := range ss {
-			_ = s.Close()
-		}
+		closeServerSessions(srv)
 	})
 	p.cfg.Set("remote", ServerConfig{URL: endpoint})
 	// No local process: supervisor is a fact known up front (ok,
