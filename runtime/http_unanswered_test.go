@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leaseledger/leaseledger/events"
 	"github.com/leaseledger/leaseledger/internal/testproc"
 )
 
@@ -99,6 +100,15 @@ func TestHTTPUnansweredPost(t *testing.T) {
 		})
 		if cur := e.m.leaseOf("s1", "remote"); cur == old {
 			t.Fatal("the lost lease is still in the table")
+		}
+		var reason events.TerminationReason
+		for _, x := range e.events() {
+			if r, ok := x.Payload.(*events.LeaseTerminated); ok && x.Activation == old.activation {
+				reason = r.Reason
+			}
+		}
+		if reason != events.TerminatedChildExited {
+			t.Fatalf("lease.terminated reason %q, want %q", reason, events.TerminatedChildExited)
 		}
 	})
 	t.Run("request dropped", func(t *testing.T) {
