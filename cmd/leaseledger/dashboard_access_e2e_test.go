@@ -45,7 +45,7 @@ func TestDashboardAccess(t *testing.T) {
 	b.await(denied+` && `+denied+`.textContent.includes("call tool 1") && `+denied+`.textContent.includes("read resource 1") && `+denied+`.textContent.includes("delete: no-delete")`, e2eWait)
 	row := `document.querySelector('#recent-body tr[data-activation="act-pol"][data-access-denied="2"]')`
 	b.await(row+` && `+row+`.textContent.includes("access 1 allowed, 2 denied")`, e2eWait)
-	b.do(chromedp.Click(chromedp.CSS(`#recent-body tr[data-activation="act-pol"]`)))
+	b.clickNow(`#recent-body tr[data-activation="act-pol"]`)
 	sec := `document.querySelector('#evidence section[data-section="access"]')`
 	b.await(sec+` && `+sec+`.textContent.includes("1 allowed, 2 denied") && `+sec+`.textContent.includes("no-delete") && `+
 		sec+`.textContent.includes("no permit applied") && `+sec+`.textContent.includes("readers")`, e2eWait)

@@ -130,6 +130,17 @@ func eval[T any](b *browser, expr string) T {
 	return v
 }
 
+// clickNow clicks the element selector matches now, in one evaluation in
+// the page. The dashboard rebuilds its tables as events arrive, so a row
+// chromedp found may be replaced before its click reaches it ("Could not
+// find node with given id"); a selector evaluated at the click cannot be.
+func (b *browser) clickNow(selector string) {
+	b.t.Helper()
+	if !eval[bool](b, `(() => { const e = document.querySelector(`+strconv.Quote(selector)+`); if (!e) return false; e.click(); return true })()`) {
+		b.t.Fatalf("browser: nothing to click at %s", selector)
+	}
+}
+
 // await polls a JavaScript boolean expression until it holds or within
 // passes; it returns how long it took.
 func (b *browser) await(expr string, within time.Duration) time.Duration {
@@ -212,7 +223,7 @@ func TestDashboardEndToEnd(t *testing.T) {
 	closeGo()
 	b.view("activations", "activations-pending")
 	b.await(`document.querySelector('#recent-body tr[data-activation="`+activation+`"][data-verdict="confirmed"]')`, e2eWait)
-	b.do(chromedp.Click(chromedp.CSS(`#recent-body tr[data-activation="` + activation + `"]`)))
+	b.clickNow(`#recent-body tr[data-activation="` + activation + `"]`)
 	b.await(`document.querySelector('#evidence section[data-activation="`+activation+`"][data-verdict="confirmed"]')`, e2eWait)
 	b.await(`document.querySelector('#leases-body tr[data-session="`+cs.ID()+`"]') === null`, e2eWait)
 	b.view("activations", "activations")
