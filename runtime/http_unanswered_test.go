@@ -5,10 +5,12 @@ package runtime
 import (
 	"bytes"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,22 +20,30 @@ import (
 
 // droppingFront serves a go-sdk server (echo) through a reverse proxy that
 // drops, without any answer, every POST whose body holds "DROP": it closes
-// the request's connection, and first its own listener when dead is set
-// (the server is gone: new dials are refused). The session's standalone
-// stream, already open, stays open.
+// the request's connection and, when dead is set, first its own listener
+// and its idle connections (the server is gone: a new request must dial,
+// and the dial is refused). The session's standalone stream, already open
+// and busy, stays open.
 func droppingFront(t *testing.T, dead bool) (endpoint string) {
 	t.Helper()
 	upstream, _, srv := goSDKHTTPServer(t)
 	target, _ := url.Parse(upstream)
 	proxy := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: target.Scheme, Host: target.Host})
+	var mu sync.Mutex
+	idle := map[net.Conn]bool{}
 	var front *httptest.Server
-	front = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	front = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodPost {
 			b, _ := io.ReadAll(r.Body)
 			r.Body = io.NopCloser(bytes.NewReader(b))
 			if bytes.Contains(b, []byte("DROP")) {
 				if dead {
 					_ = front.Listener.Close()
+					mu.Lock()
+					for c := range idle {
+						_ = c.Close()
+					}
+					mu.Unlock()
 				}
 				if conn, _, err := w.(http.Hijacker).Hijack(); err == nil {
 					_ = conn.Close()
@@ -43,6 +53,16 @@ func droppingFront(t *testing.T, dead bool) (endpoint string) {
 		}
 		proxy.ServeHTTP(w, r)
 	}))
+	front.Config.ConnState = func(c net.Conn, s http.ConnState) {
+		mu.Lock()
+		defer mu.Unlock()
+		if s == http.StateIdle {
+			idle[c] = true
+		} else {
+			delete(idle, c)
+		}
+	}
+	front.Start()
 	t.Cleanup(func() {
 		// The leases' remote sessions may stay on the healthy upstream:
 		// end them so their goroutines exit.
