@@ -29,7 +29,8 @@ func TestMain(m *testing.M) { testproc.Main(m, helperBin, testserverBin) }
 
 // TestRunTiny runs the whole benchmark on a few calls, with the profiled
 // pass: every side is measured at every level, every ratio is finite and
-// positive, and every profile is written. It asserts no timing.
+// positive, every profile is written and every trace read back. It
+// asserts no timing.
 func TestRunTiny(t *testing.T) {
 	dir := t.TempDir()
 	profDir := t.TempDir()
@@ -109,6 +110,20 @@ func TestRunTiny(t *testing.T) {
 				t.Errorf("%s: %d calls traced, want at least the phase's %d", p.Side, p.Path.Calls, p.Calls)
 			}
 		}
+		// The traced run's goroutines ran, their shares add up to the
+		// whole, and the ledger's committer (both profiled sides are
+		// gateways) is among them.
+		if p.Cores == nil || p.Cores.PerCall <= 0 || p.Cores.share("ledger.(*Ledger).committer") <= 0 {
+			t.Errorf("%s at %d sessions: cores %+v", p.Side, p.Sessions, p.Cores)
+		} else {
+			sum := 0.0
+			for _, s := range p.Cores.Shares {
+				sum += s.PerCall
+			}
+			if math.Abs(sum-p.Cores.PerCall) > 1e-6*p.Cores.PerCall {
+				t.Errorf("%s at %d sessions: shares add up to %v, not %v", p.Side, p.Sessions, sum, p.Cores.PerCall)
+			}
+		}
 		for _, f := range []string{p.CPU, p.Block, p.BlockBase, p.Mutex, p.MutexBase, p.Trace, p.Allocs, p.AllocsBase} {
 			if st, err := os.Stat(f); err != nil || st.Size() == 0 {
 				t.Errorf("profile %s: %v", f, err)
@@ -116,7 +131,7 @@ func TestRunTiny(t *testing.T) {
 		}
 	}
 	out := res.String()
-	for _, name := range append(SideNames, "fsync floor", "fsync floor on written blocks", "raw Pebble floor", "gateway p50 / (proxy p50 + fsync p50)", "fsync on written blocks p50", "raw Pebble commit p50", "ledger mean commit", "calls/s at 3 sessions", "critical path of a sequential call") {
+	for _, name := range append(SideNames, "fsync floor", "fsync floor on written blocks", "raw Pebble floor", "gateway p50 / (proxy p50 + fsync p50)", "fsync on written blocks p50", "raw Pebble commit p50", "ledger mean commit", "calls/s at 3 sessions", "critical path of a sequential call", "time on a core per call under load") {
 		if !strings.Contains(out, name) {
 			t.Errorf("the table has no %q:\n%s", name, out)
 		}

@@ -26,8 +26,9 @@ import (
 // (<side>-<load>.trace): the scheduling latencies and the hand-offs
 // between goroutines that neither profile shows (`go tool trace
 // -pprof=sched X.trace` profiles the time goroutines waited, runnable, for
-// a core); the sequential phase's trace is also read back into the
-// critical path of its calls (critpath.go). The CPU run also records what
+// a core); every trace is read back into the time its goroutines ran per
+// call (cores.go), and the sequential phase's also into the critical path
+// of its calls (critpath.go). The CPU run also records what
 // was allocated: the heap's cumulative allocation profile before it
 // (.allocs.base.pprof) and after it (.allocs.pprof); `go tool pprof
 // -sample_index=alloc_space -diff_base X.allocs.base.pprof X.allocs.pprof`
@@ -87,6 +88,9 @@ type Profiled struct {
 	// Path is the critical path of the sequential phase's calls, read
 	// from its trace (nil for the phase with sessions).
 	Path *CriticalPath `json:"critical_path,omitempty"`
+	// Cores is the time the traced run's goroutines ran per call, by
+	// start function (cores.go).
+	Cores *CoreTime `json:"cores,omitempty"`
 	// Allocs and AllocsBase are the heap's allocation profile after and
 	// before the CPU run.
 	Allocs     string `json:"allocs"`
@@ -165,11 +169,16 @@ func profile(ctx context.Context, cfg Config, sides []*side) ([]Profiled, error)
 			if err := trace.Start(f); err != nil {
 				return out, errors.Join(err, f.Close())
 			}
-			_, err = run()
+			traced, err := run()
 			trace.Stop()
 			if err = errors.Join(err, f.Close()); err != nil {
 				return out, err
 			}
+			ct, err := readCoreTime(p.Trace, traced.Calls)
+			if err != nil {
+				return out, err
+			}
+			p.Cores = &ct
 			if sessions == 1 {
 				cp, err := readCriticalPath(p.Trace, name)
 				if err != nil {

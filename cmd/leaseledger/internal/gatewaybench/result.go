@@ -1,6 +1,7 @@
 package gatewaybench
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"time"
@@ -288,6 +289,7 @@ func (r Result) String() string {
 		pf("  %-72s %7.3f%s\n", q.Name, q.Value, verdict)
 	}
 	r.printPaths(pf)
+	r.printCores(pf)
 	for _, p := range r.Profiles {
 		pf("profiled %s at %d session(s): %d calls, %.0f calls/s; go tool pprof -top %s", p.Side, p.Sessions, p.Calls, p.Rate, p.CPU)
 		pf("; blocking: go tool pprof -top -diff_base %s %s; allocations: go tool pprof -top -sample_index=alloc_space -diff_base %s %s; scheduling: go tool trace -pprof=sched %s\n", p.BlockBase, p.Block, p.AllocsBase, p.Allocs, p.Trace)
@@ -321,6 +323,63 @@ func (r Result) printPaths(pf func(string, ...any)) {
 				if st.Name == name {
 					cell = fmt.Sprintf("%.1f", float64(st.P50)/1e3)
 				}
+			}
+			pf(" %22s", cell)
+		}
+		pf("\n")
+	}
+}
+
+// coreRows is how many start functions printCores shows per phase (the
+// largest of each), beside the total.
+const coreRows = 12
+
+// printCores prints the time the goroutines of the profiled phases with
+// sessions ran per call, by start function, side by side: the largest
+// coreRows of every phase, largest first by their largest cell ("-": none
+// of that phase's goroutines started there).
+func (r Result) printCores(pf func(string, ...any)) {
+	var phases []Profiled
+	for _, p := range r.Profiles {
+		if p.Cores != nil && p.Sessions > 1 {
+			phases = append(phases, p)
+		}
+	}
+	if len(phases) == 0 {
+		return
+	}
+	var rows []string
+	for _, p := range phases {
+		for i, s := range p.Cores.Shares {
+			if i < coreRows && !slices.Contains(rows, s.Func) {
+				rows = append(rows, s.Func)
+			}
+		}
+	}
+	largest := func(fn string) float64 {
+		v := 0.0
+		for _, p := range phases {
+			v = max(v, p.Cores.share(fn))
+		}
+		return v
+	}
+	slices.SortStableFunc(rows, func(a, b string) int { return cmp.Compare(largest(b), largest(a)) })
+	pf("time on a core per call under load, by goroutine start function, from the profiled pass's traces (µs per call):\n")
+	pf("  %-60s", "goroutines started in")
+	for _, p := range phases {
+		pf(" %22s", fmt.Sprintf("%s @%d", p.Side, p.Sessions))
+	}
+	pf("\n  %-60s", "all")
+	for _, p := range phases {
+		pf(" %22.1f", p.Cores.PerCall)
+	}
+	pf("\n")
+	for _, fn := range rows {
+		pf("  %-60s", fn)
+		for _, p := range phases {
+			cell := "-"
+			if i := slices.IndexFunc(p.Cores.Shares, func(s CoreShare) bool { return s.Func == fn }); i >= 0 {
+				cell = fmt.Sprintf("%.1f", p.Cores.Shares[i].PerCall)
 			}
 			pf(" %22s", cell)
 		}
