@@ -14,10 +14,6 @@ package gatewaybench
 
 import (
 	"cmp"
-	"errors"
-	"fmt"
-	"io"
-	"os"
 	"slices"
 	"strings"
 	"time"
@@ -56,35 +52,14 @@ type goTransition struct {
 // readCoreTime reads the execution trace at path, of a phase of calls
 // calls, into its cores' time per call.
 func readCoreTime(path string, calls int) (CoreTime, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return CoreTime{}, err
-	}
-	defer f.Close()
-	r, err := trace.NewReader(f)
-	if err != nil {
-		return CoreTime{}, fmt.Errorf("gatewaybench: trace %s: %w", path, err)
-	}
 	var trs []goTransition
 	var end trace.Time
-	for {
-		ev, err := r.ReadEvent()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return CoreTime{}, fmt.Errorf("gatewaybench: trace %s: %w", path, err)
-		}
-		end = max(end, ev.Time())
-		if ev.Kind() != trace.EventStateTransition {
-			continue
-		}
-		st := ev.StateTransition()
-		if st.Resource.Kind != trace.ResourceGoroutine {
-			continue
-		}
+	err := goTransitions(path, func(ev *trace.Event, st trace.StateTransition) {
 		from, to := st.Goroutine()
 		trs = append(trs, goTransition{t: ev.Time(), g: st.Resource.Goroutine(), from: from, to: to, start: startFunc(st.Stack)})
+	}, func(ev *trace.Event) { end = max(end, ev.Time()) })
+	if err != nil {
+		return CoreTime{}, err
 	}
 	return coreTime(trs, end, calls), nil
 }

@@ -100,34 +100,11 @@ type transition struct {
 // readCriticalPath reads the execution trace at path, of a sequential
 // phase of side, and returns its calls' critical path.
 func readCriticalPath(path, side string) (CriticalPath, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return CriticalPath{}, err
-	}
-	defer f.Close()
-	r, err := trace.NewReader(f)
-	if err != nil {
-		return CriticalPath{}, fmt.Errorf("gatewaybench: trace %s: %w", path, err)
-	}
 	mark, upstream := upstreamMarkers[side]
 	marker := mark.fn
 	var all []transition
 	roles := map[trace.GoID]int{} // goroutine → fCommitter, fFlushLoop or fSyncer
-	for {
-		ev, err := r.ReadEvent()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return CriticalPath{}, fmt.Errorf("gatewaybench: trace %s: %w", path, err)
-		}
-		if ev.Kind() != trace.EventStateTransition {
-			continue
-		}
-		st := ev.StateTransition()
-		if st.Resource.Kind != trace.ResourceGoroutine {
-			continue
-		}
+	err := goTransitions(path, func(ev *trace.Event, st trace.StateTransition) {
 		from, to := st.Goroutine()
 		tr := transition{t: ev.Time(), g: st.Resource.Goroutine(), actor: ev.Goroutine(), from: from, to: to}
 		if (from == trace.GoRunning && to == trace.GoWaiting) || (from == trace.GoWaiting && to == trace.GoRunnable) {
@@ -139,8 +116,44 @@ func readCriticalPath(path, side string) (CriticalPath, error) {
 			}
 		}
 		all = append(all, tr)
+	}, nil)
+	if err != nil {
+		return CriticalPath{}, err
 	}
 	return criticalPath(all, roles, upstream, mark.stdio), nil
+}
+
+// goTransitions reads the execution trace at path and calls each with
+// every goroutine state transition, in the trace's order, and every with
+// every event (nil: none).
+func goTransitions(path string, each func(*trace.Event, trace.StateTransition), every func(*trace.Event)) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	r, err := trace.NewReader(f)
+	if err != nil {
+		return fmt.Errorf("gatewaybench: trace %s: %w", path, err)
+	}
+	for {
+		ev, err := r.ReadEvent()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("gatewaybench: trace %s: %w", path, err)
+		}
+		if every != nil {
+			every(&ev)
+		}
+		if ev.Kind() != trace.EventStateTransition {
+			continue
+		}
+		if st := ev.StateTransition(); st.Resource.Kind == trace.ResourceGoroutine {
+			each(&ev, st)
+		}
+	}
 }
 
 // frameMarks are the functions whose frames set each flag (a frame's
