@@ -249,6 +249,13 @@ func (s directStream) Write(p []byte) (int, error) {
 }
 func (s directStream) Close() error { s.d.detach(); return nil }
 
+// markedExited reports whether the reaper has seen the child exit.
+func (d *directChild) markedExited() bool {
+	d.sigMu.Lock()
+	defer d.sigMu.Unlock()
+	return d.exited
+}
+
 // close runs the close sequence once within ctx (see the file comment).
 // There is no guardian result: the host's own facts are kept in res.
 func (d *directChild) close(ctx context.Context) guardian.CleanupResult {
@@ -263,6 +270,10 @@ func (d *directChild) cleanup(ctx context.Context) directResult {
 	case <-d.waitDone:
 		r.ExitedBeforeClose = true
 	default:
+		// Not reaped yet, but it may have exited: a child killed from
+		// outside is a zombie before the reaper runs, and the admission
+		// that found it dying begins this close at once.
+		r.ExitedBeforeClose = d.exitedNow()
 	}
 	d.detach()
 	if d.stdin.Close() == nil {

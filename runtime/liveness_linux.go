@@ -267,6 +267,37 @@ func statVerdict(b []byte) verdict {
 	return verdictUnsure
 }
 
+// exiting reports, from stat alone, whether the target's exit has begun:
+// it is gone (reaped, the descriptor says so), a zombie, or exiting
+// (PF_EXITING, set as soon as the kernel's exit path starts, before the
+// process's files are closed, so before its stdout reaches EOF).
+func (p *procProbe) exiting(pid, parent int) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	b, ok, dead := p.readStat(pid, parent)
+	if !ok {
+		return dead
+	}
+	return statExiting(b)
+}
+
+// statExiting decides exiting from a stat file's content.
+func statExiting(b []byte) bool {
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return false
+	}
+	fields := bytes.Fields(b[i+1:])
+	if len(fields) <= statFlagsAt || len(fields[0]) != 1 {
+		return false
+	}
+	if s := fields[0][0]; s == 'Z' || s == 'X' || s == 'x' {
+		return true
+	}
+	flags, err := strconv.ParseUint(string(fields[statFlagsAt]), 10, 64)
+	return err == nil && flags&pfExiting != 0
+}
+
 // statPPID is the parent pid in a stat file's content, -1 when unparsable.
 func statPPID(b []byte) int {
 	i := bytes.LastIndexByte(b, ')')
