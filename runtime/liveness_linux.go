@@ -236,13 +236,7 @@ const (
 
 // statVerdict decides from a stat file's content (see procProbe).
 func statVerdict(b []byte) verdict {
-	// The command name may hold spaces and parentheses: fields start
-	// after the last ')'.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 || i+2 >= len(b) {
-		return verdictUnsure
-	}
-	fields := bytes.Fields(b[i+1:])
+	fields := statFields(b)
 	if len(fields) <= statSignalAt || len(fields[0]) != 1 {
 		return verdictUnsure
 	}
@@ -283,11 +277,7 @@ func (p *procProbe) exiting(pid, parent int) bool {
 
 // statExiting decides exiting from a stat file's content.
 func statExiting(b []byte) bool {
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return false
-	}
-	fields := bytes.Fields(b[i+1:])
+	fields := statFields(b)
 	if len(fields) <= statFlagsAt || len(fields[0]) != 1 {
 		return false
 	}
@@ -298,13 +288,20 @@ func statExiting(b []byte) bool {
 	return err == nil && flags&pfExiting != 0
 }
 
-// statPPID is the parent pid in a stat file's content, -1 when unparsable.
-func statPPID(b []byte) int {
+// statFields are a stat file's fields from the state (field 3) on: the
+// command name before them may hold spaces and parentheses, so they start
+// after the last ')'. None when there is no ')'.
+func statFields(b []byte) [][]byte {
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 {
-		return -1
+		return nil
 	}
-	fields := bytes.Fields(b[i+1:])
+	return bytes.Fields(b[i+1:])
+}
+
+// statPPID is the parent pid in a stat file's content, -1 when unparsable.
+func statPPID(b []byte) int {
+	fields := statFields(b)
 	if len(fields) < 2 {
 		return -1
 	}
